@@ -1,0 +1,281 @@
+"""Real production workloads: the Azure LLM inference traces (2023), replayed as task streams.
+
+Two traces ship with the package (see ``envs/data/README.md`` for the attribution, CC-BY 4.0,
+Patel et al., "Splitwise", ISCA 2024): ``"azure-code"`` (code completion, 8,819 requests) and
+``"azure-conv"`` (conversation, 19,366 requests), each about an hour long.
+
+Format
+    CSV with the header ``TIMESTAMP,ContextTokens,GeneratedTokens`` and one request per row, in
+    arrival order. ``TIMESTAMP`` looks like ``2023-11-16 18:17:03.9799600`` (7 fractional digits,
+    which ``datetime.strptime``'s ``%f`` rejects, so it is parsed here by hand, to the nanosecond).
+    :func:`read_trace` returns a :class:`Trace` of numpy arrays with times in seconds since the
+    first request. Both token counts must be integers >= 1: the real traces contain no zero, so a
+    zero is treated as a corrupt row and rejected rather than silently patched.
+
+Batching rule (:func:`batch_requests`)
+    The environment's unit of work is a static-shape batch (a :class:`inference.task.Task`), so
+    requests are grouped the way a simple time-window batcher would group them:
+
+    1. arrivals are replayed at ``time_s / time_scale`` (``time_scale > 1`` compresses time and
+       raises the load; ``2`` means twice the request rate);
+    2. a batch opens at the arrival of the first request not yet batched, at time ``t0``;
+    3. it collects, in order, every request arriving at or before ``t0 + window_s``, up to
+       ``max_batch`` requests;
+    4. it is dispatched as soon as it is full (at the arrival of its ``max_batch``-th request),
+       otherwise when its window closes at ``t0 + window_s`` -- the batcher cannot know that no
+       other request will come before then. Dispatch times are therefore non-decreasing.
+
+    A batch becomes ``Task(batch=len, prompt_tokens=max context, output_tokens=max generated,
+    domain=0, arrival=dispatch time)``: sequences are padded to the longest prompt, and the batch
+    decodes until its longest sequence is done. Domains are left at 0 for the environment to assign.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from inference.task import Task
+
+_DATA_DIR = Path(__file__).resolve().parent / "data"
+
+#: Packaged traces, by name.
+TRACES: dict[str, Path] = {
+    "azure-code": _DATA_DIR / "AzureLLMInferenceTrace_code.csv",
+    "azure-conv": _DATA_DIR / "AzureLLMInferenceTrace_conv.csv",
+}
+
+HEADER: tuple[str, str, str] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?", re.ASCII
+)
+_NS_PER_S = 1_000_000_000
+_NS_PER_DAY = 86_400 * _NS_PER_S
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A request trace as parallel read-only arrays (struct of arrays: fast to load and slice).
+
+    Attributes:
+        name: the trace's name, or the path it was read from.
+        time_s: arrival times in seconds since the first request (float64, non-decreasing, from 0).
+        context_tokens: prompt length of each request (int64, >= 1).
+        generated_tokens: tokens generated for each request (int64, >= 1).
+    """
+
+    name: str
+    time_s: np.ndarray
+    context_tokens: np.ndarray
+    generated_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        # Own read-only copies: frozen should mean the data too, not just the attributes.
+        for field, dtype in (
+            ("time_s", np.float64),
+            ("context_tokens", np.int64),
+            ("generated_tokens", np.int64),
+        ):
+            array = np.array(getattr(self, field), dtype=dtype)
+            array.setflags(write=False)
+            object.__setattr__(self, field, array)
+        n = len(self.time_s)
+        if n == 0:
+            raise ValueError(f"trace {self.name!r} has no requests")
+        if len(self.context_tokens) != n or len(self.generated_tokens) != n:
+            raise ValueError(f"trace {self.name!r}: arrays must all have the same length")
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first to the last request."""
+        return float(self.time_s[-1])
+
+
+def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """Map a packaged name or a file path to (display name, path), with errors that say which."""
+    if isinstance(name_or_path, str) and name_or_path in TRACES:
+        path = TRACES[name_or_path]
+        if not path.is_file():
+            raise ValueError(f"packaged trace {name_or_path!r} is missing: no file at {path}")
+        return name_or_path, path
+    path = Path(name_or_path)
+    if path.is_file():
+        return str(path), path
+    looks_like_path = (
+        not isinstance(name_or_path, str)
+        or "/" in name_or_path
+        or os.sep in name_or_path
+        or path.suffix.lower() == ".csv"
+    )
+    if looks_like_path:
+        raise ValueError(f"trace file not found: {path}")
+    raise ValueError(
+        f"unknown trace {name_or_path!r}; known names: {', '.join(sorted(TRACES))} "
+        "(or pass the path of a CSV file)"
+    )
+
+
+def _parse_timestamp_ns(text: str, day_cache: dict[tuple[int, int, int], int]) -> int:
+    """Nanoseconds since 0001-01-01 for ``YYYY-MM-DD HH:MM:SS[.fffffffff]``; ValueError if not."""
+    match = _TIMESTAMP.fullmatch(text)
+    if match is None:
+        raise ValueError("not a timestamp like 2023-11-16 18:17:03.9799600")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    if hour > 23 or minute > 59 or second > 59:
+        raise ValueError("time of day out of range")
+    key = (year, month, day)
+    day_ns = day_cache.get(key)
+    if day_ns is None:  # date() validates the calendar; the cache keeps it off the hot path
+        day_ns = day_cache[key] = date(year, month, day).toordinal() * _NS_PER_DAY
+    fraction_ns = int((match.group(7) or "").ljust(9, "0"))
+    return day_ns + ((hour * 60 + minute) * 60 + second) * _NS_PER_S + fraction_ns
+
+
+def _parse_tokens(text: str) -> int:
+    """A token count: plain ASCII digits, >= 1 (int() alone would also take '+3', ' 3', '1_0')."""
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ValueError("must be an integer >= 1")
+    return int(text)
+
+
+def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
+    """Read a packaged trace (``"azure-code"``, ``"azure-conv"``) or a CSV file in the same format.
+
+    Every row is checked, because a silently skipped or mangled row would change the workload an
+    allocator is evaluated on. Errors are ValueErrors naming the file, the 1-based line number and
+    the field.
+    """
+    name, path = _resolve(name_or_path)
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    if not lines or [f.strip() for f in lines[0].split(",")] != list(HEADER):
+        raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1")
+    n = len(lines) - 1
+    if n == 0:
+        raise ValueError(f"{path}: empty trace (a header and no requests)")
+
+    times_ns = [0] * n
+    context = np.empty(n, dtype=np.int64)
+    generated = np.empty(n, dtype=np.int64)
+    day_cache: dict[tuple[int, int, int], int] = {}
+    previous_ns = -1
+    for i, line in enumerate(lines[1:]):
+        lineno = i + 2
+        fields = line.split(",")
+        if len(fields) != len(HEADER):
+            raise ValueError(
+                f"{path}, line {lineno}: expected {len(HEADER)} fields ({','.join(HEADER)}), "
+                f"got {len(fields)}"
+            )
+        field = HEADER[0]
+        try:
+            now_ns = _parse_timestamp_ns(fields[0].strip(), day_cache)
+            field = HEADER[1]
+            context[i] = _parse_tokens(fields[1].strip())
+            field = HEADER[2]
+            generated[i] = _parse_tokens(fields[2].strip())
+        except ValueError as error:
+            raise ValueError(
+                f"{path}, line {lineno}, {field}: {error}, got {fields[HEADER.index(field)]!r}"
+            ) from None
+        if now_ns < previous_ns:
+            raise ValueError(
+                f"{path}, line {lineno}, {HEADER[0]}: timestamps go backwards "
+                f"({fields[0].strip()} is earlier than the previous row's)"
+            )
+        times_ns[i] = previous_ns = now_ns
+
+    # Subtract in exact Python ints first: ns since year 1 overflow int64, and float64 seconds
+    # since year 1 would lose the microseconds.
+    first_ns = times_ns[0]
+    offsets_ns = np.array([t - first_ns for t in times_ns], dtype=np.int64)
+    return Trace(name, offsets_ns / _NS_PER_S, context, generated)
+
+
+def _as_trace(trace: Trace | str | os.PathLike[str]) -> Trace:
+    return trace if isinstance(trace, Trace) else read_trace(trace)
+
+
+def _check_real(name: str, value: float, *, positive: bool) -> float:
+    is_real = isinstance(value, (int, float, np.integer, np.floating))
+    if (
+        isinstance(value, bool)
+        or not is_real
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        need = "a positive finite number" if positive else "a finite number >= 0"
+        raise ValueError(f"{name} must be {need}, got {value!r}")
+    return float(value)
+
+
+def batch_requests(
+    trace: Trace | str | os.PathLike[str],
+    *,
+    time_scale: float = 1.0,
+    window_s: float = 0.5,
+    max_batch: int = 32,
+) -> list[Task]:
+    """Group a trace's requests into batches (tasks) by the time-window rule in the module docstring.
+
+    Args:
+        trace: a :class:`Trace`, or a name or path for :func:`read_trace`.
+        time_scale: arrivals are replayed at ``time_s / time_scale``; > 1 raises the load.
+        window_s: how long (in replayed seconds) a batch waits for more requests after it opens.
+        max_batch: the most requests in one batch; a full batch is dispatched at once.
+
+    Returns:
+        Tasks in dispatch order; their ``batch`` sizes add up to the number of requests.
+    """
+    time_scale = _check_real("time_scale", time_scale, positive=True)
+    window_s = _check_real("window_s", window_s, positive=False)
+    if isinstance(max_batch, bool) or not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
+        raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
+    max_batch = int(max_batch)
+    trace = _as_trace(trace)
+
+    t = trace.time_s / time_scale
+    tasks: list[Task] = []
+    start, n = 0, len(t)
+    while start < n:
+        opened = float(t[start])
+        closes = opened + window_s
+        end = min(int(np.searchsorted(t, closes, side="right")), start + max_batch)
+        dispatch = float(t[end - 1]) if end - start == max_batch else closes
+        tasks.append(
+            Task(
+                batch=end - start,
+                prompt_tokens=int(trace.context_tokens[start:end].max()),
+                output_tokens=int(trace.generated_tokens[start:end].max()),
+                domain=0,
+                arrival=dispatch,
+            )
+        )
+        start = end
+    return tasks
+
+
+def trace_percentiles(
+    trace: Trace | str | os.PathLike[str], q: Iterable[float] = (50, 90, 99)
+) -> dict[str, dict[float, float]]:
+    """Token-count percentiles (numpy's default linear method), to check and describe a trace.
+
+    Returns ``{"context_tokens": {q: value, ...}, "generated_tokens": {q: value, ...}}``.
+    """
+    trace = _as_trace(trace)
+    qs = list(q)
+    return {
+        field: dict(zip(qs, np.percentile(getattr(trace, field), qs).tolist(), strict=True))
+        for field in ("context_tokens", "generated_tokens")
+    }

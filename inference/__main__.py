@@ -1,0 +1,211 @@
+"""``python -m inference``: one task under each variant, side by side.
+
+    python -m inference                                  # the article task on `server`
+    python -m inference --prompt-tokens 16000 --placement gpu,npu,gpu --cache-hit
+    python -m inference --variants glm-5.3,adaptive+window+prefetched --hardware edge
+
+Each variant runs on a fresh simulator, so every one sees the same idle cluster; the table
+gives the latency, its breakdown (the six parts add up to the latency), the prefill
+attention time and its share of processing (attention / (load + compute + memory stall)),
+the decode KV-read wait, the loading cache's outcome and the latency relative to the first
+variant. Bad input exits with status 2 and a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from inference.hardware import load_hardware, preset_names
+from inference.model_config import MODELS, get_model
+from inference.simulator import Simulator, TaskResult
+from inference.task import STAGES, Task
+from inference.variants import VARIANTS, build_stages, resolve_variant, variant_label
+
+PROG = "python -m inference"
+DEFAULT_PLACEMENT = "cpu,gpu,gpu"   # preprocessing on the host, the model on the accelerator
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One variant's run: its label, recipe, stage classes and result."""
+
+    label: str
+    recipe: dict[str, str]
+    classes: tuple[str, ...]
+    result: TaskResult
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Simulate one task under each variant and compare the latencies.",
+    )
+    task = parser.add_argument_group("the task")
+    task.add_argument("--batch", type=int, default=16, metavar="N",
+                      help="sequences in the batch (default: %(default)s)")
+    task.add_argument("--prompt-tokens", type=int, default=5000, metavar="N",
+                      help="prompt tokens per sequence (default: %(default)s)")
+    task.add_argument("--output-tokens", type=int, default=256, metavar="N",
+                      help="generated tokens per sequence (default: %(default)s)")
+    task.add_argument("--domain", type=int, default=0, metavar="D",
+                      help="data domain, what the loading cache keys on (default: %(default)s)")
+    where = parser.add_argument_group("where and how it runs")
+    where.add_argument("--hardware", default="server", metavar="PRESET|PATH",
+                       help=f"hardware preset ({', '.join(preset_names())}) or YAML profile "
+                            "(default: %(default)s)")
+    where.add_argument("--placement", default=DEFAULT_PLACEMENT, metavar="DEV,DEV,DEV",
+                       help="device name or id for load, prefill, decode (default: %(default)s)")
+    where.add_argument("--variants", default=",".join(VARIANTS), metavar="V[,V...]",
+                       help="comma-separated recipe names or load+prefill+decode mixes, e.g. "
+                            "adaptive+window+prefetched (default: all three recipes)")
+    where.add_argument("--model", default="glm-9b", choices=sorted(MODELS), metavar="NAME",
+                       help=f"model shape the cost model prices: {', '.join(MODELS)} "
+                            "(default: %(default)s)")
+    cache = where.add_mutually_exclusive_group()
+    cache.add_argument("--cache-hit", dest="cache", action="store_const", const=True,
+                       help="force the loading cache to hold the task's domain")
+    cache.add_argument("--cache-miss", dest="cache", action="store_const", const=False,
+                       help="force a loading-cache miss (default: the cache as a fresh "
+                            "simulator has it)")
+    return parser
+
+
+def parse_placement(text: str) -> tuple[str | int, ...]:
+    """'cpu,gpu,gpu' or '0,1,1' -> one device name or id per stage."""
+    devices = tuple(int(d) if d.strip().isdigit() else d.strip() for d in text.split(","))
+    if len(devices) != len(STAGES):
+        raise ValueError(f"--placement needs one device per stage ({','.join(STAGES)}), "
+                         f"got {len(devices)}: {text!r}")
+    return devices
+
+
+def parse_variants(text: str) -> list[dict[str, str]]:
+    """'glm-5.3,cached+window+sequential' -> checked recipes."""
+    recipes = []
+    for spec in (s.strip() for s in text.split(",")):
+        if "+" in spec:
+            parts = spec.split("+")
+            if len(parts) != len(STAGES):
+                raise ValueError(f"variant mix {spec!r} needs one implementation per stage "
+                                 f"({'+'.join(STAGES)})")
+            recipes.append(resolve_variant(dict(zip(STAGES, parts, strict=True))))
+        else:
+            recipes.append(resolve_variant(spec))
+    return recipes
+
+
+def compare(args: argparse.Namespace) -> list[Outcome]:
+    """Run the task once per variant, each on a fresh simulator."""
+    task = Task(args.batch, args.prompt_tokens, args.output_tokens, args.domain)
+    hardware, model = load_hardware(args.hardware), get_model(args.model)
+    placement = parse_placement(args.placement)
+    outcomes = []
+    for recipe in parse_variants(args.variants):
+        stages = build_stages(recipe)
+        sim = Simulator(hardware, model, stages)
+        if args.cache is not None and stages[0].cache_kind is not None:
+            if args.cache:
+                sim.state.cache_entries.add(task.domain)
+            else:
+                sim.state.cache_entries.discard(task.domain)
+        result = sim.execute(task, placement)
+        classes = tuple(type(s).__name__ for s in stages)
+        outcomes.append(Outcome(variant_label(recipe), recipe, classes, result))
+    return outcomes
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds == 0:
+        return "0"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds / 1e-9:.3f} ns"
+
+
+def table_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, list[str]]]:
+    """(metric, one cell per variant) rows of the comparison."""
+    first = outcomes[0].result.latency
+
+    def share(r: TaskResult) -> str:
+        processing = r.load + r.compute + r.memory_stall
+        return f"{100 * r.attention / processing:.1f}%" if processing else "-"
+
+    def hit(r: TaskResult) -> str:
+        return "n/a" if r.cache_hit is None else ("hit" if r.cache_hit else "miss")
+
+    metrics: list[tuple[str, Callable[[TaskResult], str]]] = [
+        ("latency", lambda r: fmt_time(r.latency)),
+        *((f"  {part.replace('_', ' ')}", lambda r, p=part: fmt_time(r.breakdown()[p]))
+          for part in ("overhead", "queue", "load", "transfer", "compute", "memory_stall")),
+        ("attention", lambda r: fmt_time(r.attention)),
+        ("attention share", share),
+        ("KV wait", lambda r: fmt_time(r.kv_wait)),
+        ("cache", hit),
+        (f"vs {outcomes[0].label}", lambda r: f"{r.latency / first:.2f}x"),
+    ]
+    return [(name, [cell(o.result) for o in outcomes]) for name, cell in metrics]
+
+
+def plain_table(rows: Sequence[tuple[str, list[str]]], labels: Sequence[str]) -> str:
+    """The rows as right-aligned plain-text columns under the variant labels."""
+    lines = [("", list(labels)), *rows]
+    widths = [max(len(line[0]) for line in lines)]
+    widths += [max(len(line[1][i]) for line in lines) for i in range(len(labels))]
+    return "\n".join(
+        "  ".join([name.ljust(widths[0]), *(c.rjust(w) for c, w in zip(cells, widths[1:],
+                                                                         strict=True))])
+        for name, cells in lines
+    )
+
+
+def render(outcomes: Sequence[Outcome], title: str) -> None:
+    """Print the title, the table (rich when available, else plain text), the recipe lines."""
+    rows = table_rows(outcomes)
+    print(title)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(plain_table(rows, [o.label for o in outcomes]))
+    else:
+        console = Console()
+        if not console.is_terminal:   # piped: do not squeeze the table into 80 columns
+            console = Console(width=max(console.width, 100))
+        table = Table()
+        table.add_column("")
+        for o in outcomes:
+            table.add_column(o.label, justify="right")
+        for name, cells in rows:
+            table.add_row(name, *cells, end_section=name in ("  memory stall", "KV wait"))
+        console.print(table)
+    for o in outcomes:
+        uses = ", ".join(f"{stage}={o.recipe[stage]} ({cls})"
+                         for stage, cls in zip(STAGES, o.classes, strict=True))
+        print(f"{o.label}: {uses}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        outcomes = compare(args)
+    except (ValueError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    cache = {None: "as a fresh simulator has it", True: "forced hit", False: "forced miss"}
+    title = (f"task: batch {args.batch}, {args.prompt_tokens} prompt + {args.output_tokens} "
+             f"output tokens, domain {args.domain} | model {args.model} | hardware "
+             f"{args.hardware} | placement {args.placement} | cache {cache[args.cache]}")
+    try:
+        render(outcomes, title)
+    except BrokenPipeError:   # e.g. piped into `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

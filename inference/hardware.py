@@ -1,0 +1,269 @@
+"""Device profiles, links and hardware presets.
+
+Every device has *nominal* figures (what a spec sheet, and so a heuristic, sees)
+and *true* figures (what the simulator charges). A YAML profile gives the
+nominal figures and, under ``true_figures:``, only the fields that differ; the
+difference is the article's "underestimated NPU utilization by 15%".
+
+YAML schema (see ``inference/presets/server.yaml`` for a full example)::
+
+    name: server
+    disk_bandwidth: 7.0e9            # bytes/s, sequential read of the data disk
+    devices:
+      - name: gpu                    # unique; a placement names devices by it
+        kind: gpu                    # cpu | gpu | npu
+        peak_flops: 9.89e14          # dense bf16 FLOP/s
+        mem_bandwidth: 3.35e12       # bytes/s
+        memory: 8.0e10               # bytes
+        memory_domain: gpu-hbm       # devices sharing a domain contend for bandwidth
+        launch_overhead: 5.0e-6      # seconds per kernel launch
+        op_efficiency: {dense: .6, attention: .5, dynamic: .2, preprocess: .02}
+        pattern_efficiency: {sequential: .85, strided: .55, random: .3}
+        cache_hit_rate: {sequential: .97, strided: .8, random: .5}
+        true_figures: {peak_flops: ...}  # optional: true figures that differ
+        source: "..."                # where the figures come from
+    links:
+      - {between: [cpu, gpu], bandwidth: 6.4e10, latency: 1.0e-5}
+
+Op classes: ``dense`` (static-shape matmuls), ``attention`` (fused,
+static-shape attention), ``dynamic`` (data-dependent shapes: pairwise token
+selection, gathers), ``preprocess`` (branchy byte-level text work).
+Access patterns: ``sequential``, ``strided``, ``random``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEVICE_KINDS = ("cpu", "gpu", "npu")
+OP_CLASSES = ("dense", "attention", "dynamic", "preprocess")
+PATTERNS = ("sequential", "strided", "random")
+PRESET_DIR = Path(__file__).parent / "presets"
+_TRUE_FIELDS = ("peak_flops", "mem_bandwidth", "launch_overhead")
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One device: the figures the simulator uses to turn work into time.
+
+    ``peak_flops``, ``mem_bandwidth`` and ``launch_overhead`` are the figures in
+    force (nominal or true, see ``Hardware.nominal_view``); ``nominal`` keeps the
+    spec-sheet triple so that ``speed_ratio`` can tell how far truth departs.
+    """
+
+    name: str
+    kind: str
+    peak_flops: float
+    mem_bandwidth: float
+    memory: float
+    memory_domain: str
+    launch_overhead: float
+    op_efficiency: dict[str, float]
+    pattern_efficiency: dict[str, float]
+    cache_hit_rate: dict[str, float]
+    nominal: tuple[float, float, float]
+    source: str = ""
+
+    @property
+    def speed_ratio(self) -> float:
+        """True compute speed over nominal (1.15 means 15% faster than the spec sheet)."""
+        return self.peak_flops / self.nominal[0]
+
+    def as_nominal(self) -> DeviceProfile:
+        flops, bandwidth, launch = self.nominal
+        return replace(self, peak_flops=flops, mem_bandwidth=bandwidth, launch_overhead=launch)
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth: float
+    latency: float
+
+    def time(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A set of devices, the links between them and the disk the data comes from."""
+
+    name: str
+    devices: tuple[DeviceProfile, ...]
+    links: dict[tuple[int, int], Link]
+    disk_bandwidth: float
+    index: dict[str, int] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", {d.name: i for i, d in enumerate(self.devices)})
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.devices)
+
+    def device_id(self, name: str) -> int:
+        try:
+            return self.index[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown device {name!r} in hardware {self.name!r}; devices: {', '.join(self.index)}"
+            ) from None
+
+    def link(self, a: int, b: int) -> Link:
+        return self.links[(a, b)]
+
+    def nominal_view(self) -> Hardware:
+        """The same hardware as a spec sheet describes it (what heuristics believe)."""
+        return Hardware(
+            self.name, tuple(d.as_nominal() for d in self.devices), self.links, self.disk_bandwidth
+        )
+
+    def with_device(self, name: str, **changes: Any) -> Hardware:
+        """A copy with one device's figures changed (used by tests and fault injection)."""
+        i = self.device_id(name)
+        devices = list(self.devices)
+        devices[i] = replace(devices[i], **changes)
+        return Hardware(self.name, tuple(devices), self.links, self.disk_bandwidth)
+
+
+def _positive(value: Any, where: str) -> float:
+    if value is None:
+        raise ValueError(f"{where} is missing (a number > 0 is required)")
+    if isinstance(value, str):
+        # PyYAML (YAML 1.1) reads `1e9` and `1.15e14` as strings: accept them as numbers.
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{where} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _fractions(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be a mapping with keys {', '.join(keys)}")
+    unknown = set(raw) - set(keys)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; expected {', '.join(keys)}")
+    out = {}
+    for key in keys:
+        if key not in raw:
+            raise ValueError(f"{where}.{key} is missing")
+        value = _positive(raw[key], f"{where}.{key}")
+        if value > 1:
+            raise ValueError(f"{where}.{key} must be a fraction in (0, 1], got {value}")
+        out[key] = value
+    return out
+
+
+def _device(raw: Any, i: int) -> DeviceProfile:
+    where = f"devices[{i}]"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be a mapping")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}.name must be a non-empty string")
+    where = f"devices[{name}]"
+    kind = raw.get("kind")
+    if kind not in DEVICE_KINDS:
+        raise ValueError(f"{where}.kind must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
+    nominal = {k: _positive(raw.get(k), f"{where}.{k}") for k in _TRUE_FIELDS}
+    true_raw = raw.get("true_figures") or {}
+    if not isinstance(true_raw, dict) or set(true_raw) - set(_TRUE_FIELDS):
+        raise ValueError(f"{where}.true_figures may only set {', '.join(_TRUE_FIELDS)}")
+    true = {k: _positive(true_raw.get(k, nominal[k]), f"{where}.true_figures.{k}") for k in _TRUE_FIELDS}
+    domain = raw.get("memory_domain", name)
+    if not isinstance(domain, str) or not domain:
+        raise ValueError(f"{where}.memory_domain must be a non-empty string")
+    return DeviceProfile(
+        name=name,
+        kind=kind,
+        peak_flops=true["peak_flops"],
+        mem_bandwidth=true["mem_bandwidth"],
+        memory=_positive(raw.get("memory"), f"{where}.memory"),
+        memory_domain=domain,
+        launch_overhead=true["launch_overhead"],
+        op_efficiency=_fractions(raw.get("op_efficiency"), OP_CLASSES, f"{where}.op_efficiency"),
+        pattern_efficiency=_fractions(
+            raw.get("pattern_efficiency"), PATTERNS, f"{where}.pattern_efficiency"
+        ),
+        cache_hit_rate=_fractions(raw.get("cache_hit_rate"), PATTERNS, f"{where}.cache_hit_rate"),
+        nominal=(nominal["peak_flops"], nominal["mem_bandwidth"], nominal["launch_overhead"]),
+        source=str(raw.get("source", "")),
+    )
+
+
+def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
+    """Build and validate a Hardware from the YAML schema in this module's docstring."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"hardware {origin}: top level must be a mapping")
+    name = str(raw.get("name", origin))
+    devices_raw = raw.get("devices")
+    if not isinstance(devices_raw, list) or not devices_raw:
+        raise ValueError(f"hardware {origin}: devices must be a non-empty list")
+    devices = tuple(_device(d, i) for i, d in enumerate(devices_raw))
+    names = [d.name for d in devices]
+    if len(set(names)) != len(names):
+        raise ValueError(f"hardware {origin}: device names must be unique, got {names}")
+    index = {n: i for i, n in enumerate(names)}
+    links: dict[tuple[int, int], Link] = {}
+    for j, link_raw in enumerate(raw.get("links") or []):
+        where = f"links[{j}]"
+        pair = link_raw.get("between") if isinstance(link_raw, dict) else None
+        if not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]:
+            raise ValueError(f"hardware {origin}: {where}.between must name two different devices")
+        for end in pair:
+            if end not in index:
+                raise ValueError(f"hardware {origin}: {where}.between names unknown device {end!r}")
+        link = Link(
+            _positive(link_raw.get("bandwidth"), f"{where}.bandwidth"),
+            _positive(link_raw.get("latency"), f"{where}.latency"),
+        )
+        a, b = index[pair[0]], index[pair[1]]
+        links[(a, b)] = links[(b, a)] = link
+    for a in range(len(devices)):
+        for b in range(len(devices)):
+            if a != b and (a, b) not in links:
+                raise ValueError(
+                    f"hardware {origin}: no link between {names[a]} and {names[b]}; "
+                    "every pair of devices needs one"
+                )
+    disk = _positive(raw.get("disk_bandwidth"), "disk_bandwidth")
+    return Hardware(name, devices, links, disk)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_yaml(path: Path, what: str) -> Any:
+    """Read a YAML file; a parse error becomes a ValueError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} {path}: malformed YAML: {exc}") from None
+
+
+def load_hardware(spec: str | Path | Hardware) -> Hardware:
+    """A Hardware from a preset name (``server``, ``edge``), a YAML path, or as is."""
+    if isinstance(spec, Hardware):
+        return spec
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ValueError(f"hardware file {path} does not exist")
+        return hardware_from_dict(load_yaml(path, "hardware file"), str(path))
+    preset = PRESET_DIR / f"{spec}.yaml"
+    if not preset.is_file():
+        raise ValueError(
+            f"unknown hardware {spec!r}: not a preset ({', '.join(preset_names())}) "
+            "and not a path to a YAML file"
+        )
+    return hardware_from_dict(load_yaml(preset, "hardware preset"), str(spec))

@@ -1,0 +1,205 @@
+"""Decode stage: greedy generation token by token over a KV cache.
+
+The three variants differ only in how the KV cache is laid out and read, which is what the
+article blames for Flash's slowdown ("memory access fragmentation"):
+  * `sequential`   (GLM-5.3): one contiguous tensor per layer, appended to.
+  * `hierarchical` (Flash): fixed-size blocks in a shared pool, handed out in a shuffled
+    physical order and found through a block table; a per-block summary (mean key) gives a
+    coarse first-level lookup that decides the order blocks are fetched in. Every step gathers
+    blocks scattered over the pool -- poor locality, but exact attention.
+  * `prefetched`   (Flash-optimized): hierarchical plus access-pattern prediction: it predicts
+    the blocks the next `lookahead` steps read and stages them, in table order, into a
+    contiguous buffer ahead of time; reads are then served from that buffer.
+All three assemble exactly the same keys in the same order, so they emit the same tokens.
+
+Each class has two faces: `run(model, prefill, max_new_tokens)` decodes for real over the
+layouts of `inference.stages.kv_cache` (torch, imported on first use), and `work(task, model)`
+prices the same variant analytically for the cost model. The constructor defaults suit the
+tiny model; `variants.COST_PARAMS` holds the 9B-class values (e.g. `block_size` 16).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inference.model_config import ModelConfig
+from inference.stages.prefill import PrefillResult
+from inference.task import Task
+from inference.work import (
+    ATTENTION,
+    RANDOM,
+    SEQUENTIAL,
+    TOKEN_ID_BYTES,
+    StageWork,
+    WorkPart,
+    decode_kv_traffic,
+    decode_weights_part,
+)
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from inference.stages.kv_cache import BlockCache, KVCache
+    from inference.tiny_model import TinyTransformer
+
+# ---- cost model: calibrated figures for 9B-class serving (do not edit casually) ----------------
+INDEX_BYTES_FRACTION = 0.02       # block tables read alongside the KV blocks
+MISPREDICT_FRACTION = 0.04        # prefetched blocks that were not needed
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
+                 kv_launch: float) -> StageWork:
+    """Weights streamed once per step, plus the KV reads: `overhead` extra bytes per KV byte
+    read in `pattern`, `kv_launch` kernel launches per layer and step."""
+    b, n, m = task.batch, task.prompt_tokens, task.output_tokens
+    weights = decode_weights_part(b, n, m, model)
+    flops, kv_bytes = decode_kv_traffic(b, n, m, model)
+    kv = WorkPart("kv", ATTENTION, pattern, flops, kv_bytes * (1 + overhead),
+                  launches=kv_launch * model.n_layers * m)
+    footprint = float(b * (n + m) * model.kv_bytes_per_token)
+    return StageWork((weights, kv), output_bytes=float(b * m * TOKEN_ID_BYTES), footprint=footprint,
+                     needs_weights=True)
+
+
+def _greedy(model: TinyTransformer, prefill: PrefillResult, steps: int, cache: KVCache) -> Tensor:
+    """The shared decode loop; the first token comes from the prefill's last logits."""
+    import torch
+
+    from inference.tiny_model import full_causal_attention
+
+    token = prefill.logits.argmax(-1)
+    out = [token]
+    pos = prefill.n_tokens
+    with torch.no_grad():
+        for _ in range(steps - 1):
+            cache.grow()
+            h = model.embed(token[:, None])
+            for layer in range(model.config.n_layers):
+                q, k, v = model.qkv(layer, h, pos)
+                cache.append(layer, k, v)
+                keys, values = cache.read(layer, q)
+                attn = full_causal_attention(q, model.expand_kv(keys), model.expand_kv(values))
+                h = model.finish_layer(layer, h, attn)
+            token = model.logits(h)[:, -1].argmax(-1)
+            out.append(token)
+            pos += 1
+    return torch.stack(out, dim=1)
+
+
+def _check_run(model: object, prefill: object, max_new_tokens: object) -> int:
+    from inference.tiny_model import TinyTransformer
+
+    if not isinstance(model, TinyTransformer):
+        raise ValueError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if not isinstance(prefill, PrefillResult) or len(prefill.kv_cache) != model.config.n_layers:
+        raise ValueError("prefill must be a PrefillResult with one kv_cache entry per layer")
+    return _check_positive("max_new_tokens", max_new_tokens)
+
+
+class SequentialDecode:
+    """Greedy decoding over a contiguous, appended-to KV cache (GLM-5.3)."""
+
+    stage = "decode"
+    name = "sequential"
+
+    def run(self, model: TinyTransformer, prefill: PrefillResult, max_new_tokens: int) -> Tensor:
+        """Greedy tokens [batch, max_new_tokens]."""
+        from inference.stages.kv_cache import ContiguousCache
+
+        steps = _check_run(model, prefill, max_new_tokens)
+        return _greedy(model, prefill, steps, ContiguousCache(prefill))
+
+    def work(self, task: Task, model: ModelConfig) -> StageWork:
+        """Weights streamed per step; KV read sequentially, one launch per layer and step."""
+        return _decode_work(task, model, SEQUENTIAL, 0.0, 1.0)
+
+
+class HierarchicalDecode:
+    """Greedy decoding over a block-table KV cache in shuffled physical order (Flash).
+
+    Args:
+        block_size: tokens per KV block; in `work`, block summaries add 1/block_size to the
+            KV bytes read (the 9B cost model uses 16, see `variants.COST_PARAMS`).
+        seed: seeds the shuffled physical block order.
+
+    After `run`: `block_reads` (blocks gathered) and `scattered_reads` (of those, how many did
+    not follow the previously read physical block).
+    """
+
+    stage = "decode"
+    name = "hierarchical"
+
+    def __init__(self, block_size: int = 4, seed: int = 0) -> None:
+        self.block_size = _check_positive("block_size", block_size)
+        self.seed = seed
+        self.block_reads = self.scattered_reads = 0
+
+    def _cache(self, prefill: PrefillResult, max_new_tokens: int) -> BlockCache:
+        from inference.stages.kv_cache import BlockCache
+
+        return BlockCache(prefill, self.block_size, prefill.n_tokens + max_new_tokens, self.seed)
+
+    def run(self, model: TinyTransformer, prefill: PrefillResult, max_new_tokens: int) -> Tensor:
+        """Greedy tokens [batch, max_new_tokens], equal to `SequentialDecode`'s."""
+        steps = _check_run(model, prefill, max_new_tokens)
+        cache = self._cache(prefill, steps)
+        tokens = _greedy(model, prefill, steps, cache)
+        self._collect(cache)
+        return tokens
+
+    def _collect(self, cache: BlockCache) -> None:
+        self.block_reads, self.scattered_reads = cache.block_reads, cache.scattered_reads
+
+    def work(self, task: Task, model: ModelConfig) -> StageWork:
+        """KV read in random order, plus block summaries and tables; two launches per step."""
+        overhead = 1.0 / self.block_size + INDEX_BYTES_FRACTION   # block summaries + tables
+        return _decode_work(task, model, RANDOM, overhead, 2.0)
+
+
+class PrefetchedDecode(HierarchicalDecode):
+    """Hierarchical decoding with access-pattern prediction and a staging buffer (Flash-opt).
+
+    Args: as `HierarchicalDecode`, plus lookahead: steps each prefetch covers (the staging
+    buffer is refreshed this often).
+
+    After `run`: `prefetch_hits` / `prefetch_misses` (block reads served from the staging
+    buffer / gathered on demand from the pool), `prefetches` (staging refreshes), `hit_ratio`.
+    """
+
+    name = "prefetched"
+
+    def __init__(self, block_size: int = 4, lookahead: int = 2, seed: int = 0) -> None:
+        super().__init__(block_size, seed)
+        self.lookahead = _check_positive("lookahead", lookahead)
+        self.prefetch_hits = self.prefetch_misses = self.prefetches = 0
+
+    def _cache(self, prefill: PrefillResult, max_new_tokens: int) -> BlockCache:
+        from inference.stages.kv_cache import PrefetchCache
+
+        capacity = prefill.n_tokens + max_new_tokens
+        return PrefetchCache(prefill, self.block_size, capacity, self.seed, self.lookahead)
+
+    def _collect(self, cache: BlockCache) -> None:
+        from inference.stages.kv_cache import PrefetchCache
+
+        super()._collect(cache)
+        assert isinstance(cache, PrefetchCache)
+        self.prefetch_hits, self.prefetch_misses = cache.hits, cache.misses
+        self.prefetches = cache.prefetches
+
+    @property
+    def hit_ratio(self) -> float:
+        """Share of block reads served from the prefetch buffer in the last run (0 if none)."""
+        total = self.prefetch_hits + self.prefetch_misses
+        return self.prefetch_hits / total if total else 0.0
+
+    def work(self, task: Task, model: ModelConfig) -> StageWork:
+        """Blocks staged in order (sequential reads) at the price of mispredicted prefetches."""
+        overhead = 1.0 / self.block_size + INDEX_BYTES_FRACTION + MISPREDICT_FRACTION
+        return _decode_work(task, model, SEQUENTIAL, overhead, 2.0)

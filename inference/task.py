@@ -1,0 +1,37 @@
+"""A task: one batch of requests flowing through load -> prefill -> decode."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+STAGES: tuple[str, str, str] = ("load", "prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One batch of requests.
+
+    Attributes:
+        batch: number of sequences in the batch (>= 1).
+        prompt_tokens: prompt length per sequence, in tokens (>= 1).
+        output_tokens: generated tokens per sequence (>= 1).
+        domain: data-domain key; what the loading cache is keyed on (>= 0).
+        arrival: arrival time in seconds (>= 0).
+    """
+
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    domain: int = 0
+    arrival: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "prompt_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Task.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.domain, bool) or not isinstance(self.domain, int) or self.domain < 0:
+            raise ValueError(f"Task.domain must be a non-negative integer, got {self.domain!r}")
+        if not (isinstance(self.arrival, (int, float)) and math.isfinite(self.arrival)) or self.arrival < 0:
+            raise ValueError(f"Task.arrival must be a finite time >= 0, got {self.arrival!r}")

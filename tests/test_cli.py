@@ -1,0 +1,65 @@
+"""`python -m inference` and the package's import surface."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inference.__main__ import build_parser, compare, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_flash_is_slower_than_glm_on_the_article_task():
+    outcomes = compare(build_parser().parse_args([]))
+    latency = {o.label: o.result.latency for o in outcomes}
+    assert list(latency) == ["glm-5.3", "glm-5.3-flash", "glm-5.3-flash-opt"]
+    assert latency["glm-5.3-flash"] > latency["glm-5.3"]
+    assert latency["glm-5.3-flash-opt"] < latency["glm-5.3-flash"]
+
+
+def test_the_table_names_every_variant_and_metric(capsys):
+    assert main(["--variants", "glm-5.3,cached+window+sequential", "--cache-hit"]) == 0
+    out = capsys.readouterr().out
+    for text in ("glm-5.3", "cached+window+sequential", "memory stall", "attention share",
+                 "KV wait", "vs glm-5.3", "hit", "load=cached (CachedLoad)"):
+        assert text in out
+
+
+def test_forcing_the_cache_changes_the_load_time():
+    def load(flag: str) -> float:
+        args = build_parser().parse_args(["--variants", "glm-5.3-flash", flag])
+        return compare(args)[0].result.load
+
+    assert load("--cache-hit") < load("--cache-miss")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--prompt-tokens", "0"], "prompt_tokens"),
+    (["--output-tokens", "-5"], "output_tokens"),
+    (["--placement", "cpu,tpu,gpu"], "unknown device 'tpu'"),
+    (["--placement", "cpu,gpu"], "one device per stage"),
+    (["--hardware", "mainframe"], "unknown hardware 'mainframe'"),
+    (["--variants", "glm-6"], "unknown variant 'glm-6'"),
+    (["--variants", "cached+window"], "one implementation per stage"),
+])
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_python_m_inference_runs_and_import_stays_light():
+    run = subprocess.run([sys.executable, "-m", "inference"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert all(v in run.stdout for v in ("glm-5.3-flash-opt", "glm-5.3-flash", "vs glm-5.3"))
+    probe = ("import sys, inference; "
+             "print(sorted(m for m in ('torch', 'gymnasium', 'stable_baselines3', 'envs', "
+             "'agents') if m in sys.modules))")
+    imported = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+    assert imported.stdout.strip() == "[]", imported.stderr

@@ -1,0 +1,170 @@
+"""The analytic face of the stage implementations: how their work scales, and what it costs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inference.hardware import load_hardware
+from inference.model_config import get_model
+from inference.simulator import SimConfig, Simulator
+from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
+from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
+from inference.stages.prefill import GatedAttention, WindowAttention
+from inference.task import Task
+from inference.variants import COST_PARAMS, IMPLEMENTATIONS, VARIANTS, build_stages
+from inference.work import StageWork
+
+GLM = get_model("glm-9b")
+SERVER = load_hardware("server")
+FEW = settings(max_examples=25, deadline=None)
+
+
+def cost_instance(name: str):
+    """The implementation as build_stages makes it: cost-model parameters for the 9B model."""
+    for impls in IMPLEMENTATIONS.values():
+        if name in impls:
+            return impls[name](**COST_PARAMS.get(name, {}))
+    raise KeyError(name)
+
+
+def attention_flops(work: StageWork) -> float:
+    return sum(p.flops for p in work.parts if p.tag == "attention")
+
+
+def prompt(n: int, batch: int = 4, output: int = 64) -> Task:
+    return Task(batch=batch, prompt_tokens=n, output_tokens=output)
+
+
+# --- the merged classes --------------------------------------------------------------------
+
+
+def test_build_stages_gives_the_real_classes_with_cost_parameters():
+    load, prefill, decode = build_stages("glm-5.3-flash-opt")
+    assert (type(load), type(prefill), type(decode)) == (AdaptiveLoad, GatedAttention,
+                                                         PrefetchedDecode)
+    assert prefill.window == 2048 and decode.block_size == 16
+    assert WindowAttention().window == 64 and HierarchicalDecode().block_size == 4  # tiny defaults
+    assert [build_stages(v)[0].cache_kind for v in VARIANTS] == [None, "precomputed", "adaptive"]
+
+
+def test_cost_only_loaders_refuse_to_run(tmp_path):
+    src = tmp_path / "doc.txt"
+    src.write_text("hello")
+    for loader in (CachedLoad(), AdaptiveLoad()):
+        with pytest.raises(ValueError, match="cache_dir"):
+            loader.run(src)
+        assert loader.hits == loader.misses == loader.stale == 0
+    with pytest.raises(ValueError, match="cache_dir"):
+        CachedLoad().build([src])
+
+
+def test_block_size_is_one_parameter_for_both_faces():
+    task = prompt(4096)
+    small, large = HierarchicalDecode(block_size=4), HierarchicalDecode(block_size=16)
+    assert small.work(task, GLM).part("kv").nbytes > large.work(task, GLM).part("kv").nbytes
+
+
+# --- prefill -------------------------------------------------------------------------------
+
+
+def test_dynamic_attention_is_quadratic_window_attention_linear():
+    short, long = prompt(8192), prompt(16384)
+    dynamic, window = cost_instance("dynamic"), cost_instance("window")
+    dyn_ratio = attention_flops(dynamic.work(long, GLM)) / attention_flops(dynamic.work(short, GLM))
+    win_ratio = attention_flops(window.work(long, GLM)) / attention_flops(window.work(short, GLM))
+    assert dyn_ratio >= 3.5
+    assert win_ratio <= 2.2
+
+
+def test_window_attention_equals_full_attention_cost_when_the_window_covers_the_prompt():
+    task = prompt(1000)
+    full = WindowAttention(window=1000).work(task, GLM).part("attention")
+    assert WindowAttention(window=4000).work(task, GLM).part("attention") == full
+    assert WindowAttention(window=100).work(task, GLM).part("attention").flops < full.flops
+
+
+@FEW
+@given(n=st.integers(1, 8192), batch=st.integers(1, 32))
+def test_gated_equals_window_below_the_gate(n, batch):
+    task = prompt(n, batch)
+    gated, window = cost_instance("gated").work(task, GLM), cost_instance("window").work(task, GLM)
+    assert n <= cost_instance("gated").gate_tokens
+    assert [p for p in gated.parts if p.tag != "gate"] == list(window.parts)
+    gate = gated.part("gate")
+    assert gate.flops < 0.05 * window.flops   # the gate is a cheap probe
+
+
+@pytest.mark.parametrize("n", [8193, 16384, 32768])
+def test_gated_costs_more_than_window_above_the_gate_but_less_than_dynamic(n):
+    task = prompt(n)
+    gated = attention_flops(cost_instance("gated").work(task, GLM))
+    assert attention_flops(cost_instance("window").work(task, GLM)) < gated
+    assert gated < attention_flops(cost_instance("dynamic").work(task, GLM))
+
+
+# --- decode --------------------------------------------------------------------------------
+
+
+@FEW
+@given(n=st.integers(1, 20000), m=st.integers(1, 2000), extra=st.integers(1, 2000),
+       name=st.sampled_from(["sequential", "hierarchical", "prefetched"]))
+def test_decode_bytes_grow_with_output_length(n, m, extra, name):
+    decoder = cost_instance(name)
+    shorter = decoder.work(Task(4, n, m), GLM)
+    longer = decoder.work(Task(4, n, m + extra), GLM)
+    assert longer.nbytes > shorter.nbytes
+    assert longer.part("kv").nbytes > shorter.part("kv").nbytes
+
+
+def test_block_decoders_read_more_kv_bytes_than_sequential():
+    task = prompt(5000, 16, 256)
+    seq = SequentialDecode().work(task, GLM).part("kv").nbytes
+    hier = cost_instance("hierarchical").work(task, GLM).part("kv").nbytes
+    pre = cost_instance("prefetched").work(task, GLM).part("kv").nbytes
+    assert seq < hier < pre   # prefetching pays for mispredicted blocks in bytes, not locality
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_hierarchical_decoding_stalls_on_memory_more_than_sequential(device):
+    task = Task(16, 5000, 256)
+
+    def run(decode: str):
+        recipe = {"load": "direct", "prefill": "window", "decode": decode}
+        return Simulator(SERVER, GLM, build_stages(recipe)).execute(task, (device,) * 3)
+
+    seq, hier, pre = run("sequential"), run("hierarchical"), run("prefetched")
+    assert hier.memory_stall > seq.memory_stall
+    assert hier.kv_wait > seq.kv_wait
+    assert seq.latency < hier.latency
+    assert pre.kv_wait < hier.kv_wait   # prediction restores sequential access
+
+
+# --- load ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cached", "adaptive"])
+def test_a_cache_hit_saves_about_40_percent_and_a_miss_costs_more(name):
+    task = Task(16, 5000, 256)
+    loader = cost_instance(name)
+    direct = DirectLoad().load_work(task, GLM).flops
+    hit, miss = loader.load_work(task, GLM, True), loader.load_work(task, GLM, False)
+    assert 0.5 <= hit.flops / direct <= 0.7
+    assert miss.flops > direct
+    assert miss.nbytes > DirectLoad().load_work(task, GLM).nbytes
+    assert loader.work(task, GLM) == miss   # `work` knows no cache state: it assumes a miss
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_a_simulated_cache_hit_loads_faster_than_direct_and_a_miss_slower(device):
+    task, placement = Task(16, 5000, 256, domain=3), (device, "gpu", "gpu")
+
+    def load_time(variant: str, cached_domains: tuple[int, ...] = ()) -> float:
+        config = SimConfig(precomputed_domains=cached_domains)
+        sim = Simulator(SERVER, GLM, build_stages(variant), config)
+        return sim.execute(task, placement).load
+
+    direct = load_time("glm-5.3")
+    assert load_time("glm-5.3-flash", cached_domains=(3,)) < direct
+    assert load_time("glm-5.3-flash", cached_domains=(4,)) > direct

@@ -1,0 +1,169 @@
+"""Hardware presets and profiles, and the errors bad input gets (each naming what is wrong)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from inference.hardware import (
+    PRESET_DIR,
+    hardware_from_dict,
+    load_hardware,
+    preset_names,
+)
+from inference.model_config import get_model
+from inference.simulator import SimConfig, Simulator
+from inference.task import Task
+from inference.variants import build_stages, resolve_variant
+
+SERVER_RAW = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+
+
+def edited(change) -> dict:
+    """A deep copy of the server preset's YAML data with `change` applied to it."""
+    raw = copy.deepcopy(SERVER_RAW)
+    change(raw)
+    return raw
+
+
+def device(raw: dict, name: str) -> dict:
+    return next(d for d in raw["devices"] if d["name"] == name)
+
+
+# --- presets -------------------------------------------------------------------------------
+
+
+def test_presets_load_and_cite_their_sources():
+    assert {"server", "edge"} <= set(preset_names())
+    for name in preset_names():
+        hw = load_hardware(name)
+        assert hw.device_names and {d.kind for d in hw.devices} == {"cpu", "gpu", "npu"}
+        for d in hw.devices:
+            assert isinstance(d.source, str) and d.source.strip(), f"{name}/{d.name} has no source"
+        for a in range(len(hw.devices)):
+            for b in range(len(hw.devices)):
+                if a != b:
+                    assert hw.link(a, b) == hw.link(b, a)
+
+
+def test_a_yaml_path_loads_like_the_preset(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text((PRESET_DIR / "server.yaml").read_text())
+    assert load_hardware(path) == load_hardware("server")
+    assert load_hardware(str(path)) == load_hardware("server")
+
+
+def test_the_edge_preset_shares_one_memory_system():
+    assert len({d.memory_domain for d in load_hardware("edge").devices}) == 1
+    assert len({d.memory_domain for d in load_hardware("server").devices}) == 3
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["batch", "prompt_tokens", "output_tokens"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, True])
+def test_a_task_needs_positive_integer_sizes(field, value):
+    sizes = {"batch": 16, "prompt_tokens": 5000, "output_tokens": 256, field: value}
+    with pytest.raises(ValueError, match=f"Task.{field}"):
+        Task(**sizes)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"domain": -1}, "domain"),
+    ({"arrival": -1.0}, "arrival"),
+    ({"arrival": float("nan")}, "arrival"),
+])
+def test_a_task_needs_a_valid_domain_and_arrival(kwargs, field):
+    with pytest.raises(ValueError, match=f"Task.{field}"):
+        Task(16, 5000, 256, **kwargs)
+
+
+def test_unknown_names_are_refused_with_the_known_ones():
+    server = load_hardware("server")
+    with pytest.raises(ValueError, match="unknown device 'tpu'.*cpu, gpu, npu"):
+        server.device_id("tpu")
+    sim = Simulator(server, get_model("glm-9b"), build_stages("glm-5.3"))
+    with pytest.raises(ValueError, match="tpu"):
+        sim.execute(Task(1, 10, 10), ("cpu", "tpu", "gpu"))
+    with pytest.raises(ValueError, match="unknown hardware 'datacenter'.*server"):
+        load_hardware("datacenter")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_hardware("no/such/profile.yaml")
+    with pytest.raises(ValueError, match="unknown model 'glm-999b'"):
+        get_model("glm-999b")
+    with pytest.raises(ValueError, match="unknown variant 'glm-6'"):
+        resolve_variant("glm-6")
+    with pytest.raises(ValueError, match="unknown decode implementation 'paged'"):
+        resolve_variant({"load": "direct", "prefill": "window", "decode": "paged"})
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda r: r["links"][0].update(bandwidth=0), r"links\[0\]\.bandwidth"),
+    (lambda r: device(r, "gpu").update(mem_bandwidth=0.0), r"devices\[gpu\]\.mem_bandwidth"),
+    (lambda r: r.update(disk_bandwidth=-6.9e9), "disk_bandwidth"),
+    (lambda r: device(r, "npu")["true_figures"].update(peak_flops=0),
+     r"devices\[npu\]\.true_figures\.peak_flops"),
+    (lambda r: device(r, "cpu").pop("memory"), r"devices\[cpu\]\.memory"),
+    (lambda r: device(r, "cpu").pop("peak_flops"), r"devices\[cpu\]\.peak_flops"),
+    (lambda r: device(r, "gpu")["op_efficiency"].pop("dynamic"),
+     r"devices\[gpu\]\.op_efficiency\.dynamic"),
+    (lambda r: device(r, "gpu")["pattern_efficiency"].update(random=1.5),
+     r"devices\[gpu\]\.pattern_efficiency\.random"),
+    (lambda r: device(r, "gpu").update(kind="fpga"), r"devices\[gpu\]\.kind"),
+    (lambda r: r.pop("disk_bandwidth"), "disk_bandwidth"),
+    (lambda r: r.update(links=r["links"][:2]), "no link between gpu and npu"),
+    (lambda r: r["links"][0].update(between=["cpu", "tpu"]), "unknown device 'tpu'"),
+    (lambda r: r.update(devices=[]), "devices"),
+])
+def test_a_bad_profile_names_the_offending_field(change, field):
+    with pytest.raises(ValueError, match=field):
+        hardware_from_dict(edited(change), "test")
+
+
+def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: broken\ndevices: [\n  {name: cpu, kind: cpu\n")
+    with pytest.raises(ValueError, match="malformed YAML") as info:
+        load_hardware(broken)
+    assert "broken.yaml" in str(info.value)
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump(edited(lambda r: device(r, "npu").pop("launch_overhead"))))
+    with pytest.raises(ValueError, match=r"devices\[npu\]\.launch_overhead is missing"):
+        load_hardware(missing)
+
+
+@pytest.mark.parametrize(("placement", "message"), [
+    (("cpu", "gpu"), "one device per stage"),
+    ((0, 1, 7), "not a device id"),
+    ((0, 1, 1.5), "device id or name"),
+    (np.ones((3, 2)), "shape"),
+    (np.array([[1, 0, 0], [0, 0, 0], [0, 1, 0]]), "'prefill' is all zero"),
+    (np.array([[1, 0, 0], [0, -1, 2], [0, 1, 0]]), ">= 0"),
+])
+def test_a_bad_placement_is_refused(placement, message):
+    sim = Simulator(load_hardware("server"), get_model("glm-9b"), build_stages("glm-5.3"))
+    with pytest.raises(ValueError, match=message):
+        sim.shares(placement)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"prefetch_depth": -1}, "prefetch_depth"),
+    ({"contention": float("inf")}, "contention"),
+    ({"cache_capacity": 0}, "cache_capacity"),
+    ({"cache_decay": 0.0}, "cache_decay"),
+    ({"precomputed_domains": (-3,)}, "precomputed_domains"),
+])
+def test_a_bad_sim_config_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SimConfig(**kwargs)
+
+
+def test_an_unknown_resident_device_is_refused():
+    with pytest.raises(ValueError, match="tpu"):
+        Simulator(load_hardware("server"), get_model("glm-9b"), build_stages("glm-5.3"),
+                  SimConfig(resident=("tpu",)))

@@ -1,0 +1,200 @@
+"""The discrete-event simulator: latency, its breakdown and the state carried between tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inference.hardware import load_hardware
+from inference.model_config import get_model
+from inference.simulator import SimConfig, Simulator, TaskResult
+from inference.task import Task
+from inference.variants import VARIANTS, build_stages
+
+SERVER = load_hardware("server")
+EDGE = load_hardware("edge")
+GLM = get_model("glm-9b")
+ARTICLE = Task(batch=16, prompt_tokens=5000, output_tokens=256)
+CPU, GPU, NPU = (SERVER.device_id(n) for n in ("cpu", "gpu", "npu"))
+SINGLE = list(itertools.product(range(3), repeat=3))
+FEW = settings(max_examples=30, deadline=None)
+
+
+def simulator(variant: str = "glm-5.3", hardware=SERVER, config: SimConfig | None = None):
+    return Simulator(hardware, GLM, build_stages(variant), config)
+
+
+def parts_sum(result: TaskResult) -> float:
+    return sum(result.breakdown().values())
+
+
+# a fraction placement: 3 stages x 3 devices, each stage with at least one positive share
+fractions = st.lists(
+    st.lists(st.integers(0, 4), min_size=3, max_size=3).map(
+        lambda row: row if any(row) else [1, 0, 0]
+    ),
+    min_size=3, max_size=3,
+).map(lambda m: np.asarray(m, dtype=float))
+placements = st.one_of(st.sampled_from(SINGLE), fractions)
+
+
+@FEW
+@given(
+    variant=st.sampled_from(list(VARIANTS)),
+    hardware=st.sampled_from([SERVER, EDGE]),
+    placement=st.sampled_from(SINGLE),
+    batch=st.integers(1, 64), n=st.integers(1, 20000), m=st.integers(1, 1000),
+    grow=st.sampled_from(["batch", "prompt_tokens", "output_tokens"]),
+    extra=st.integers(1, 4000),
+)
+def test_latency_is_positive_and_non_decreasing_in_task_size(
+    variant, hardware, placement, batch, n, m, grow, extra
+):
+    task = Task(batch, n, m)
+    bigger = dataclasses.replace(task, **{grow: getattr(task, grow) + extra})
+    small = simulator(variant, hardware).execute(task, placement).latency
+    large = simulator(variant, hardware).execute(bigger, placement).latency
+    assert 0 < small <= large
+
+
+def test_a_busy_device_delays_the_start():
+    shared = simulator()
+    first = shared.execute(ARTICLE, ("gpu", "gpu", "gpu"))
+    assert first.queue == 0
+    second = shared.execute(ARTICLE, ("gpu", "gpu", "gpu"))   # also arrives at t = 0
+    assert second.queue > 0.5 * first.latency
+    assert second.latency > first.latency
+    disjoint = simulator()
+    disjoint.execute(ARTICLE, ("gpu", "gpu", "gpu"))
+    other = disjoint.execute(ARTICLE, ("cpu", "npu", "npu"))
+    assert other.queue < second.queue
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_transfer_is_charged_exactly_when_consecutive_stages_change_device(variant):
+    assert simulator(variant).execute(ARTICLE, ("gpu", "gpu", "gpu")).transfer == 0
+    assert simulator(variant).execute(ARTICLE, ("cpu", "gpu", "npu")).transfer > 0
+    # one hop: the tokens the loader hands over cross the cpu-gpu link, nothing else
+    sim = simulator(variant)
+    tokens = sim.stages[0].work(ARTICLE, GLM).output_bytes
+    one_hop = sim.execute(ARTICLE, ("cpu", "gpu", "gpu")).transfer
+    assert one_hop == pytest.approx(SERVER.link(CPU, GPU).time(tokens), rel=1e-12)
+
+
+@FEW
+@given(
+    variant=st.sampled_from(list(VARIANTS)),
+    hardware=st.sampled_from([SERVER, EDGE]),
+    steps=st.lists(
+        st.tuples(placements, st.integers(1, 32), st.integers(1, 12000), st.integers(1, 600),
+                  st.floats(0, 5)),
+        min_size=1, max_size=4,
+    ),
+    overhead=st.sampled_from([0.0, 0.02]),
+    prefetch=st.integers(0, 2),
+    seed=st.integers(0, 10),
+)
+def test_breakdown_parts_add_up_to_the_latency(variant, hardware, steps, overhead, prefetch,
+                                               seed):
+    config = SimConfig(prefetch_depth=prefetch, replacement_overhead_s=overhead,
+                       resident=("cpu",))
+    sim = simulator(variant, hardware, config)
+    rng = np.random.default_rng(seed)
+    arrival = 0.0
+    for placement, batch, n, m, gap in steps:
+        arrival += gap
+        result = sim.execute(Task(batch, n, m, arrival=arrival), placement, rng, noise_sigma=0.1)
+        assert result.latency > 0
+        assert parts_sum(result) == pytest.approx(result.latency, rel=1e-9)
+        assert min(result.breakdown().values()) >= 0
+
+
+def test_true_and_nominal_figures_differ_where_the_profile_says():
+    ratios = {d.name: d.speed_ratio for d in SERVER.devices}
+    assert ratios["npu"] == pytest.approx(1.15, abs=0.01)
+    assert ratios["cpu"] == ratios["gpu"] == 1.0
+    nominal = SERVER.nominal_view()
+    assert all(d.speed_ratio == 1.0 for d in nominal.devices)
+    on_npu = ("npu", "npu", "npu")
+    true_npu = simulator().execute(ARTICLE, on_npu).latency
+    believed_npu = Simulator(nominal, GLM, build_stages("glm-5.3")).execute(ARTICLE, on_npu).latency
+    assert true_npu < believed_npu
+    on_gpu = ("gpu", "gpu", "gpu")
+    believed_gpu = Simulator(nominal, GLM, build_stages("glm-5.3")).execute(ARTICLE, on_gpu)
+    assert simulator().execute(ARTICLE, on_gpu).latency == believed_gpu.latency
+
+
+def test_noise_is_reproducible_from_the_seed():
+    def noisy(seed: int) -> TaskResult:
+        rng = np.random.default_rng(seed)
+        return simulator("glm-5.3-flash").execute(ARTICLE, ("cpu", "gpu", "gpu"), rng=rng,
+                                                  noise_sigma=0.1)
+
+    a, b, c = noisy(7), noisy(7), noisy(8)
+    assert a.latency == b.latency and a.breakdown() == b.breakdown()
+    assert a.latency != c.latency
+    quiet = simulator("glm-5.3-flash").execute(ARTICLE, ("cpu", "gpu", "gpu"))
+    assert a.latency != quiet.latency
+
+
+def test_splitting_prefill_between_gpu_and_npu_beats_the_slower_device():
+    split = np.zeros((3, 3))
+    split[0, CPU], split[1, GPU], split[1, NPU], split[2, GPU] = 1.0, 0.5, 0.5, 1.0
+    both = simulator().execute(ARTICLE, split)
+    gpu = simulator().execute(ARTICLE, ("cpu", "gpu", "gpu"))
+    npu = simulator().execute(ARTICLE, ("cpu", "npu", "gpu"))
+    assert both.stage_time[1] < max(gpu.stage_time[1], npu.stage_time[1])
+    assert both.latency < max(gpu.latency, npu.latency)
+    assert both.busy[GPU] > 0 and both.busy[NPU] > 0
+
+
+def test_a_dry_run_leaves_the_state_unchanged():
+    sim = simulator("glm-5.3-flash-opt", config=SimConfig(resident=("cpu",)))
+    sim.execute(ARTICLE, ("cpu", "gpu", "gpu"))
+    before = sim.state.copy()
+    later = Task(16, 5000, 256, domain=5, arrival=1.0)
+    shares = sim.shares(("npu", "npu", "npu"))   # would migrate weights, track a domain
+    dry = sim.run(later, shares, commit=False)
+    assert sim.state == before
+    booked = sim.run(later, shares)
+    assert booked.latency == dry.latency
+    assert sim.state != before
+
+
+def test_the_adaptive_cache_follows_a_skewed_stream_the_precomputed_one_does_not():
+    rng = np.random.default_rng(0)
+    weights = 1.0 / np.arange(1, 41) ** 1.3
+    stream = rng.choice(40, size=400, p=weights / weights.sum())
+    # the precomputed cache was built offline on a different distribution's domains
+    config = SimConfig(precomputed_domains=tuple(range(30, 38)), cache_capacity=8)
+
+    def hit_rate(variant: str) -> float:
+        sim = simulator(variant, config=config)
+        shares = sim.shares(("cpu", "gpu", "gpu"))
+        hits = [sim.run(Task(16, 5000, 256, domain=int(d)), shares).cache_hit for d in stream]
+        assert sim.state.lookups == len(stream) and sim.state.hits == sum(hits)
+        return sum(hits) / len(hits)
+
+    precomputed, adaptive = hit_rate("glm-5.3-flash"), hit_rate("glm-5.3-flash-opt")
+    assert precomputed < 0.15
+    assert adaptive > precomputed + 0.3
+
+
+def test_weights_migrate_once_to_a_non_resident_device():
+    sim = simulator(config=SimConfig(resident=("cpu",)))
+    assert sim.state.resident == [True, False, False]
+    placement = ("cpu", "gpu", "gpu")
+    first = sim.execute(ARTICLE, placement)
+    second = sim.execute(dataclasses.replace(ARTICLE, arrival=first.finish + 1.0), placement)
+    third = sim.execute(dataclasses.replace(ARTICLE, arrival=second.finish + 1.0), placement)
+    link = SERVER.link(CPU, GPU)
+    migration = min(link.time(GLM.weight_bytes), GLM.weight_bytes / SERVER.disk_bandwidth)
+    assert first.transfer - second.transfer == pytest.approx(migration, rel=1e-9)
+    assert third.transfer == pytest.approx(second.transfer, rel=1e-12)
+    assert first.latency - second.latency == pytest.approx(migration, rel=1e-6)
+    assert sim.state.resident == [True, True, False]

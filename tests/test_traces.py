@@ -1,0 +1,253 @@
+"""Tests for envs.traces: the packaged Azure traces, their validation, and the batching rule."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs.traces import TRACES, Trace, batch_requests, read_trace, trace_percentiles
+
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+SHARED = Path("/work/shared/data/azure-llm-2023")
+
+# Row counts (header excluded) and the percentile table from envs/data/README.md.
+EXPECTED = {
+    "azure-code": (8819, (1469, 5187, 7436), (13, 55, 251)),
+    "azure-conv": (19366, (1020, 2734, 4142), (129, 424, 601)),
+}
+
+
+@pytest.fixture(scope="module")
+def traces() -> dict[str, Trace]:
+    return {name: read_trace(name) for name in TRACES}
+
+
+def write_csv(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    return path
+
+
+# --- the packaged data -------------------------------------------------------------------------
+
+
+def test_packaged_files_and_readme_exist() -> None:
+    assert set(TRACES) == {"azure-code", "azure-conv"}
+    for path in TRACES.values():
+        assert path.is_file()
+    readme = (next(iter(TRACES.values())).parent / "README.md").read_text(encoding="utf-8")
+    for needle in ("Splitwise", "ISCA 2024", "CC-BY 4.0", "Azure Public Dataset", "unchanged"):
+        assert needle in readme
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared source copy not available")
+def test_packaged_files_are_unchanged_copies() -> None:
+    for path in TRACES.values():
+        shared = SHARED / path.name
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest == hashlib.sha256(shared.read_bytes()).hexdigest(), path.name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_trace_loads_with_expected_rows_and_times(traces: dict[str, Trace], name: str) -> None:
+    trace = traces[name]
+    rows = EXPECTED[name][0]
+    assert len(trace) == rows
+    assert trace.time_s.shape == trace.context_tokens.shape == trace.generated_tokens.shape
+    assert trace.time_s[0] == 0.0
+    assert np.all(np.diff(trace.time_s) >= 0)
+    assert 3000 < trace.duration_s < 3700  # "about an hour"
+    assert trace.context_tokens.min() >= 1 and trace.generated_tokens.min() >= 1
+    with pytest.raises(ValueError):
+        trace.time_s[0] = 1.0  # read-only
+
+
+def test_first_times_are_parsed_to_the_sub_millisecond() -> None:
+    # code trace rows 2-3: 18:17:03.9799600 and 18:17:04.0319600 -> 0.052 s apart.
+    trace = read_trace("azure-code")
+    assert trace.time_s[1] == pytest.approx(0.052, abs=1e-9)
+    assert trace.context_tokens[:2].tolist() == [4808, 3180]
+    assert trace.generated_tokens[:2].tolist() == [10, 8]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_percentiles_match_readme(traces: dict[str, Trace], name: str) -> None:
+    _, context, generated = EXPECTED[name]
+    result = trace_percentiles(traces[name])
+    assert list(result["context_tokens"]) == [50, 90, 99]
+    for field, expected in (("context_tokens", context), ("generated_tokens", generated)):
+        values = [result[field][q] for q in (50, 90, 99)]
+        assert values == pytest.approx(expected, abs=1.0), field
+
+
+def test_conv_trace_loads_fast() -> None:
+    start = time.perf_counter()
+    read_trace("azure-conv")
+    assert time.perf_counter() - start < 0.5
+
+
+def test_read_trace_accepts_a_path(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, "2023-11-16 23:59:59.5,10,2", "2023-11-17 00:00:00.75,20,3")
+    trace = read_trace(path)
+    assert trace.time_s.tolist() == pytest.approx([0.0, 1.25])
+    assert read_trace(str(path)).context_tokens.tolist() == [10, 20]
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def test_unknown_name_lists_known_names() -> None:
+    with pytest.raises(ValueError, match="azure-code.*azure-conv"):
+        read_trace("azure-chat")
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.csv"
+    with pytest.raises(ValueError, match="nope.csv"):
+        read_trace(missing)
+
+
+def test_wrong_header_names_expected_header(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, "2023-11-16 18:17:03.9799600,1,1", header="time,ctx,gen")
+    with pytest.raises(ValueError, match=HEADER):
+        read_trace(path)
+
+
+def test_empty_trace_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        read_trace(write_csv(tmp_path))
+
+
+GOOD = "2023-11-16 18:17:03.9799600,4808,10"
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "field"),
+    [
+        ("2023-11-16 18:17:04.0000000,4808", "expected 3 fields"),
+        ("2023-11-16 18:17:04.0000000,4808,10,7", "expected 3 fields"),
+        ("", "expected 3 fields"),
+        ("yesterday,4808,10", "TIMESTAMP"),
+        ("2023-11-16 18:17:04.0000000000,4808,10", "TIMESTAMP"),  # 10 fractional digits
+        ("2023-02-30 18:17:04.0,4808,10", "TIMESTAMP"),  # no such date
+        ("2023-11-16 24:00:00.0,4808,10", "TIMESTAMP"),
+        ("2023-11-16 18:17:04.0,48.5,10", "ContextTokens"),
+        ("2023-11-16 18:17:04.0,0,10", "ContextTokens"),
+        ("2023-11-16 18:17:04.0,-3,10", "ContextTokens"),
+        ("2023-11-16 18:17:04.0,4808,", "GeneratedTokens"),
+        ("2023-11-16 18:17:04.0,4808,0", "GeneratedTokens"),
+        ("2023-11-16 18:17:04.0,4808,ten", "GeneratedTokens"),
+        ("2023-11-16 18:17:03.0,4808,10", "backwards"),
+    ],
+)
+def test_malformed_row_names_file_line_and_field(tmp_path: Path, bad_row: str, field: str) -> None:
+    path = write_csv(tmp_path, GOOD, GOOD, bad_row, GOOD)
+    with pytest.raises(ValueError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert "line 4" in message
+    assert field in message
+    assert str(path) in message
+
+
+# --- batching ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize(("window_s", "max_batch"), [(0.5, 32), (2.0, 8), (0.0, 4), (10.0, 1)])
+def test_batching_conserves_requests_and_respects_limits(
+    traces: dict[str, Trace], name: str, window_s: float, max_batch: int
+) -> None:
+    trace = traces[name]
+    tasks = batch_requests(trace, window_s=window_s, max_batch=max_batch)
+    sizes = [task.batch for task in tasks]
+    assert sum(sizes) == len(trace)
+    assert max(sizes) <= max_batch
+    assert all(task.domain == 0 for task in tasks)
+    arrivals = np.array([task.arrival for task in tasks])
+    assert np.all(np.diff(arrivals) >= 0)
+
+    # Walk the batches over the requests: span, dispatch time, and padding to the longest.
+    bounds = np.cumsum([0, *sizes])
+    for task, lo, hi in zip(tasks, bounds[:-1], bounds[1:], strict=True):
+        times = trace.time_s[lo:hi]
+        assert times[-1] - times[0] <= window_s + 1e-9
+        assert times[-1] <= task.arrival + 1e-9 <= times[0] + window_s + 2e-9
+        assert task.prompt_tokens == trace.context_tokens[lo:hi].max()
+        assert task.output_tokens == trace.generated_tokens[lo:hi].max()
+
+
+def test_batching_rule_on_a_small_trace(tmp_path: Path) -> None:
+    rows = [
+        f"2023-11-16 00:00:{s:09.6f},{c},{g}"
+        for s, c, g in [
+            (0.0, 10, 5),
+            (0.2, 30, 1),
+            (0.5, 20, 2),
+            (0.6, 1, 1),
+            (0.7, 1, 1),
+            (0.71, 1, 9),
+        ]
+    ]
+    trace = read_trace(write_csv(tmp_path, *rows))
+    # Window 0.5 s, room for 3: the first batch takes 0.0, 0.2, 0.5 (0.5 is inside the window,
+    # inclusive) and is full on the third arrival, so it leaves at 0.5; the second opens at 0.6,
+    # takes 0.6, 0.7, 0.71 and is also full at 0.71.
+    tasks = batch_requests(trace, window_s=0.5, max_batch=3)
+    assert [(t.batch, t.prompt_tokens, t.output_tokens) for t in tasks] == [(3, 30, 5), (3, 1, 9)]
+    assert [t.arrival for t in tasks] == pytest.approx([0.5, 0.71])
+    # With room for 10 nothing fills up: batches leave when their window closes.
+    tasks = batch_requests(trace, window_s=0.5, max_batch=10)
+    assert [t.batch for t in tasks] == [3, 3]
+    assert [t.arrival for t in tasks] == pytest.approx([0.5, 1.1])
+    # time_scale=2 halves the gaps: 0, .1, .25, .3, .35, .355 all fall in one 0.5 s window.
+    tasks = batch_requests(trace, time_scale=2.0, window_s=0.5, max_batch=10)
+    assert [(t.batch, t.arrival) for t in tasks] == [(6, 0.5)]
+
+
+def test_time_scale_two_halves_the_arrival_span(traces: dict[str, Trace]) -> None:
+    trace = traces["azure-conv"]
+
+    def span(tasks: list) -> float:
+        return tasks[-1].arrival - tasks[0].arrival
+
+    # With no window and batches of one, arrivals are exactly the scaled request times.
+    real = batch_requests(trace, window_s=0.0, max_batch=1)
+    fast = batch_requests(trace, window_s=0.0, max_batch=1, time_scale=2.0)
+    assert len(real) == len(fast) == len(trace)
+    assert [t.arrival for t in fast] == pytest.approx([t.arrival / 2 for t in real])
+    assert span(fast) == pytest.approx(trace.duration_s / 2)
+    # With the default window, the span halves up to one window's worth of slack.
+    default = batch_requests(trace, time_scale=2.0)
+    assert abs(span(default) - trace.duration_s / 2) <= 0.5 + 1e-9
+
+
+def test_batch_requests_accepts_a_name() -> None:
+    assert sum(t.batch for t in batch_requests("azure-code")) == EXPECTED["azure-code"][0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"time_scale": 0.0}, "time_scale"),
+        ({"time_scale": -1.0}, "time_scale"),
+        ({"time_scale": float("inf")}, "time_scale"),
+        ({"time_scale": float("nan")}, "time_scale"),
+        ({"time_scale": True}, "time_scale"),
+        ({"window_s": -0.1}, "window_s"),
+        ({"window_s": float("inf")}, "window_s"),
+        ({"window_s": "0.5"}, "window_s"),
+        ({"max_batch": 0}, "max_batch"),
+        ({"max_batch": 2.0}, "max_batch"),
+        ({"max_batch": True}, "max_batch"),
+    ],
+)
+def test_bad_arguments_name_the_argument(
+    traces: dict[str, Trace], kwargs: dict, argument: str
+) -> None:
+    with pytest.raises(ValueError, match=argument):
+        batch_requests(traces["azure-code"], **kwargs)
