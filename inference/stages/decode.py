@@ -26,7 +26,7 @@ from inference.model_config import ModelConfig
 from inference.stages.prefill import PrefillResult
 from inference.task import Task
 from inference.work import (
-    ATTENTION,
+    DENSE,
     RANDOM,
     SEQUENTIAL,
     TOKEN_ID_BYTES,
@@ -60,7 +60,9 @@ def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
     b, n, m = task.batch, task.prompt_tokens, task.output_tokens
     weights = decode_weights_part(b, n, m, model)
     flops, kv_bytes = decode_kv_traffic(b, n, m, model)
-    kv = WorkPart("kv", ATTENTION, pattern, flops, kv_bytes * (1 + overhead),
+    # A decode step's attention is a batched matrix-vector product: memory bound, so it is
+    # priced as streaming (dense) work, not as the prefill's attention kernels.
+    kv = WorkPart("kv", DENSE, pattern, flops, kv_bytes * (1 + overhead),
                   launches=kv_launch * model.n_layers * m)
     footprint = float(b * (n + m) * model.kv_bytes_per_token)
     return StageWork((weights, kv), output_bytes=float(b * m * TOKEN_ID_BYTES), footprint=footprint,

@@ -1,0 +1,76 @@
+"""The one interface every policy answers: Stable-Baselines3's ``predict``.
+
+``predict(obs, state=None, episode_start=None, deterministic=True) -> (action, state)``
+accepts one observation or a batch (first axis) and answers in kind, so one
+evaluation loop runs static baselines, heuristics, the oracle and SB3 models.
+Non-learned policies save to a small zip (``policy.json`` inside) so that every
+agent name saves and loads the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+POLICY_FILE = "policy.json"
+
+
+class Policy:
+    """Base class of the non-learned policies: subclasses implement `act(obs) -> action`."""
+
+    name: str = "policy"
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        obs = np.asarray(observation, dtype=np.float32)
+        if obs.ndim == 1:
+            return np.asarray(self.act(obs)), state
+        return np.stack([np.asarray(self.act(o)) for o in obs]), state
+
+    # -- persistence -----------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments (besides the env) that rebuild this policy."""
+        return {}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write `path` (a .zip) atomically: a temp file in the same folder, then rename."""
+        target = Path(path)
+        if target.suffix != ".zip":
+            target = target.with_suffix(".zip")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w") as zf:
+                zf.writestr(POLICY_FILE, json.dumps({"name": self.name, "config": self.config()}))
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+
+def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The saved {name, config} of a non-learned policy zip; None if the zip is an SB3 model."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"model file {p} does not exist")
+    try:
+        with zipfile.ZipFile(p) as zf:
+            if POLICY_FILE not in zf.namelist():
+                return None
+            data = json.loads(zf.read(POLICY_FILE))
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"model file {p} is not a valid policy zip: {exc}") from None
+    if not isinstance(data, dict) or "name" not in data:
+        raise ValueError(f"model file {p} has no policy name in {POLICY_FILE}")
+    return data

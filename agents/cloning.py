@@ -1,0 +1,114 @@
+"""Behaviour cloning: start the learner where the conservative policy is.
+
+Observations come from rolling the conservative policy out on the scenario
+(episodes seeded apart from any evaluation stream). The actor is trained to
+maximise the likelihood of the conservative action; the critic (or, for DQN,
+the Q-value of that action) to predict the discounted return it earned, so the
+first RL updates do not start from a random baseline.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from agents.warmup import WarmupConfig, as_env_actions
+
+if TYPE_CHECKING:
+    from agents.sb3_factory import SB3Agent
+
+CLONE_SEED_OFFSET = 7_919_000   # keeps cloning episodes away from evaluation seeds
+HELDOUT_FRACTION = 0.2
+
+
+def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> dict[str, np.ndarray]:
+    """Roll `policy` out for n_samples decisions: observations, actions, masks, returns."""
+    base = env.unwrapped
+    obs_list, act_list, mask_list, ret_list = [], [], [], []
+    episode = 0
+    while len(obs_list) < n_samples:
+        obs, _ = base.reset(seed=seed + episode)
+        episode += 1
+        rewards = []
+        done = False
+        while not done and len(obs_list) + len(rewards) < n_samples:
+            action, _ = policy.predict(obs, deterministic=True)
+            obs_list.append(obs)
+            act_list.append(np.asarray(action))
+            mask_list.append(base.action_masks())
+            obs, reward, terminated, truncated, _ = base.step(action)
+            rewards.append(reward)
+            done = terminated or truncated
+        running, returns = 0.0, []
+        for r in reversed(rewards):
+            running = r + gamma * running
+            returns.append(running)
+        ret_list.extend(reversed(returns))
+    return {"obs": np.asarray(obs_list, dtype=np.float32), "actions": np.asarray(act_list),
+            "masks": np.asarray(mask_list), "returns": np.asarray(ret_list, dtype=np.float32)}
+
+
+def _loss(agent: SB3Agent, obs: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor,
+          returns: torch.Tensor) -> torch.Tensor:
+    model = agent.model
+    if agent.name == "dqn":
+        q = model.q_net(obs)  # type: ignore[attr-defined]
+        taken = q.gather(1, actions.long().view(-1, 1)).squeeze(1)
+        return F.cross_entropy(q, actions.long()) + F.mse_loss(taken, returns)
+    kwargs = {"action_masks": masks} if agent.name == "maskable-ppo" else {}
+    values, log_prob, _ = model.policy.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
+    return -log_prob.mean() + 0.5 * F.mse_loss(values.flatten(), returns)
+
+
+def _agreement(agent: SB3Agent, obs: np.ndarray, actions: np.ndarray) -> float:
+    predicted, _ = agent.predict(obs, deterministic=True)
+    return float(np.mean(np.all(np.asarray(predicted).reshape(len(obs), -1)
+                                == actions.reshape(len(obs), -1), axis=1)))
+
+
+def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,
+                    seed: int | None = None) -> dict[str, float]:
+    """Train `agent`'s network to act like `conservative`; returns train / held-out agreement."""
+    model = agent.model
+    gamma = float(getattr(model, "gamma", 0.9))
+    data = collect(env, conservative, config.clone_samples, gamma,
+                   CLONE_SEED_OFFSET + (seed or 0) * 1000)
+    space = env.unwrapped.action_space
+    targets = as_env_actions(data["actions"], space)           # what the env would receive
+    n = len(targets)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
+    held = order[: int(n * HELDOUT_FRACTION)]
+    train = order[int(n * HELDOUT_FRACTION):]
+    if agent.name == "dqn":
+        nvec = space.nvec
+        stored = np.array([np.ravel_multi_index(tuple(a), nvec) for a in targets])
+    else:
+        stored = targets
+    policy_net = model.q_net if agent.name == "dqn" else model.policy  # type: ignore[attr-defined]
+    optimizer = torch.optim.Adam(policy_net.parameters(), lr=1e-3)
+    obs_t = torch.as_tensor(data["obs"])
+    act_t = torch.as_tensor(stored, dtype=torch.float32 if stored.dtype.kind == "f" else torch.long)
+    mask_t = torch.as_tensor(data["masks"])
+    ret_t = torch.as_tensor(data["returns"])
+    policy_net.train()
+    batch = 128
+    for _ in range(config.clone_epochs):
+        perm = train[rng.permutation(len(train))]
+        for start in range(0, len(perm), batch):
+            idx = torch.as_tensor(perm[start:start + batch])
+            loss = _loss(agent, obs_t[idx], act_t[idx], mask_t[idx], ret_t[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    policy_net.eval()
+    if agent.name == "dqn":
+        model.q_net_target.load_state_dict(model.q_net.state_dict())  # type: ignore[attr-defined]
+    result = {"train_agreement": _agreement(agent, data["obs"][train], targets[train]),
+              "heldout_agreement": _agreement(agent, data["obs"][held], targets[held]),
+              "samples": float(n)}
+    agent.clone_stats = result  # type: ignore[attr-defined]
+    return result

@@ -1,0 +1,301 @@
+"""HEFT-style earliest-finish-time placement, from what an agent can observe.
+
+HEFT (Heterogeneous Earliest Finish Time) is the classic list-scheduling
+heuristic for heterogeneous processors. Here the "task graph" of an inference
+task is the chain load -> prefill -> decode, so HEFT reduces to: in pipeline
+order, put each stage on the allowed device where it would *finish* first,
+
+    finish(s, d) = max(ready(s, d), backlog(d)) + time(s, d)
+    ready(s, d)  = finish of stage s-1 (+ moving its output over the link if it ran elsewhere,
+                   + copying the weights if d does not hold them and the stage needs them)
+
+and go on to the next stage from that device's finish time. Everything comes
+from the observation -- task size, cache signal, backlogs, online flags,
+weight residency (free memory), measured speed ratios -- plus the *nominal*
+cost model (``env.nominal_sim.stage_seconds``): the spec-sheet figures a
+heuristic would be built from. It knows nothing of the noise, the memory
+contention between devices, or the re-placement overhead.
+
+Two variants:
+
+* ``heft``: nominal stage times. It under-prices the NPU, which really is ~15%
+  faster than its datasheet (the article's 15% underestimate).
+* ``heft-calibrated``: divides each device's stage time by the speed ratio the
+  env *measured* for it (observation entry ``7 + 4d``, times 2): the article's
+  "heterogeneous hardware awareness". With the NPU measured faster than nominal
+  it prices the NPU right; when every ratio is nominal (1.0) it is plain HEFT.
+
+The device masks are rebuilt from the observation (online flag, and whether the
+stage's memory footprint plus weights fits the device) exactly as
+``env.stage_masks()`` builds them, so HEFT works on batched observations from a
+VecEnv and on hand-built observations; masks passed as ``action_masks=`` (as
+sb3-contrib's evaluation passes them) take precedence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from agents.base import Policy
+from agents.static import is_split, placement_action, unwrap_env
+from envs.inference_alloc import BACKLOG_SCALE_S
+from inference.task import Task
+
+# The observation's scaling (see the table in InferenceAllocEnv's docstring).
+BATCH_SCALE = 64.0
+PROMPT_SCALE = 32768.0
+OUTPUT_SCALE = 2048.0
+SPEED_SCALE = 2.0
+_MAX_BACKLOG_S = 1.0e9      # a saturated backlog entry (x -> 1) decodes to "effectively never"
+_CACHE_LIMIT = 16384        # memoised (task size, cache signal) -> stage costs
+
+
+def n_devices_of(obs_dim: int) -> int:
+    """Devices D of an observation of length 5 + 7 D."""
+    if obs_dim < 12 or (obs_dim - 5) % 7:
+        raise ValueError(f"an InferenceAlloc observation has 5 + 7 * D entries, got {obs_dim}")
+    return (obs_dim - 5) // 7
+
+
+class ObservedState(NamedTuple):
+    """An observation decoded back into the quantities it scales (see the env's table)."""
+
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    cache_hit: bool | None          # None: the loader has no cache
+    backlog: tuple[float, ...]      # seconds of queued work per device
+    free_memory: tuple[float, ...]  # fraction of memory beside resident weights
+    online: tuple[bool, ...]
+    speed_ratio: tuple[float, ...]  # measured nominal/observed stage time (1 = as the datasheet)
+    hit_rate: float
+    previous: np.ndarray            # (3, D) previous task's share of each stage per device
+
+
+def decode_backlog(x: float) -> float:
+    """Invert the env's x = b / (b + BACKLOG_SCALE_S)."""
+    if x >= 1.0:
+        return _MAX_BACKLOG_S
+    return max(0.0, BACKLOG_SCALE_S * x / (1.0 - x))
+
+
+def decode_batch(x: float) -> int:
+    return max(1, int(round(x * BATCH_SCALE)))
+
+
+def decode_cache_signal(x: float) -> bool | None:
+    if x > 0.75:
+        return True
+    if x < 0.25:
+        return False
+    return None
+
+
+def decode_observation(obs: Any) -> ObservedState:
+    """Decode one observation (entries beyond the scaling caps decode to the caps)."""
+    o = np.asarray(obs, dtype=np.float64).reshape(-1)
+    d = n_devices_of(o.shape[0])
+    v = o.tolist()
+    return ObservedState(
+        batch=decode_batch(v[0]),
+        prompt_tokens=max(1, int(round(v[1] * PROMPT_SCALE))),
+        output_tokens=max(1, int(round(v[2] * OUTPUT_SCALE))),
+        cache_hit=decode_cache_signal(v[3]),
+        backlog=tuple(decode_backlog(v[4 + 4 * i]) for i in range(d)),
+        free_memory=tuple(v[5 + 4 * i] for i in range(d)),
+        online=tuple(v[6 + 4 * i] > 0.5 for i in range(d)),
+        speed_ratio=tuple(SPEED_SCALE * v[7 + 4 * i] for i in range(d)),
+        hit_rate=v[4 + 4 * d],
+        previous=o[5 + 4 * d:].reshape(3, d).copy(),
+    )
+
+
+class _StageCosts(NamedTuple):
+    times: tuple[tuple[float, ...], ...]   # nominal seconds per stage per device
+    output_bytes: tuple[float, float, float]
+    needs_weights: tuple[bool, bool, bool]
+    fits: tuple[tuple[bool, ...], ...]      # per stage per device: footprint (+ weights) fits
+    io_time: float                         # the disk read before loading
+
+
+class HeftPolicy(Policy):
+    """Earliest-finish-time placement per stage (see the module docstring).
+
+    Args:
+        env: an InferenceAlloc env, a wrapper around one or a VecEnv of them: only its
+            configuration is read (hardware, links, cost model, pipeline variant), once.
+        calibrated: divide each device's stage times by its measured speed ratio.
+    """
+
+    def __init__(self, env: Any, calibrated: bool = False) -> None:
+        base = unwrap_env(env)
+        self.calibrated = bool(calibrated)
+        self.name = "heft-calibrated" if self.calibrated else "heft"
+        self.n_devices = d = base.n_devices
+        self.split = is_split(env)
+        self.obs_dim = 5 + 7 * d
+        hw = base.hardware
+        self._nominal = base.nominal_sim
+        self._stages = base.sim.stages
+        self._model = base.model
+        self._weights = float(base.model.weight_bytes)
+        self._memory = [float(p.memory) for p in hw.devices]
+        self._prefetch = base.sim.config.prefetch_depth > 0
+        self._disk_bw = float(hw.disk_bandwidth)
+        inf = math.inf
+        self._lat = [[0.0 if a == b else (hw.links[(a, b)].latency if (a, b) in hw.links else inf)
+                      for b in range(d)] for a in range(d)]
+        self._inv_bw = [[0.0 if a == b else (1.0 / hw.links[(a, b)].bandwidth
+                                             if (a, b) in hw.links else inf)
+                         for b in range(d)] for a in range(d)]
+        # A resident device shows free memory 1 - weights/memory; one without the weights shows 1.
+        self._resident_below = [1.0 - 0.5 * min(self._weights / m, 1.0) for m in self._memory]
+        self._peers = [[j for j, q in enumerate(hw.devices) if j != i
+                        and q.memory_domain == p.memory_domain] for i, p in enumerate(hw.devices)]
+        self._costs: dict[tuple[int, int, int, bool | None], _StageCosts] = {}
+
+    # ------------------------------------------------------------------ cost model
+    def _stage_costs(self, batch: int, prompt: int, output: int, hit: bool | None) -> _StageCosts:
+        key = (batch, prompt, output, hit)
+        costs = self._costs.get(key)
+        if costs is not None:
+            return costs
+        task = Task(batch, prompt, output)
+        load = self._stages[0]
+        model = self._model
+        works = (load.load_work(task, model, hit), self._stages[1].work(task, model),
+                 self._stages[2].work(task, model))
+        mask_works = (load.work(task, model), works[1], works[2])   # as env.stage_masks() sizes
+        seconds = self._nominal.stage_seconds
+        devices = range(self.n_devices)
+        fits = []
+        for w in mask_works:
+            need = w.footprint + (self._weights if w.needs_weights else 0.0)
+            fits.append(tuple(need <= self._memory[i] for i in devices))
+        costs = _StageCosts(
+            times=tuple(tuple(seconds(w, i) for i in devices) for w in works),
+            output_bytes=(works[0].output_bytes, works[1].output_bytes, works[2].output_bytes),
+            needs_weights=(works[0].needs_weights, works[1].needs_weights,
+                           works[2].needs_weights),
+            fits=tuple(fits),
+            io_time=works[0].io_bytes / self._disk_bw,
+        )
+        if len(self._costs) >= _CACHE_LIMIT:
+            self._costs.clear()
+        self._costs[key] = costs
+        return costs
+
+    def _migration(self, dev: int, resident: list[bool]) -> float:
+        """Seconds to bring the weights to `dev` (as the simulator copies them)."""
+        if any(resident[p] for p in self._peers[dev]):
+            return 0.0
+        best = self._weights / self._disk_bw
+        for src in range(self.n_devices):
+            if resident[src] and src != dev:
+                best = min(best, self._lat[src][dev] + self._weights * self._inv_bw[src][dev])
+        return best
+
+    # ------------------------------------------------------------------ the heuristic
+    def placement(self, obs: Any, masks: Any = None) -> tuple[int, int, int]:
+        """The HEFT placement (device per stage) for one observation.
+
+        `masks`: optional (3, D) or flat (3 D,) bool of allowed devices; by default the
+        masks the env would give, rebuilt from the observation.
+        """
+        v = np.asarray(obs, dtype=np.float64).reshape(-1).tolist()
+        d = self.n_devices
+        if len(v) != self.obs_dim:
+            raise ValueError(f"observation has {len(v)} entries, this env's have {self.obs_dim}")
+        costs = self._stage_costs(decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
+                                  max(1, int(round(v[2] * OUTPUT_SCALE))),
+                                  decode_cache_signal(v[3]))
+        devices = range(d)
+        avail = [decode_backlog(v[4 + 4 * i]) for i in devices]
+        online = [v[6 + 4 * i] > 0.5 for i in devices]
+        resident = [v[5 + 4 * i] < self._resident_below[i] for i in devices]
+        speed = ([max(SPEED_SCALE * v[7 + 4 * i], 1e-3) for i in devices] if self.calibrated
+                 else [1.0] * d)
+        allowed = self._allowed(costs, online, masks)
+        chosen = [0, 0, 0]
+        prev_dev, prev_finish, prev_out = -1, 0.0, 0.0
+        for s in range(3):
+            times = costs.times[s]
+            needs_weights = costs.needs_weights[s]
+            best_dev, best_finish = -1, math.inf
+            for i in allowed[s]:
+                if s == 0:
+                    ready = costs.io_time if self._prefetch else 0.0
+                elif i == prev_dev:
+                    ready = prev_finish
+                else:
+                    ready = prev_finish + self._lat[prev_dev][i] + prev_out * self._inv_bw[prev_dev][i]
+                if needs_weights and not resident[i]:
+                    ready += self._migration(i, resident)
+                duration = times[i] / speed[i]
+                if s == 0 and not self._prefetch:
+                    duration += costs.io_time      # synchronous read blocks the load device
+                finish = (ready if ready > avail[i] else avail[i]) + duration
+                if finish < best_finish:
+                    best_dev, best_finish = i, finish
+            chosen[s] = best_dev
+            avail[best_dev] = best_finish
+            if needs_weights:
+                resident[best_dev] = True
+            prev_dev, prev_finish, prev_out = best_dev, best_finish, costs.output_bytes[s]
+        return (chosen[0], chosen[1], chosen[2])
+
+    def _allowed(self, costs: _StageCosts, online: list[bool], masks: Any) -> list[list[int]]:
+        d = self.n_devices
+        if masks is not None:
+            m = np.asarray(masks, dtype=bool).reshape(3, d)
+            out = [[i for i in range(d) if m[s, i]] for s in range(3)]
+            # An all-false row cannot be honoured; consider every device for that stage.
+            return [row or list(range(d)) for row in out]
+        out = []
+        for s in range(3):
+            row = [i for i in range(d) if online[i] and costs.fits[s][i]]
+            if not row:   # as env.stage_masks(): the online device with the most memory
+                candidates = [i for i in range(d) if online[i]] or list(range(d))
+                row = [max(candidates, key=lambda i: self._memory[i])]
+            out.append(row)
+        return out
+
+    def stage_masks(self, obs: Any) -> np.ndarray:
+        """(3, D) bool: the env's stage masks as rebuilt from one observation."""
+        v = np.asarray(obs, dtype=np.float64).reshape(-1).tolist()
+        costs = self._stage_costs(decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
+                                  max(1, int(round(v[2] * OUTPUT_SCALE))),
+                                  decode_cache_signal(v[3]))
+        online = [v[6 + 4 * i] > 0.5 for i in range(self.n_devices)]
+        masks = np.zeros((3, self.n_devices), dtype=bool)
+        for s, row in enumerate(self._allowed(costs, online, None)):
+            masks[s, row] = True
+        return masks
+
+    # ------------------------------------------------------------------ Policy API
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return placement_action(self.placement(obs), self.n_devices, self.split)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True, action_masks: Any = None) -> tuple[np.ndarray, Any]:
+        obs = np.asarray(observation, dtype=np.float32)
+        if obs.ndim == 1:
+            return placement_action(self.placement(obs, action_masks), self.n_devices,
+                                    self.split), state
+        masks = None if action_masks is None else np.asarray(action_masks).reshape(len(obs), -1)
+        rows = [placement_action(self.placement(o, None if masks is None else masks[k]),
+                                 self.n_devices, self.split) for k, o in enumerate(obs)]
+        return np.stack(rows), state
+
+    def config(self) -> dict[str, Any]:
+        return {"calibrated": self.calibrated}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], env: Any) -> HeftPolicy:
+        return cls(env, calibrated=bool(config.get("calibrated", False)))
+
+    def __repr__(self) -> str:
+        return f"HeftPolicy({self.name!r})"

@@ -1,0 +1,135 @@
+"""The online deployment harness: where the 200-sample stabilisation problem shows.
+
+``deploy(agent, env, n_samples)`` runs an agent on a live task stream from
+sample 0, learning as it goes (SB3 agents update every ``n_steps`` tasks), and
+records the latency of every sample. The best-static policy and the oracle are
+run on the same stream (same seed, so the same tasks and noise), so each
+sample has its references.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+
+EARLY_SAMPLES = 200
+WINDOW = 50
+STABLE_TOLERANCE = 0.05
+STEADY_SAMPLES = 200
+
+
+def rolling_mean(x: np.ndarray, window: int) -> np.ndarray:
+    """Mean of each full window of `window` consecutive samples (length len(x) - window + 1)."""
+    if len(x) < window:
+        return np.array([float(np.mean(x))]) if len(x) else np.array([])
+    c = np.cumsum(np.insert(np.asarray(x, dtype=float), 0, 0.0))
+    return (c[window:] - c[:-window]) / window
+
+
+@dataclass
+class OnlineResult:
+    """Per-sample latencies of an agent and of its references on one task stream."""
+
+    latency: np.ndarray
+    static: np.ndarray
+    oracle: np.ndarray
+    conservative_acting: np.ndarray | None = None
+
+    def metrics(self, early: int = EARLY_SAMPLES, window: int = WINDOW) -> dict[str, float]:
+        """The harness's metrics.
+
+        - early_degradation: mean latency of samples 1..`early` over static's on the same tasks
+          (> 1: worse than static while learning).
+        - early_drop: 1 - static / agent over the same samples: the share of throughput lost.
+        - worst_window: the highest `window`-sample rolling mean of the agent over the same
+          window of static.
+        - samples_to_stabilise: the first sample after which the agent's `window`-sample
+          rolling mean stays within 5% of its mean over the last 200 samples.
+        - samples_to_0.9_static: the first sample at which the rolling mean ratio to static
+          reaches 0.9 (NaN if never).
+        - steady_vs_static / steady_vs_oracle: mean latency over the last 200 samples over
+          static's / the oracle's on the same samples.
+        """
+        lat, static, oracle = self.latency, self.static, self.oracle
+        e = min(early, len(lat))
+        ratio = rolling_mean(lat, window) / rolling_mean(static, window)
+        steady = min(STEADY_SAMPLES, len(lat))
+        steady_mean = float(np.mean(lat[-steady:]))
+        roll = rolling_mean(lat, window)
+        outside = np.abs(roll / steady_mean - 1.0) > STABLE_TOLERANCE
+        stabilise = int(np.nonzero(outside)[0][-1] + window) if outside.any() else window
+        reached = np.nonzero(ratio <= 0.9)[0]
+        return {
+            "early_degradation": float(np.mean(lat[:e]) / np.mean(static[:e])),
+            "early_drop": float(1.0 - np.mean(static[:e]) / np.mean(lat[:e])),
+            "worst_window": float(np.max(ratio)),
+            "samples_to_stabilise": float(min(stabilise, len(lat))),
+            "samples_to_0.9_static": float(reached[0] + window) if len(reached) else float("nan"),
+            "steady_vs_static": float(steady_mean / np.mean(static[-steady:])),
+            "steady_vs_oracle": float(steady_mean / np.mean(oracle[-steady:])),
+        }
+
+
+class _Recorder(BaseCallback):
+    def __init__(self, controller: Any = None) -> None:
+        super().__init__()
+        self.latency: list[float] = []
+        self.conservative: list[bool] = []
+        self.controller = controller
+
+    def _on_step(self) -> bool:
+        info = self.locals["infos"][0]
+        self.latency.append(float(info["latency"]))
+        if self.controller is not None:
+            self.conservative.append(bool(self.controller.last_conservative))
+        return True
+
+
+def run_policy(policy: Any, env: Any, n_samples: int, seed: int) -> np.ndarray:
+    """Latency of each of the first n_samples tasks of the stream `seed` under `policy`."""
+    base = env.unwrapped
+    obs, _ = base.reset(seed=seed)
+    out = np.empty(n_samples)
+    for i in range(n_samples):
+        action, _ = policy.predict(obs, deterministic=True)
+        obs, _, _, truncated, info = base.step(action)
+        out[i] = info["latency"]
+        if truncated and i + 1 < n_samples:
+            raise ValueError(f"the env's episode ended after {i + 1} tasks; deploy needs "
+                             f"episode_tasks >= n_samples ({n_samples})")
+    return out
+
+
+def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int = 0,
+           references: bool = True) -> OnlineResult:
+    """Run `agent` on the live stream `seed` for n_samples tasks, learning as it goes.
+
+    `env` is the env the agent was built on (for SB3 agents, the one make_sb3 wrapped);
+    its episode must hold at least n_samples tasks. With `references`, best-static and the
+    oracle run on the same stream first.
+    """
+    from agents.registry import make_policy
+
+    base = env.unwrapped
+    if base.scenario.episode_tasks < n_samples:
+        raise ValueError(f"env episode_tasks={base.scenario.episode_tasks} < n_samples={n_samples}: "
+                         "make the env with episode_tasks >= n_samples")
+    static = oracle = np.full(n_samples, np.nan)
+    if references:
+        static = run_policy(make_policy("best-static", env), env, n_samples, seed)
+        oracle = run_policy(make_policy("oracle", env), env, n_samples, seed)
+    model = getattr(agent, "model", None)
+    if learn and model is not None:
+        controller = getattr(agent, "warmup", None)
+        recorder = _Recorder(controller)
+        model.get_env().seed(seed)
+        agent.learn(n_samples, callback=recorder, reset_num_timesteps=True)
+        latency = np.asarray(recorder.latency[:n_samples])
+        acting = np.asarray(recorder.conservative[:n_samples]) if controller is not None else None
+    else:
+        latency = run_policy(agent, env, n_samples, seed)
+        acting = None
+    return OnlineResult(latency, static, oracle, acting)

@@ -1,0 +1,142 @@
+"""Agent names -> policies, and saved policy files -> policies.
+
+Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
+
+* ``all-cpu``, ``all-gpu``, ``all-npu``: every stage on one device (any device name
+  of the hardware works as ``all-<device>``);
+* ``static:<load>,<prefill>,<decode>``: a fixed placement by device names, e.g.
+  ``static:cpu,gpu,gpu``;
+* ``best-static``: the best static placement, searched once with nominal figures
+  (keyword ``path=`` keeps it in a JSON file);
+* ``random``: seeded uniform actions (keyword ``seed=``, default 0);
+* ``heft``, ``heft-calibrated``: earliest-finish-time, nominal or measured speeds;
+* ``oracle``: the per-step (myopic) lower bound; needs the live single env;
+* ``gated-<name>``: any of the above behind the small-batch gate (keyword
+  ``threshold=``, default 16), e.g. ``gated-heft-calibrated``;
+* ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``: Stable-Baselines3 agents, built by
+  ``agents.sb3_factory.make_sb3`` (imported only when asked for).
+
+``load_policy`` rebuilds a policy from a zip written by ``Policy.save`` or, for an
+SB3 model zip, hands over to ``agents.sb3_factory.load_sb3``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from agents.base import Policy, read_policy_file
+from agents.gated import DEFAULT_THRESHOLD, GatedScheduling
+from agents.heft import HeftPolicy
+from agents.oracle import OraclePolicy
+from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
+
+POLICY_NAMES: tuple[str, ...] = (
+    "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
+    "oracle", "static:cpu,gpu,gpu",
+)
+SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo")
+NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
+                                  "gated-<name>")
+_SB3_MODULE = "agents.sb3_factory"
+
+
+def valid_names() -> str:
+    """Every valid agent name and pattern, for error messages and ``--help``."""
+    return ", ".join((*POLICY_NAMES, *SB3_NAMES, *NAME_PATTERNS))
+
+
+def _sb3(function: str, name: str) -> Any:
+    """`function` of agents.sb3_factory, imported lazily (the module may not exist yet)."""
+    try:
+        module = importlib.import_module(_SB3_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != _SB3_MODULE:
+            raise
+        raise NotImplementedError(f"{name!r} needs {_SB3_MODULE}, which is not available "
+                                  f"yet") from None
+    fn = getattr(module, function, None)
+    if fn is None:
+        raise NotImplementedError(f"{_SB3_MODULE} has no {function}() for {name!r}")
+    return fn
+
+
+def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
+    """A fresh policy called `name` for `env` (see the module docstring for names and keywords).
+
+    Raises ValueError, listing every valid name, for an unknown name.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"agent name must be a string; valid names: {valid_names()}")
+    key = name.strip().lower()
+    if key in SB3_NAMES:
+        return _sb3("make_sb3", key)(key, env, **kwargs)
+    if key.startswith("gated-"):
+        threshold = kwargs.pop("threshold", DEFAULT_THRESHOLD)
+        inner = make_policy(key[len("gated-"):], env, **kwargs)
+        return GatedScheduling(inner, threshold=threshold)
+    if key.startswith("all-"):
+        base = unwrap_env(env)
+        device = key[len("all-"):]
+        if device in base.device_names:
+            return StaticPolicy.for_env(env, [device] * 3, **kwargs)
+    if key.startswith("static:"):
+        devices = [d.strip() for d in key[len("static:"):].split(",")]
+        if len(devices) != 3:
+            raise ValueError(f"{name!r}: a static placement names three devices (load, prefill, "
+                             f"decode), e.g. static:cpu,gpu,gpu")
+        return StaticPolicy.for_env(env, devices, **kwargs)
+    if key == "best-static":
+        return best_static(env, **kwargs)
+    if key == "random":
+        return RandomPolicy(unwrap_env(env).action_space, **kwargs)
+    if key in ("heft", "heft-calibrated"):
+        return HeftPolicy(env, calibrated=key == "heft-calibrated", **kwargs)
+    if key == "oracle":
+        return OraclePolicy(env, **kwargs)
+    raise ValueError(f"unknown agent {name!r}; valid names: {valid_names()}")
+
+
+def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:
+    """Rebuild a non-learned policy from its saved name and ``config()``."""
+    if name.startswith("gated-"):
+        inner = config["inner"]
+        return GatedScheduling(policy_from_config(inner["name"], inner["config"], env),
+                               threshold=int(config["threshold"]))
+    if name == "static" or name == "best-static" or name.startswith("all-"):
+        return StaticPolicy.from_config(name, config, env)
+    if name == "random":
+        return RandomPolicy.from_config(config, env)
+    if name in ("heft", "heft-calibrated"):
+        return HeftPolicy.from_config(config, env)
+    if name == "oracle":
+        return OraclePolicy.from_config(config, env)
+    raise ValueError(f"unknown saved policy {name!r}")
+
+
+def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
+    """Load a saved agent: a policy zip of ``Policy.save`` or an SB3 model zip.
+
+    Raises FileNotFoundError naming the path when it does not exist (``x`` also finds
+    ``x.zip``, as SB3 does), and ValueError naming it when it is not a valid model file.
+    """
+    p = Path(path)
+    if not p.exists() and p.suffix != ".zip" and p.with_suffix(".zip").is_file():
+        p = p.with_suffix(".zip")
+    if not p.is_file():
+        raise FileNotFoundError(f"model file {p} does not exist")
+    saved = read_policy_file(p)          # ValueError naming the path if corrupt
+    if saved is None:
+        return _sb3("load_sb3", str(p))(p, env)
+    name, config = saved["name"], saved.get("config") or {}
+    try:
+        if not isinstance(name, str) or not isinstance(config, dict):
+            raise ValueError("malformed policy.json")
+        return policy_from_config(name, config, env)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, TypeError) and "InferenceAlloc" in str(exc):
+            raise       # the env is wrong, not the file
+        raise ValueError(f"model file {p} does not hold a loadable policy ({name!r}): "
+                         f"{exc}") from None

@@ -1,0 +1,218 @@
+"""Stable-Baselines3 agents by name, from YAML hyper-parameters keyed by env id.
+
+    agent = make_sb3("ppo", env, seed=0, overrides={"learning_rate": 3e-4})
+    agent.learn(10_000)
+    action, _ = agent.predict(obs)
+
+Hyper-parameters live in ``agents/hyperparams/<agent>.yaml`` under the env id;
+overrides come from code (a dict) or the CLI (``key=value`` strings parsed as
+YAML scalars, never ``eval``-ed). DQN needs a ``Discrete`` action space, so its
+env is wrapped to flatten ``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``;
+the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
+with the env's own actions.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import yaml
+from gymnasium import spaces
+from sb3_contrib import MaskablePPO
+from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+from agents.base import Policy
+from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
+
+ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
+HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
+ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
+SPLIT_FLOOR = -0.999   # keeps SB3's clipped Gaussian actions from zeroing a whole stage
+
+
+def env_id_of(env: gym.Env | Any) -> str:
+    """The registered id of an env (or of the first env of a VecEnv)."""
+    base = env.envs[0] if hasattr(env, "envs") else env
+    spec = getattr(base, "spec", None) or getattr(getattr(base, "unwrapped", None), "spec", None)
+    if spec is not None:
+        return spec.id.split(":")[-1]
+    name = type(base.unwrapped).__name__
+    return "InferenceAllocSplit-v0" if "Split" in name else "InferenceAlloc-v0"
+
+
+def load_hyperparams(agent: str, env_id: str) -> dict[str, Any]:
+    if agent not in ALGORITHMS:
+        raise ValueError(f"unknown SB3 agent {agent!r}; known: {', '.join(ALGORITHMS)}")
+    path = HYPERPARAMS_DIR / f"{agent}.yaml"
+    with open(path, encoding="utf-8") as fh:
+        table = yaml.safe_load(fh) or {}
+    if env_id not in table:
+        raise ValueError(
+            f"no {agent} hyper-parameters for env {env_id!r} in {path}; "
+            f"envs there: {', '.join(table) or 'none'}"
+            + (" (DQN and MaskablePPO need discrete actions: use InferenceAlloc-v0)"
+               if agent in ("dqn", "maskable-ppo") else "")
+        )
+    return dict(table[env_id])
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["learning_rate=3e-4", "policy_kwargs={net_arch: [32, 32]}"]`` -> dict (YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"hyper-parameter override {item!r} must look like key=value")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML ({exc})") from None
+    return out
+
+
+class FlatDiscreteActions(gym.ActionWrapper):
+    """MultiDiscrete([D, D, D]) <-> Discrete(D**3) for DQN."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        nvec = env.action_space.nvec  # type: ignore[attr-defined]
+        self.nvec = np.asarray(nvec)
+        self.action_space = spaces.Discrete(int(np.prod(self.nvec)))
+
+    def action(self, action: Any) -> np.ndarray:
+        return np.array(np.unravel_index(int(action), self.nvec))
+
+    def flatten(self, action: Any) -> int:
+        return int(np.ravel_multi_index(tuple(np.asarray(action).reshape(-1)), self.nvec))
+
+
+class SafeSplitActions(gym.ActionWrapper):
+    """Raise SB3's clipped actions to SPLIT_FLOOR so no stage is left with all-zero weights."""
+
+    def action(self, action: Any) -> np.ndarray:
+        return np.maximum(np.asarray(action, dtype=np.float32), SPLIT_FLOOR)
+
+
+def wrap_for(agent: str, env: gym.Env) -> gym.Env:
+    if agent == "dqn":
+        return FlatDiscreteActions(env)
+    if isinstance(env.action_space, spaces.Box):
+        return SafeSplitActions(env)
+    return env
+
+
+def _resolve_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    params = dict(params)
+    pk = dict(params.get("policy_kwargs") or {})
+    if isinstance(pk.get("activation_fn"), str):
+        name = pk["activation_fn"]
+        if name not in ACTIVATIONS:
+            raise ValueError(f"unknown activation_fn {name!r}; known: {', '.join(ACTIVATIONS)}")
+        pk["activation_fn"] = ACTIVATIONS[name]
+    if pk:
+        params["policy_kwargs"] = pk
+    return params
+
+
+class SB3Agent(Policy):
+    """An SB3 model behind the project's predict interface (actions in the env's own space)."""
+
+    def __init__(self, name: str, model: BaseAlgorithm, env: gym.Env | None = None) -> None:
+        self.name = name
+        self.model = model
+        self.env = env
+        nvec = getattr(getattr(env, "unwrapped", env), "action_space", None)
+        self._nvec = np.asarray(nvec.nvec) if name == "dqn" and nvec is not None else None
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+        kwargs: dict[str, Any] = {}
+        if self.name == "maskable-ppo":
+            if action_masks is None and self.env is not None and np.asarray(observation).ndim == 1:
+                action_masks = self.env.unwrapped.action_masks()  # type: ignore[attr-defined]
+            kwargs["action_masks"] = action_masks
+        action, state = self.model.predict(observation, state, episode_start, deterministic, **kwargs)
+        if self._nvec is not None:
+            flat = np.asarray(action)
+            unravel = np.stack(np.unravel_index(flat.reshape(-1).astype(int), self._nvec), axis=-1)
+            action = unravel[0] if flat.ndim == 0 else unravel
+        return action, state
+
+    def learn(self, total_timesteps: int, callback: Any = None, **kwargs: Any) -> SB3Agent:
+        """Train; the warm-up callback (if any) runs beside the caller's callbacks."""
+        callbacks = list(getattr(self, "callbacks", []))
+        if callback is not None:
+            callbacks.extend(callback if isinstance(callback, list) else [callback])
+        self.model.learn(total_timesteps=total_timesteps, callback=callbacks or None, **kwargs)
+        return self
+
+    def save(self, path: Any) -> Path:
+        target = Path(path)
+        if target.suffix != ".zip":
+            target = target.with_suffix(".zip")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.stem + ".tmp.zip")
+        try:
+            self.model.save(tmp)
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+
+
+def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
+             overrides: dict[str, Any] | None = None, warmup: WarmupConfig | None = None,
+             tensorboard_log: str | None = None, verbose: int = 0) -> SB3Agent:
+    """Build an SB3 agent for `env` from its YAML hyper-parameters (plus overrides and warm-up)."""
+    torch.set_num_threads(1)   # small MLPs: threads cost more than they give
+    params = load_hyperparams(name, env_id_of(env))
+    params.update(overrides or {})
+    params = _resolve_kwargs(params)
+    policy = params.pop("policy", "MlpPolicy")
+    algo = ALGORITHMS[name]
+    train_env = wrap_for(name, env)
+    if warmup is not None:
+        if name == "dqn":
+            algo = WarmDQN
+        else:
+            policy = warm_policy_class(name)
+    model = algo(policy, train_env, seed=seed, verbose=verbose, device="cpu",
+                 tensorboard_log=tensorboard_log, **params)
+    model.infer_agent = name  # saved with the model: load_sb3 reads it back
+    agent = SB3Agent(name, model, env)
+    if warmup is not None:
+        attach_warmup(agent, env, warmup, seed=seed)
+    return agent
+
+
+def _saved_agent_name(path: Path) -> str:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            data = json.loads(zf.read("data"))
+    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip ({exc})") from None
+    name = data.get("infer_agent")
+    if name not in ALGORITHMS:
+        raise ValueError(f"model file {path} does not say which agent it holds (infer_agent={name!r})")
+    return str(name)
+
+
+def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
+    """Load an agent saved by SB3Agent.save; the zip records which algorithm it is."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"model file {p} does not exist")
+    name = _saved_agent_name(p)
+    wrapped = wrap_for(name, env) if env is not None else None
+    try:
+        model = ALGORITHMS[name].load(p, env=wrapped, device="cpu")
+    except Exception as exc:  # SB3 raises many kinds on a corrupt zip
+        raise ValueError(f"model file {p} could not be loaded as {name}: {exc}") from None
+    return SB3Agent(name, model, env)

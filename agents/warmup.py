@@ -1,0 +1,238 @@
+"""Warm-up: the article's fix for the allocator's ~200-sample stabilisation problem.
+
+Three parts, each optional, composable with any SB3 agent:
+
+1. conservative initial allocation -- for the first ``steps`` decisions a
+   conservative policy (best-static or heft-calibrated) acts while the learner
+   stores and learns from those transitions. For PPO/A2C the policy's forward
+   pass returns the conservative action with the learner's own value and
+   log-probability of it, so the rollout is consistent and the update pulls
+   the learner toward actions that paid; for DQN it replaces SB3's random
+   ``learning_starts`` actions;
+2. behaviour cloning -- before RL the network is trained to imitate the
+   conservative policy on observations of the scenario (and the critic to
+   predict the returns it earned), so learning starts where it is;
+3. guard -- while the learner's rolling latency ratio to the static reference
+   (a window of recent tasks) is worse than the conservative policy's by more
+   than ``guard_margin``, the conservative policy acts (for ``guard_cooldown``
+   decisions, after which the learner gets another window).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3 import DQN
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import ActorCriticPolicy
+
+if TYPE_CHECKING:
+    from agents.sb3_factory import SB3Agent
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    """Which warm-up parts to use, and how.
+
+    Attributes:
+        conservative: name of the conservative policy (``best-static`` or ``heft-calibrated``).
+        steps: first decisions taken by the conservative policy (0 = part 1 off).
+        clone: behaviour-clone the conservative policy before RL (part 2).
+        clone_samples: observations collected for cloning.
+        clone_epochs: passes over them.
+        guard: fall back to the conservative policy while the learner is worse (part 3).
+        guard_window: recent decisions the guard compares.
+        guard_margin: tolerated excess of the learner's latency ratio over the conservative's.
+        guard_cooldown: decisions the conservative keeps control once the guard trips.
+    """
+
+    conservative: str = "heft-calibrated"
+    steps: int = 200
+    clone: bool = True
+    clone_samples: int = 3000
+    clone_epochs: int = 30
+    guard: bool = True
+    guard_window: int = 50
+    guard_margin: float = 0.05
+    guard_cooldown: int = 50
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "clone_samples", "clone_epochs", "guard_window", "guard_cooldown"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"WarmupConfig.{name} must be an integer >= 0, got {value!r}")
+        if not 0 <= self.guard_margin < 10:
+            raise ValueError(f"WarmupConfig.guard_margin must be in [0, 10), got {self.guard_margin!r}")
+
+    @classmethod
+    def from_parts(cls, parts: str, **kwargs: Any) -> WarmupConfig | None:
+        """``"all"``, ``"none"`` or a comma list of ``conservative,clone,guard``."""
+        chosen = {p.strip() for p in parts.split(",") if p.strip()}
+        if chosen in ({"none"}, set()):
+            return None
+        if chosen == {"all"}:
+            chosen = {"conservative", "clone", "guard"}
+        unknown = chosen - {"conservative", "clone", "guard"}
+        if unknown:
+            raise ValueError(f"unknown warm-up parts {sorted(unknown)}; use all, none or "
+                             "a comma list of conservative, clone, guard")
+        if "conservative" not in chosen:
+            kwargs["steps"] = 0
+        return cls(clone="clone" in chosen, guard="guard" in chosen, **kwargs)
+
+
+def as_env_actions(actions: np.ndarray, space: Any) -> np.ndarray:
+    """Device-per-stage actions as the env takes them: as is, or one-hot in [-1, 1] for Box."""
+    actions = np.asarray(actions)
+    if not isinstance(space, spaces.Box):
+        return actions.astype(np.int64)
+    n_devices = space.shape[0] // 3
+    ids = actions.reshape(-1, 3).astype(int)
+    onehot = -np.ones((len(ids), 3, n_devices), dtype=np.float32)
+    np.put_along_axis(onehot, ids[:, :, None], 1.0, axis=2)
+    return onehot.reshape(len(ids), -1)
+
+
+class WarmupController:
+    """Decides, decision by decision, whether the conservative policy acts."""
+
+    def __init__(self, conservative: Any, config: WarmupConfig, action_space: Any = None) -> None:
+        self.conservative = conservative
+        self.config = config
+        self.action_space = action_space
+        self.decisions = 0
+        self.cooldown = 0
+        self.learner_ratios: deque[float] = deque(maxlen=max(config.guard_window, 1))
+        self.conservative_ratios: deque[float] = deque(maxlen=max(config.guard_window, 1))
+        self.last_conservative = False
+        self.guard_trips = 0
+
+    def use_conservative(self) -> bool:
+        """Called once per decision, before acting."""
+        self.decisions += 1
+        if self.decisions <= self.config.steps:
+            self.last_conservative = True
+        elif self.cooldown > 0:
+            self.cooldown -= 1
+            self.last_conservative = True
+        else:
+            self.last_conservative = False
+        return self.last_conservative
+
+    def actions(self, obs: np.ndarray) -> np.ndarray:
+        action, _ = self.conservative.predict(obs, deterministic=True)
+        action = np.asarray(action)
+        if isinstance(self.action_space, spaces.Box):
+            return as_env_actions(action, self.action_space).reshape(len(np.atleast_2d(obs)), -1)
+        return action
+
+    def record(self, ratio: float) -> None:
+        """The outcome of the last decision: its latency over the static reference's."""
+        if not np.isfinite(ratio):
+            return
+        (self.conservative_ratios if self.last_conservative else self.learner_ratios).append(ratio)
+        if not self.config.guard or self.last_conservative:
+            return
+        window = self.config.guard_window
+        if len(self.learner_ratios) >= max(window // 2, 1) and self.conservative_ratios:
+            learner = float(np.mean(self.learner_ratios))
+            safe = float(np.mean(self.conservative_ratios))
+            if learner > safe * (1.0 + self.config.guard_margin):
+                self.cooldown = self.config.guard_cooldown
+                self.learner_ratios.clear()
+                self.guard_trips += 1
+
+
+class WarmupCallback(BaseCallback):
+    """Feeds each decision's latency ratio to the controller (and logs who acted)."""
+
+    def __init__(self, controller: WarmupController) -> None:
+        super().__init__()
+        self.controller = controller
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", []):
+            latency = info.get("latency")
+            static = info.get("static_latency")
+            if latency is not None:
+                self.controller.record(latency / static if static else latency)
+        self.logger.record("warmup/conservative_acting", float(self.controller.last_conservative))
+        self.logger.record("warmup/guard_trips", self.controller.guard_trips)
+        return True
+
+
+class _WarmForward:
+    """Mixin for actor-critic policies: the conservative policy may act in forward()."""
+
+    warmup: WarmupController | None = None
+
+    def forward(self, obs: torch.Tensor, deterministic: bool = False, **kwargs: Any):  # type: ignore[override]
+        ctl = self.warmup
+        if ctl is None or not ctl.use_conservative():
+            return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
+        actions = torch.as_tensor(ctl.actions(obs.cpu().numpy()), device=obs.device)
+        values, log_prob, _ = self.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
+        if not torch.all(torch.isfinite(log_prob)):
+            # A masked conservative action: let the learner act instead.
+            ctl.last_conservative = False
+            return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
+        return actions, values, log_prob
+
+
+class WarmActorCriticPolicy(_WarmForward, ActorCriticPolicy):
+    pass
+
+
+class WarmMaskablePolicy(_WarmForward, MaskableActorCriticPolicy):
+    pass
+
+
+class WarmDQN(DQN):
+    """DQN whose exploration steps may be taken by the conservative policy."""
+
+    warmup: WarmupController | None = None
+    flatten: Any = None
+
+    def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1):
+        ctl = self.warmup
+        if ctl is not None and ctl.use_conservative():
+            multi = ctl.actions(self._last_obs)  # type: ignore[arg-type]
+            flat = np.array([self.flatten(a) for a in np.atleast_2d(multi)])
+            return flat, flat
+        if ctl is not None and self.num_timesteps < learning_starts:
+            # Past the conservative phase the learner acts greedily-with-epsilon, not randomly.
+            learning_starts = 0
+        return super()._sample_action(learning_starts, action_noise, n_envs)
+
+
+def warm_policy_class(agent: str) -> type:
+    return WarmMaskablePolicy if agent == "maskable-ppo" else WarmActorCriticPolicy
+
+
+def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | None = None) -> WarmupController:
+    """Wire the warm-up parts into an agent built by make_sb3 (clone now, act/guard later)."""
+    from agents.registry import make_policy  # registry imports the factory: import late
+
+    conservative = make_policy(config.conservative, env)
+    controller = WarmupController(conservative, config, env.unwrapped.action_space)
+    model = agent.model
+    if agent.name == "dqn":
+        assert isinstance(model, WarmDQN), "make_sb3 builds WarmDQN when warm-up is asked"
+        model.warmup = controller
+        nvec = tuple(env.unwrapped.action_space.nvec)
+        model.flatten = lambda a: int(np.ravel_multi_index(tuple(int(x) for x in a), nvec))
+    else:
+        model.policy.warmup = controller  # type: ignore[attr-defined]
+    agent.warmup = controller  # type: ignore[attr-defined]
+    agent.callbacks = [WarmupCallback(controller)]  # type: ignore[attr-defined]
+    if config.clone:
+        from agents.cloning import behaviour_clone
+
+        behaviour_clone(agent, env, conservative, config, seed=seed)
+    return controller

@@ -1,0 +1,88 @@
+"""Raw step throughput of InferenceAlloc-v0 against CartPole-v1, measured in one process.
+
+    python bench/bench_env.py [--duration 5] [--repeats 3] [--episode-tasks 100000] [--profile N]
+
+Both envs are built with ``gymnasium.make`` (so both carry the same default wrappers) and timed
+with ``gymnasium.utils.performance.benchmark_step`` (random actions, resets on episode end),
+alternately, ``--repeats`` times each; the best rate of each counts (the least disturbed by
+other load on the machine). The target is a ratio of at least 0.25 (InferenceAlloc-v0 steps/s
+over CartPole-v1 steps/s).
+``--profile N`` then runs N InferenceAlloc-v0 steps under cProfile and prints where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+
+import gymnasium as gym
+from gymnasium.utils.performance import benchmark_step
+
+import envs  # noqa: F401  (registers the ids; gym.make("envs:...") would import it anyway)
+
+TARGET_RATIO = 0.25
+
+
+def throughput(env_id: str, duration: float, seed: int, **kwargs) -> float:
+    env = gym.make(env_id, **kwargs)
+    env.action_space.seed(seed)
+    try:
+        return benchmark_step(env, target_duration=duration, seed=seed)
+    finally:
+        env.close()
+
+
+def profile(steps: int, episode_tasks: int, top: int = 25) -> str:
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=episode_tasks)
+    env.action_space.seed(0)
+    env.reset(seed=0)
+    actions = [env.action_space.sample() for _ in range(steps)]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for action in actions:
+        *_, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=5.0,
+                        help="seconds to time each env (default 5)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternating measurements per env; the best counts (default 3)")
+    parser.add_argument("--episode-tasks", type=int, default=100_000,
+                        help="InferenceAlloc-v0 episode length; long, so resets are rare")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N InferenceAlloc-v0 steps with cProfile")
+    args = parser.parse_args(argv)
+    if args.duration <= 0 or args.repeats < 1 or args.episode_tasks < 1:
+        parser.error("--duration must be > 0, --repeats and --episode-tasks >= 1")
+
+    ours = cartpole = 0.0
+    for _ in range(args.repeats):
+        ours = max(ours, throughput("envs:InferenceAlloc-v0", args.duration, args.seed,
+                                    episode_tasks=args.episode_tasks))
+        cartpole = max(cartpole, throughput("CartPole-v1", args.duration, args.seed))
+    ratio = ours / cartpole
+    print(f"InferenceAlloc-v0 : {ours:12,.0f} steps/s  ({1e6 / ours:7.1f} us/step)")
+    print(f"CartPole-v1       : {cartpole:12,.0f} steps/s  ({1e6 / cartpole:7.1f} us/step)")
+    verdict = "meets" if ratio >= TARGET_RATIO else "below"
+    print(f"ratio             : {ratio:12.3f}  ({verdict} the {TARGET_RATIO} target)")
+    if args.profile:
+        print(profile(args.profile, args.episode_tasks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

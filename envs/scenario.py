@@ -1,0 +1,300 @@
+"""Scenarios: named YAML files that fix the workload, hardware, pipeline and faults.
+
+Schema (every field optional except where noted; see ``envs/scenarios/article.yaml``)::
+
+    name: article
+    description: "..."
+    hardware: server                 # preset name or YAML path
+    variant: glm-5.3-flash           # recipe name or {load:, prefill:, decode:}
+    model: glm-9b
+    episode_tasks: 200
+    noise: 0.05                      # sigma of the multiplicative log-normal stage noise
+    failed_dispatch_s: 0.5           # charged when an action picks a masked device
+    workload:
+      arrival_rate: 0.12             # tasks per second (Poisson)
+      burst: {period: 40, length: 12, rate_multiplier: 6.0}   # optional: bursts of arrivals
+      batch: {dist: choice, values: [4, 8, 16, 32], weights: [.1, .2, .4, .3]}
+      prompt_tokens: {dist: normal, mean: 5000, std: 900, min: 1024, max: 8192}
+      output_tokens: {dist: lognormal, median: 160, sigma: 0.6, min: 16, max: 1024}
+      domains: 64                    # data domains the requests come from
+      zipf: 1.1                      # skew of the live domain popularity
+      trace: null                    # azure-code | azure-conv | CSV path: replaces the synthetic sizes
+      trace_time_scale: 1.0          # > 1 replays the trace faster (more load)
+      trace_window_s: 0.5            # batching window (see envs/traces.py)
+      trace_max_batch: 32
+    cache:
+      precomputed_size: 12           # domains the precomputed cache holds ...
+      train_shift: 24                # ... taken from a training mix shifted this many ranks
+      capacity: 12                   # adaptive cache entries
+      decay: 0.98
+    simulator: {prefetch_depth: 1, replacement_overhead_s: 0.1, contention: 1.0}
+    faults:
+      - {device: npu, kind: offline, start_task: 60, end_task: 120}
+      - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from inference.hardware import load_yaml
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+DISTRIBUTIONS = ("normal", "lognormal", "uniform", "choice", "constant")
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = True,
+            integer: bool = False) -> float:
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError):   # PyYAML reads `1e9` as a string
+            raw = float(raw)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ValueError(f"scenario field {where} must be a finite number, got {raw!r}")
+    if integer and int(raw) != raw:
+        raise ValueError(f"scenario field {where} must be an integer, got {raw!r}")
+    if low is not None and (raw <= low if strict else raw < low):
+        raise ValueError(f"scenario field {where} must be {'>' if strict else '>='} {low}, got {raw!r}")
+    return float(raw)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A positive integer quantity drawn per task (clipped to [min, max])."""
+
+    dist: str = "constant"
+    value: float = 1.0
+    mean: float = 1.0
+    std: float = 0.0
+    median: float = 1.0
+    sigma: float = 0.0
+    low: float = 1.0
+    high: float = 1.0
+    values: tuple[float, ...] = ()
+    weights: tuple[float, ...] = ()
+    min: float = 1.0
+    max: float = 1e9
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> Distribution:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            raw = {"dist": "constant", "value": raw}
+        if not isinstance(raw, dict):
+            raise ValueError(f"scenario field {where} must be a number or a mapping with `dist`")
+        kind = raw.get("dist", "constant")
+        if kind not in DISTRIBUTIONS:
+            raise ValueError(f"scenario field {where}.dist must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = set(raw) - known
+        if unknown:
+            raise ValueError(f"scenario field {where} has unknown keys {sorted(unknown)}")
+        args: dict[str, Any] = {"dist": kind}
+        for key, value in raw.items():
+            if key == "dist":
+                continue
+            if key in ("values", "weights"):
+                if not isinstance(value, list) or not value:
+                    raise ValueError(f"scenario field {where}.{key} must be a non-empty list")
+                args[key] = tuple(_number(v, f"{where}.{key}", low=0.0, strict=key == "values") for v in value)
+            else:
+                args[key] = _number(value, f"{where}.{key}", low=0.0, strict=False)
+        out = cls(**args)
+        if kind == "choice":
+            if not out.values:
+                raise ValueError(f"scenario field {where}.values is required for dist: choice")
+            if out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):
+                raise ValueError(f"scenario field {where}.weights must match values and sum to > 0")
+        if out.min < 1 or out.max < out.min:
+            raise ValueError(f"scenario field {where}: need 1 <= min <= max, got {out.min}..{out.max}")
+        return out
+
+
+@dataclass(frozen=True)
+class Burst:
+    period: int = 40            # tasks per burst cycle
+    length: int = 10            # tasks of each cycle that arrive in the burst
+    rate_multiplier: float = 5.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrival_rate: float = 0.1
+    burst: Burst | None = None
+    batch: Distribution = field(default_factory=lambda: Distribution(value=16))
+    prompt_tokens: Distribution = field(default_factory=lambda: Distribution(value=4096))
+    output_tokens: Distribution = field(default_factory=lambda: Distribution(value=128))
+    domains: int = 64
+    zipf: float = 1.1
+    trace: str | None = None
+    trace_time_scale: float = 1.0
+    trace_window_s: float = 0.5
+    trace_max_batch: int = 32
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    precomputed_size: int = 12
+    train_shift: int = 24
+    capacity: int = 12
+    decay: float = 0.98
+
+
+@dataclass(frozen=True)
+class SimulatorSpec:
+    prefetch_depth: int = 1
+    replacement_overhead_s: float = 0.0
+    contention: float = 1.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    device: str
+    kind: str                   # offline | throttle
+    start_task: int
+    end_task: int
+    factor: float = 1.0         # throttle: speed multiplier in (0, 1]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str = ""
+    hardware: str = "server"
+    variant: Any = "glm-5.3-flash"
+    model: str = "glm-9b"
+    episode_tasks: int = 200
+    noise: float = 0.05
+    failed_dispatch_s: float = 0.5
+    workload: Workload = field(default_factory=Workload)
+    cache: CacheSpec = field(default_factory=CacheSpec)
+    simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
+    faults: tuple[Fault, ...] = ()
+    source: str = ""
+
+
+def _section(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"scenario field {where} must be a mapping")
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ValueError(f"scenario field {where} has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    return raw
+
+
+def _int(raw: Any, where: str, low: float = 0.0, strict: bool = True) -> int:
+    return int(_number(raw, where, low=low, strict=strict, integer=True))
+
+
+def scenario_from_dict(raw: Any, origin: str) -> Scenario:
+    """Validate a parsed YAML mapping into a Scenario; errors name the offending field."""
+    top = _section(raw, "<top level>", {f.name for f in fields(Scenario)} - {"source"})
+    if not top and not isinstance(raw, dict):
+        raise ValueError(f"scenario {origin}: top level must be a mapping")
+    d = Scenario(name=str(top.get("name", Path(origin).stem)))
+    w_raw = _section(top.get("workload"), "workload", {f.name for f in fields(Workload)})
+    w = Workload()
+    burst = None
+    if w_raw.get("burst") is not None:
+        b = _section(w_raw["burst"], "workload.burst", {"period", "length", "rate_multiplier"})
+        burst = Burst(
+            _int(b.get("period", 40), "workload.burst.period"),
+            _int(b.get("length", 10), "workload.burst.length"),
+            _number(b.get("rate_multiplier", 5.0), "workload.burst.rate_multiplier"),
+        )
+        if burst.length > burst.period:
+            raise ValueError("scenario field workload.burst.length must be <= workload.burst.period")
+    trace = w_raw.get("trace")
+    if trace is not None and not isinstance(trace, str):
+        raise ValueError(f"scenario field workload.trace must be a trace name or path, got {trace!r}")
+    workload = Workload(
+        arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate"),
+        burst=burst,
+        batch=Distribution.parse(w_raw.get("batch", 16), "workload.batch"),
+        prompt_tokens=Distribution.parse(w_raw.get("prompt_tokens", 4096), "workload.prompt_tokens"),
+        output_tokens=Distribution.parse(w_raw.get("output_tokens", 128), "workload.output_tokens"),
+        domains=_int(w_raw.get("domains", w.domains), "workload.domains"),
+        zipf=_number(w_raw.get("zipf", w.zipf), "workload.zipf", strict=False),
+        trace=trace,
+        trace_time_scale=_number(w_raw.get("trace_time_scale", 1.0), "workload.trace_time_scale"),
+        trace_window_s=_number(w_raw.get("trace_window_s", 0.5), "workload.trace_window_s", strict=False),
+        trace_max_batch=_int(w_raw.get("trace_max_batch", 32), "workload.trace_max_batch"),
+    )
+    c_raw = _section(top.get("cache"), "cache", {f.name for f in fields(CacheSpec)})
+    c = CacheSpec()
+    cache = CacheSpec(
+        precomputed_size=_int(c_raw.get("precomputed_size", c.precomputed_size), "cache.precomputed_size", strict=False),
+        train_shift=_int(c_raw.get("train_shift", c.train_shift), "cache.train_shift", strict=False),
+        capacity=_int(c_raw.get("capacity", c.capacity), "cache.capacity"),
+        decay=_number(c_raw.get("decay", c.decay), "cache.decay"),
+    )
+    if cache.decay > 1:
+        raise ValueError(f"scenario field cache.decay must be in (0, 1], got {cache.decay}")
+    s_raw = _section(top.get("simulator"), "simulator", {f.name for f in fields(SimulatorSpec)})
+    sim = SimulatorSpec(
+        prefetch_depth=_int(s_raw.get("prefetch_depth", 1), "simulator.prefetch_depth", strict=False),
+        replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", 0.0),
+                                       "simulator.replacement_overhead_s", strict=False),
+        contention=_number(s_raw.get("contention", 1.0), "simulator.contention", strict=False),
+    )
+    faults = []
+    faults_raw = top.get("faults") or []
+    if not isinstance(faults_raw, list):
+        raise ValueError("scenario field faults must be a list")
+    for i, f_raw in enumerate(faults_raw):
+        where = f"faults[{i}]"
+        f = _section(f_raw, where, {"device", "kind", "start_task", "end_task", "factor"})
+        if f.get("kind") not in ("offline", "throttle"):
+            raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {f.get('kind')!r}")
+        if not isinstance(f.get("device"), str):
+            raise ValueError(f"scenario field {where}.device must name a device")
+        fault = Fault(
+            device=f["device"], kind=f["kind"],
+            start_task=_int(f.get("start_task"), f"{where}.start_task", strict=False),
+            end_task=_int(f.get("end_task"), f"{where}.end_task"),
+            factor=_number(f.get("factor", 1.0), f"{where}.factor"),
+        )
+        if fault.end_task <= fault.start_task or fault.factor > 1:
+            raise ValueError(f"scenario field {where}: need start_task < end_task and 0 < factor <= 1")
+        faults.append(fault)
+    variant = top.get("variant", d.variant)
+    if not isinstance(variant, (str, dict)):
+        raise ValueError("scenario field variant must be a recipe name or a mapping")
+    return Scenario(
+        name=d.name,
+        description=str(top.get("description", "")),
+        hardware=str(top.get("hardware", d.hardware)),
+        variant=variant,
+        model=str(top.get("model", d.model)),
+        episode_tasks=_int(top.get("episode_tasks", d.episode_tasks), "episode_tasks"),
+        noise=_number(top.get("noise", d.noise), "noise", strict=False),
+        failed_dispatch_s=_number(top.get("failed_dispatch_s", d.failed_dispatch_s), "failed_dispatch_s",
+                                  strict=False),
+        workload=workload, cache=cache, simulator=sim, faults=tuple(faults), source=origin,
+    )
+
+
+def load_scenario(spec: str | Path | Scenario) -> Scenario:
+    """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, or as is."""
+    if isinstance(spec, Scenario):
+        return spec
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ValueError(f"scenario file {path} does not exist")
+        return scenario_from_dict(load_yaml(path, "scenario file"), str(path))
+    preset = SCENARIO_DIR / f"{spec}.yaml"
+    if not preset.is_file():
+        raise ValueError(
+            f"unknown scenario {spec!r}: not a preset ({', '.join(scenario_names())}) "
+            "and not a path to a YAML file"
+        )
+    return scenario_from_dict(load_yaml(preset, "scenario preset"), str(spec))

@@ -1,0 +1,97 @@
+"""Task streams for an episode: synthetic from a scenario's distributions, or a replayed trace.
+
+All randomness comes from the Generator passed in (the env's ``np_random``), so
+one seed gives one stream. Per task the stream also fixes the three stage
+noise factors, so that every placement tried for that task (the oracle, the
+static reference) sees the same luck.
+
+Domains: live requests come from ``domains`` data domains with Zipf popularity
+(domain 0 most popular). The precomputed loading cache was built offline on a
+*training* mix whose ranking is the live one shifted by ``train_shift``; it
+holds that mix's ``precomputed_size`` most popular domains — the article's
+train/test distribution shift that keeps its hit rate low.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from envs.scenario import Distribution, Scenario, Workload
+from envs.traces import batch_requests
+from inference.task import Task
+
+
+def domain_popularity(workload: Workload) -> np.ndarray:
+    ranks = np.arange(1, workload.domains + 1, dtype=float)
+    weights = ranks ** (-workload.zipf)
+    return weights / weights.sum()
+
+
+def precomputed_domains(scenario: Scenario) -> tuple[int, ...]:
+    """Domains in the precomputed cache: the training mix's most popular ones."""
+    k = scenario.workload.domains
+    size = min(scenario.cache.precomputed_size, k)
+    return tuple((scenario.cache.train_shift + r) % k for r in range(size))
+
+
+def _draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+    if dist.dist == "constant":
+        values = np.full(n, dist.value)
+    elif dist.dist == "normal":
+        values = rng.normal(dist.mean, dist.std, n)
+    elif dist.dist == "lognormal":
+        values = dist.median * np.exp(rng.normal(0.0, dist.sigma, n))
+    elif dist.dist == "uniform":
+        values = rng.uniform(dist.low, dist.high, n)
+    else:  # choice
+        p = np.asarray(dist.weights or [1.0] * len(dist.values), dtype=float)
+        values = rng.choice(np.asarray(dist.values), size=n, p=p / p.sum())
+    return np.clip(np.rint(values), dist.min, dist.max).astype(np.int64)
+
+
+@lru_cache(maxsize=8)
+def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: int) -> tuple[Task, ...]:
+    return tuple(batch_requests(trace, time_scale=time_scale, window_s=window_s, max_batch=max_batch))
+
+
+@dataclass(frozen=True)
+class Episode:
+    tasks: tuple[Task, ...]
+    noise: np.ndarray            # (n_tasks, 3) multiplicative stage noise
+
+
+def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int) -> Episode:
+    """Draw one episode's task stream (at most n_tasks; a trace may hold fewer)."""
+    w = scenario.workload
+    if w.trace is not None:
+        batches = _trace_batches(w.trace, w.trace_time_scale, w.trace_window_s, w.trace_max_batch)
+        n = min(n_tasks, len(batches))
+        start = int(rng.integers(0, len(batches) - n + 1))
+        chosen = batches[start:start + n]
+        t0 = chosen[0].arrival
+        arrivals = np.array([b.arrival - t0 for b in chosen])
+        batch = np.array([b.batch for b in chosen])
+        prompt = np.array([b.prompt_tokens for b in chosen])
+        output = np.array([b.output_tokens for b in chosen])
+    else:
+        n = n_tasks
+        rates = np.full(n, w.arrival_rate)
+        if w.burst is not None:
+            in_burst = (np.arange(n) % w.burst.period) < w.burst.length
+            rates = np.where(in_burst, rates * w.burst.rate_multiplier, rates)
+        gaps = rng.exponential(1.0, n) / rates
+        gaps[0] = 0.0
+        arrivals = np.cumsum(gaps)
+        batch = _draw(w.batch, rng, n)
+        prompt = _draw(w.prompt_tokens, rng, n)
+        output = _draw(w.output_tokens, rng, n)
+    domains = rng.choice(w.domains, size=n, p=domain_popularity(w))
+    noise = np.exp(rng.normal(0.0, scenario.noise, (n, 3))) if scenario.noise > 0 else np.ones((n, 3))
+    tasks = tuple(
+        Task(int(b), int(p), int(o), int(d), float(a))
+        for b, p, o, d, a in zip(batch, prompt, output, domains, arrivals, strict=True)
+    )
+    return Episode(tasks, noise)

@@ -1,0 +1,383 @@
+"""Tests for the Gymnasium adapter: API conformance, determinism, validation, info and masks."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import ResetNeeded
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import envs
+
+IDS = envs.ENV_IDS
+V0, SPLIT = IDS
+SCENARIOS = envs.scenario_names()
+
+
+def make(env_id: str = V0, **kwargs: Any) -> gym.Env:
+    return gym.make(f"envs:{env_id}", **kwargs)
+
+
+def one_hot_split(placement: tuple[int, int, int], n_devices: int = 3) -> np.ndarray:
+    """A Split action that puts each stage wholly on one device."""
+    action = -np.ones((3, n_devices), dtype=np.float32)
+    for stage, dev in enumerate(placement):
+        action[stage, dev] = 1.0
+    return action.reshape(-1)
+
+
+def big_batch_scenario(tmp_path: Path, failed_dispatch_s: float = 0.75) -> Path:
+    """Batches the NPU (32 GB, ~19 GB of weights) cannot hold for prefill or decode."""
+    path = tmp_path / "big.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: big
+        hardware: server
+        variant: glm-5.3-flash
+        episode_tasks: 6
+        failed_dispatch_s: {failed_dispatch_s}
+        workload:
+          arrival_rate: 0.05
+          batch: 32
+          prompt_tokens: 8192
+          output_tokens: 4096
+        """), encoding="utf-8")
+    return path
+
+
+# --- API conformance ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("env_id", IDS)
+def test_env_checkers_pass_without_warnings(env_id: str, scenario: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gym_check_env(make(env_id, scenario=scenario, episode_tasks=12).unwrapped)
+        sb3_check_env(make(env_id, scenario=scenario, episode_tasks=12))
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_make_works_in_a_fresh_process_without_importing_envs(env_id: str, tmp_path: Path) -> None:
+    code = textwrap.dedent(f"""\
+        import sys
+        import gymnasium as gym
+        assert "envs" not in sys.modules
+        env = gym.make("envs:{env_id}", episode_tasks=3)
+        obs, _ = env.reset(seed=0)
+        env.action_space.seed(0)
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        print(type(env.unwrapped).__name__, obs.shape, reward < 0, info["latency"] > 0)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    expected = {V0: "InferenceAllocEnv", SPLIT: "InferenceAllocSplitEnv"}[env_id]
+    assert proc.stdout.split() == [expected, "(26,)", "True", "True"]
+
+
+# --- determinism -------------------------------------------------------------------------------
+
+
+def rollout(env_id: str, seed: int, n_tasks: int = 40, **kwargs: Any) -> list[tuple[Any, ...]]:
+    """A whole episode with an action sequence fixed by its own seed (independent of `seed`)."""
+    env = make(env_id, episode_tasks=n_tasks, **kwargs)
+    env.action_space.seed(1234)
+    actions = [env.action_space.sample() for _ in range(n_tasks)]
+    obs, info = env.reset(seed=seed)
+    out: list[tuple[Any, ...]] = [(obs, info)]
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        out.append((obs, reward, terminated, truncated, info))
+    assert truncated and not terminated
+    return out
+
+
+def assert_identical(a: Any, b: Any, where: str = "") -> None:
+    """Recursive equality; floats must match exactly (NaN only matches NaN)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            assert_identical(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape, where
+        assert np.array_equal(a, b, equal_nan=True), where
+    elif isinstance(a, (float, np.floating)):
+        assert isinstance(b, (float, np.floating)), where
+        assert a == b or (math.isnan(a) and math.isnan(b)), f"{where}: {a!r} != {b!r}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_same_seed_gives_identical_episodes(env_id: str) -> None:
+    first = rollout(env_id, seed=7, reference=True)
+    second = rollout(env_id, seed=7, reference=True)
+    assert_identical(first, second, "episode")
+    other = rollout(env_id, seed=8, reference=True)
+    assert not np.array_equal(np.stack([s[0] for s in first]), np.stack([s[0] for s in other]))
+    assert [s[1] for s in first[1:]] != [s[1] for s in other[1:]]
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("env_id", "action", "match"), [
+    (V0, np.array([0, 0, 3]), "device ids in 0..2"),
+    (V0, np.array([0, -1, 0]), "device ids in 0..2"),
+    (V0, np.array([0, 1]), "shape"),
+    (V0, np.zeros((3, 3), dtype=np.int64), "shape"),
+    (V0, np.array([0.0, np.nan, 1.0]), "integer device ids"),
+    (SPLIT, np.zeros(8, dtype=np.float32), "shape"),
+    (SPLIT, np.array([0, 0, 0, 0, np.nan, 0, 0, 0, 0], dtype=np.float32), "finite"),
+    (SPLIT, np.array([0, 0, 0, -1, -1, -1, 0, 0, 0], dtype=np.float32),
+     "stage 'prefill' no device"),
+    (SPLIT, np.array([0, 0, 0, 0, 0, 0, 0, 0, 1.5], dtype=np.float32), r"\[-1, 1\]"),
+    (SPLIT, np.array([-1.001, 0, 0, 0, 0, 0, 0, 0, 0]), r"\[-1, 1\]"),
+])
+def test_bad_action_is_a_value_error(env_id: str, action: np.ndarray, match: str) -> None:
+    env = make(env_id, episode_tasks=5)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=match):
+        env.step(action)
+    # the failed call changed nothing: a valid step still works and places the first task
+    obs, reward, _, _, info = env.step(env.action_space.sample())
+    assert math.isfinite(reward) and info["task"]["arrival"] == 0.0
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"scenario": "no-such-scenario"}, "unknown scenario 'no-such-scenario'"),
+    ({"hardware": "tpu-pod"}, "unknown hardware 'tpu-pod'"),
+    ({"variant": "glm-6"}, "unknown variant 'glm-6'"),
+    ({"variant": {"load": "direct", "prefill": "window"}}, "variant mapping"),
+    ({"reward": "throughput"}, "reward must be one of latency, relative"),
+    ({"episode_tasks": 0}, "episode_tasks must be a positive integer"),
+    ({"episode_tasks": 2.5}, "episode_tasks must be a positive integer"),
+    ({"noise": -0.1}, "noise must be a finite number >= 0"),
+    ({"noise": float("nan")}, "noise must be a finite number >= 0"),
+    ({"trace": "no-such-trace"}, "unknown trace 'no-such-trace'"),
+])
+@pytest.mark.parametrize("env_id", IDS)
+def test_bad_argument_is_a_value_error(env_id: str, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        make(env_id, **kwargs)
+
+
+@pytest.mark.parametrize("env_cls", [envs.InferenceAllocEnv, envs.InferenceAllocSplitEnv])
+def test_unknown_render_mode_is_a_value_error(env_cls: type) -> None:
+    # direct construction: gym.make would first warn about the mode itself
+    with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
+        env_cls(render_mode="human")
+
+
+def test_malformed_trace_row_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,many,21\n"
+        "2023-11-16 18:15:51.0000000,1200,30\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match=r"line 3\b.*ContextTokens.*'many'"):
+        make(V0, trace=str(path))
+
+
+def test_a_valid_trace_csv_replays(tmp_path: Path) -> None:
+    path = tmp_path / "ok.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.0000000,300,40\n"
+        "2023-11-16 18:15:46.1000000,900,20\n"      # same 0.5 s window: one batch of 2
+        "2023-11-16 18:15:50.0000000,1200,30\n",
+        encoding="utf-8",
+    )
+    env = make(V0, trace=str(path), episode_tasks=10)
+    _, info = env.reset(seed=0)
+    assert info["task"] | {"domain": 0} == {"batch": 2, "prompt_tokens": 900, "output_tokens": 40,
+                                            "domain": 0, "arrival": 0.0}
+    steps = 0
+    truncated = False
+    while not truncated:
+        _, _, _, truncated, _ = env.step(env.action_space.sample())
+        steps += 1
+    assert steps == 2    # the trace ran out before episode_tasks
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_step_before_reset_and_after_the_end_say_reset(env_id: str) -> None:
+    raw = make(env_id, episode_tasks=2).unwrapped
+    with pytest.raises(RuntimeError, match="reset"):
+        raw.step(raw.action_space.sample())
+    with pytest.raises(RuntimeError, match="reset"):
+        raw.action_masks()
+    wrapped = make(env_id, episode_tasks=2)
+    with pytest.raises(ResetNeeded, match="reset"):
+        wrapped.step(wrapped.action_space.sample())
+    raw.reset(seed=0)
+    raw.step(raw.action_space.sample())
+    *_, truncated, _ = raw.step(raw.action_space.sample())
+    assert truncated
+    with pytest.raises(RuntimeError, match="reset"):
+        raw.step(raw.action_space.sample())
+
+
+# --- observations and info ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("env_id", "scenario"), [
+    (V0, "article"), (V0, "faults"), (V0, "edge"), (V0, "long-context"),
+    (SPLIT, "article"), (SPLIT, "bursty"),
+])
+def test_observation_and_info_over_an_episode(env_id: str, scenario: str) -> None:
+    n_tasks = 130 if scenario == "faults" else 40   # the faults start at task 60
+    env = make(env_id, scenario=scenario, episode_tasks=n_tasks, reference=True)
+    env.action_space.seed(3)
+    obs, info = env.reset(seed=11)
+    space = env.observation_space
+    devices = env.unwrapped.device_names
+    assert space.shape == (26,) and space.dtype == np.float32
+    assert obs.dtype == np.float32 and space.contains(obs)
+    assert set(info["task"]) == {"batch", "prompt_tokens", "output_tokens", "domain", "arrival"}
+    steps, truncated = 0, False
+    while not truncated:
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        steps += 1
+        assert not terminated
+        assert obs.dtype == np.float32 and space.contains(obs), obs
+        latency = info["latency"]
+        assert latency > 0 and reward == -latency
+        assert set(info["breakdown"]) == {"overhead", "queue", "load", "transfer", "compute",
+                                          "memory_stall"}
+        assert all(v >= -1e-9 for v in info["breakdown"].values()), info["breakdown"]
+        assert math.isclose(sum(info["breakdown"].values()), latency, rel_tol=1e-9)
+        assert len(info["placement"]) == 3
+        assert all(any(d in p for d in devices) for p in info["placement"])
+        assert info["cache_hit"] in (None, True, False)
+        assert set(info["utilisation"]) == set(devices)
+        assert all(0.0 <= u <= 1.0 for u in info["utilisation"].values())
+        assert math.isclose(sum(info["share"].values()), 1.0, rel_tol=1e-9)
+        static, oracle = info["static_latency"], info["oracle_latency"]
+        assert oracle <= static + 1e-9
+        if env_id == V0:
+            # Same state and noise, and the oracle tries every whole placement: a lower bound on
+            # any V0 action (a masked pick only adds failed-dispatch overhead). Split actions can
+            # spread a stage over devices and legitimately beat it, so not checked there.
+            assert oracle <= latency + 1e-9, (oracle, latency, info["placement"])
+        assert len(info["oracle_placement"]) == 3 and len(info["static_placement"]) == 3
+    assert steps == n_tasks
+
+
+def test_info_without_reference_has_no_reference_latencies() -> None:
+    env = make(V0, episode_tasks=3)
+    env.reset(seed=0)
+    info = env.step(np.array([0, 1, 2]))[-1]
+    assert "oracle_latency" not in info and "static_latency" not in info
+
+
+def test_oracle_placement_reproduces_the_oracle_latency() -> None:
+    """Acting with the oracle's placement gives exactly the oracle latency (same state, noise)."""
+    env = make(V0, episode_tasks=30, reference=True)
+    raw = env.unwrapped
+    env.reset(seed=5)
+    for _ in range(30):
+        ref = raw.planner.references(raw._current_task(), raw._episode.noise[raw._index],
+                                     raw.stage_masks(), 0.0)
+        action = np.array([raw.device_names.index(d) for d in ref["oracle_placement"]])
+        info = env.step(action)[-1]
+        assert info["latency"] == info["oracle_latency"] == ref["oracle_latency"]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_render_ansi_names_placement_and_latency(env_id: str) -> None:
+    env = make(env_id, episode_tasks=3, render_mode="ansi")
+    env.reset(seed=0)
+    assert "no task" in env.render()
+    action = np.array([0, 1, 2]) if env_id == V0 else one_hot_split((0, 1, 2))
+    info = env.step(action)[-1]
+    line = env.render()
+    assert isinstance(line, str) and "\n" not in line
+    assert "cpu,gpu,npu" in line
+    assert f"latency={info['latency']:8.3f}s" in line
+    assert make(env_id, episode_tasks=3).unwrapped.render() is None   # no render_mode
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_relative_reward_is_one_minus_latency_over_static(env_id: str) -> None:
+    env = make(env_id, episode_tasks=25, reward="relative")
+    env.action_space.seed(0)
+    env.reset(seed=2)
+    rewards = []
+    for _ in range(25):
+        _, reward, _, _, info = env.step(env.action_space.sample())
+        assert reward == 1.0 - info["latency"] / info["static_latency"]
+        rewards.append(reward)
+    assert len(set(rewards)) > 1
+
+
+def test_relative_reward_of_the_static_placement_is_zero() -> None:
+    env = make(V0, episode_tasks=20, reward="relative")
+    placement = np.array(env.unwrapped.planner.best_static)
+    env.reset(seed=4)
+    for _ in range(20):
+        reward = env.step(placement)[1]
+        assert reward == 0.0
+
+
+# --- masks -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_action_masks_shape_and_dtype(env_id: str) -> None:
+    env = make(env_id, episode_tasks=3)
+    env.reset(seed=0)
+    masks = env.unwrapped.action_masks()
+    assert masks.shape == (9,) and masks.dtype == np.bool_
+    assert masks.all()    # article: every device online and able to hold every stage
+
+
+def test_npu_masked_for_a_batch_it_cannot_hold(tmp_path: Path) -> None:
+    env = make(V0, scenario=str(big_batch_scenario(tmp_path)))
+    raw = env.unwrapped
+    env.reset(seed=0)
+    masks = raw.action_masks().reshape(3, 3)
+    npu, gpu = raw.device_names.index("npu"), raw.device_names.index("gpu")
+    assert masks[0].all()                          # loading needs no weights: fits everywhere
+    assert not masks[1, npu] and not masks[2, npu]
+    assert masks[1, gpu] and masks[2, gpu]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_masked_pick_is_a_failed_dispatch_not_an_error(env_id: str, tmp_path: Path) -> None:
+    env = make(env_id, scenario=str(big_batch_scenario(tmp_path, failed_dispatch_s=0.75)))
+    raw = env.unwrapped
+    npu = raw.device_names.index("npu")
+    env.reset(seed=0)
+    placement = (0, npu, npu)
+    action = np.array(placement) if env_id == V0 else one_hot_split(placement)
+    _, reward, _, _, info = env.step(action)
+    assert info["failed_dispatch"] == 2
+    assert "npu" not in info["placement"][1] and "npu" not in info["placement"][2]
+    # first task: no re-placement overhead yet, so the overhead is exactly the failed dispatches
+    assert info["breakdown"]["overhead"] == 2 * 0.75
+    assert math.isfinite(reward)
+    # a valid placement on the next task fails nothing
+    gpu = raw.device_names.index("gpu")
+    ok = np.array((0, gpu, gpu)) if env_id == V0 else one_hot_split((0, gpu, gpu))
+    info = env.step(ok)[-1]
+    assert info["failed_dispatch"] == 0
+    assert info["breakdown"]["overhead"] < 0.75
