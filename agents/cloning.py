@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 CLONE_SEED_OFFSET = 7_919_000   # keeps cloning episodes away from evaluation seeds
 HELDOUT_FRACTION = 0.2
+CLONE_LR = 3e-3                  # Adam step size for cloning (a supervised fit: larger than RL)
 
 
 def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> dict[str, np.ndarray]:
@@ -89,7 +90,7 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     else:
         stored = targets
     policy_net = model.q_net if agent.name == "dqn" else model.policy  # type: ignore[attr-defined]
-    optimizer = torch.optim.Adam(policy_net.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(policy_net.parameters(), lr=CLONE_LR)
     obs_t = torch.as_tensor(data["obs"])
     act_t = torch.as_tensor(stored, dtype=torch.float32 if stored.dtype.kind == "f" else torch.long)
     mask_t = torch.as_tensor(data["masks"])

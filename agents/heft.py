@@ -5,7 +5,7 @@ heuristic for heterogeneous processors. Here the "task graph" of an inference
 task is the chain load -> prefill -> decode, so HEFT reduces to: in pipeline
 order, put each stage on the allowed device where it would *finish* first,
 
-    finish(s, d) = max(ready(s, d), backlog(d)) + time(s, d)
+    finish(s, d) = max(ready(s, d), backlog(d)) + time(s, d) [+ set-up if d did not run s last]
     ready(s, d)  = finish of stage s-1 (+ moving its output over the link if it ran elsewhere,
                    + copying the weights if d does not hold them and the stage needs them)
 
@@ -144,6 +144,10 @@ class HeftPolicy(Policy):
         self._weights = float(base.model.weight_bytes)
         self._memory = [float(p.memory) for p in hw.devices]
         self._prefetch = base.sim.config.prefetch_depth > 0
+        # Moving a stage to a device that did not run it for the previous task costs a set-up
+        # (graph capture, allocator): a known configuration cost, priced like any other.
+        self._setup = [float(base.sim.config.replacement_overhead_s) + p.setup_s
+                       for p in hw.devices]
         self._disk_bw = float(hw.disk_bandwidth)
         inf = math.inf
         self._lat = [[0.0 if a == b else (hw.links[(a, b)].latency if (a, b) in hw.links else inf)
@@ -219,6 +223,8 @@ class HeftPolicy(Policy):
         speed = ([max(SPEED_SCALE * v[7 + 4 * i], 1e-3) for i in devices] if self.calibrated
                  else [1.0] * d)
         allowed = self._allowed(costs, online, masks)
+        prev_block = v[5 + 4 * d:]
+        has_prev = any(x > 0 for x in prev_block)
         chosen = [0, 0, 0]
         prev_dev, prev_finish, prev_out = -1, 0.0, 0.0
         for s in range(3):
@@ -235,6 +241,8 @@ class HeftPolicy(Policy):
                 if needs_weights and not resident[i]:
                     ready += self._migration(i, resident)
                 duration = times[i] / speed[i]
+                if has_prev and prev_block[d * s + i] <= 0:
+                    duration += self._setup[i]
                 if s == 0 and not self._prefetch:
                     duration += costs.io_time      # synchronous read blocks the load device
                 finish = (ready if ready > avail[i] else avail[i]) + duration

@@ -46,8 +46,11 @@ class OnlineResult:
         - early_drop: 1 - static / agent over the same samples: the share of throughput lost.
         - worst_window: the highest `window`-sample rolling mean of the agent over the same
           window of static.
-        - samples_to_stabilise: the first sample after which the agent's `window`-sample
-          rolling mean stays within 5% of its mean over the last 200 samples.
+        - samples_to_stabilise: the first sample after which the `window`-sample rolling mean
+          of the agent's per-sample latency ratio to static (the same task's latency under
+          best-static) stays within 5% of its mean over the last 200 samples. The ratio, not
+          the raw latency, so that the sizes of the tasks (which vary 10x) do not count as
+          instability.
         - samples_to_0.9_static: the first sample at which the rolling mean ratio to static
           reaches 0.9 (NaN if never).
         - steady_vs_static / steady_vs_oracle: mean latency over the last 200 samples over
@@ -58,8 +61,9 @@ class OnlineResult:
         ratio = rolling_mean(lat, window) / rolling_mean(static, window)
         steady = min(STEADY_SAMPLES, len(lat))
         steady_mean = float(np.mean(lat[-steady:]))
-        roll = rolling_mean(lat, window)
-        outside = np.abs(roll / steady_mean - 1.0) > STABLE_TOLERANCE
+        per_sample = lat / static
+        roll = rolling_mean(per_sample, window)
+        outside = np.abs(roll / np.mean(per_sample[-steady:]) - 1.0) > STABLE_TOLERANCE
         stabilise = int(np.nonzero(outside)[0][-1] + window) if outside.any() else window
         reached = np.nonzero(ratio <= 0.9)[0]
         return {

@@ -169,15 +169,21 @@ class SB3Agent(Policy):
 
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
              overrides: dict[str, Any] | None = None, warmup: WarmupConfig | None = None,
-             tensorboard_log: str | None = None, verbose: int = 0) -> SB3Agent:
-    """Build an SB3 agent for `env` from its YAML hyper-parameters (plus overrides and warm-up)."""
+             tensorboard_log: str | None = None, verbose: int = 0,
+             vec_env: Any = None) -> SB3Agent:
+    """Build an SB3 agent for `env` from its YAML hyper-parameters (plus overrides and warm-up).
+
+    `vec_env`: train on this VecEnv instead (its sub-envs already wrapped by ``wrap_for``,
+    e.g. several envs or a VecNormalize); `env` is then its first sub-env, which the
+    warm-up and ``predict`` use.
+    """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     params = load_hyperparams(name, env_id_of(env))
     params.update(overrides or {})
     params = _resolve_kwargs(params)
     policy = params.pop("policy", "MlpPolicy")
     algo = ALGORITHMS[name]
-    train_env = wrap_for(name, env)
+    train_env = vec_env if vec_env is not None else wrap_for(name, env)
     if warmup is not None:
         if name == "dqn":
             algo = WarmDQN

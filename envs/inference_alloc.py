@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import bisect_left
 from typing import Any
 
 import gymnasium as gym
@@ -18,6 +19,10 @@ from inference.model_config import get_model
 from inference.simulator import Shares, SimConfig, Simulator, TaskResult
 from inference.task import STAGES, Task
 from inference.variants import build_stages, resolve_variant, variant_label
+from inference.work import StageWork
+
+Masks = tuple[tuple[bool, ...], ...]      # per stage, per device: may it run there?
+Works = tuple[StageWork, StageWork, StageWork]
 
 REWARDS = ("latency", "relative")
 BACKLOG_SCALE_S = 60.0      # backlog b is observed as b / (b + 60 s): 0 idle, 0.5 at 60 s
@@ -62,7 +67,7 @@ class InferenceAllocEnv(gym.Env):
     | 4 + 4d           | device d backlog b (seconds of queued work)            | b / (b + 60)       |
     | 5 + 4d           | device d free memory beside resident weights           | fraction           |
     | 6 + 4d           | device d online                                        | 0 or 1             |
-    | 7 + 4d           | device d measured speed ratio r (EMA of nominal / observed stage time) | r / 2, <= 1 |
+    | 7 + 4d           | device d measured speed ratio r (EMA of nominal / observed prefill time) | r / 2, <= 1 |
     | 4 + 4D           | recent cache hit rate (EMA)                            | fraction           |
     | 5 + 4D + D s + d | previous task's share of stage s on device d           | fraction           |
 
@@ -148,10 +153,31 @@ class InferenceAllocEnv(gym.Env):
         self.planner = ReferencePlanner(self)
         self.n_devices = d = len(device_names)
         self.device_names = device_names
-        # Constants of the hot path, looked up once (the model's weight size is a computed property).
+        # Constants of the hot path, computed once: a step should only do what depends on the step.
         self._weight_bytes = self.model.weight_bytes
         self._device_memory = tuple(profile.memory for profile in self.hardware.devices)
-        self._mask_memo: tuple[tuple[int, tuple[bool, ...]], np.ndarray] | None = None
+        # Observed free memory of a device holding the weights (one without them shows 1.0).
+        self._free_resident = tuple(min(max(1.0 - self._weight_bytes / memory, 0.0), 1.0)
+                                    for memory in self._device_memory)
+        # The shares of "the whole stage on device d", shared by every discrete action.
+        self._whole = tuple(((dev, 1.0),) for dev in range(d))
+        self._cache_kind = getattr(stages[0], "cache_kind", None)   # None: no loading cache
+        # Which devices can hold `need` bytes depends only on how many device memories are
+        # below it (the memories never change): `_fit_rows[k]` is the row of `need <= memory[d]`
+        # when bisection finds k of them below `need`.
+        self._memory_sorted = sorted(self._device_memory)
+        self._fit_rows = tuple(
+            tuple(k == 0 or memory > self._memory_sorted[k - 1] for memory in self._device_memory)
+            for k in range(d + 1))
+        # The current task's masks, asked for by action_masks() and again by step() (see _masks).
+        self._mask_memo: list[Any] | None = None
+        # Labels, device shares and observed previous placement of a placement, which depend on
+        # the placement alone (a discrete action space has D**3 of them): see _placement_facts.
+        self._facts_memo: dict[Shares, tuple[tuple[str, ...], tuple[float, ...],
+                                             tuple[float, ...]]] = {}
+        # (task, works): the current task's `stage.work` records, which the masks, the run,
+        # the references and the speed measurement all price; built once per task.
+        self._works_memo: tuple[Task, Works] | None = None
         self.observation_space = spaces.Box(0.0, 1.0, (5 + 7 * d,), np.float32)
         self.action_space = self._make_action_space()
         self._episode: Episode | None = None
@@ -163,17 +189,21 @@ class InferenceAllocEnv(gym.Env):
         return spaces.MultiDiscrete([self.n_devices] * 3)
 
     def _requested_shares(self, action: Any) -> Shares:
-        """Validate an action into per-stage (device, fraction) shares."""
+        """Validate an action into per-stage (device, fraction) shares.
+
+        The shares list each stage's devices once, in increasing order (as `_dispatch` returns
+        them), so that with every device allowed `step` can skip the dispatch."""
         arr = np.asarray(action)
         if arr.shape == (3,) and arr.dtype.kind in "iu":    # fast path: what SB3 and sample() give
-            ids = arr.tolist()
-            if min(ids) >= 0 and max(ids) < self.n_devices:
-                return tuple(((i, 1.0),) for i in ids)
+            a, b, c = arr.tolist()
+            n, whole = self.n_devices, self._whole
+            if 0 <= a < n and 0 <= b < n and 0 <= c < n:
+                return (whole[a], whole[b], whole[c])
         if arr.shape != (3,):
             raise ValueError(f"action must have shape (3,) (a device per stage), got shape {arr.shape}")
-        if not np.issubdtype(arr.dtype, np.integer):
-            if not np.all(np.isfinite(arr.astype(float))) or np.any(arr != np.round(arr)):
-                raise ValueError(f"action must hold integer device ids, got {action!r}")
+        if not np.issubdtype(arr.dtype, np.integer) and (
+                not np.all(np.isfinite(arr.astype(float))) or np.any(arr != np.round(arr))):
+            raise ValueError(f"action must hold integer device ids, got {action!r}")
         ids = arr.astype(np.int64)
         if np.any(ids < 0) or np.any(ids >= self.n_devices):
             raise ValueError(f"action entries must be device ids in 0..{self.n_devices - 1}, got {action!r}")
@@ -182,43 +212,85 @@ class InferenceAllocEnv(gym.Env):
     def stage_masks(self) -> np.ndarray:
         """(3, D) bool: may stage s run on device d for the current task?"""
         self._require_reset()
-        online = tuple(self.sim.state.online)
-        key = (self._index, online)
-        if self._mask_memo is not None and self._mask_memo[0] == key:   # action_masks() then step()
-            return self._mask_memo[1].copy()
-        task = self._current_task()
+        self._masks()
+        memo = self._mask_memo
+        assert memo is not None
+        if memo[4] is None:
+            memo[4] = np.array(memo[2], dtype=bool)
+        return memo[4].copy()
+
+    def _masks(self) -> tuple[Masks, bool]:
+        """(`stage_masks()` as tuples, whether every stage may run on every device, in which
+        case dispatch changes nothing), memoised per task and online set: action_masks() and
+        step() both ask. The memo keeps the array of `stage_masks()` once that is asked for."""
+        online = self.sim.state.online
+        memo = self._mask_memo
+        if memo is not None and memo[0] == self._index and memo[1] == online:
+            return memo[2], memo[3]
+        works = self._task_works(self._current_task())
         weights = self._weight_bytes
         memory = self._device_memory
-        devices = range(self.n_devices)
+        everywhere = all(online)
         rows = []
-        for stage in self.sim.stages:
-            work = stage.work(task, self.model)
+        for work in works:
             need = work.footprint + (weights if work.needs_weights else 0.0)
-            row = [online[dev] and need <= memory[dev] for dev in devices]
-            if not any(row):
-                # Nothing can hold it: allow the online device with the most memory (it will be slow).
-                candidates = [i for i in devices if online[i]] or list(devices)
-                row[max(candidates, key=memory.__getitem__)] = True
+            below = bisect_left(self._memory_sorted, need)   # devices that cannot hold `need`
+            row = self._fit_rows[below]                      # need <= memory[d], per device d
+            if below or not everywhere:
+                everywhere = False
+                row = tuple(up and fits for up, fits in zip(online, row, strict=True))
+                if not any(row):
+                    # Nothing can hold it: allow the online device with the most memory (it will
+                    # be slow).
+                    devices = range(self.n_devices)
+                    candidates = [i for i in devices if online[i]] or list(devices)
+                    fallback = max(candidates, key=memory.__getitem__)
+                    row = tuple(dev == fallback or fits for dev, fits in enumerate(row))
             rows.append(row)
-        masks = np.array(rows, dtype=bool)
-        self._mask_memo = (key, masks)
-        return masks.copy()
+        masks = tuple(rows)
+        # [index, online, rows, every stage allowed everywhere, stage_masks() array or None]
+        self._mask_memo = [self._index, list(online), masks, everywhere, None]
+        return masks, everywhere
+
+    def _task_works(self, task: Task) -> Works:
+        """`stage.work(task, model)` of each stage (the loader's prices a miss), once per task."""
+        memo = self._works_memo
+        if memo is not None and memo[0] is task:
+            return memo[1]
+        model = self.model
+        load, prefill, decode = self.sim.stages
+        works = (load.work(task, model), prefill.work(task, model), decode.work(task, model))
+        self._works_memo = (task, works)
+        return works
+
+    def _run_works(self, task: Task) -> Works:
+        """The records `Simulator.run` prices for `task` in the current state (`task_works`)."""
+        works = self._task_works(task)
+        if self._cache_kind is not None and task.domain in self.sim.state.cache_entries:
+            # A hit is the one case where the loader's work differs from `work`'s, which is a
+            # miss: `load_work(task, model, False)`, or `load_work(..., None)` without a cache.
+            return (self.sim.stages[0].load_work(task, self.model, True), works[1], works[2])
+        return works
 
     def action_masks(self) -> np.ndarray:
         """Flat mask over [stage0 devices, stage1 devices, stage2 devices] for MaskablePPO."""
         return self.stage_masks().reshape(-1)
 
-    def _dispatch(self, shares: Shares, masks: np.ndarray) -> tuple[Shares, int]:
+    def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
         """Replace masked devices by the available one with the smallest backlog."""
         busy = self.sim.state.busy_until
         failed = 0
-        out = []
+        out: list[tuple[tuple[int, float], ...]] = []
         for s, stage_shares in enumerate(shares):
+            row = masks[s]
+            if len(stage_shares) == 1 and row[stage_shares[0][0]]:
+                out.append(stage_shares)   # the common case: a whole stage on an allowed device
+                continue
             fixed: dict[int, float] = {}
             for dev, frac in stage_shares:
-                if not masks[s, dev]:
+                if not row[dev]:
                     failed += 1
-                    valid = [i for i in range(self.n_devices) if masks[s, i]]
+                    valid = [i for i in range(self.n_devices) if row[i]]
                     dev = min(valid, key=lambda i: (busy[i], i))
                 fixed[dev] = fixed.get(dev, 0.0) + frac
             out.append(tuple(sorted(fixed.items())))
@@ -232,9 +304,11 @@ class InferenceAllocEnv(gym.Env):
         self._index = 0
         self._speed = [1.0] * self.n_devices
         self._hit_rate = 0.0
-        self._prev = np.zeros((3, self.n_devices), dtype=np.float32)
+        self._noise = self._episode.noise.tolist()   # floats: faster than numpy scalars
+        self._prev = (0.0,) * (3 * self.n_devices)
         self._last = None
         self._mask_memo = None
+        self._works_memo = None
         self._apply_faults()
         return self._observation(), {"task": self._task_info(self._current_task())}
 
@@ -242,25 +316,33 @@ class InferenceAllocEnv(gym.Env):
         self._require_reset()
         assert self._episode is not None
         requested = self._requested_shares(action)
-        task = self._current_task()
-        noise = tuple(self._episode.noise[self._index].tolist())   # floats: faster than numpy scalars
-        masks = self.stage_masks()
-        shares, failed = self._dispatch(requested, masks)
+        task = self._episode.tasks[self._index]
+        noise = self._noise[self._index]
+        masks, everywhere = self._masks()
+        if everywhere:   # every device allowed: dispatch would change nothing
+            shares, failed = requested, 0
+        else:
+            shares, failed = self._dispatch(requested, masks)
         penalty = failed * self.scenario.failed_dispatch_s
-        info: dict[str, Any] = {}
+        works = self._run_works(task)
+        refs = None
         if self.reference or self.reward_kind == "relative":
-            info.update(self.planner.references(task, noise, masks, penalty))
-        res = self.sim.run(task, shares, noise, extra_overhead=penalty)
+            refs = self.planner.references(task, noise, masks, penalty, works)
+        res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
         self._observe(res, shares)
         if self.reward_kind == "latency":
             reward = -res.latency
         else:
-            reward = 1.0 - res.latency / info["static_latency"]
-        info.update(self._step_info(task, res, shares, failed))
+            assert refs is not None
+            reward = 1.0 - res.latency / refs["static_latency"]
+        info = self._step_info(task, res, shares, failed)
+        if refs is not None:   # the references' keys come first
+            refs.update(info)
+            info = refs
         self._last = (task, res, shares, info)
         self._index += 1
         truncated = self._index >= len(self._episode.tasks)
-        if not truncated:
+        if not truncated and self.scenario.faults:
             self._apply_faults()
         obs = self._observation()
         return obs, float(reward), False, truncated, info
@@ -304,66 +386,97 @@ class InferenceAllocEnv(gym.Env):
 
     def _observe(self, res: TaskResult, shares: Shares) -> None:
         """Update what the agent can measure: speed ratios, cache hit rate, last placement."""
-        for s in (1, 2):   # prefill and decode: compute-dominated, so they reveal device speed
-            dev, observed = res.stage_device[s], res.stage_time[s]
-            if observed > 0:
-                expected = self.nominal_sim.stage_seconds(res.works[s], dev, res.stage_fraction[s])
-                ratio = expected / observed
-                self._speed[dev] += SPEED_EMA * (ratio - self._speed[dev])
+        speed = self._speed
+        # Prefill is compute bound, so its time reveals a device's compute speed; decode is
+        # bound by memory bandwidth (true = nominal) and would blur the estimate.
+        dev, observed = res.stage_device[1], res.stage_time[1]
+        if observed > 0:
+            expected = self.nominal_sim.stage_seconds(res.works[1], dev, res.stage_fraction[1])
+            speed[dev] += SPEED_EMA * (expected / observed - speed[dev])
         if res.cache_hit is not None:
-            self._hit_rate += HIT_EMA * (float(res.cache_hit) - self._hit_rate)
-        self._prev[:] = 0.0
-        for s, stage_shares in enumerate(shares):
-            for dev, frac in stage_shares:
-                self._prev[s, dev] = frac
+            self._hit_rate += HIT_EMA * ((1.0 if res.cache_hit else 0.0) - self._hit_rate)
+        self._prev = self._placement_facts(shares)[2]
 
     def _observation(self) -> np.ndarray:
+        # The clamps are conditionals rather than min()/max() calls, which cost more on this
+        # path: `1.0 if x > 1.0 else x` is min(x, 1.0), and the speed's is min(max(r, 0.0), 1.0).
         task = self._current_task()
         st = self.sim.state
-        d = self.n_devices
-        hit = self.sim.cache_would_hit(task)
-        values = [min(task.batch / 64.0, 1.0), min(task.prompt_tokens / 32768.0, 1.0),
-                  min(task.output_tokens / 2048.0, 1.0), 0.5 if hit is None else float(hit)]
+        cached = self._cache_kind is not None
+        hit = (1.0 if task.domain in st.cache_entries else 0.0) if cached else 0.5
+        batch = task.batch / 64.0
+        prompt = task.prompt_tokens / 32768.0
+        output = task.output_tokens / 2048.0
+        values = [1.0 if batch > 1.0 else batch, 1.0 if prompt > 1.0 else prompt,
+                  1.0 if output > 1.0 else output, hit]
         now = task.arrival
-        weights = self._weight_bytes
-        for i, memory in enumerate(self._device_memory):
-            backlog = max(0.0, st.busy_until[i] - now)
-            free = 1.0 - (weights / memory if st.resident[i] else 0.0)
-            values += (backlog / (backlog + BACKLOG_SCALE_S), min(max(free, 0.0), 1.0),
-                       float(st.online[i]), min(max(self._speed[i] / 2.0, 0.0), 1.0))
+        for busy, resident, up, speed, free in zip(st.busy_until, st.resident, st.online,
+                                                   self._speed, self._free_resident, strict=True):
+            backlog = busy - now
+            if backlog < 0.0:
+                backlog = 0.0
+            ratio = speed / 2.0
+            if ratio < 0.0:
+                ratio = 0.0
+            elif ratio > 1.0:
+                ratio = 1.0
+            values += (backlog / (backlog + BACKLOG_SCALE_S), free if resident else 1.0,
+                       1.0 if up else 0.0, ratio)
         values.append(self._hit_rate)
-        obs = np.empty(5 + 7 * d, dtype=np.float32)
-        obs[:5 + 4 * d] = values     # float64 -> float32, rounded as element-wise assignment does
-        obs[5 + 4 * d:] = self._prev.reshape(-1)
-        return obs
+        values += self._prev
+        return np.array(values, dtype=np.float32)   # float64 -> float32, rounded to nearest
 
     def _placement_label(self, shares: Shares) -> str:
         names = self.device_names
         return ",".join("+".join(f"{names[dev]}" if frac == 1.0 else f"{names[dev]}:{frac:.2f}"
                                  for dev, frac in stage) for stage in shares)
 
+    def _placement_facts(self, shares: Shares) -> tuple[tuple[str, ...], tuple[float, ...],
+                                                         tuple[float, ...]]:
+        """(info's placement labels, info's device shares, observed previous placement)."""
+        facts = self._facts_memo.get(shares)
+        if facts is not None:
+            return facts
+        d = self.n_devices
+        share = [0.0] * d
+        prev = [0.0] * (3 * d)     # kept as float64, rounded with the rest of the observation
+        for s, stage_shares in enumerate(shares):
+            for dev, frac in stage_shares:
+                share[dev] += frac / 3.0
+                prev[s * d + dev] = frac
+        labels = tuple(self._placement_label((stage_shares,)) for stage_shares in shares)
+        facts = (labels, tuple(share), tuple(prev))
+        if len(self._facts_memo) >= 4096:   # split placements rarely repeat: keep it bounded
+            self._facts_memo.clear()
+        self._facts_memo[shares] = facts
+        return facts
+
     def _task_info(self, task: Task) -> dict[str, Any]:
         return {"batch": task.batch, "prompt_tokens": task.prompt_tokens,
                 "output_tokens": task.output_tokens, "domain": task.domain, "arrival": task.arrival}
 
     def _step_info(self, task: Task, res: TaskResult, shares: Shares, failed: int) -> dict[str, Any]:
-        elapsed = max(res.finish, 1e-9)
-        busy = self.sim.state.busy_time
-        share = [0.0] * self.n_devices
-        for stage_shares in shares:
-            for dev, frac in stage_shares:
-                share[dev] += frac / 3.0
+        elapsed = 1e-9 if res.finish < 1e-9 else res.finish   # max(res.finish, 1e-9)
         names = self.device_names
+        placement, share, _ = self._placement_facts(shares)
+        utilisation = {}
+        for name, busy in zip(names, self.sim.state.busy_time, strict=True):
+            used = busy / elapsed
+            utilisation[name] = 1.0 if used > 1.0 else used      # min(used, 1.0)
         return {
             "latency": res.latency,
             "breakdown": res.breakdown(),
-            "placement": tuple(self._placement_label((st,)) for st in shares),
+            "placement": placement,
             "cache_hit": res.cache_hit,
-            "utilisation": {n: min(busy[i] / elapsed, 1.0) for i, n in enumerate(names)},
+            "utilisation": utilisation,
             "share": dict(zip(names, share, strict=True)),
             "failed_dispatch": failed,
             "attention_s": res.attention,
-            "task": self._task_info(task),
+            "kv_wait_s": res.kv_wait,
+            "speed_ratio": dict(zip(names, self._speed, strict=True)),
+            "task": {"batch": task.batch, "prompt_tokens": task.prompt_tokens,
+                     "output_tokens": task.output_tokens, "domain": task.domain,
+                     "arrival": task.arrival},   # as `_task_info(task)`
         }
 
 

@@ -82,20 +82,25 @@ class ReferencePlanner:
             self._static = search_best_static(self.env)
         return self._static
 
-    def references(self, task: Any, noise: Any, masks: np.ndarray, penalty: float) -> dict[str, Any]:
+    def references(self, task: Any, noise: Any, masks: Any, penalty: float,
+                   works: Any = None) -> dict[str, Any]:
+        """`masks`: the env's stage masks (rows of per-device bools); `works`: the task's work
+        records for this state (see `Simulator.run`), shared by all the runs priced here."""
         env = self.env
         sim = env.sim
         static_shares, failed = env._dispatch(as_shares(self.best_static), masks)
-        static = sim.run(task, static_shares, noise, commit=False,
-                         extra_overhead=failed * env.scenario.failed_dispatch_s).latency
+        overhead = failed * env.scenario.failed_dispatch_s
+        static = sim.run(task, static_shares, noise, commit=False, extra_overhead=overhead,
+                         works=works).latency
         out: dict[str, Any] = {"static_latency": static,
                                "static_placement": tuple(env.device_names[d] for d in self.best_static)}
         if env.reference:
             best, best_placement = float("inf"), None
             for placement in all_placements(env.n_devices):
-                if not all(masks[s, d] for s, d in enumerate(placement)):
+                if not all(masks[s][d] for s, d in enumerate(placement)):
                     continue
-                latency = sim.run(task, as_shares(placement), noise, commit=False).latency
+                latency = sim.run(task, as_shares(placement), noise, commit=False,
+                                  works=works).latency
                 if latency < best:
                     best, best_placement = latency, placement
             assert best_placement is not None

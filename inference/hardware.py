@@ -17,6 +17,7 @@ YAML schema (see ``inference/presets/server.yaml`` for a full example)::
         memory: 8.0e10               # bytes
         memory_domain: gpu-hbm       # devices sharing a domain contend for bandwidth
         launch_overhead: 5.0e-6      # seconds per kernel launch
+        setup_s: 0.5                 # optional: set-up for a stage the device did not just run
         op_efficiency: {dense: .6, attention: .5, dynamic: .2, preprocess: .02}
         pattern_efficiency: {sequential: .85, strided: .55, random: .3}
         cache_hit_rate: {sequential: .97, strided: .8, random: .5}
@@ -69,6 +70,8 @@ class DeviceProfile:
     cache_hit_rate: dict[str, float]
     nominal: tuple[float, float, float]
     source: str = ""
+    setup_s: float = 0.0     # seconds to set the device up for a stage it did not just run
+
 
     @property
     def speed_ratio(self) -> float:
@@ -145,6 +148,12 @@ def _positive(value: Any, where: str) -> float:
     return float(value)
 
 
+def _non_negative(value: Any, where: str) -> float:
+    if value == 0 or value == 0.0:
+        return 0.0
+    return _positive(value, where)
+
+
 def _fractions(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, float]:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} must be a mapping with keys {', '.join(keys)}")
@@ -196,6 +205,7 @@ def _device(raw: Any, i: int) -> DeviceProfile:
         cache_hit_rate=_fractions(raw.get("cache_hit_rate"), PATTERNS, f"{where}.cache_hit_rate"),
         nominal=(nominal["peak_flops"], nominal["mem_bandwidth"], nominal["launch_overhead"]),
         source=str(raw.get("source", "")),
+        setup_s=_non_negative(raw.get("setup_s", 0.0), f"{where}.setup_s"),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -39,30 +40,33 @@ class ModelConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"ModelConfig.n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
 
-    @property
+    # The derived sizes below are cached on first use: the cost model reads them several times
+    # per stage of every simulated task, and the config is frozen, so they never go stale.
+    # (`cached_property` stores into the instance __dict__, which a frozen dataclass allows.)
+    @cached_property
     def head_dim(self) -> int:
         return self.hidden // self.n_heads
 
-    @property
+    @cached_property
     def kv_dim(self) -> int:
         """Width of the K (or V) projection: n_kv_heads * head_dim."""
         return self.n_kv_heads * self.head_dim
 
-    @property
+    @cached_property
     def params_per_layer(self) -> int:
         attn = self.hidden * (self.hidden + 2 * self.kv_dim) + self.hidden * self.hidden
         mlp = 3 * self.hidden * self.ffn
         return attn + mlp
 
-    @property
+    @cached_property
     def n_params(self) -> int:
         return self.n_layers * self.params_per_layer + 2 * self.vocab * self.hidden
 
-    @property
+    @cached_property
     def weight_bytes(self) -> int:
         return self.n_params * self.dtype_bytes
 
-    @property
+    @cached_property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds across all layers (K and V)."""
         return 2 * self.n_layers * self.kv_dim * self.dtype_bytes

@@ -16,8 +16,10 @@ Mechanisms (each a documented ``SimConfig`` field or hardware figure):
   * prefetch: with ``prefetch_depth`` k >= 1 the disk reads a task's input while
     the devices work, up to k tasks ahead; with 0 reading blocks the load device;
   * contention: devices in one memory domain share its bandwidth while they overlap;
-  * re-placement overhead: a placement that differs from the previous task's
-    pays ``replacement_overhead_s`` (device contexts, graph capture, re-sharding);
+  * re-placement overhead: a device that takes a stage it did not run for the
+    previous task is first set up for it (graph capture / compilation, allocator,
+    KV layout) and stays busy its profile's ``setup_s`` plus
+    ``replacement_overhead_s`` doing so;
   * caches: a ``cached`` loader hits when the task's domain is in the precomputed
     set; an ``adaptive`` loader keeps the ``capacity`` most requested domains
     (exponentially decayed counts);
@@ -64,7 +66,9 @@ class SimConfig:
 
     Attributes:
         prefetch_depth: tasks the disk may read ahead of the devices (0 = synchronous I/O).
-        replacement_overhead_s: seconds charged when a task's placement differs from the previous one.
+        replacement_overhead_s: seconds, beside the device's own ``setup_s``, a device spends
+            being set up for a stage it did not run for the previous task (static placements
+            never pay it).
         contention: fraction of memory bandwidth lost per fully overlapping peer in one memory domain.
         precomputed_domains: data domains the precomputed (``cached``) loading cache holds.
         cache_capacity: entries the ``adaptive`` cache holds.
@@ -93,6 +97,11 @@ class SimConfig:
             raise ValueError(f"SimConfig.cache_decay must be in (0, 1], got {self.cache_decay!r}")
         if any(not isinstance(d, int) or d < 0 for d in self.precomputed_domains):
             raise ValueError("SimConfig.precomputed_domains must be non-negative integers")
+
+
+def prev_devices_of(shares: Shares | None, stage: int) -> tuple[int, ...]:
+    """Devices that ran `stage` for the previous task (none before the first task)."""
+    return () if shares is None else tuple(d for d, _ in shares[stage])
 
 
 class TaskResult:
@@ -173,12 +182,20 @@ class Simulator:
         self._inv_flops = [[1.0 / (d.peak_flops * d.op_efficiency[o]) for o in OP_CLASSES] for d in devs]
         self._inv_bw = [[1.0 / (d.mem_bandwidth * d.pattern_efficiency[p]) for p in PATTERNS] for d in devs]
         self._launch = [d.launch_overhead for d in devs]
+        # Set-up of a stage on a device that did not run it for the previous task.
+        self._setup = [self.config.replacement_overhead_s + d.setup_s for d in devs]
+        self._any_setup = any(self._setup)
         self._peers = [[j for j, e in enumerate(devs) if j != i and e.memory_domain == d.memory_domain]
                        for i, d in enumerate(devs)]
         # The diagonal is never read (a stage's output stays on its device): a free placeholder.
         free = Link(math.inf, 0.0)
         self._link = [[hardware.links.get((a, b), free) for b in range(self.n_devices)]
                       for a in range(self.n_devices)]
+        # ... and its two figures as plain matrices, for the stage-to-stage transfer in `run`.
+        self._link_latency = [[link.latency for link in row] for row in self._link]
+        self._link_bandwidth = [[link.bandwidth for link in row] for row in self._link]
+        # Devices whose bandwidth the memory-domain peers can take (see `_stage_time`).
+        self._contended = [bool(peers) and bool(self.config.contention) for peers in self._peers]
         self._disk_bw = hardware.disk_bandwidth
         self.state = self.initial_state()
 
@@ -212,6 +229,12 @@ class Simulator:
         if getattr(self.stages[0], "cache_kind", None) is None:
             return None
         return task.domain in self.state.cache_entries
+
+    def task_works(self, task: Task, hit: bool | None) -> tuple[StageWork, StageWork, StageWork]:
+        """The work records `run` prices for `task` when the loader's cache lookup gives `hit`."""
+        model = self.model
+        return (self.stages[0].load_work(task, model, hit), self.stages[1].work(task, model),
+                self.stages[2].work(task, model))
 
     # ---------------------------------------------------------------- placement
     def shares(self, placement: Any) -> Shares:
@@ -253,115 +276,155 @@ class Simulator:
     # ---------------------------------------------------------------- the hot path
     def run(self, task: Task, shares: Shares, noise: Sequence[float] = (1.0, 1.0, 1.0),
             commit: bool = True, state: ClusterState | None = None,
-            extra_overhead: float = 0.0) -> TaskResult:
+            extra_overhead: float = 0.0,
+            works: tuple[StageWork, StageWork, StageWork] | None = None) -> TaskResult:
         """Book a task with pre-validated shares. With ``commit=False`` nothing changes.
 
         ``extra_overhead`` (seconds) delays the task's start and counts as overhead: the
         environment charges failed dispatches this way.
+        ``works``: the task's ``task_works(task, hit)`` for the hit this state's cache gives,
+        when the caller already has them; building them is a good part of a run's cost, and a
+        caller that prices one task several times (masks, references, oracle) needs them once.
         """
         st = state if state is not None else self.state
         if not commit:
             st = st.copy()
-        cfg, model = self.config, self.model
+        cfg = self.config
         res = TaskResult(self.n_devices)
-        busy, throttle = st.busy_until, st.throttle
+        busy, throttle, resident = st.busy_until, st.throttle, st.resident
+        busy_time, task_busy = st.busy_time, res.busy
+        stage_device, stage_fraction = res.stage_device, res.stage_fraction
         t = task.arrival + extra_overhead
         res.overhead = extra_overhead
-        if cfg.replacement_overhead_s and st.prev_shares is not None and shares != st.prev_shares:
-            res.overhead += cfg.replacement_overhead_s
-            t += cfg.replacement_overhead_s
+        # Re-placement: a device that did not run this stage for the previous task must be set
+        # up for it first (graph capture / compilation, allocator and KV layout), which keeps
+        # that device busy for `replacement_overhead_s` -- static placements never pay it.
+        setup = self._setup
+        prev_shares = st.prev_shares
+        moved = (False, False, False)
+        if self._any_setup and prev_shares is not None and shares != prev_shares:
+            moved = tuple(shares[s] != prev_shares[s] for s in range(3))  # type: ignore[assignment]
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
         hit = None
         if load_impl.cache_kind is not None:
             hit = task.domain in st.cache_entries
-        works = (load_impl.load_work(task, model, hit), self.stages[1].work(task, model),
-                 self.stages[2].work(task, model))
+        if works is None:
+            works = self.task_works(task, hit)
         res.cache_hit = hit
         res.works = works
         # -- disk read: asynchronous with prefetch (overlaps device work), else it blocks the device
-        io_time = works[0].io_bytes / self._disk_bw
+        prefetch = cfg.prefetch_depth
+        work = works[0]
+        io_time = work.io_bytes / self._disk_bw
         read_start = max(t, st.disk_free)
-        if cfg.prefetch_depth:
+        if prefetch:
             if len(st.load_done) == st.load_done.maxlen:
                 read_start = max(read_start, st.load_done[0])   # at most k reads ahead of loading
             read_end = read_start + io_time
             st.disk_free = read_end
         else:
             read_end = read_start
-        prev_end = t
-        prev_devices: tuple[tuple[int, float], ...] = ()
-        prev_end_of: dict[int, float] = {}
-        prev_output = 0.0
-        for s in range(3):
+        # -- load: its input is the disk read
+        contended = self._contended
+        noise_s = noise[0]
+        end_of: dict[int, float] = {}
+        stage_end = -1.0
+        waited = duration = load_setup = 0.0    # the critical share's queueing, duration, set-up
+        for dev, frac in shares[0]:
+            ready = read_end
+            if work.needs_weights and not resident[dev]:
+                ready += self._migration_time(st, dev)
+                resident[dev] = True
+            free = busy[dev]
+            start = free if free > ready else ready
+            if contended[dev]:
+                seconds = self._stage_time(work, dev, frac, start, st)[0]
+            else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`
+                seconds = self.stage_seconds(work, dev, frac)
+            seconds = seconds * noise_s / throttle[dev]
+            set_up = setup[dev] if moved[0] and dev not in prev_devices_of(prev_shares, 0) else 0.0
+            seconds += set_up
+            if not prefetch:
+                seconds += io_time
+                st.disk_free = start + io_time
+            end = start + seconds
+            busy[dev] = end
+            busy_time[dev] += seconds
+            task_busy[dev] += seconds
+            if end > stage_end:
+                stage_end = end
+                # the read counts as loading; waiting for the disk or device as queueing
+                # (prefetch hides the part of the read done while the device was busy)
+                visible = min(io_time, max(0.0, read_end - max(t, free)))
+                if not prefetch:
+                    visible = 0.0   # synchronous: the read is inside `seconds`
+                waited = start - t - visible
+                duration = end - t - waited
+                load_setup = set_up
+            if end >= stage_end:
+                stage_device[0] = dev
+                stage_fraction[0] = frac
+            end_of[dev] = end
+        res.queue += waited    # loading transfers nothing: its input is the disk read
+        res.stage_time[0] = duration - load_setup
+        res.load = duration - load_setup
+        res.overhead += load_setup
+        st.load_done.append(stage_end)   # once per task: prefetch depth counts tasks
+        # -- prefill and decode: the input comes from every device of the previous stage
+        link_latency, link_bandwidth = self._link_latency, self._link_bandwidth
+        for s in (1, 2):
+            prev_end, prev_end_of, prev_devices = stage_end, end_of, shares[s - 1]
+            prev_output = work.output_bytes
             work = works[s]
-            end_of: dict[int, float] = {}
+            noise_s = noise[s]
+            end_of = {}
             stage_end = -1.0
-            crit = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # transfer, queue, duration, stall, attn, kv
+            transfer = queue = duration = stall = attn = kv = crit_setup = 0.0   # critical share
             for dev, frac in shares[s]:
-                # input arrival: the disk for loading, else every device of the previous stage
-                if s == 0:
-                    ready = read_end
-                else:
-                    ready = 0.0
-                    for a, fa in prev_devices:
-                        arrive = prev_end_of[a]
-                        if a != dev:
-                            link = self._link[a][dev]
-                            arrive += link.latency + prev_output * fa * frac / link.bandwidth
-                        if arrive > ready:
-                            ready = arrive
-                if work.needs_weights and not st.resident[dev]:
+                ready = 0.0
+                for a, fa in prev_devices:
+                    arrive = prev_end_of[a]
+                    if a != dev:
+                        arrive += (link_latency[a][dev]
+                                   + prev_output * fa * frac / link_bandwidth[a][dev])
+                    if arrive > ready:
+                        ready = arrive
+                if work.needs_weights and not resident[dev]:
                     ready += self._migration_time(st, dev)
-                    st.resident[dev] = True
+                    resident[dev] = True
                 free = busy[dev]
                 start = free if free > ready else ready
-                duration, stall, attn, kv = self._stage_time(work, dev, frac, start, st)
-                duration = duration * noise[s] / throttle[dev]
-                stall = stall * noise[s] / throttle[dev]
-                attn, kv = attn * noise[s] / throttle[dev], kv * noise[s] / throttle[dev]
-                if s == 0 and not cfg.prefetch_depth:
-                    duration += io_time
-                    st.disk_free = start + io_time
-                end = start + duration
+                seconds, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
+                speed = throttle[dev]
+                seconds = seconds * noise_s / speed
+                set_up = setup[dev] if moved[s] and dev not in prev_devices_of(prev_shares, s) else 0.0
+                seconds += set_up
+                end = start + seconds
                 busy[dev] = end
-                st.busy_time[dev] += duration
-                res.busy[dev] += duration
-                if s == 0:
-                    if end > stage_end:
-                        stage_end = end
-                        # the read counts as loading; waiting for the disk or device as queueing
-                        # (prefetch hides the part of the read done while the device was busy)
-                        visible = min(io_time, max(0.0, read_end - max(t, free)))
-                        if not cfg.prefetch_depth:
-                            visible = 0.0   # synchronous: the read is inside `duration`
-                        waited = start - t - visible
-                        crit = (0.0, waited, end - t - waited, 0.0, 0.0, 0.0)
-                elif end > stage_end:
+                busy_time[dev] += seconds
+                task_busy[dev] += seconds
+                if end > stage_end:
                     stage_end = end
-                    crit = (ready - prev_end, start - ready, duration, stall, attn, kv)
+                    transfer, queue, duration = ready - prev_end, start - ready, seconds
+                    crit_setup = set_up
+                    stall = stall_s * noise_s / speed
+                    attn = attn_s * noise_s / speed
+                    kv = kv_s * noise_s / speed
                 if end >= stage_end:
-                    res.stage_device[s] = dev
-                    res.stage_fraction[s] = frac
+                    stage_device[s] = dev
+                    stage_fraction[s] = frac
                 end_of[dev] = end
-            transfer, queue, duration, stall, attn, kv = crit
             res.transfer += transfer
             res.queue += queue
-            res.stage_time[s] = duration
-            if s == 0:
-                res.load = duration
-                st.load_done.append(stage_end)   # once per task: prefetch depth counts tasks
-            else:
-                res.compute += duration - stall
-                res.memory_stall += stall
-                res.attention += attn
-                res.kv_wait += kv
-            prev_end = stage_end
-            prev_devices = shares[s]
-            prev_output = work.output_bytes
-            prev_end_of = end_of
-        res.finish = prev_end
-        res.latency = prev_end - task.arrival
+            res.stage_time[s] = duration - crit_setup   # the stage's own work, for speed estimates
+            res.overhead += crit_setup
+            res.compute += duration - stall - crit_setup
+            res.memory_stall += stall
+            res.attention += attn
+            res.kv_wait += kv
+        res.finish = stage_end
+        res.latency = stage_end - task.arrival
         st.prev_shares = shares
         if hit is not None:
             st.lookups += 1
@@ -370,42 +433,61 @@ class Simulator:
                 self._track(st, task.domain)
         return res
 
+    # A WorkPart is unpacked in the loops below rather than read field by field: tuple unpacking
+    # is several times cheaper than NamedTuple attribute access, and these loops run for every
+    # share of every stage of every simulated task (the environment's and the oracle's).
+    def stage_profile(self, work: StageWork, dev: int, frac: float = 1.0) -> tuple[float, ...]:
+        """(seconds, memory stall, attention, KV-read wait) of a stage on an idle cluster."""
+        return self._stage_time(work, dev, frac, 0.0, self.initial_state())
+
     def stage_seconds(self, work: StageWork, dev: int, frac: float = 1.0) -> float:
         """Compute time of `frac` of a stage on `dev` with these figures: no queue, noise or contention."""
-        inv_f, inv_b = self._inv_flops[dev], self._inv_bw[dev]
+        inv_f, inv_b, launch = self._inv_flops[dev], self._inv_bw[dev], self._launch[dev]
         total = 0.0
-        for p in work.parts:
-            comp = p.flops * frac * inv_f[p.op]
-            mem = (p.nbytes * frac + p.fixed_bytes) * inv_b[p.pattern]
-            total += (comp if comp > mem else mem) + p.launches * self._launch[dev]
+        if frac == 1.0:   # the whole stage: x * 1.0 == x exactly, so skip those products
+            for _tag, op, pattern, flops, nbytes, fixed_bytes, launches in work.parts:
+                comp = flops * inv_f[op]
+                mem = (nbytes + fixed_bytes) * inv_b[pattern]
+                total += (comp if comp > mem else mem) + launches * launch
+            return total
+        for _tag, op, pattern, flops, nbytes, fixed_bytes, launches in work.parts:
+            comp = flops * frac * inv_f[op]
+            mem = (nbytes * frac + fixed_bytes) * inv_b[pattern]
+            total += (comp if comp > mem else mem) + launches * launch
         return total
 
     def _stage_time(self, work: StageWork, dev: int, frac: float, start: float,
                     st: ClusterState) -> tuple[float, float, float, float]:
         """(duration, memory stall, attention time, KV-read wait) of `frac` of a stage on `dev`."""
-        inv_f, inv_b = self._inv_flops[dev], self._inv_bw[dev]
+        inv_f, inv_b, launch = self._inv_flops[dev], self._inv_bw[dev], self._launch[dev]
+        parts = work.parts
         slow = 1.0
-        if self._peers[dev] and self.config.contention:
+        if self._contended[dev]:
             # Overlapping peers in the memory domain take a share of its bandwidth.
             est = 0.0
-            for p in work.parts:
-                est += (p.nbytes * frac + p.fixed_bytes) * inv_b[p.pattern]
+            for _tag, _op, pattern, _flops, nbytes, fixed_bytes, _launches in parts:
+                est += (nbytes * frac + fixed_bytes) * inv_b[pattern]
             if est > 0:
                 for q in self._peers[dev]:
                     overlap = st.busy_until[q] - start
                     if overlap > 0:
                         slow += self.config.contention * min(1.0, overlap / est)
         total = stall = attn = kv = 0.0
-        for p in work.parts:
-            comp = p.flops * frac * inv_f[p.op]
-            mem = (p.nbytes * frac + p.fixed_bytes) * inv_b[p.pattern] * slow
-            t = (comp if comp > mem else mem) + p.launches * self._launch[dev]
+        whole = frac == 1.0 and slow == 1.0   # x * 1.0 == x exactly: skip those products
+        for tag, op, pattern, flops, nbytes, fixed_bytes, launches in parts:
+            if whole:
+                comp = flops * inv_f[op]
+                mem = (nbytes + fixed_bytes) * inv_b[pattern]
+            else:
+                comp = flops * frac * inv_f[op]
+                mem = (nbytes * frac + fixed_bytes) * inv_b[pattern] * slow
+            t = (comp if comp > mem else mem) + launches * launch
             total += t
             if mem > comp:
                 stall += mem - comp
-                if p.tag == "kv":
+                if tag == "kv":
                     kv += mem - comp
-            if p.tag == "attention":
+            if tag == "attention":
                 attn += t
         return total, stall, attn, kv
 

@@ -34,6 +34,7 @@ from inference.work import (
     WorkPart,
     decode_kv_traffic,
     decode_weights_part,
+    new_record,
 )
 
 if TYPE_CHECKING:
@@ -62,11 +63,12 @@ def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
     flops, kv_bytes = decode_kv_traffic(b, n, m, model)
     # A decode step's attention is a batched matrix-vector product: memory bound, so it is
     # priced as streaming (dense) work, not as the prefill's attention kernels.
-    kv = WorkPart("kv", DENSE, pattern, flops, kv_bytes * (1 + overhead),
-                  launches=kv_launch * model.n_layers * m)
+    kv = new_record(WorkPart, ("kv", DENSE, pattern, flops, kv_bytes * (1 + overhead), 0.0,
+                               kv_launch * model.n_layers * m))
     footprint = float(b * (n + m) * model.kv_bytes_per_token)
-    return StageWork((weights, kv), output_bytes=float(b * m * TOKEN_ID_BYTES), footprint=footprint,
-                     needs_weights=True)
+    # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
+    output = float(b * m * TOKEN_ID_BYTES)
+    return new_record(StageWork, ((weights, kv), 0.0, output, footprint, True))
 
 
 def _greedy(model: TinyTransformer, prefill: PrefillResult, steps: int, cache: KVCache) -> Tensor:

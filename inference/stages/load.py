@@ -38,6 +38,7 @@ from inference.work import (
     TOKEN_ID_BYTES,
     StageWork,
     WorkPart,
+    new_record,
 )
 
 if TYPE_CHECKING:
@@ -106,32 +107,38 @@ def _lookup(cache: DiskCache, source: Path) -> tuple[tuple[int, ...], bytes, boo
     return tokenize(preprocess(raw, source)), raw, False
 
 
+# The records are built with `new_record` from every field in order (see inference/work.py):
+# WorkPart (tag, op, pattern, flops, nbytes, fixed_bytes, launches),
+# StageWork (parts, io_bytes, output_bytes, footprint, needs_weights).
+_TRACK = new_record(WorkPart, ("track", PREPROCESS, RANDOM, TRACK_OPS_PER_REQUEST, 0.0, 0.0, 0.0))
+
+
 def _direct_work(task: Task) -> StageWork:
-    raw = task.batch * task.prompt_tokens * RAW_BYTES_PER_TOKEN
-    tokens = task.batch * task.prompt_tokens * TOKEN_ID_BYTES
-    part = WorkPart("preprocess", PREPROCESS, SEQUENTIAL, raw * PREPROCESS_OPS_PER_BYTE, 2 * raw,
-                    launches=1)
-    return StageWork((part,), io_bytes=raw, output_bytes=tokens, footprint=2 * raw)
+    sequences = task.batch * task.prompt_tokens
+    raw = sequences * RAW_BYTES_PER_TOKEN
+    tokens = sequences * TOKEN_ID_BYTES
+    part = new_record(WorkPart, ("preprocess", PREPROCESS, SEQUENTIAL,
+                                 raw * PREPROCESS_OPS_PER_BYTE, 2 * raw, 0.0, 1))
+    return new_record(StageWork, ((part,), raw, tokens, 2 * raw, False))
 
 
 def _cached_work(task: Task, hit: bool | None, track: bool) -> StageWork:
     """Validate, then apply the entry on a hit or run the full preprocess on a miss."""
-    raw = task.batch * task.prompt_tokens * RAW_BYTES_PER_TOKEN
-    tokens = task.batch * task.prompt_tokens * TOKEN_ID_BYTES
-    parts = [WorkPart("validate", PREPROCESS, SEQUENTIAL, raw * VALIDATE_OPS_PER_BYTE, raw,
-                      launches=1)]
-    if track:
-        parts.append(WorkPart("track", PREPROCESS, RANDOM, TRACK_OPS_PER_REQUEST, 0.0))
+    sequences = task.batch * task.prompt_tokens
+    raw = sequences * RAW_BYTES_PER_TOKEN
+    tokens = sequences * TOKEN_ID_BYTES
+    validate = new_record(WorkPart, ("validate", PREPROCESS, SEQUENTIAL,
+                                     raw * VALIDATE_OPS_PER_BYTE, raw, 0.0, 1))
+    first = (validate, _TRACK) if track else (validate,)
     if hit:
-        parts.append(WorkPart("apply", PREPROCESS, SEQUENTIAL, raw * APPLY_OPS_PER_BYTE, 2 * tokens,
-                              launches=1))
-        return StageWork(tuple(parts), io_bytes=raw + tokens, output_bytes=tokens,
-                         footprint=raw + tokens)
-    parts.append(WorkPart("preprocess", PREPROCESS, SEQUENTIAL, raw * PREPROCESS_OPS_PER_BYTE,
-                          2 * raw, launches=1))
+        apply = new_record(WorkPart, ("apply", PREPROCESS, SEQUENTIAL,
+                                      raw * APPLY_OPS_PER_BYTE, 2 * tokens, 0.0, 1))
+        return new_record(StageWork, ((*first, apply), raw + tokens, tokens, raw + tokens, False))
+    full = new_record(WorkPart, ("preprocess", PREPROCESS, SEQUENTIAL,
+                                 raw * PREPROCESS_OPS_PER_BYTE, 2 * raw, 0.0, 1))
     inter = raw * INTERMEDIATE_BYTES_PER_BYTE
-    parts.append(WorkPart("intermediates", PREPROCESS, STRIDED, 0.0, inter))
-    return StageWork(tuple(parts), io_bytes=raw, output_bytes=tokens, footprint=2 * raw + inter)
+    keep = new_record(WorkPart, ("intermediates", PREPROCESS, STRIDED, 0.0, inter, 0.0, 0.0))
+    return new_record(StageWork, ((*first, full, keep), raw, tokens, 2 * raw + inter, False))
 
 
 class DirectLoad:

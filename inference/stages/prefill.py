@@ -29,6 +29,7 @@ from inference.work import (
     StageWork,
     WorkPart,
     causal_pairs,
+    new_record,
     prefill_dense_part,
     prefill_output,
 )
@@ -88,7 +89,8 @@ def _window_part(task: Task, model: ModelConfig, window: int, tag: str = "attent
     tiles = -(-n // QUERY_TILE)
     kv_reads = tiles * min(n, window) * 2 * model.kv_dim
     nbytes = b * model.n_layers * model.dtype_bytes * (2 * n * model.hidden + kv_reads)
-    return WorkPart(tag, ATTENTION, SEQUENTIAL, flops, nbytes, launches=2.0 * model.n_layers)
+    launches = 2.0 * model.n_layers
+    return new_record(WorkPart, (tag, ATTENTION, SEQUENTIAL, flops, nbytes, 0.0, launches))
 
 
 def _dynamic_part(task: Task, model: ModelConfig, layer_fraction: float = 1.0) -> WorkPart:
@@ -96,14 +98,16 @@ def _dynamic_part(task: Task, model: ModelConfig, layer_fraction: float = 1.0) -
     pairs = causal_pairs(n) * b * model.n_heads * model.n_layers * layer_fraction
     flops = pairs * (4.0 * model.head_dim + PAIR_WEIGHT_FLOPS)
     nbytes = pairs * model.dtype_bytes * PAIR_WEIGHT_PASSES
-    return WorkPart("attention", DYNAMIC, STRIDED, flops, nbytes,
-                    launches=6.0 * model.n_layers * layer_fraction)
+    return new_record(WorkPart, ("attention", DYNAMIC, STRIDED, flops, nbytes, 0.0,
+                                 6.0 * model.n_layers * layer_fraction))
 
 
 def _prefill_work(task: Task, model: ModelConfig, attention: tuple[WorkPart, ...]) -> StageWork:
-    kv, footprint = prefill_output(task.batch, task.prompt_tokens, model)
-    dense = prefill_dense_part(task.batch, task.prompt_tokens, model)
-    return StageWork((dense, *attention), output_bytes=kv, footprint=footprint, needs_weights=True)
+    b, n = task.batch, task.prompt_tokens
+    kv, footprint = prefill_output(b, n, model)
+    dense = prefill_dense_part(b, n, model)
+    # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
+    return new_record(StageWork, ((dense, *attention), 0.0, kv, footprint, True))
 
 
 # ---- the three variants -------------------------------------------------------------------
