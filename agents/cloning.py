@@ -65,9 +65,14 @@ def _loss(agent: SB3Agent, obs: torch.Tensor, actions: torch.Tensor, masks: torc
 
 
 def _agreement(agent: SB3Agent, obs: np.ndarray, actions: np.ndarray) -> float:
-    predicted, _ = agent.predict(obs, deterministic=True)
-    return float(np.mean(np.all(np.asarray(predicted).reshape(len(obs), -1)
-                                == actions.reshape(len(obs), -1), axis=1)))
+    """Share of observations where the learner places every stage as the target does
+    (for split actions: on the device with the largest weight)."""
+    predicted = np.asarray(agent.predict(obs, deterministic=True)[0]).reshape(len(obs), -1)
+    target = actions.reshape(len(obs), -1)
+    if target.dtype.kind == "f":
+        predicted = predicted.reshape(len(obs), 3, -1).argmax(axis=2)
+        target = target.reshape(len(obs), 3, -1).argmax(axis=2)
+    return float(np.mean(np.all(predicted == target, axis=1)))
 
 
 def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,

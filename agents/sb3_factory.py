@@ -14,6 +14,7 @@ with the env's own actions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zipfile
 from pathlib import Path
@@ -71,9 +72,14 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"hyper-parameter override {item!r} must look like key=value")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML ({exc})") from None
+        if isinstance(parsed, str):
+            # YAML 1.1 reads `3e-4` (no dot) as a string; a number is what is meant.
+            with contextlib.suppress(ValueError):
+                parsed = float(parsed)
+        out[key.strip()] = parsed
     return out
 
 

@@ -92,6 +92,8 @@ def as_env_actions(actions: np.ndarray, space: Any) -> np.ndarray:
     actions = np.asarray(actions)
     if not isinstance(space, spaces.Box):
         return actions.astype(np.int64)
+    if actions.shape[-1] == space.shape[0] and actions.dtype.kind == "f":
+        return actions.reshape(-1, space.shape[0]).astype(np.float32)   # already Box actions
     n_devices = space.shape[0] // 3
     ids = actions.reshape(-1, 3).astype(int)
     onehot = -np.ones((len(ids), 3, n_devices), dtype=np.float32)
@@ -198,6 +200,10 @@ class WarmDQN(DQN):
 
     warmup: WarmupController | None = None
     flatten: Any = None
+
+    def _excluded_save_params(self) -> list[str]:
+        # The controller (and its conservative policy) belong to this process, not the model.
+        return [*super()._excluded_save_params(), "warmup", "flatten"]
 
     def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1):
         ctl = self.warmup

@@ -56,13 +56,21 @@ def episode_obs(article: InferenceAllocEnv) -> np.ndarray:
 
 
 def idle_obs(env: InferenceAllocEnv, task_obs: np.ndarray) -> np.ndarray:
-    """`task_obs` with every device idle, online, resident and at its nominal speed."""
+    """`task_obs` with every device idle, online and at its nominal speed, and no previous
+    placement: HEFT prices no set-up, so only backlogs, speeds and transfers decide."""
     obs = task_obs.copy()
     for d in range(env.n_devices):
         obs[4 + 4 * d] = 0.0
         obs[6 + 4 * d] = 1.0
         obs[7 + 4 * d] = 0.5
+    obs[5 + 4 * env.n_devices:] = 0.0
     return obs
+
+
+def setup_s(env: InferenceAllocEnv) -> np.ndarray:
+    """Per device: what taking a stage it did not run for the previous task costs."""
+    return np.array([dev.setup_s + env.sim.config.replacement_overhead_s
+                     for dev in env.hardware.devices])
 
 
 def nominal_times(env: InferenceAllocEnv, task: Task, hit: bool | None) -> np.ndarray:
@@ -221,8 +229,54 @@ def test_calibrated_heft_prices_the_measured_npu(article: InferenceAllocEnv,
 def test_heft_charges_the_kv_cache_transfer_between_devices(article: InferenceAllocEnv,
                                                             episode_obs: np.ndarray) -> None:
     """Decode on a device T is made faster than on prefill's device F by half (then by twice)
-    the time to move prefill's KV cache F -> T: only the transfer decides where decode goes."""
+    the time to move prefill's KV cache F -> T: only the transfer decides where decode goes.
+
+    A measured ratio speeds up every stage on T, and decode on T is far slower than on F
+    (HBM bandwidth), so the ratio that makes T's decode that fast would pull prefill to T as
+    well: the masks keep prefill on F, leaving decode the only choice.
+    """
     calibrated = HeftPolicy(article, calibrated=True)
+    d = article.n_devices
+    checked = 0
+    for raw in episode_obs:
+        obs = idle_obs(article, raw)
+        seen = decode_observation(obs)
+        task = Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
+        fits = allowed(article, task)
+        times = np.where(fits, nominal_times(article, task, seen.cache_hit), np.inf)
+        fast = int(times[1].argmin())
+        if times[2].argmin() != fast:
+            continue
+        masks = fits.copy()
+        masks[1] = np.arange(d) == fast        # prefill stays on F
+        kv_bytes = article.sim.stages[1].work(task, article.model).output_bytes
+        for target in (t for t in range(d) if t != fast and fits[2, t]):
+            link = article.hardware.links[(fast, target)]
+            transfer = link.latency + kv_bytes / link.bandwidth
+            rest = [r for r in range(d) if r not in (fast, target)]
+            ratios = [times[2, target] / (times[2, fast] - gain * transfer) for gain in (0.5, 2.0)]
+            if transfer < 1e-3 or not all(0 < r < 2.0 for r in ratios) or not (
+                    times[2, rest].min() > times[2, fast] + 1.0):
+                continue    # the target cannot be measured that fast, or a third device competes
+            probe = obs.copy()
+            assert calibrated.predict(probe, action_masks=masks.reshape(-1))[0][2] == fast
+            for ratio, expected in zip(ratios, (fast, target), strict=True):
+                probe[7 + 4 * target] = ratio / 2
+                action = calibrated.predict(probe, action_masks=masks.reshape(-1))[0]
+                assert action[1:].tolist() == [fast, expected]
+            checked += 1
+    assert checked >= 5, checked
+
+
+def test_heft_prices_the_set_up_of_a_stage_moved_off_its_previous_device(
+        article: InferenceAllocEnv, episode_obs: np.ndarray) -> None:
+    """Prefill ran on device T for the previous task; the fastest prefill device F did not.
+    T is measured just fast enough that F would gain the set-up of F minus (then plus) a
+    margin: HEFT keeps prefill on T, then moves it to F. With no previous task it takes F."""
+    calibrated = HeftPolicy(article, calibrated=True)
+    setup = setup_s(article)
+    d = article.n_devices
+    prev = slice(5 + 4 * d, None)
     checked = 0
     for raw in episode_obs:
         obs = idle_obs(article, raw)
@@ -231,24 +285,30 @@ def test_heft_charges_the_kv_cache_transfer_between_devices(article: InferenceAl
         times = np.where(allowed(article, task), nominal_times(article, task, seen.cache_hit),
                          np.inf)
         fast = int(times[1].argmin())
-        if times[2].argmin() != fast:
-            continue
-        kv_bytes = article.sim.stages[1].work(task, article.model).output_bytes
-        for target in (d for d in range(article.n_devices) if d != fast):
-            link = article.hardware.links[(fast, target)]
-            transfer = link.latency + kv_bytes / link.bandwidth
-            rest = [d for d in range(article.n_devices) if d not in (fast, target)]
-            ratios = [times[2, target] / (times[2, fast] - gain * transfer) for gain in (0.5, 2.0)]
-            if transfer < 1e-3 or not all(0 < r < 2.0 for r in ratios) or not all(
-                    min([*times[1, rest], times[1, target] / r]) > times[1, fast] + 0.05
-                    and times[2, rest].min() > times[2, fast] + 1.0 for r in ratios):
-                continue    # the target cannot be made that fast, or prefill would move too
-            probe = obs.copy()
-            for ratio, expected in zip(ratios, (fast, target), strict=True):
+        margin = setup[fast] / 4
+        tokens = article.sim.stages[0].work(task, article.model).output_bytes
+        # prefill's input (the loader's output) may cross a link to one device and not the other
+        slack = max(link.latency + tokens / link.bandwidth
+                    for link in article.hardware.links.values())
+        assert margin > 10 * slack      # the set-up, not that transfer, decides below
+        for target in (t for t in range(d) if t != fast and np.isfinite(times[1, t])):
+            rest = [r for r in range(d) if r not in (fast, target)]
+            kept_at = times[1, fast] + setup[fast]
+            ratios = [times[1, target] / (kept_at + sign * margin) for sign in (-1, 1)]
+            if not all(0 < r < 2.0 for r in ratios) or not all(
+                    times[1, r] + setup[r] > kept_at + margin + slack for r in rest):
+                continue    # the target cannot be measured that fast, or a third device competes
+            block = np.zeros((3, d))
+            block[0] = block[2] = 1.0 / d     # load and decode ran everywhere: no set-up
+            block[1, target] = 1.0            # prefill ran on the target only
+            for ratio, expected in zip(ratios, (target, fast), strict=True):
+                probe = obs.copy()
                 probe[7 + 4 * target] = ratio / 2
-                assert calibrated.predict(probe)[0][1:].tolist() == [fast, expected]
+                assert calibrated.predict(probe)[0][1] == fast      # no previous task
+                probe[prev] = block.reshape(-1)
+                assert calibrated.predict(probe)[0][1] == expected
             checked += 1
-    assert checked >= 3, checked
+    assert checked >= 40, checked
 
 
 def test_heft_and_calibrated_agree_when_every_ratio_is_nominal(episode_obs: np.ndarray,

@@ -375,9 +375,21 @@ def test_masked_pick_is_a_failed_dispatch_not_an_error(env_id: str, tmp_path: Pa
     # first task: no re-placement overhead yet, so the overhead is exactly the failed dispatches
     assert info["breakdown"]["overhead"] == 2 * 0.75
     assert math.isfinite(reward)
-    # a valid placement on the next task fails nothing
+    # a valid placement on the next task fails nothing: its only overhead is the set-up of
+    # each stage that moved to a device that did not run it for the first task
+    setup = {dev.name: dev.setup_s + raw.sim.config.replacement_overhead_s
+             for dev in raw.hardware.devices}
+    first = info["placement"]
     gpu = raw.device_names.index("gpu")
     ok = np.array((0, gpu, gpu)) if env_id == V0 else one_hot_split((0, gpu, gpu))
     info = env.step(ok)[-1]
     assert info["failed_dispatch"] == 0
-    assert info["breakdown"]["overhead"] < 0.75
+    assert info["placement"] == (raw.device_names[0], "gpu", "gpu")
+    moved = sum(setup[new] for old, new in zip(first, info["placement"], strict=True)
+                if old != new)
+    assert moved > 0     # the first task's prefill and decode fell back off the gpu
+    assert info["breakdown"]["overhead"] == pytest.approx(moved, rel=1e-12)
+    # ... and the same placement again pays no set-up either
+    info = env.step(ok)[-1]
+    assert info["failed_dispatch"] == 0
+    assert info["breakdown"]["overhead"] == 0.0

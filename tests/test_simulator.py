@@ -198,3 +198,65 @@ def test_weights_migrate_once_to_a_non_resident_device():
     assert third.transfer == pytest.approx(second.transfer, rel=1e-12)
     assert first.latency - second.latency == pytest.approx(migration, rel=1e-6)
     assert sim.state.resident == [True, True, False]
+
+
+def test_a_placement_change_charges_the_new_devices_set_up_once():
+    config = SimConfig(replacement_overhead_s=0.2)
+    setup = {d.name: d.setup_s + config.replacement_overhead_s for d in SERVER.devices}
+    assert setup["npu"] > setup["gpu"] > 0      # the server's figures: 4.2 s and 0.7 s
+    sim = simulator(config=config)
+    arrival = 0.0
+
+    def step(placement):
+        nonlocal arrival
+        result = sim.execute(dataclasses.replace(ARTICLE, arrival=arrival), placement)
+        arrival = result.finish + 100.0          # the next task finds the cluster idle
+        assert parts_sum(result) == pytest.approx(result.latency, rel=1e-12)
+        return result
+
+    first = step(("cpu", "gpu", "gpu"))
+    assert first.overhead == 0                   # nothing ran before the first task
+    assert step(("cpu", "gpu", "gpu")).overhead == 0     # a static placement never pays
+    moved = step(("cpu", "npu", "gpu"))          # prefill moves gpu -> npu
+    assert moved.overhead == pytest.approx(setup["npu"], rel=1e-12)
+    # the set-up keeps the npu busy and delays the task by exactly that much: the stage's
+    # own time is what the same placement takes on a cluster that pays no set-up
+    fresh = simulator(config=config).execute(ARTICLE, ("cpu", "npu", "gpu"))
+    assert fresh.overhead == 0
+    assert moved.latency - fresh.latency == pytest.approx(setup["npu"], rel=1e-9)
+    assert moved.busy[NPU] - fresh.busy[NPU] == pytest.approx(setup["npu"], rel=1e-9)
+    assert moved.busy[GPU] == pytest.approx(fresh.busy[GPU], rel=1e-12)
+    assert moved.stage_time == pytest.approx(fresh.stage_time, rel=1e-12)
+    assert step(("cpu", "npu", "gpu")).overhead == 0     # paid once, not again
+    # back to the gpu: it ran prefill two tasks ago, not for the previous task, so it pays
+    assert step(("cpu", "gpu", "gpu")).overhead == pytest.approx(setup["gpu"], rel=1e-12)
+    # every stage moves: one set-up per stage, each on its new device
+    all_moved = step(("npu", "cpu", "npu"))
+    expected = setup["npu"] + setup["cpu"] + setup["npu"]
+    assert all_moved.overhead == pytest.approx(expected, rel=1e-12)
+    # a split prefill after cpu-only prefill: only the gpu, new to the stage, is set up
+    split = np.zeros((3, 3))
+    split[0, NPU], split[1, CPU], split[1, GPU], split[2, NPU] = 1.0, 0.5, 0.5, 1.0
+    shared = step(split)
+    alone = simulator(config=config).execute(ARTICLE, split)
+    assert shared.busy[GPU] - alone.busy[GPU] == pytest.approx(setup["gpu"], rel=1e-9)
+    assert shared.busy[CPU] == pytest.approx(alone.busy[CPU], rel=1e-12)
+    assert shared.busy[NPU] == pytest.approx(alone.busy[NPU], rel=1e-12)
+
+
+def test_without_set_up_costs_a_placement_change_is_free():
+    free = SERVER
+    for name in free.device_names:
+        free = free.with_device(name, setup_s=0.0)
+    sim = simulator(hardware=free)
+    sim.execute(ARTICLE, ("cpu", "gpu", "gpu"))
+    later = dataclasses.replace(ARTICLE, arrival=1e4)
+    moved = sim.execute(later, ("npu", "npu", "cpu"))
+    fresh = simulator(hardware=free).execute(ARTICLE, ("npu", "npu", "cpu"))
+    assert moved.overhead == 0
+    assert moved.latency == pytest.approx(fresh.latency, rel=1e-12)
+    assert parts_sum(moved) == pytest.approx(moved.latency, rel=1e-12)
+    # the same change on the server's own figures is set up
+    sim = simulator()
+    sim.execute(ARTICLE, ("cpu", "gpu", "gpu"))
+    assert sim.execute(later, ("npu", "npu", "cpu")).overhead > 0

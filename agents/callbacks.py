@@ -1,0 +1,132 @@
+"""TensorBoard callbacks of ``train.py``: the allocator's own metrics beside SB3's scalars.
+
+``LatencyMetrics`` writes, from each step's ``info`` (see ``envs.inference_alloc``):
+
+| tag                          | value                                                         |
+|------------------------------|---------------------------------------------------------------|
+| ``latency/mean``             | mean task latency (s) over the last `window` tasks            |
+| ``latency/p95``              | 95th percentile of the same                                   |
+| ``latency/vs_static``        | their total latency over the best static placement's on the same tasks (``info["static_latency"]``, present with ``reward="relative"``) |
+| ``latency/per_sample``       | every task's latency against its sample index (from 0): the online curve where the ~200-sample stabilisation shows |
+| ``cache/hit_rate``           | loader cache hits over the last `window` lookups               |
+| ``devices/<d>_utilisation``  | device d's busy share of the episode so far, mean over `window` |
+| ``devices/<d>_share``        | share of the stages placed on device d (``info["share"]``), mean over `window` |
+| ``charts/SPS``               | environment steps per second of this ``learn`` call           |
+
+``RunInfo`` writes the resolved config as text (``config``) and the hyper-parameters to
+TensorBoard's HPARAMS view (SB3's ``HParam``), whose metric columns are the final
+metrics the trainer writes at the end of a run (``FINAL_METRICS``) and the last values
+of ``latency/mean`` and ``latency/vs_static``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import HParam, Logger, TensorBoardOutputFormat
+
+FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_static")
+HPARAM_METRICS = (*FINAL_METRICS, "latency/mean", "latency/vs_static")
+TB_ONLY = ("stdout", "log", "json", "csv")
+
+
+def tensorboard_writer(logger: Logger) -> Any:
+    """The SummaryWriter behind an SB3 logger (None if it does not write TensorBoard)."""
+    for fmt in logger.output_formats:
+        if isinstance(fmt, TensorBoardOutputFormat):
+            return fmt.writer
+    return None
+
+
+class LatencyMetrics(BaseCallback):
+    """Records the latency, cache and device metrics of the table above."""
+
+    def __init__(self, device_names: tuple[str, ...] | list[str], window: int = 100) -> None:
+        super().__init__()
+        self.devices = tuple(device_names)
+        self.latency: deque[float] = deque(maxlen=window)
+        self.static: deque[float] = deque(maxlen=window)
+        self.hits: deque[float] = deque(maxlen=window)
+        self.util: dict[str, deque[float]] = {d: deque(maxlen=window) for d in self.devices}
+        self.share: dict[str, deque[float]] = {d: deque(maxlen=window) for d in self.devices}
+        self.writer: Any = None
+        self._fresh = 0
+
+    def _on_training_start(self) -> None:
+        self.writer = tensorboard_writer(self.logger)
+        self._t0, self._steps0 = time.perf_counter(), self.num_timesteps
+
+    def _on_step(self) -> bool:
+        infos = self.locals.get("infos", ())
+        first = self.num_timesteps - len(infos)     # sample index of infos[0]
+        for i, info in enumerate(infos):
+            latency = info.get("latency")
+            if latency is None:
+                continue
+            self._fresh += 1
+            self.latency.append(latency)
+            self.static.append(info.get("static_latency", np.nan))
+            if info.get("cache_hit") is not None:
+                self.hits.append(float(info["cache_hit"]))
+            for d, value in info.get("utilisation", {}).items():
+                if d in self.util:
+                    self.util[d].append(value)
+            for d, value in info.get("share", {}).items():
+                if d in self.share:
+                    self.share[d].append(value)
+            if self.writer is not None:
+                self.writer.add_scalar("latency/per_sample", latency, first + i)
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if not self._fresh:
+            return
+        self._fresh = 0
+        lat = np.fromiter(self.latency, float)
+        self.logger.record("latency/mean", float(lat.mean()))
+        self.logger.record("latency/p95", float(np.percentile(lat, 95)))
+        static = np.fromiter(self.static, float)
+        if np.isfinite(static).all() and static.sum() > 0:
+            self.logger.record("latency/vs_static", float(lat.sum() / static.sum()))
+        if self.hits:
+            self.logger.record("cache/hit_rate", float(np.mean(self.hits)))
+        for d in self.devices:
+            if self.util[d]:
+                self.logger.record(f"devices/{d}_utilisation", float(np.mean(self.util[d])))
+            if self.share[d]:
+                self.logger.record(f"devices/{d}_share", float(np.mean(self.share[d])))
+        elapsed = time.perf_counter() - self._t0
+        if elapsed > 0:
+            self.logger.record("charts/SPS", int((self.num_timesteps - self._steps0) / elapsed))
+
+
+class RunInfo(BaseCallback):
+    """At the start of a fresh run: the config as text and the hyper-parameters (HPARAMS)."""
+
+    def __init__(self, config_text: str, hparams: dict[str, Any]) -> None:
+        super().__init__()
+        self.config_text = config_text
+        self.hparams = {k: _hparam_value(v) for k, v in hparams.items()}
+
+    def _on_training_start(self) -> None:
+        text = "```yaml\n" + self.config_text + "```"   # TensorBoard renders text as markdown
+        self.logger.record("config", text, exclude=TB_ONLY)
+        self.logger.record("hparams", HParam(self.hparams, dict.fromkeys(HPARAM_METRICS, 0.0)),
+                           exclude=TB_ONLY)
+        self.logger.dump(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def _hparam_value(value: Any) -> bool | int | float | str:
+    """TensorBoard's HPARAMS take bool, int, float or str: anything else becomes its text."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)

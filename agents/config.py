@@ -1,0 +1,278 @@
+"""Typed configs for ``train.py`` and ``evaluate.py`` (CleanRL style), from YAML and flags.
+
+Each config is a dataclass whose fields carry their ``--help`` text in
+``field(metadata={"help": ...})``. ``parse_config(Config, argv)`` builds the argparse
+parser from the fields (``snake_case`` -> ``--kebab-case``; lists take several values,
+booleans get ``--x/--no-x``, ``hp`` takes ``key=value`` pairs) and resolves, in order of
+precedence: the flags given, then the YAML file of ``--config``, then the defaults.
+A resolved config dumps back to YAML (``to_yaml``) that ``--config`` reads again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from agents.sb3_factory import parse_overrides
+
+C = TypeVar("C")
+
+DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take ~5 min (~450 steps/s)
+HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
+
+
+class ConfigError(ValueError):
+    """A bad option value: reported as one line, exit code 2."""
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+@dataclass
+class TrainConfig:
+    """What `python train.py` trains (each agent x warm-up spec x seed is one run)."""
+
+    agents: list[str] = field(default_factory=lambda: ["ppo"], metadata=_help(
+        "SB3 agents to train: ppo, a2c, dqn, maskable-ppo"))
+    warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
+        "warm-up specs, one run each: all | none | comma list of conservative,clone,guard"))
+    conservative: str = field(default="heft-calibrated", metadata=_help(
+        "conservative policy of the warm-up (e.g. best-static, heft-calibrated)"))
+    clone_samples: int | None = field(default=None, metadata=_help(
+        "observations collected for behaviour cloning (default: WarmupConfig's)"))
+    scenario: str = field(default="article", metadata=_help("scenario name or YAML path"))
+    hardware: str | None = field(default=None, metadata=_help(
+        "hardware preset or YAML path (default: the scenario's)"))
+    variant: str | None = field(default=None, metadata=_help(
+        "pipeline variant (default: the scenario's)"))
+    env_id: str = field(default="InferenceAlloc-v0", metadata=_help(
+        "InferenceAlloc-v0 | InferenceAllocSplit-v0", flags=("--env-id", "--env")))
+    timesteps: int = field(default=DEFAULT_TIMESTEPS, metadata=_help(
+        "environment steps per run (with --resume: the new total)"))
+    seeds: list[int] = field(default_factory=lambda: [0], metadata=_help(
+        "training seeds (one run per seed)"))
+    n_envs: int = field(default=1, metadata=_help("parallel envs (DummyVecEnv)"))
+    log_dir: str = field(default="runs", metadata=_help("folder of the run folders"))
+    checkpoint_interval: int = field(default=10_000, metadata=_help(
+        "steps between checkpoints (0: none)"))
+    resume: str | None = field(default=None, metadata=_help(
+        "continue the newest run (or the named one) from its last checkpoint",
+        nargs="?", const="latest"))
+    hp: dict[str, Any] = field(default_factory=dict, metadata=_help(
+        "hyper-parameter overrides key=value (YAML values), e.g. n_steps=64"))
+    episode_tasks: int | None = field(default=None, metadata=_help(
+        "tasks per training episode (default: the scenario's)"))
+    normalize: bool = field(default=False, metadata=_help("normalise rewards with VecNormalize"))
+    metrics_window: int = field(default=100, metadata=_help(
+        "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate"))
+    eval_seed: int = field(default=HELDOUT_SEED, metadata=_help(
+        "workload seed of the held-out episode of the comparison table"))
+    eval_tasks: int = field(default=1000, metadata=_help(
+        "tasks of the held-out episode (0: no comparison table)"))
+    progress_bar: bool = field(default=True, metadata=_help("show a progress bar while training"))
+
+    def validate(self) -> None:
+        _require(bool(self.agents), "--agents needs at least one agent")
+        _require(bool(self.warmup), "--warmup needs at least one spec (none, all, ...)")
+        _require(bool(self.seeds), "--seeds needs at least one seed")
+        _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
+        _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
+        _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
+        _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
+        _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
+        _require(self.clone_samples is None or self.clone_samples >= 10,
+                 "--clone-samples must be >= 10")
+        _require(self.episode_tasks is None or self.episode_tasks >= 1,
+                 "--episode-tasks must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """What `python evaluate.py` evaluates and where it writes."""
+
+    models: list[str] = field(default_factory=list, metadata=_help(
+        "model zips or run folders to evaluate (default: every run under --runs)"))
+    runs: str = field(default="runs", metadata=_help("folder of the run folders"))
+    baselines: list[str] = field(default_factory=lambda: [
+        "all-cpu", "all-gpu", "all-npu", "best-static", "heft", "heft-calibrated", "oracle"],
+        metadata=_help("baseline policies to evaluate beside the models"))
+    scenarios: list[str] = field(default_factory=list, metadata=_help(
+        "scenarios (default: those the runs were trained on, else article)"))
+    hardware: str | None = field(default=None, metadata=_help(
+        "hardware preset (default: each run's / the scenario's)"))
+    seeds: int = field(default=5, metadata=_help(
+        f"held-out workload seeds ({HELDOUT_SEED}, {HELDOUT_SEED + 1}, ...)"))
+    seed_base: int = field(default=HELDOUT_SEED, metadata=_help("first held-out seed"))
+    episodes: int = field(default=2, metadata=_help("episodes per seed"))
+    episode_tasks: int | None = field(default=None, metadata=_help(
+        "tasks per episode (default: the scenario's)"))
+    out: str = field(default="results", metadata=_help("output folder"))
+    online: bool = field(default=False, metadata=_help(
+        "only the online stabilisation experiment (>= 5 seeds; stabilization.png/.md)",
+        action="store_true"))
+    online_samples: int = field(default=600, metadata=_help(
+        "samples per online deployment (stabilization.png)"))
+    online_seeds: int | None = field(default=None, metadata=_help(
+        "seeds of the online experiment (default: --seeds, at least 5 with --online)"))
+    no_online: bool = field(default=False, metadata=_help(
+        "skip the online experiment (no stabilization.png) in the default evaluation",
+        action="store_true"))
+    reproduce_article: bool = field(default=False, metadata=_help(
+        "reproduce the article's figures (agents.article.reproduce) into --out",
+        action="store_true"))
+    progress_bar: bool = field(default=True, metadata=_help("show a progress bar"))
+
+    def validate(self) -> None:
+        _require(self.seeds >= 1, f"--seeds must be >= 1, got {self.seeds}")
+        _require(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
+        _require(self.online_samples >= 10, "--online-samples must be >= 10")
+        _require(self.episode_tasks is None or self.episode_tasks >= 2,
+                 "--episode-tasks must be >= 2")
+        _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+# ----------------------------------------------------------------------------- machinery
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    args = typing.get_args(tp)
+    if (typing.get_origin(tp) in (typing.Union, types.UnionType)) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+def build_parser(cls: type, description: str | None = None) -> argparse.ArgumentParser:
+    """An argparse parser with a flag per field of `cls` (defaults shown, values SUPPRESSed)."""
+    parser = argparse.ArgumentParser(
+        description=description or (cls.__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="FILE.yaml",
+                        help="YAML file of options (flags given override it)")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        flags = meta.pop("flags", (_flag(f.name),))
+        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                   else f.default)
+        text = meta.pop("help", "")
+        if "default" not in text:
+            text += f" (default: {default!r})"
+        kwargs: dict[str, Any] = {"dest": f.name, "help": text}
+        tp, _optional = _unwrap_optional(hints[f.name])
+        origin = typing.get_origin(tp)
+        if tp is bool:
+            kwargs["action"] = meta.pop("action", argparse.BooleanOptionalAction)
+        elif origin is list:
+            kwargs.update(nargs="+", type=typing.get_args(tp)[0], metavar="X")
+        elif origin is dict:
+            kwargs.update(nargs="+", metavar="KEY=VALUE")
+        else:
+            kwargs["type"] = tp
+        kwargs.update(meta)   # nargs/const given in the field's metadata
+        parser.add_argument(*flags, **kwargs)
+    return parser
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Check (and gently convert) one YAML value against the field's type."""
+    base, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"option {name} must not be empty")
+    origin = typing.get_origin(base)
+    if origin is list:
+        items = value if isinstance(value, list) else [value]
+        (inner,) = typing.get_args(base)
+        return [_coerce(name, v, inner) for v in items]
+    if origin is dict:
+        if isinstance(value, list):
+            return parse_overrides([str(v) for v in value])
+        if not isinstance(value, dict):
+            raise ConfigError(f"option {name} must be a mapping of key: value, got {value!r}")
+        return dict(value)
+    if base is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"option {name} must be true or false, got {value!r}")
+        return value
+    if base is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"option {name} must be an integer, got {value!r}")
+        return value
+    if base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"option {name} must be a number, got {value!r}")
+        return float(value)
+    if base is str:
+        return str(value)
+    return value
+
+
+def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of option: value")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            raise ConfigError(f"config file {p}: unknown option {key!r}; options: "
+                              f"{', '.join(sorted(names))}")
+        out[name] = _coerce(name, value, hints[name])
+    return out
+
+
+def parse_config(cls: type[C], argv: Sequence[str] | None = None,
+                 description: str | None = None) -> tuple[C, set[str]]:
+    """The config from defaults < ``--config`` YAML < flags, and the names of the options set.
+
+    Bad values raise ConfigError; argparse itself exits 2 on a malformed command line.
+    """
+    parser = build_parser(cls, description)
+    given = vars(parser.parse_args(argv))
+    values: dict[str, Any] = {}
+    config_file = given.pop("config", None)
+    if config_file is not None:
+        values.update(read_yaml_options(cls, config_file))
+    if "hp" in given:
+        try:
+            given["hp"] = parse_overrides(given["hp"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    for name, value in given.items():   # a mapping option (hp) merges over the file's
+        values[name] = {**values.get(name, {}), **value} if isinstance(value, dict) else value
+    config = cls(**values)
+    validate = getattr(config, "validate", None)
+    if validate is not None:
+        validate()
+    return config, set(values)
+
+
+def to_yaml(config: Any) -> str:
+    """The config as YAML that ``--config`` reads back (field order kept)."""
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=None)

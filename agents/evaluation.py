@@ -1,0 +1,243 @@
+"""Evaluation on held-out workloads: per-task latencies, summary statistics, the online study.
+
+* ``episode_latencies``: run any policy (``predict``) for whole episodes of a seeded stream;
+* ``summarise``: per seed mean / p50 / p95 / p99 latency, ratio to best-static and gap to
+  the oracle on the same episodes, then the mean and a 95% t-interval over seeds;
+* ``online_study``: ``agents.online.deploy`` of learners from sample 0 beside the static,
+  HEFT and oracle references on the same streams (the ~200-sample stabilisation).
+
+Definitions used in every table:
+
+- *ratio to best static*: an agent's mean latency over best-static's mean latency on the
+  same episodes (same seed: same tasks and noise); < 1 is better than static;
+- *gap to the oracle*: an agent's mean latency over the per-step oracle's on the same
+  episodes, minus 1 (the oracle is myopic: a learner may beat it over a stream);
+- *95% CI*: half-width of the Student-t interval of the mean over the samples (seeds, or
+  seeds x training runs), ``t(0.975, n-1) * sd / sqrt(n)``; empty with one sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import envs  # noqa: F401  (registers the env ids)
+from agents.registry import make_policy
+from agents.stats import mean_ci95
+
+REFERENCES = ("best-static", "oracle")
+PERCENTILES = (50, 95, 99)
+METRICS = ("mean_latency_s", "p50_latency_s", "p95_latency_s", "p99_latency_s",
+           "vs_best_static", "gap_to_oracle")
+
+
+
+def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
+             hardware: str | None = None, variant: str | None = None,
+             episode_tasks: int | None = None, reward: str = "latency") -> gym.Env:
+    """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them."""
+    if env_id not in envs.ENV_IDS:
+        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(envs.ENV_IDS)}")
+    kwargs: dict[str, Any] = {"scenario": scenario, "episode_tasks": episode_tasks,
+                              "reward": reward}
+    if hardware is not None:
+        kwargs["hardware"] = hardware
+    if variant is not None:
+        kwargs["variant"] = variant
+    return gym.make(f"envs:{env_id}", **kwargs)
+
+
+def episode_latencies(policy: Any, env: gym.Env, seed: int, episodes: int = 1) -> np.ndarray:
+    """Per-task latency of `policy` over `episodes` consecutive episodes of stream `seed`."""
+    base = env.unwrapped
+    out: list[float] = []
+    obs, _ = base.reset(seed=seed)
+    for episode in range(episodes):
+        if episode:
+            obs, _ = base.reset()
+        done = False
+        while not done:
+            action, _ = policy.predict(obs, deterministic=True)
+            obs, _, terminated, truncated, info = base.step(action)
+            out.append(info["latency"])
+            done = terminated or truncated
+    return np.asarray(out)
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and 95% t-interval half-width of the finite values (NaN where undefined)."""
+    finite = [v for v in values if np.isfinite(v)]
+    return mean_ci95(finite) if finite else (math.nan, math.nan)
+
+
+def episode_metrics(latency: np.ndarray, static: np.ndarray, oracle: np.ndarray
+                    ) -> dict[str, float]:
+    """The metrics of one seed's episodes (see the module docstring)."""
+    mean = float(np.mean(latency))
+    out = {"mean_latency_s": mean}
+    for q in PERCENTILES:
+        out[f"p{q}_latency_s"] = float(np.percentile(latency, q))
+    out["vs_best_static"] = mean / float(np.mean(static))
+    out["gap_to_oracle"] = mean / float(np.mean(oracle)) - 1.0
+    return out
+
+
+@dataclass
+class AgentResult:
+    """One agent on one scenario: per-sample metrics and the pooled per-task latencies."""
+
+    agent: str
+    scenario: str
+    kind: str                       # "model" or "baseline"
+    runs: int = 1
+    samples: list[dict[str, float]] = field(default_factory=list)
+    latencies: list[np.ndarray] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"scenario": self.scenario, "agent": self.agent, "kind": self.kind,
+                               "runs": self.runs, "n": len(self.samples)}
+        for m in METRICS:
+            mean, ci = mean_ci([s[m] for s in self.samples])
+            row[m], row[f"{m}_ci95"] = mean, ci
+        return row
+
+
+def summary_csv(rows: Iterable[dict[str, Any]]) -> str:
+    rows = list(rows)
+    if not rows:
+        return ""
+    header = list(rows[0])
+    lines = [",".join(header)]
+    for r in rows:
+        lines.append(",".join(_csv_cell(r[h]) for h in header))
+    return "\n".join(lines) + "\n"
+
+
+def _csv_cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    text = str(value)
+    return f'"{text}"' if "," in text or '"' in text else text
+
+
+def fmt_ci(mean: float, ci: float, digits: int = 3) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f}" if math.isnan(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episodes: int) -> str:
+    """Tables per scenario (value ± 95% CI) and the definitions."""
+    lines = ["# Evaluation on held-out workloads", "",
+             f"Held-out workload seeds {', '.join(map(str, seeds))} (training used 0, 1, ...), "
+             f"{episodes} episode(s) per seed. Values: mean ± 95% CI half-width over seeds "
+             "(for models: seeds x training runs).", ""]
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        lines += [f"## {scenario}", "",
+                  "| agent | n | mean latency (s) | p50 (s) | p95 (s) | p99 (s) | vs best static "
+                  "| gap to oracle |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in rows if r["scenario"] == scenario):
+            cells = [fmt_ci(r[m], r[f"{m}_ci95"]) for m in METRICS]
+            lines.append(f"| {r['agent']} | {r['n']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Definitions", "", (__doc__ or "").split("Definitions used in every table:")[-1]
+              .strip(), ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- online study
+@dataclass
+class OnlineStudy:
+    """Per-sample latency curves of each agent over seeds, and OnlineResult.metrics per seed."""
+
+    curves: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    metrics: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    def add(self, agent: str, result: Any) -> None:
+        self.curves.setdefault(agent, []).append(np.asarray(result.latency))
+        self.metrics.setdefault(agent, []).append(result.metrics())
+
+
+ONLINE_LEARNERS = {"ppo": ("ppo", None), "ppo-warm": ("ppo", "all"),
+                   "dqn": ("dqn", None), "dqn-warm": ("dqn", "all")}
+ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
+
+
+def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
+                 scenario: str = "article", hardware: str | None = None,
+                 tick: Callable[[], None] | None = None) -> OnlineStudy:
+    """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
+
+    Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``) are fresh agents (training seed =
+    the stream's index) that learn as they go; ``best-static`` and ``oracle`` are the
+    references ``deploy`` runs on the same stream; other names are fixed policies.
+    """
+    from agents.online import OnlineResult, deploy
+    from agents.sb3_factory import make_sb3
+    from agents.warmup import WarmupConfig
+
+    unknown = [a for a in agents if a not in ONLINE_LEARNERS and a not in ONLINE_FIXED]
+    if unknown:
+        raise ValueError(f"unknown online agents {unknown}; valid: "
+                         f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}")
+    study = OnlineStudy()
+    for index, seed in enumerate(seeds):
+        def fresh_env() -> gym.Env:
+            return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
+                            reward="relative")
+
+        env = fresh_env()
+        refs = deploy(make_policy("best-static", env), env, n_samples, learn=False, seed=seed)
+        for agent in agents:
+            if agent in REFERENCES:
+                latency = refs.static if agent == "best-static" else refs.oracle
+                result = OnlineResult(latency, refs.static, refs.oracle)
+            else:
+                env = fresh_env()
+                if agent in ONLINE_LEARNERS:
+                    algo, parts = ONLINE_LEARNERS[agent]
+                    warm = WarmupConfig.from_parts(parts) if parts else None
+                    policy, learn = make_sb3(algo, env, seed=index, warmup=warm), True
+                else:
+                    policy, learn = make_policy(agent, env), False
+                run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)
+                result = dataclasses.replace(run, static=refs.static, oracle=refs.oracle)
+            study.add(agent, result)
+            if tick is not None:
+                tick()
+    return study
+
+
+def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
+                    scenario: str) -> str:
+    from agents.online import EARLY_SAMPLES, WINDOW, OnlineResult
+
+    names = list(next(iter(study.metrics.values()))[0]) if study.metrics else []
+    lines = ["# Online stabilisation", "",
+             f"Scenario {scenario}; every agent deployed from sample 0 on the same {len(seeds)} "
+             f"task streams (seeds {', '.join(map(str, seeds))}), {n_samples} samples each; "
+             "learners learn as they go. Values: mean ± 95% CI half-width over seeds.", "",
+             "| agent | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for agent, per_seed in study.metrics.items():
+        cells = []
+        for k in names:
+            values = [m[k] for m in per_seed]
+            finite = sum(np.isfinite(values))
+            note = f" ({finite}/{len(values)} seeds)" if 0 < finite < len(values) else ""
+            cells.append(fmt_ci(*mean_ci(values)) + note)
+        lines.append(f"| {agent} | " + " | ".join(cells) + " |")
+    doc = (OnlineResult.metrics.__doc__ or "").strip().splitlines()
+    lines += ["", "## Definitions", "",
+              f"(early = the first {EARLY_SAMPLES} samples, window = {WINDOW} samples; "
+              "static = best-static on the same tasks; the oracle is the myopic per-step "
+              "reference; '-': undefined for every seed, e.g. never reached; (k/n seeds): the mean of "
+              "the k seeds where it is defined.)", ""]
+    lines += [line.strip() if not line.startswith("  ") else line[8:] for line in doc[2:]]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,49 @@
+"""Writing files so that nothing is ever half-written: a temp file beside the target, then rename.
+
+Every output of ``train.py`` and ``evaluate.py`` (configs, tables, plots, models) goes
+through ``atomic_path``: the content is written to ``.<name>.<pid>.tmp`` in the target's
+folder and renamed over the target only once complete; on any error the temp file is
+removed and the target is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_SUFFIX = ".tmp"
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp path to write; on success it replaces `target`, on failure it is removed."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}{TMP_SUFFIX}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(target: str | os.PathLike[str], text: str) -> Path:
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(target)
+
+
+def save_figure(fig: Any, target: str | os.PathLike[str], dpi: int = 120) -> Path:
+    """Save a matplotlib figure as PNG atomically (the format is given, not read from the name)."""
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+    return Path(target)
+
+
+def leftover_temp_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """Temp files under `folder` (what a crash in the middle of a write would leave)."""
+    root = Path(folder)
+    return sorted(p for p in root.rglob(f"*{TMP_SUFFIX}*") if p.is_file()) if root.exists() else []

@@ -1,0 +1,433 @@
+"""Training runs of ``train.py``: one run per agent x warm-up spec x seed, each in its own folder.
+
+A run folder ``{log_dir}/{env}__{agent}[-warm]__{seed}__{unix time}/`` (CleanRL naming;
+partial warm-ups read ``-warm-clone+guard``) holds:
+
+* ``events.out.tfevents.*``: SB3's scalars and ours (``agents.callbacks``), the config as
+  text and the hyper-parameters in the HPARAMS view; a resumed run appends a new events
+  file beside the old ones, with the step count continuing;
+* ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back);
+* ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
+  VecNormalize statistics, and for DQN the latest replay buffer);
+* ``model.zip`` once training ends, and ``vecnormalize.pkl`` with ``normalize``.
+
+What a failed run leaves: the folder is created only once the env and the agent are built
+(warm-up cloning included), so bad options never leave one. If training then fails (or is
+interrupted) before the first checkpoint, the folder is removed; after it, the folder is
+kept without ``model.zip`` and ``--resume`` continues it. Every file is written to a temp
+file and renamed, so none is ever half-written. An existing folder is never reused for a
+new run: a clash in the same second gets a ``-1``, ``-2``... suffix.
+
+Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
+conservative phase counts decisions per vector step (``steps`` x ``n_envs`` tasks).
+Rewards are the env's ``relative`` ones (``1 - latency / static latency``); ``normalize``
+adds VecNormalize on rewards only (observations are already in [0, 1]), so evaluation
+needs no statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import CheckpointCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+from agents.callbacks import FINAL_METRICS, LatencyMetrics, RunInfo
+from agents.config import ConfigError, TrainConfig, read_yaml_options, to_yaml
+from agents.evaluation import episode_latencies, make_env
+from agents.files import atomic_path, write_text
+from agents.registry import SB3_NAMES, load_policy, make_policy, valid_names
+from agents.sb3_factory import ALGORITHMS, SB3Agent, load_hyperparams, make_sb3, wrap_for
+from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
+
+WARMUP_PARTS = ("conservative", "clone", "guard")
+CHECKPOINT_PREFIX = "model"
+TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
+RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_tasks", "eval_seed",
+             "metrics_window"}
+
+
+class RunFailed(RuntimeError):
+    """Training failed after its run folder was made; the message says what was kept."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    agent: str
+    warmup: str         # canonical: none | all | comma list in WARMUP_PARTS order
+    seed: int
+
+    @property
+    def label(self) -> str:
+        if self.warmup == "none":
+            return self.agent
+        if self.warmup == "all":
+            return f"{self.agent}-warm"
+        return f"{self.agent}-warm-{self.warmup.replace(',', '+')}"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    spec: RunSpec
+    steps: int
+    seconds: float
+    latency: np.ndarray | None = None       # on the held-out episode
+    vs_best_static: float = float("nan")
+
+
+# ----------------------------------------------------------------------------- planning
+def canonical_warmup(spec: str) -> str:
+    try:
+        WarmupConfig.from_parts(spec)
+    except ValueError as exc:
+        raise ConfigError(f"--warmup {spec!r}: {exc}") from None
+    parts = {p.strip().lower() for p in spec.split(",") if p.strip()}
+    if parts in (set(), {"none"}):
+        return "none"
+    if parts in ({"all"}, set(WARMUP_PARTS)):
+        return "all"
+    return ",".join(p for p in WARMUP_PARTS if p in parts)
+
+
+def warmup_config(config: TrainConfig, spec: str, done_steps: int = 0) -> WarmupConfig | None:
+    kwargs: dict[str, Any] = {"conservative": config.conservative}
+    if config.clone_samples is not None:
+        kwargs["clone_samples"] = config.clone_samples
+    warm = WarmupConfig.from_parts(spec, **kwargs)
+    if warm is not None and done_steps:      # resuming: cloned already, part of phase 1 done
+        warm = dataclasses.replace(warm, clone=False, steps=max(0, warm.steps - done_steps))
+    return warm
+
+
+def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str = "relative"
+            ) -> Any:
+    try:
+        return make_env(config.env_id, config.scenario, config.hardware, config.variant,
+                        episode_tasks if episode_tasks is not None else config.episode_tasks,
+                        reward=reward)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def plan(config: TrainConfig) -> list[RunSpec]:
+    """The runs to make, after checking every option that can be checked before training."""
+    agents = [a.strip().lower() for a in config.agents]
+    for agent in agents:
+        if agent not in SB3_NAMES:
+            raise ConfigError(f"unknown agent {agent!r}: train.py trains {', '.join(SB3_NAMES)} "
+                              f"(every policy name: {valid_names()})")
+    specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
+    env = env_for(config)
+    if any(w != "none" for w in specs):
+        try:
+            make_policy(config.conservative, env)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"--conservative: {exc}") from None
+    for agent in dict.fromkeys(agents):
+        try:
+            load_hyperparams(agent, config.env_id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if config.hp:       # build once (cheap) so a bad --hp fails before any run starts
+            try:
+                make_sb3(agent, env, seed=0, overrides=config.hp)
+            except (TypeError, ValueError, AssertionError) as exc:
+                raise ConfigError(f"--hp {config.hp} for {agent}: {exc}") from None
+    return [RunSpec(a, w, s) for s in config.seeds for a in dict.fromkeys(agents) for w in specs]
+
+
+# ----------------------------------------------------------------------------- building
+def build_vec_env(config: TrainConfig, agent: str, seed: int,
+                  vecnormalize: Path | None = None) -> tuple[Any, Any]:
+    """The training VecEnv (DummyVecEnv of n_envs, optionally VecNormalize) and its first env."""
+    venv = make_vec_env(lambda: wrap_for(agent, env_for(config)), n_envs=config.n_envs,
+                        seed=seed, vec_env_cls=DummyVecEnv)
+    first = venv.envs[0]  # type: ignore[attr-defined]
+    if config.normalize:
+        if vecnormalize is not None and vecnormalize.is_file():
+            venv = VecNormalize.load(str(vecnormalize), venv)
+        else:
+            gamma = {**load_hyperparams(agent, config.env_id), **config.hp}.get("gamma", 0.99)
+            venv = VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=float(gamma))
+    return venv, first
+
+
+def run_name(config: TrainConfig, spec: RunSpec) -> str:
+    return f"{config.env_id}__{spec.label}__{spec.seed}__{int(time.time())}"
+
+
+def new_run_dir(log_dir: str | Path, name: str) -> Path:
+    """Create the run folder; never reuse an existing one (suffix -1, -2, ... instead)."""
+    root = Path(log_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for k in range(1000):
+        path = root / (name if k == 0 else f"{name}-{k}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a new run folder for {name} under {root}")
+
+
+class AtomicCheckpoint(CheckpointCallback):
+    """SB3's CheckpointCallback, each file written via temp + rename; one replay buffer kept."""
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.save_freq:
+            return True
+        with atomic_path(self._checkpoint_path(extension="zip")) as tmp:
+            self.model.save(tmp)
+        buffer = getattr(self.model, "replay_buffer", None)
+        if self.save_replay_buffer and buffer is not None:
+            target = Path(self._checkpoint_path("replay_buffer_", extension="pkl"))
+            with atomic_path(target) as tmp:
+                self.model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
+            for old in target.parent.glob(f"{self.name_prefix}_replay_buffer_*_steps.pkl"):
+                if old != target:
+                    old.unlink(missing_ok=True)
+        vecnorm = self.model.get_vec_normalize_env()
+        if self.save_vecnormalize and vecnorm is not None:
+            with atomic_path(self._checkpoint_path("vecnormalize_", extension="pkl")) as tmp:
+                vecnorm.save(str(tmp))
+        return True
+
+
+def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(steps, path) of the readable model checkpoints and final model of a run, by steps."""
+    found = []
+    candidates = [*sorted((run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}_*_steps.zip")),
+                  run_dir / "model.zip"]
+    for path in candidates:
+        if path.is_file() and (steps := saved_steps(path)) is not None:
+            found.append((steps, path))
+    return sorted(found, key=lambda sp: (sp[0], sp[1].name != "model.zip"))
+
+
+def companion(model_path: Path, kind: str, steps: int) -> Path:
+    """The VecNormalize / replay-buffer file saved with a checkpoint or the final model."""
+    if model_path.name == "model.zip":
+        return model_path.with_name(f"{kind}.pkl")
+    return model_path.with_name(f"{CHECKPOINT_PREFIX}_{kind}_{steps}_steps.pkl")
+
+
+def saved_steps(path: Path) -> int | None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return int(json.loads(zf.read("data"))["num_timesteps"])
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile):
+        return None
+
+
+def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
+    params = {**load_hyperparams(spec.agent, config.env_id), **config.hp}
+    return {"agent": spec.label, "algo": spec.agent, "warmup": spec.warmup, "seed": spec.seed,
+            "env_id": config.env_id, "scenario": config.scenario,
+            "hardware": config.hardware or "(scenario's)", "variant": config.variant or
+            "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
+            "normalize": config.normalize, "episode_tasks": config.episode_tasks or 0,
+            "conservative": config.conservative if spec.warmup != "none" else "-",
+            **{f"hp/{k}": v for k, v in params.items()}}
+
+
+# ----------------------------------------------------------------------------- running
+def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
+    """Train one run in a new folder (see the module docstring for what it holds)."""
+    warm = warmup_config(config, spec.warmup)
+    venv, first = build_vec_env(config, spec.agent, spec.seed)
+    agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
+                     vec_env=venv)
+    run_dir = new_run_dir(config.log_dir, run_name(config, spec))
+    run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
+                                     seeds=[spec.seed], resume=None)
+    return _run(agent, run_dir, run_config, spec, first, fresh=True)
+
+
+def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
+    """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
+    run_dir = find_run(config.log_dir, config.resume or "latest")
+    extra = sorted(given - RESUMABLE - {"resume", "log_dir"})
+    if extra:
+        raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
+                          f"{', '.join('--' + k.replace('_', '-') for k in sorted(RESUMABLE))}"
+                          f" may change (got {', '.join(extra)})")
+    try:
+        saved = TrainConfig(**read_yaml_options(TrainConfig, run_dir / "config.yaml"))
+    except TypeError as exc:
+        raise ConfigError(f"{run_dir / 'config.yaml'}: {exc}") from None
+    cfg = dataclasses.replace(saved, resume=None, log_dir=str(run_dir.parent),
+                              **{k: getattr(config, k) for k in given & RESUMABLE})
+    spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
+    found = checkpoints(run_dir)
+    if not found:
+        raise ConfigError(f"run {run_dir} has no checkpoint or model to resume from")
+    steps, path = found[-1]
+    if steps >= cfg.timesteps:
+        raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
+                          f"above that (the new total) to continue it")
+    venv, first = build_vec_env(cfg, spec.agent, spec.seed + steps,
+                                companion(path, "vecnormalize", steps))
+    warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
+    algo = WarmDQN if spec.agent == "dqn" and warm is not None else ALGORITHMS[spec.agent]
+    model = algo.load(path, env=venv, device="cpu")
+    buffer = companion(path, "replay_buffer", steps)
+    if hasattr(model, "load_replay_buffer") and buffer.is_file():
+        model.load_replay_buffer(buffer)
+    agent = SB3Agent(spec.agent, model, first)
+    if warm is not None:
+        attach_warmup(agent, first, warm, seed=spec.seed)
+    write_text(run_dir / "config.yaml", to_yaml(cfg))
+    return _run(agent, run_dir, cfg, spec, first, fresh=False)
+
+
+def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
+         fresh: bool) -> RunResult:
+    model = agent.model
+    logger = configure(str(run_dir), ["tensorboard"])
+    model.set_logger(logger)
+    callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window)]
+    if fresh:
+        callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec)))
+    if cfg.checkpoint_interval:
+        callbacks.append(AtomicCheckpoint(
+            max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
+            name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
+            save_vecnormalize=cfg.normalize))
+    start, t0 = model.num_timesteps, time.perf_counter()
+    try:
+        if fresh:
+            write_text(run_dir / "config.yaml", to_yaml(cfg))
+        agent.learn(cfg.timesteps - start, callback=callbacks, reset_num_timesteps=fresh,
+                    tb_log_name=run_dir.name, progress_bar=cfg.progress_bar)
+        seconds = time.perf_counter() - t0
+        agent.save(run_dir / "model.zip")
+        vecnorm = model.get_vec_normalize_env()
+        if vecnorm is not None:
+            with atomic_path(run_dir / "vecnormalize.pkl") as tmp:
+                vecnorm.save(str(tmp))
+    except BaseException as exc:
+        logger.close()
+        kept = bool(checkpoints(run_dir))
+        if not kept:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        what = (f"kept {run_dir} (continue it with: python train.py --resume {run_dir.name} "
+                f"--log-dir {run_dir.parent})" if kept else f"removed {run_dir} (no checkpoint)")
+        if isinstance(exc, Exception):
+            raise RunFailed(f"run {run_dir.name} failed ({type(exc).__name__}: {exc}); "
+                            f"{what}") from exc
+        print(f"run {run_dir.name} interrupted; {what}", file=sys.stderr)
+        raise
+    result = RunResult(run_dir, spec, model.num_timesteps, seconds)
+    try:
+        if cfg.eval_tasks:
+            _final_metrics(result, cfg, logger)
+    finally:
+        logger.close()
+    return result
+
+
+def _final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
+    """Held-out episode of the saved model: the comparison row and the HPARAMS metrics."""
+    env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
+    policy = load_policy(result.run_dir / "model.zip", env)
+    result.latency = episode_latencies(policy, env, cfg.eval_seed)
+    static = baseline_latency(_env_key(cfg), "best-static")
+    result.vs_best_static = float(result.latency.mean() / static.mean())
+    values = (float(result.latency.mean()), float(np.percentile(result.latency, 95)),
+              result.vs_best_static)
+    for tag, value in zip(FINAL_METRICS, values, strict=True):
+        logger.record(tag, value)
+    logger.dump(result.steps)
+
+
+def _env_key(cfg: TrainConfig) -> tuple:
+    return (cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant, cfg.eval_tasks, cfg.eval_seed)
+
+
+@lru_cache(maxsize=64)
+def baseline_latency(key: tuple, name: str) -> np.ndarray:
+    env_id, scenario, hardware, variant, tasks, seed = key
+    env = make_env(env_id, scenario, hardware, variant, tasks)
+    return episode_latencies(make_policy(name, env), env, seed)
+
+
+def find_run(log_dir: str | Path, name: str) -> Path:
+    """The run folder to resume: the newest under log_dir for "latest", else the named one."""
+    root = Path(log_dir)
+    runs = [d for d in root.iterdir() if (d / "config.yaml").is_file()] if root.is_dir() else []
+    if name == "latest":
+        if not runs:
+            raise ConfigError(f"no run to resume under {root}/ (train one with: python train.py)")
+        return max(runs, key=lambda d: (_run_time(d), d.stat().st_mtime))
+    for path in (Path(name), root / name):
+        if (path / "config.yaml").is_file():
+            return path
+    known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
+    raise ConfigError(f"no run {name!r} under {root}/ (runs there: {known})")
+
+
+def _run_time(run_dir: Path) -> int:
+    match = re.search(r"__(\d+)(?:-\d+)?$", run_dir.name)
+    return int(match.group(1)) if match else 0
+
+
+def train(config: TrainConfig, given: set[str] | None = None,
+          report: Callable[[str], None] = print) -> list[RunResult]:
+    """Every run of `config` (or the one resumed), one `report` line per finished run."""
+    if config.resume is not None:
+        result = resume_run(config, given or set())
+        report(finished_line(result))
+        return [result]
+    results = []
+    for spec in plan(config):
+        results.append(train_run(config, spec))
+        report(finished_line(results[-1]))
+    return results
+
+
+def finished_line(r: RunResult) -> str:
+    sps = (r.steps / r.seconds) if r.seconds > 0 else float("nan")
+    held = (f"; held-out mean latency {r.latency.mean():.2f} s = {r.vs_best_static:.3f}x "
+            "best-static" if r.latency is not None else "")
+    return (f"finished {r.spec.label} seed {r.spec.seed}: {r.steps} steps in {r.seconds:.0f} s "
+            f"({sps:.0f} steps/s){held} -> {r.run_dir}")
+
+
+def comparison_table(config: TrainConfig, results: list[RunResult]) -> str:
+    """Trained runs and the static / HEFT baselines on the held-out episode (markdown table)."""
+    cfg = config
+    if config.resume is not None and results:
+        cfg = TrainConfig(**read_yaml_options(TrainConfig, results[0].run_dir / "config.yaml"))
+    key = _env_key(cfg)
+    static = baseline_latency(key, "best-static").mean()
+    rows = []
+    many_seeds = len({r.spec.seed for r in results}) > 1
+    for r in results:
+        if r.latency is not None:
+            rows.append((r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else ""),
+                         r.latency))
+    rows += [(name, baseline_latency(key, name)) for name in TABLE_BASELINES]
+    lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.scenario}, workload seed "
+             f"{cfg.eval_seed}, {cfg.eval_tasks} tasks",
+             "",
+             "| agent | mean latency (s) | p95 latency (s) | vs best-static |",
+             "|---|---:|---:|---:|"]
+    for name, lat in rows:
+        lines.append(f"| {name} | {lat.mean():.2f} | {np.percentile(lat, 95):.2f} | "
+                     f"{lat.mean() / static:.3f} |")
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Evaluate trained models and the baselines on held-out workloads; write results/.
+
+    python evaluate.py                        # every run under runs/ + every baseline
+    python evaluate.py --models runs/X/model.zip --scenarios article bursty --seeds 10
+    python evaluate.py --online               # only the online stabilisation study
+    python evaluate.py --reproduce-article    # the article's figures (agents.article)
+
+Writes summary.csv, summary.md, latency_cdf.png, learning_curves.png, stabilization.png
+and stabilization.md under --out (see agents/reporting.py). Held-out workload seeds start
+at 10000; training uses 0, 1, ... Options resolve as: flags > --config YAML > defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agents.config import ConfigError, EvalConfig, parse_config
+    from agents.reporting import reproduce_article, run
+
+    try:
+        config, _ = parse_config(EvalConfig, argv, description=__doc__)
+        if config.reproduce_article:
+            reproduce_article(config)
+            return 0
+        for path in run(config):
+            print(f"wrote {path}")
+    except ConfigError as exc:
+        print(f"evaluate.py: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("evaluate.py: interrupted (files already written are complete)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

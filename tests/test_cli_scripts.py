@@ -1,0 +1,244 @@
+"""train.py and evaluate.py end to end: run folders, TensorBoard tags, results/, resume, bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from agents.config import TrainConfig, parse_config
+from agents.files import leftover_temp_files
+from agents.plots import read_scalars
+from agents.training import saved_steps
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--hp", "n_steps=16", "batch_size=16", "n_epochs=2", "--episode-tasks", "40",
+        "--clone-samples", "50", "--eval-tasks", "40", "--no-progress-bar"]
+RUN_NAME = re.compile(r"^InferenceAlloc-v0__ppo(-warm)?__[01]__\d+(-\d+)?$")
+OUR_TAGS = ("latency/mean", "latency/p95", "latency/vs_static", "latency/per_sample",
+            "cache/hit_rate", "charts/SPS")
+OUTPUTS = ("summary.csv", "summary.md", "latency_cdf.png", "learning_curves.png",
+           "stabilization.png", "stabilization.md")
+
+
+def script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / name), *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def load_main(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py") + "_cli", ROOT / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def events(run_dir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    runs = tmp_path_factory.mktemp("train") / "runs"
+    done = script("train.py", "--timesteps", "256", "--seeds", "0", "1", "--warmup", "none",
+                  "all", "--checkpoint-interval", "128", "--log-dir", str(runs), *TINY)
+    assert done.returncode == 0, done.stderr
+    return runs, done
+
+
+def test_train_makes_a_run_folder_per_agent_warmup_and_seed(trained) -> None:
+    runs, done = trained
+    folders = sorted(runs.iterdir())
+    assert len(folders) == 4 and all(RUN_NAME.match(f.name) for f in folders), folders
+    for run in folders:
+        assert (run / "config.yaml").is_file() and saved_steps(run / "model.zip") == 256
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+            "model_128_steps.zip", "model_256_steps.zip"]
+        config, _ = parse_config(TrainConfig, ["--config", str(run / "config.yaml")])
+        assert config.timesteps == 256 and len(config.agents) == len(config.seeds) == 1
+    assert leftover_temp_files(runs) == []
+    table = done.stdout[done.stdout.index("| agent |"):]
+    for row in ("| ppo (seed 0) |", "| ppo-warm (seed 1) |", "| best-static |", "| all-gpu |",
+                "| heft |", "| heft-calibrated |"):
+        assert row in table
+    assert done.stdout.count("finished ppo") == 4
+
+
+def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
+    runs, _ = trained
+    for run in runs.iterdir():
+        acc = events(run)
+        scalars = set(acc.Tags()["scalars"])
+        assert set(OUR_TAGS) <= scalars, set(OUR_TAGS) - scalars
+        devices = {t for t in scalars if t.startswith("devices/")}
+        assert {"devices/gpu_utilisation", "devices/gpu_share"} <= devices
+        assert {"train/value_loss", "final/vs_best_static"} <= scalars    # SB3's and ours
+        per_sample = [e.step for e in acc.Scalars("latency/per_sample")]
+        assert per_sample == list(range(256))
+        assert "config/text_summary" in acc.Tags()["tensors"]
+        assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")
+
+
+def test_evaluate_writes_every_result(trained, tmp_path: Path) -> None:
+    runs, _ = trained
+    out = tmp_path / "results"
+    done = script("evaluate.py", "--runs", str(runs), "--out", str(out), "--episodes", "1",
+                  "--episode-tasks", "30", "--seeds", "2", "--online-samples", "60",
+                  "--online-seeds", "1", "--no-progress-bar")
+    assert done.returncode == 0, done.stderr
+    for name in OUTPUTS:
+        assert (out / name).is_file(), name
+    for png in out.glob("*.png"):
+        with Image.open(png) as image:
+            image.verify()
+            assert image.format == "PNG" and image.size[0] > 100
+    rows = (out / "summary.csv").read_text().splitlines()
+    agents = [line.split(",")[1] for line in rows[1:]]
+    assert agents == ["ppo", "ppo-warm", "all-cpu", "all-gpu", "all-npu", "best-static",
+                      "heft", "heft-calibrated", "oracle"]
+    assert "mean_latency_s_ci95" in rows[0] and "gap_to_oracle" in rows[0]
+    assert "± " in (out / "summary.md").read_text()
+    assert "early_degradation" in (out / "stabilization.md").read_text()
+    assert leftover_temp_files(out) == []
+
+
+def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    args = ["--runs", str(tmp_path / "none"), "--out", str(out), "--episodes", "1",
+            "--episode-tasks", "20", "--seeds", "1", "--baselines", "best-static", "heft",
+            "--no-online", "--no-progress-bar"]
+    assert main(args) == 0
+    assert (out / "summary.csv").read_text().count("\n") == 3
+    assert not (out / "learning_curves.png").exists()
+
+
+def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    first = script("train.py", "--timesteps", "128", "--checkpoint-interval", "64", "--seeds",
+                   "0", "--warmup", "none", "--log-dir", str(runs), *TINY)
+    assert first.returncode == 0, first.stderr
+    (run,) = runs.iterdir()
+    # Simulate a run killed right after its first checkpoint.
+    (run / "model.zip").unlink()
+    (run / "checkpoints" / "model_128_steps.zip").unlink()
+    resumed = script("train.py", "--resume", "--log-dir", str(runs), "--timesteps", "256",
+                     "--no-progress-bar", "--eval-tasks", "40")
+    assert resumed.returncode == 0, resumed.stderr
+    assert list(runs.iterdir()) == [run]
+    uninterrupted = next(d for d in trained[0].iterdir() if "__ppo__0__" in d.name)
+    assert saved_steps(run / "model.zip") == saved_steps(uninterrupted / "model.zip") == 256
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2
+    steps, _ = read_scalars(run, "latency/per_sample")
+    assert list(steps) == list(range(256))       # earlier events kept, the rest continued
+    assert min(e.step for e in events(run).Scalars("latency/per_sample")) == 0
+    again = script("train.py", "--resume", run.name, "--log-dir", str(runs), "--scenario",
+                   "bursty")
+    assert again.returncode == 2 and "only" in again.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--agents", "ppo", "qlearning"], "ppo, a2c, dqn, maskable-ppo"),
+    (["--scenario", "nowhere"], "article, bursty, edge"),
+    (["--hardware", "mainframe"], "edge, server"),
+    (["--warmup", "lots"], "conservative, clone, guard"),
+    (["--conservative", "psychic"], "heft-calibrated"),
+    (["--hp", "warp_speed=9"], "warp_speed"),
+    (["--env-id", "InferenceAllocSplit-v0", "--agents", "dqn"], "discrete actions"),
+])
+def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys) -> None:
+    main = load_main("train.py")
+    assert main([*args, "--log-dir", str(tmp_path / "runs"), "--timesteps", "32"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_input_exits_cleanly_from_the_command_line(tmp_path: Path) -> None:
+    done = script("train.py", "--agents", "qlearning", "--log-dir", str(tmp_path / "runs"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "valid names" in done.stderr or "trains ppo" in done.stderr
+
+
+def test_evaluate_names_a_missing_or_corrupt_model(tmp_path: Path, capsys) -> None:
+    main = load_main("evaluate.py")
+    bad = tmp_path / "bad.zip"
+    base = ["--out", str(tmp_path / "results"), "--no-online", "--no-progress-bar"]
+    assert main(["--models", str(bad), *base]) == 2
+    assert str(bad) in capsys.readouterr().err
+    bad.write_bytes(b"PK\x03\x04 this is not a model")
+    assert main(["--models", str(bad), *base]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "Traceback" not in err
+    assert main(["--scenarios", "nowhere", *base]) == 2
+    assert "article" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_failed_run_leaves_nothing_half_made(tmp_path: Path, monkeypatch, capsys) -> None:
+    from agents.sb3_factory import SB3Agent
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    args = ["--timesteps", "128", "--warmup", "none", "--checkpoint-interval", "32",
+            "--log-dir", str(runs), *TINY]
+    original = SB3Agent.learn
+
+    def fail_at_once(self, total_timesteps, callback=None, **kwargs):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(SB3Agent, "learn", fail_at_once)
+    assert main(args) == 1
+    assert "removed" in capsys.readouterr().err
+    assert list(runs.iterdir()) == []          # no checkpoint yet: no folder
+
+    def fail_after_a_checkpoint(self, total_timesteps, callback=None, **kwargs):
+        original(self, 64, callback=callback, **kwargs)
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(SB3Agent, "learn", fail_after_a_checkpoint)
+    assert main(args) == 1
+    assert "--resume" in capsys.readouterr().err
+    (run,) = runs.iterdir()                    # kept, resumable, but no final model
+    assert not (run / "model.zip").exists() and (run / "checkpoints" / "model_64_steps.zip").is_file()
+    assert leftover_temp_files(runs) == []
+
+
+def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    import matplotlib.figure
+
+    def crash_mid_write(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"\x89PNG half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", crash_mid_write)
+    out = tmp_path / "results"
+    main = load_main("evaluate.py")
+    with pytest.raises(OSError, match="disk full"):
+        main(["--runs", str(trained[0]), "--out", str(out), "--episodes", "1",
+              "--episode-tasks", "20", "--seeds", "1", "--baselines", "best-static",
+              "--no-online", "--no-progress-bar"])
+    assert sorted(p.name for p in out.iterdir()) == ["summary.csv", "summary.md"]
+    assert leftover_temp_files(out) == []
+
+
+def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("timesteps: 5000\nseeds: [3, 4]\nhp: {learning_rate: 0.001}\n")
+    config, given = parse_config(TrainConfig, ["--config", str(path), "--seeds", "7",
+                                               "--hp", "n_steps=64"])
+    assert (config.timesteps, config.seeds) == (5000, [7])
+    assert config.hp == {"learning_rate": 0.001, "n_steps": 64}     # flags merge over the file
+    assert {"timesteps", "seeds", "hp"} <= given
+    path.write_text("timestep: 5\n")
+    with pytest.raises(ValueError, match="unknown option 'timestep'"):
+        parse_config(TrainConfig, ["--config", str(path)])

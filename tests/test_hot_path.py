@@ -1,0 +1,71 @@
+"""What the precomputations of the step's hot path rely on (see bench/bench_env.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from bisect import bisect_left
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import envs  # noqa: F401  (registers the ids)
+from inference.hardware import load_hardware
+from inference.model_config import ModelConfig, get_model
+from inference.simulator import Simulator
+from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
+from inference.task import Task
+from inference.variants import VARIANTS, build_stages
+from inference.work import StageWork, WorkPart
+
+GLM = get_model("glm-9b")
+FEW = settings(max_examples=40, deadline=None)
+tasks = st.builds(Task, st.integers(1, 64), st.integers(1, 32768), st.integers(1, 2048),
+                  st.integers(0, 63), st.floats(0, 1e4))
+
+
+@FEW
+@given(tasks)
+def test_a_loaders_work_is_its_load_work_on_a_miss(task: Task) -> None:
+    # The env sizes the masks and prices a miss with `work`, and calls `load_work` on hits only.
+    for loader in (DirectLoad(), CachedLoad(), AdaptiveLoad()):
+        miss = False if loader.cache_kind is not None else None
+        assert loader.work(task, GLM) == loader.load_work(task, GLM, miss)
+
+
+@FEW
+@given(tasks, st.sampled_from(list(VARIANTS)), st.booleans())
+def test_run_with_precomputed_works_is_run_without(task: Task, variant: str, hit: bool) -> None:
+    results = []
+    for precomputed in (False, True):
+        sim = Simulator(load_hardware("edge"), GLM, build_stages(variant))
+        sim.state.cache_entries = {task.domain} if hit else set()
+        works = sim.task_works(task, sim.cache_would_hit(task)) if precomputed else None
+        res = sim.run(task, (((0, 1.0),), ((1, 1.0),), ((1, 1.0),)), (1.1, 0.9, 1.0), works=works)
+        results.append(([getattr(res, k) for k in res.__slots__], sim.state))
+    assert results[0] == results[1]
+
+
+def test_records_built_from_a_tuple_are_the_keyword_built_ones() -> None:
+    part = WorkPart("kv", 1, 2, 3.0, 4.0, launches=5.0)
+    assert tuple.__new__(WorkPart, ("kv", 1, 2, 3.0, 4.0, 0.0, 5.0)) == part
+    stage = StageWork((part,), output_bytes=2.0, needs_weights=True)
+    assert tuple.__new__(StageWork, ((part,), 0.0, 2.0, 0.0, True)) == stage
+
+
+def test_cached_model_sizes_follow_the_fields() -> None:
+    small = dataclasses.replace(GLM, n_layers=2, n_kv_heads=4)
+    assert isinstance(small, ModelConfig) and small.weight_bytes != GLM.weight_bytes
+    assert small.kv_dim == 4 * (4096 // 32) and small.kv_bytes_per_token == 2 * 2 * 512 * 2
+    assert small.weight_bytes == small.n_params * 2
+
+
+@pytest.mark.parametrize("scenario", ["article", "edge"])
+def test_fit_rows_are_the_memory_comparison(scenario: str) -> None:
+    raw = gym.make("envs:InferenceAlloc-v0", scenario=scenario).unwrapped
+    memory = raw._device_memory
+    needs = [0.0, *memory, *(m * (1 + 1e-12) for m in memory), *(m / 2 for m in memory), 1e30]
+    for need in needs:
+        row = raw._fit_rows[bisect_left(raw._memory_sorted, need)]
+        assert row == tuple(need <= m for m in memory), need

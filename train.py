@@ -1,0 +1,44 @@
+"""Train allocator agents (SB3) on InferenceAlloc, without and with warm-up, and compare them.
+
+    python train.py                               # the main job: PPO vs PPO + warm-up, ~5 min
+    python train.py --agents ppo dqn --seeds 0 1 2 --timesteps 100000
+    python train.py --config my.yaml --hp learning_rate=3e-4 n_steps=64
+    python train.py --resume                      # continue the newest run to --timesteps
+    tensorboard --logdir runs
+
+Each agent x warm-up spec x seed is one run in runs/{env}__{agent}[-warm]__{seed}__{time}/
+(see agents/training.py for what a run folder holds and what a failed run leaves).
+Options resolve as: flags > --config YAML > defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agents.config import ConfigError, TrainConfig, parse_config
+    from agents.training import RunFailed, comparison_table, train
+
+    try:
+        config, given = parse_config(TrainConfig, argv, description=__doc__)
+        results = train(config, given)
+        if results and config.eval_tasks:
+            print()
+            print(comparison_table(config, results))
+    except ConfigError as exc:
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 2
+    except RunFailed as exc:
+        traceback.print_exception(exc.__cause__, file=sys.stderr)
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("train.py: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
