@@ -111,7 +111,9 @@ def run_job(variant: str, allocator: str, seed: int, n_tasks: int = JOB_TASKS,
         warm = allocator == "ppo-warm"
         learn_env = env if warm else NominalBeliefs(env)
         agent = make_sb3("ppo", learn_env, seed=seed, warmup=WarmupConfig() if warm else None)
-        agent.model.get_env().seed(seed)
+        vec_env = agent.model.get_env()
+        assert vec_env is not None
+        vec_env.seed(seed)
         agent.learn(n_tasks, callback=_Collect(run, n_tasks), reset_num_timesteps=True)
     else:
         policy = make_policy(allocator, env)
@@ -209,7 +211,7 @@ def _stream_latencies(policy_name: str, seed: int, n: int) -> list[dict[str, Any
 
 
 def measure_seed(seed: int, n_tasks: int = JOB_TASKS, online_samples: int = ONLINE_SAMPLES,
-                 time_scale: float = JOB_TIME_SCALE) -> tuple[dict[str, float], Any]:
+                 time_scale: float = JOB_TIME_SCALE) -> tuple[dict[str, Any], Any]:
     """Every per-seed figure, plus the cold learner's online run (for the seed-mean curve)."""
     glm = run_job("glm", "best-static", seed, n_tasks, time_scale)
     flash_static = run_job("flash", "best-static", seed, n_tasks, time_scale)

@@ -28,12 +28,15 @@ CLONE_LR = 3e-3                  # Adam step size for cloning (a supervised fit:
 def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> dict[str, np.ndarray]:
     """Roll `policy` out for n_samples decisions: observations, actions, masks, returns."""
     base = env.unwrapped
-    obs_list, act_list, mask_list, ret_list = [], [], [], []
+    obs_list: list[Any] = []
+    act_list: list[Any] = []
+    mask_list: list[Any] = []
+    ret_list: list[float] = []
     episode = 0
     while len(obs_list) < n_samples:
         obs, _ = base.reset(seed=seed + episode)
         episode += 1
-        rewards = []
+        rewards: list[float] = []
         done = False
         while not done and len(obs_list) + len(rewards) < n_samples:
             action, _ = policy.predict(obs, deterministic=True)
@@ -60,7 +63,7 @@ def _loss(agent: SB3Agent, obs: torch.Tensor, actions: torch.Tensor, masks: torc
         taken = q.gather(1, actions.long().view(-1, 1)).squeeze(1)
         return F.cross_entropy(q, actions.long()) + F.mse_loss(taken, returns)
     kwargs = {"action_masks": masks} if agent.name == "maskable-ppo" else {}
-    values, log_prob, _ = model.policy.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
+    values, log_prob, _ = model.policy.evaluate_actions(obs, actions, **kwargs)  # type: ignore[operator]
     return -log_prob.mean() + 0.5 * F.mse_loss(values.flatten(), returns)
 
 

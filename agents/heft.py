@@ -13,8 +13,9 @@ and go on to the next stage from that device's finish time. Everything comes
 from the observation -- task size, cache signal, backlogs, online flags,
 weight residency (free memory), measured speed ratios -- plus the *nominal*
 cost model (``env.nominal_sim.stage_seconds``): the spec-sheet figures a
-heuristic would be built from. It knows nothing of the noise, the memory
-contention between devices, or the re-placement overhead.
+heuristic would be built from, and each device's known set-up cost for a stage
+it did not run for the previous task. It knows nothing of the noise or the
+memory contention between devices.
 
 Two variants:
 

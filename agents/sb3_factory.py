@@ -197,7 +197,7 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
             policy = warm_policy_class(name)
     model = algo(policy, train_env, seed=seed, verbose=verbose, device="cpu",
                  tensorboard_log=tensorboard_log, **params)
-    model.infer_agent = name  # saved with the model: load_sb3 reads it back
+    setattr(model, "infer_agent", name)  # noqa: B010  saved with the model: load_sb3 reads it
     agent = SB3Agent(name, model, env)
     if warmup is not None:
         attach_warmup(agent, env, warmup, seed=seed)

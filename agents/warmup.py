@@ -174,7 +174,7 @@ class _WarmForward:
 
     warmup: WarmupController | None = None
 
-    def forward(self, obs: torch.Tensor, deterministic: bool = False, **kwargs: Any):  # type: ignore[override]
+    def forward(self, obs: torch.Tensor, deterministic: bool = False, **kwargs: Any) -> Any:
         ctl = self.warmup
         if ctl is None or not ctl.use_conservative():
             return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
@@ -191,7 +191,7 @@ class WarmActorCriticPolicy(_WarmForward, ActorCriticPolicy):
     pass
 
 
-class WarmMaskablePolicy(_WarmForward, MaskableActorCriticPolicy):
+class WarmMaskablePolicy(_WarmForward, MaskableActorCriticPolicy):  # type: ignore[misc]
     pass
 
 
@@ -234,7 +234,7 @@ def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | N
         nvec = tuple(env.unwrapped.action_space.nvec)
         model.flatten = lambda a: int(np.ravel_multi_index(tuple(int(x) for x in a), nvec))
     else:
-        model.policy.warmup = controller  # type: ignore[attr-defined]
+        setattr(model.policy, "warmup", controller)  # noqa: B010  (a Warm* policy class)
     agent.warmup = controller  # type: ignore[attr-defined]
     agent.callbacks = [WarmupCallback(controller)]  # type: ignore[attr-defined]
     if config.clone:

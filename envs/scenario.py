@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from inference.hardware import load_yaml
+from inference.hardware import load_named_yaml
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 DISTRIBUTIONS = ("normal", "lognormal", "uniform", "choice", "constant")
@@ -286,15 +286,4 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
     """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, or as is."""
     if isinstance(spec, Scenario):
         return spec
-    path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ValueError(f"scenario file {path} does not exist")
-        return scenario_from_dict(load_yaml(path, "scenario file"), str(path))
-    preset = SCENARIO_DIR / f"{spec}.yaml"
-    if not preset.is_file():
-        raise ValueError(
-            f"unknown scenario {spec!r}: not a preset ({', '.join(scenario_names())}) "
-            "and not a path to a YAML file"
-        )
-    return scenario_from_dict(load_yaml(preset, "scenario preset"), str(spec))
+    return scenario_from_dict(*load_named_yaml(spec, SCENARIO_DIR, "scenario"))

@@ -261,19 +261,23 @@ def load_yaml(path: Path, what: str) -> Any:
         raise ValueError(f"{what} {path}: malformed YAML: {exc}") from None
 
 
+def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:
+    """(parsed YAML, origin) for a preset name in `preset_dir` or a path to a YAML file."""
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ValueError(f"{what} file {path} does not exist")
+        return load_yaml(path, f"{what} file"), str(path)
+    preset = preset_dir / f"{spec}.yaml"
+    if not preset.is_file():
+        names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
+        raise ValueError(f"unknown {what} {spec!r}: not a preset ({names}) "
+                         "and not a path to a YAML file")
+    return load_yaml(preset, f"{what} preset"), str(spec)
+
+
 def load_hardware(spec: str | Path | Hardware) -> Hardware:
     """A Hardware from a preset name (``server``, ``edge``), a YAML path, or as is."""
     if isinstance(spec, Hardware):
         return spec
-    path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ValueError(f"hardware file {path} does not exist")
-        return hardware_from_dict(load_yaml(path, "hardware file"), str(path))
-    preset = PRESET_DIR / f"{spec}.yaml"
-    if not preset.is_file():
-        raise ValueError(
-            f"unknown hardware {spec!r}: not a preset ({', '.join(preset_names())}) "
-            "and not a path to a YAML file"
-        )
-    return hardware_from_dict(load_yaml(preset, "hardware preset"), str(spec))
+    return hardware_from_dict(*load_named_yaml(spec, PRESET_DIR, "hardware"))
