@@ -230,15 +230,16 @@ class InferenceAllocEnv(gym.Env):
         works = self._task_works(self._current_task())
         weights = self._weight_bytes
         memory = self._device_memory
-        everywhere = all(online)
+        all_online = everywhere = all(online)
         rows = []
         for work in works:
             need = work.footprint + (weights if work.needs_weights else 0.0)
             below = bisect_left(self._memory_sorted, need)   # devices that cannot hold `need`
             row = self._fit_rows[below]                      # need <= memory[d], per device d
-            if below or not everywhere:
+            if below or not all_online:
                 everywhere = False
-                row = tuple(up and fits for up, fits in zip(online, row, strict=True))
+                if not all_online:
+                    row = tuple(up and fits for up, fits in zip(online, row, strict=True))
                 if not any(row):
                     # Nothing can hold it: allow the online device with the most memory (it will
                     # be slow).

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inference.work import WorkCoefficients
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,13 @@ class ModelConfig:
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds across all layers (K and V)."""
         return 2 * self.n_layers * self.kv_dim * self.dtype_bytes
+
+    @cached_property
+    def work_coefficients(self) -> WorkCoefficients:
+        """The factors of the cost formulas this shape gives (see `inference.work`)."""
+        from inference.work import WorkCoefficients
+
+        return WorkCoefficients.of(self)
 
 
 MODELS: dict[str, ModelConfig] = {

@@ -299,11 +299,15 @@ class Simulator:
         # Re-placement: a device that did not run this stage for the previous task must be set
         # up for it first (graph capture / compilation, allocator and KV layout), which keeps
         # that device busy for `replacement_overhead_s` -- static placements never pay it.
+        # `moved_from[s]`: the devices that ran stage s for the previous task, when the stage
+        # moved (its shares differ) and set-up is charged; None when no device pays a set-up.
         setup = self._setup
         prev_shares = st.prev_shares
-        moved = (False, False, False)
+        moved_from: list[tuple[int, ...] | None] = [None, None, None]
         if self._any_setup and prev_shares is not None and shares != prev_shares:
-            moved = tuple(shares[s] != prev_shares[s] for s in range(3))  # type: ignore[assignment]
+            for s in range(3):
+                if shares[s] != prev_shares[s]:
+                    moved_from[s] = prev_devices_of(prev_shares, s)
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
         hit = None
@@ -343,7 +347,8 @@ class Simulator:
             else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`
                 seconds = self.stage_seconds(work, dev, frac)
             seconds = seconds * noise_s / throttle[dev]
-            set_up = setup[dev] if moved[0] and dev not in prev_devices_of(prev_shares, 0) else 0.0
+            moved = moved_from[0]
+            set_up = setup[dev] if moved is not None and dev not in moved else 0.0
             seconds += set_up
             if not prefetch:
                 seconds += io_time
@@ -377,6 +382,7 @@ class Simulator:
             prev_end, prev_end_of, prev_devices = stage_end, end_of, shares[s - 1]
             prev_output = work.output_bytes
             work = works[s]
+            moved = moved_from[s]
             noise_s = noise[s]
             end_of = {}
             stage_end = -1.0
@@ -398,7 +404,7 @@ class Simulator:
                 seconds, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
                 speed = throttle[dev]
                 seconds = seconds * noise_s / speed
-                set_up = setup[dev] if moved[s] and dev not in prev_devices_of(prev_shares, s) else 0.0
+                set_up = setup[dev] if moved is not None and dev not in moved else 0.0
                 seconds += set_up
                 end = start + seconds
                 busy[dev] = end

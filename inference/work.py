@@ -9,10 +9,12 @@ The simulator turns a part into time on a device as
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from inference.hardware import OP_CLASSES, PATTERNS
-from inference.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from inference.model_config import ModelConfig
 
 DENSE, ATTENTION, DYNAMIC, PREPROCESS = (OP_CLASSES.index(o) for o in OP_CLASSES)
 SEQUENTIAL, STRIDED, RANDOM = (PATTERNS.index(p) for p in PATTERNS)
@@ -78,35 +80,79 @@ def causal_pairs(n: int, window: int | None = None) -> float:
     return window * (window + 1) / 2 + (n - window) * window
 
 
+# --- the model's factors in the formulas ---------------------------------------------------
+
+class WorkCoefficients(NamedTuple):
+    """The model-dependent factors of the cost formulas, per token, pair or step of one sequence.
+
+    Every quantity a stage prices is one of these times the task's sizes (and a stage's own
+    calibrated constants), so the formulas below read the model's shape through them only.
+    They are derived once per model (`ModelConfig.work_coefficients`): pricing a task is then a
+    handful of multiplications instead of a walk over the model's shape for every record.
+    """
+
+    n_layers: float
+    dtype_bytes: float
+    dense_flops: float      # projections + MLP of one token: 2 FLOPs per weight of every layer
+    head_flops: float       # the LM head of one token: 2 * vocab * hidden
+    layer_hidden: float     # one token's hidden elements over the layers: hidden * n_layers
+    token_bytes: float      # one token's hidden state, in one layer: hidden * dtype_bytes
+    layer_token_bytes: float  # ... summed over the layers
+    pair_flops: float       # QK^T and AV of one (query, key) pair: 4 * head_dim per head
+    head_pairs: float       # (query, key) pairs per pair of tokens: heads x layers
+    pair_flops_all: float   # pair_flops x head_pairs: one pair of tokens, every head and layer
+    kv_bytes: float         # KV cache of one token (K and V, every layer)
+    weight_bytes: float     # the whole model's weights
+
+    @classmethod
+    def of(cls, model: ModelConfig) -> WorkCoefficients:
+        layers = float(model.n_layers)
+        token_bytes = float(model.hidden * model.dtype_bytes)
+        pair_flops = 4.0 * model.head_dim
+        head_pairs = float(model.n_heads * model.n_layers)
+        return cls(
+            n_layers=layers,
+            dtype_bytes=float(model.dtype_bytes),
+            dense_flops=2.0 * model.n_layers * model.params_per_layer,
+            head_flops=2.0 * model.vocab * model.hidden,
+            layer_hidden=float(model.hidden * model.n_layers),
+            token_bytes=token_bytes,
+            layer_token_bytes=token_bytes * layers,
+            pair_flops=pair_flops,
+            head_pairs=head_pairs,
+            pair_flops_all=pair_flops * head_pairs,
+            kv_bytes=float(model.kv_bytes_per_token),
+            weight_bytes=float(model.weight_bytes),
+        )
+
+
 # --- parts shared by several stage implementations ------------------------------------------
+# They take the model's `WorkCoefficients` (see above), not the model.
 
-def prefill_dense_part(batch: int, n: int, model: ModelConfig) -> WorkPart:
+def prefill_dense_part(batch: int, n: int, c: WorkCoefficients) -> WorkPart:
     """Projections and MLP of every prompt token, plus the LM head of the last one."""
-    dense_params = model.n_layers * model.params_per_layer
-    flops = 2.0 * batch * n * dense_params + 2.0 * batch * model.vocab * model.hidden
+    flops = batch * (n * c.dense_flops + c.head_flops)
     # Activations written and read back a few times per layer (norms, residuals, MLP inner).
-    act_bytes = 6.0 * batch * n * model.hidden * model.dtype_bytes * model.n_layers
+    act_bytes = 6.0 * batch * n * c.layer_token_bytes
     return new_record(WorkPart, ("dense", DENSE, SEQUENTIAL, flops, act_bytes,
-                                 float(model.weight_bytes), 8.0 * model.n_layers))
+                                 c.weight_bytes, 8.0 * c.n_layers))
 
 
-def prefill_output(batch: int, n: int, model: ModelConfig) -> tuple[float, float]:
+def prefill_output(batch: int, n: int, c: WorkCoefficients) -> tuple[float, float]:
     """(KV-cache bytes handed to decode, activation footprint beside the weights)."""
-    kv = float(batch * n * model.kv_bytes_per_token)
-    activations = 4.0 * batch * n * model.hidden * model.dtype_bytes
-    return kv, kv + activations
+    tokens = batch * n
+    kv = tokens * c.kv_bytes
+    return kv, kv + 4.0 * tokens * c.token_bytes
 
 
-def decode_weights_part(batch: int, n: int, m: int, model: ModelConfig) -> WorkPart:
+def decode_weights_part(batch: int, m: int, c: WorkCoefficients) -> WorkPart:
     """Every generated token streams all weights once (decode is memory bound)."""
-    dense_params = model.n_layers * model.params_per_layer + model.vocab * model.hidden
-    flops = 2.0 * batch * m * dense_params
+    flops = batch * m * (c.dense_flops + c.head_flops)
     return new_record(WorkPart, ("weights", DENSE, SEQUENTIAL, flops, 0.0,
-                                 float(m * model.weight_bytes), 10.0 * model.n_layers * m))
+                                 m * c.weight_bytes, 10.0 * c.n_layers * m))
 
 
-def decode_kv_traffic(batch: int, n: int, m: int, model: ModelConfig) -> tuple[float, float]:
+def decode_kv_traffic(batch: int, n: int, m: int, c: WorkCoefficients) -> tuple[float, float]:
     """(attention FLOPs, KV-cache bytes read) over m decode steps with n prompt tokens."""
-    contexts = m * n + m * (m - 1) / 2.0          # sum of context lengths over the steps
-    flops = 4.0 * batch * model.head_dim * model.n_heads * model.n_layers * contexts
-    return flops, batch * model.kv_bytes_per_token * contexts
+    contexts = batch * (m * n + m * (m - 1) / 2.0)   # context lengths summed over steps, sequences
+    return contexts * c.pair_flops_all, contexts * c.kv_bytes

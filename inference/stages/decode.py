@@ -59,15 +59,16 @@ def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
     """Weights streamed once per step, plus the KV reads: `overhead` extra bytes per KV byte
     read in `pattern`, `kv_launch` kernel launches per layer and step."""
     b, n, m = task.batch, task.prompt_tokens, task.output_tokens
-    weights = decode_weights_part(b, n, m, model)
-    flops, kv_bytes = decode_kv_traffic(b, n, m, model)
+    c = model.work_coefficients   # the model's factors: see inference/work.py
+    weights = decode_weights_part(b, m, c)
+    flops, kv_bytes = decode_kv_traffic(b, n, m, c)
     # A decode step's attention is a batched matrix-vector product: memory bound, so it is
     # priced as streaming (dense) work, not as the prefill's attention kernels.
     kv = new_record(WorkPart, ("kv", DENSE, pattern, flops, kv_bytes * (1 + overhead), 0.0,
-                               kv_launch * model.n_layers * m))
-    footprint = float(b * (n + m) * model.kv_bytes_per_token)
+                               kv_launch * c.n_layers * m))
+    footprint = b * (n + m) * c.kv_bytes
     # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
-    output = float(b * m * TOKEN_ID_BYTES)
+    output = b * m * TOKEN_ID_BYTES
     return new_record(StageWork, ((weights, kv), 0.0, output, footprint, True))
 
 

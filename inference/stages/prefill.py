@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from inference.tiny_model import TinyTransformer
+    from inference.work import WorkCoefficients
 
 # ---- cost model: calibrated figures for 9B-class serving (do not edit casually) ----------------
 QUERY_TILE = 128                  # fused attention streams K/V once per tile of queries
@@ -82,30 +83,31 @@ def _check_fraction(name: str, value: object) -> float:
 # ---- analytic work ------------------------------------------------------------------------
 
 
-def _window_part(task: Task, model: ModelConfig, window: int, tag: str = "attention") -> WorkPart:
-    b, n = task.batch, task.prompt_tokens
-    pairs = causal_pairs(n, window)
-    flops = 4.0 * b * pairs * model.head_dim * model.n_heads * model.n_layers
+# `c` is the model's `WorkCoefficients` (`model.work_coefficients`): a record is a few
+# multiplications of those by the task's sizes. `layer_fraction` is the share of the layers
+# that run the part (the gated variant splits them between window and dynamic attention).
+
+def _window_part(b: int, n: int, c: WorkCoefficients, window: int,
+                 layer_fraction: float = 1.0) -> WorkPart:
+    flops = b * causal_pairs(n, window) * c.pair_flops_all * layer_fraction
+    # Q and O of every token once per layer; fused attention streams K/V once per query tile.
     tiles = -(-n // QUERY_TILE)
-    kv_reads = tiles * min(n, window) * 2 * model.kv_dim
-    nbytes = b * model.n_layers * model.dtype_bytes * (2 * n * model.hidden + kv_reads)
-    launches = 2.0 * model.n_layers
-    return new_record(WorkPart, (tag, ATTENTION, SEQUENTIAL, flops, nbytes, 0.0, launches))
+    nbytes = b * (2 * n * c.layer_token_bytes + tiles * min(n, window) * c.kv_bytes) * layer_fraction
+    return new_record(WorkPart, ("attention", ATTENTION, SEQUENTIAL, flops, nbytes, 0.0,
+                                 2.0 * c.n_layers))
 
 
-def _dynamic_part(task: Task, model: ModelConfig, layer_fraction: float = 1.0) -> WorkPart:
-    b, n = task.batch, task.prompt_tokens
-    pairs = causal_pairs(n) * b * model.n_heads * model.n_layers * layer_fraction
-    flops = pairs * (4.0 * model.head_dim + PAIR_WEIGHT_FLOPS)
-    nbytes = pairs * model.dtype_bytes * PAIR_WEIGHT_PASSES
+def _dynamic_part(b: int, n: int, c: WorkCoefficients, layer_fraction: float = 1.0) -> WorkPart:
+    pairs = causal_pairs(n) * b * c.head_pairs * layer_fraction
+    flops = pairs * (c.pair_flops + PAIR_WEIGHT_FLOPS)
+    nbytes = pairs * c.dtype_bytes * PAIR_WEIGHT_PASSES
     return new_record(WorkPart, ("attention", DYNAMIC, STRIDED, flops, nbytes, 0.0,
-                                 6.0 * model.n_layers * layer_fraction))
+                                 6.0 * c.n_layers * layer_fraction))
 
 
-def _prefill_work(task: Task, model: ModelConfig, attention: tuple[WorkPart, ...]) -> StageWork:
-    b, n = task.batch, task.prompt_tokens
-    kv, footprint = prefill_output(b, n, model)
-    dense = prefill_dense_part(b, n, model)
+def _prefill_work(b: int, n: int, c: WorkCoefficients, attention: tuple[WorkPart, ...]) -> StageWork:
+    kv, footprint = prefill_output(b, n, c)
+    dense = prefill_dense_part(b, n, c)
     # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
     return new_record(StageWork, ((dense, *attention), 0.0, kv, footprint, True))
 
@@ -134,7 +136,8 @@ class WindowAttention:
 
     def work(self, task: Task, model: ModelConfig) -> StageWork:
         """Dense projections/MLP plus O(n * window) fused attention."""
-        return _prefill_work(task, model, (_window_part(task, model, self.window),))
+        b, n, c = task.batch, task.prompt_tokens, model.work_coefficients
+        return _prefill_work(b, n, c, (_window_part(b, n, c, self.window),))
 
 
 class DynamicAttention:
@@ -163,7 +166,8 @@ class DynamicAttention:
 
     def work(self, task: Task, model: ModelConfig) -> StageWork:
         """Dense projections/MLP plus O(n^2) pairwise weights (dynamic shapes, strided access)."""
-        return _prefill_work(task, model, (_dynamic_part(task, model),))
+        b, n, c = task.batch, task.prompt_tokens, model.work_coefficients
+        return _prefill_work(b, n, c, (_dynamic_part(b, n, c),))
 
 
 class GatedAttention:
@@ -235,13 +239,12 @@ class GatedAttention:
     def work(self, task: Task, model: ModelConfig) -> StageWork:
         """Window attention plus the gate everywhere; dynamic attention only on prompts beyond
         `gate_tokens`, in the `open_fraction` of layers whose gate opens."""
-        n = task.prompt_tokens
-        gate = WorkPart("gate", ATTENTION, SEQUENTIAL,
-                        2.0 * task.batch * n * model.hidden * model.n_layers,
-                        task.batch * n * model.hidden * model.dtype_bytes, launches=model.n_layers)
+        b, n, c = task.batch, task.prompt_tokens, model.work_coefficients
+        # The gate: a score per hidden element of every layer, over the hidden states once.
+        gate = new_record(WorkPart, ("gate", ATTENTION, SEQUENTIAL, 2.0 * b * n * c.layer_hidden,
+                                     b * n * c.token_bytes, 0.0, c.n_layers))
         if n <= self.gate_tokens:
-            return _prefill_work(task, model, (_window_part(task, model, self.window), gate))
+            return _prefill_work(b, n, c, (_window_part(b, n, c, self.window), gate))
         frac = self.open_fraction
-        window = _window_part(task, model, self.window)
-        window = window._replace(flops=window.flops * (1 - frac), nbytes=window.nbytes * (1 - frac))
-        return _prefill_work(task, model, (window, gate, _dynamic_part(task, model, frac)))
+        window = _window_part(b, n, c, self.window, 1 - frac)
+        return _prefill_work(b, n, c, (window, gate, _dynamic_part(b, n, c, frac)))
