@@ -23,6 +23,8 @@ from inference.work import StageWork
 
 Masks = tuple[tuple[bool, ...], ...]      # per stage, per device: may it run there?
 Works = tuple[StageWork, StageWork, StageWork]
+# A placement's info labels, info shares by device name and observed previous placement.
+PlacementFacts = tuple[tuple[str, ...], dict[str, float], tuple[float, ...]]
 
 REWARDS = ("latency", "relative")
 BACKLOG_SCALE_S = 60.0      # backlog b is observed as b / (b + 60 s): 0 idle, 0.5 at 60 s
@@ -173,8 +175,7 @@ class InferenceAllocEnv(gym.Env):
         self._mask_memo: list[Any] | None = None
         # Labels, device shares and observed previous placement of a placement, which depend on
         # the placement alone (a discrete action space has D**3 of them): see _placement_facts.
-        self._facts_memo: dict[Shares, tuple[tuple[str, ...], tuple[float, ...],
-                                             tuple[float, ...]]] = {}
+        self._facts_memo: dict[Shares, PlacementFacts] = {}
         # (task, works): the current task's `stage.work` records, which the masks, the run,
         # the references and the speed measurement all price; built once per task.
         self._works_memo: tuple[Task, Works] | None = None
@@ -330,13 +331,15 @@ class InferenceAllocEnv(gym.Env):
         if self.reference or self.reward_kind == "relative":
             refs = self.planner.references(task, noise, masks, penalty, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
-        self._observe(res, shares)
+        # Looked up once: hashing the nested shares tuple is a good part of the lookup's cost.
+        facts = self._placement_facts(shares)
+        self._observe(res, facts)
         if self.reward_kind == "latency":
             reward = -res.latency
         else:
             assert refs is not None
             reward = 1.0 - res.latency / refs["static_latency"]
-        info = self._step_info(task, res, shares, failed)
+        info = self._step_info(task, res, facts, failed)
         if refs is not None:   # the references' keys come first
             refs.update(info)
             info = refs
@@ -385,7 +388,7 @@ class InferenceAllocEnv(gym.Env):
                 else:
                     st.throttle[dev] = fault.factor
 
-    def _observe(self, res: TaskResult, shares: Shares) -> None:
+    def _observe(self, res: TaskResult, facts: PlacementFacts) -> None:
         """Update what the agent can measure: speed ratios, cache hit rate, last placement."""
         speed = self._speed
         # Prefill is compute bound, so its time reveals a device's compute speed; decode is
@@ -396,7 +399,7 @@ class InferenceAllocEnv(gym.Env):
             speed[dev] += SPEED_EMA * (expected / observed - speed[dev])
         if res.cache_hit is not None:
             self._hit_rate += HIT_EMA * ((1.0 if res.cache_hit else 0.0) - self._hit_rate)
-        self._prev = self._placement_facts(shares)[2]
+        self._prev = facts[2]
 
     def _observation(self) -> np.ndarray:
         # The clamps are conditionals rather than min()/max() calls, which cost more on this
@@ -432,9 +435,11 @@ class InferenceAllocEnv(gym.Env):
         return ",".join("+".join(f"{names[dev]}" if frac == 1.0 else f"{names[dev]}:{frac:.2f}"
                                  for dev, frac in stage) for stage in shares)
 
-    def _placement_facts(self, shares: Shares) -> tuple[tuple[str, ...], tuple[float, ...],
-                                                         tuple[float, ...]]:
-        """(info's placement labels, info's device shares, observed previous placement)."""
+    def _placement_facts(self, shares: Shares) -> PlacementFacts:
+        """(info's placement labels, info's device shares by name, observed previous placement).
+
+        The shares dict is a template: `_step_info` hands out a copy, which is cheaper than
+        building it again."""
         facts = self._facts_memo.get(shares)
         if facts is not None:
             return facts
@@ -446,7 +451,7 @@ class InferenceAllocEnv(gym.Env):
                 share[dev] += frac / 3.0
                 prev[s * d + dev] = frac
         labels = tuple(self._placement_label((stage_shares,)) for stage_shares in shares)
-        facts = (labels, tuple(share), tuple(prev))
+        facts = (labels, dict(zip(self.device_names, share, strict=True)), tuple(prev))
         if len(self._facts_memo) >= 4096:   # split placements rarely repeat: keep it bounded
             self._facts_memo.clear()
         self._facts_memo[shares] = facts
@@ -456,10 +461,11 @@ class InferenceAllocEnv(gym.Env):
         return {"batch": task.batch, "prompt_tokens": task.prompt_tokens,
                 "output_tokens": task.output_tokens, "domain": task.domain, "arrival": task.arrival}
 
-    def _step_info(self, task: Task, res: TaskResult, shares: Shares, failed: int) -> dict[str, Any]:
+    def _step_info(self, task: Task, res: TaskResult, facts: PlacementFacts,
+                   failed: int) -> dict[str, Any]:
         elapsed = 1e-9 if res.finish < 1e-9 else res.finish   # max(res.finish, 1e-9)
         names = self.device_names
-        placement, share, _ = self._placement_facts(shares)
+        placement, share, _ = facts
         utilisation = {}
         for name, busy in zip(names, self.sim.state.busy_time, strict=True):
             used = busy / elapsed
@@ -470,7 +476,7 @@ class InferenceAllocEnv(gym.Env):
             "placement": placement,
             "cache_hit": res.cache_hit,
             "utilisation": utilisation,
-            "share": dict(zip(names, share, strict=True)),
+            "share": share.copy(),   # a fresh dict: the caller may change it
             "failed_dispatch": failed,
             "attention_s": res.attention,
             "kv_wait_s": res.kv_wait,

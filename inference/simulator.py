@@ -303,11 +303,12 @@ class Simulator:
         # moved (its shares differ) and set-up is charged; None when no device pays a set-up.
         setup = self._setup
         prev_shares = st.prev_shares
-        moved_from: list[tuple[int, ...] | None] = [None, None, None]
+        moved_from: list[Sequence[int] | None] = [None, None, None]
         if self._any_setup and prev_shares is not None and shares != prev_shares:
             for s in range(3):
-                if shares[s] != prev_shares[s]:
-                    moved_from[s] = prev_devices_of(prev_shares, s)
+                prev = prev_shares[s]
+                if shares[s] != prev:   # `prev_devices_of(prev_shares, s)`, without the call
+                    moved_from[s] = [d for d, _ in prev]
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
         hit = None
@@ -321,10 +322,13 @@ class Simulator:
         prefetch = cfg.prefetch_depth
         work = works[0]
         io_time = work.io_bytes / self._disk_bw
-        read_start = max(t, st.disk_free)
+        # (The conditionals below are max() calls written out: cheaper on this path.)
+        disk_free = st.disk_free
+        read_start = disk_free if disk_free > t else t
         if prefetch:
-            if len(st.load_done) == st.load_done.maxlen:
-                read_start = max(read_start, st.load_done[0])   # at most k reads ahead of loading
+            load_done = st.load_done
+            if len(load_done) == load_done.maxlen and load_done[0] > read_start:
+                read_start = load_done[0]   # at most k reads ahead of loading
             read_end = read_start + io_time
             st.disk_free = read_end
         else:
@@ -361,8 +365,13 @@ class Simulator:
                 stage_end = end
                 # the read counts as loading; waiting for the disk or device as queueing
                 # (prefetch hides the part of the read done while the device was busy)
-                visible = min(io_time, max(0.0, read_end - max(t, free)))
-                if not prefetch:
+                if prefetch:   # min(io_time, max(0.0, read_end - max(t, free))), written out
+                    visible = read_end - (free if free > t else t)
+                    if visible < 0.0:
+                        visible = 0.0
+                    elif visible > io_time:
+                        visible = io_time
+                else:
                     visible = 0.0   # synchronous: the read is inside `seconds`
                 waited = start - t - visible
                 duration = end - t - waited
@@ -378,10 +387,16 @@ class Simulator:
         st.load_done.append(stage_end)   # once per task: prefetch depth counts tasks
         # -- prefill and decode: the input comes from every device of the previous stage
         link_latency, link_bandwidth = self._link_latency, self._link_bandwidth
+        # The breakdown's sums over the two stages, kept in locals and stored once at the end
+        # (a slot read-modify-write per stage costs more than a local one).
+        # They continue the load stage's queue and overhead, in the same order of additions.
+        transfer_sum = compute_sum = stall_sum = attn_sum = kv_sum = 0.0
+        queue_sum, setup_sum = res.queue, res.overhead
         for s in (1, 2):
             prev_end, prev_end_of, prev_devices = stage_end, end_of, shares[s - 1]
             prev_output = work.output_bytes
             work = works[s]
+            needs_weights = work.needs_weights
             moved = moved_from[s]
             noise_s = noise[s]
             end_of = {}
@@ -396,7 +411,7 @@ class Simulator:
                                    + prev_output * fa * frac / link_bandwidth[a][dev])
                     if arrive > ready:
                         ready = arrive
-                if work.needs_weights and not resident[dev]:
+                if needs_weights and not resident[dev]:
                     ready += self._migration_time(st, dev)
                     resident[dev] = True
                 free = busy[dev]
@@ -421,14 +436,21 @@ class Simulator:
                     stage_device[s] = dev
                     stage_fraction[s] = frac
                 end_of[dev] = end
-            res.transfer += transfer
-            res.queue += queue
+            transfer_sum += transfer
+            queue_sum += queue
             res.stage_time[s] = duration - crit_setup   # the stage's own work, for speed estimates
-            res.overhead += crit_setup
-            res.compute += duration - stall - crit_setup
-            res.memory_stall += stall
-            res.attention += attn
-            res.kv_wait += kv
+            setup_sum += crit_setup
+            compute_sum += duration - stall - crit_setup
+            stall_sum += stall
+            attn_sum += attn
+            kv_sum += kv
+        res.transfer = transfer_sum
+        res.queue = queue_sum
+        res.overhead = setup_sum
+        res.compute = compute_sum
+        res.memory_stall = stall_sum
+        res.attention = attn_sum
+        res.kv_wait = kv_sum
         res.finish = stage_end
         res.latency = stage_end - task.arrival
         st.prev_shares = shares
@@ -487,12 +509,14 @@ class Simulator:
             else:
                 comp = flops * frac * inv_f[op]
                 mem = (nbytes * frac + fixed_bytes) * inv_b[pattern] * slow
-            t = (comp if comp > mem else mem) + launches * launch
-            total += t
-            if mem > comp:
+            if mem > comp:   # one comparison for max(comp, mem) and the stall
+                t = mem + launches * launch
                 stall += mem - comp
                 if tag == "kv":
                     kv += mem - comp
+            else:
+                t = comp + launches * launch
+            total += t
             if tag == "attention":
                 attn += t
         return total, stall, attn, kv

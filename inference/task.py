@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 STAGES: tuple[str, str, str] = ("load", "prefill", "decode")
@@ -35,3 +36,26 @@ class Task:
             raise ValueError(f"Task.domain must be a non-negative integer, got {self.domain!r}")
         if not (isinstance(self.arrival, (int, float)) and math.isfinite(self.arrival)) or self.arrival < 0:
             raise ValueError(f"Task.arrival must be a finite time >= 0, got {self.arrival!r}")
+
+    @classmethod
+    def many_trusted(cls, batch: Iterable[int], prompt_tokens: Iterable[int],
+                     output_tokens: Iterable[int], domain: Iterable[int],
+                     arrival: Iterable[float]) -> tuple[Task, ...]:
+        """Tasks from columns of field values (plain Python ints and floats) that the caller has
+        already checked as a whole, e.g. as arrays: no per-task `__post_init__` validation.
+
+        An episode builds tens of thousands of tasks at every reset, and the per-task checks
+        cost about twice the construction itself. Public construction (`Task(...)`) still
+        validates; this is for internally generated streams only.
+        """
+        new, set_field = object.__new__, object.__setattr__   # what the frozen __init__ does
+        tasks = []
+        for b, p, o, d, a in zip(batch, prompt_tokens, output_tokens, domain, arrival, strict=True):
+            task = new(cls)
+            set_field(task, "batch", b)
+            set_field(task, "prompt_tokens", p)
+            set_field(task, "output_tokens", o)
+            set_field(task, "domain", d)
+            set_field(task, "arrival", a)
+            tasks.append(task)
+        return tuple(tasks)

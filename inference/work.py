@@ -124,35 +124,3 @@ class WorkCoefficients(NamedTuple):
             kv_bytes=float(model.kv_bytes_per_token),
             weight_bytes=float(model.weight_bytes),
         )
-
-
-# --- parts shared by several stage implementations ------------------------------------------
-# They take the model's `WorkCoefficients` (see above), not the model.
-
-def prefill_dense_part(batch: int, n: int, c: WorkCoefficients) -> WorkPart:
-    """Projections and MLP of every prompt token, plus the LM head of the last one."""
-    flops = batch * (n * c.dense_flops + c.head_flops)
-    # Activations written and read back a few times per layer (norms, residuals, MLP inner).
-    act_bytes = 6.0 * batch * n * c.layer_token_bytes
-    return new_record(WorkPart, ("dense", DENSE, SEQUENTIAL, flops, act_bytes,
-                                 c.weight_bytes, 8.0 * c.n_layers))
-
-
-def prefill_output(batch: int, n: int, c: WorkCoefficients) -> tuple[float, float]:
-    """(KV-cache bytes handed to decode, activation footprint beside the weights)."""
-    tokens = batch * n
-    kv = tokens * c.kv_bytes
-    return kv, kv + 4.0 * tokens * c.token_bytes
-
-
-def decode_weights_part(batch: int, m: int, c: WorkCoefficients) -> WorkPart:
-    """Every generated token streams all weights once (decode is memory bound)."""
-    flops = batch * m * (c.dense_flops + c.head_flops)
-    return new_record(WorkPart, ("weights", DENSE, SEQUENTIAL, flops, 0.0,
-                                 m * c.weight_bytes, 10.0 * c.n_layers * m))
-
-
-def decode_kv_traffic(batch: int, n: int, m: int, c: WorkCoefficients) -> tuple[float, float]:
-    """(attention FLOPs, KV-cache bytes read) over m decode steps with n prompt tokens."""
-    contexts = batch * (m * n + m * (m - 1) / 2.0)   # context lengths summed over steps, sequences
-    return contexts * c.pair_flops_all, contexts * c.kv_bytes

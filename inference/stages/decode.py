@@ -32,8 +32,6 @@ from inference.work import (
     TOKEN_ID_BYTES,
     StageWork,
     WorkPart,
-    decode_kv_traffic,
-    decode_weights_part,
     new_record,
 )
 
@@ -57,14 +55,22 @@ def _check_positive(name: str, value: object) -> int:
 def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
                  kv_launch: float) -> StageWork:
     """Weights streamed once per step, plus the KV reads: `overhead` extra bytes per KV byte
-    read in `pattern`, `kv_launch` kernel launches per layer and step."""
+    read in `pattern`, `kv_launch` kernel launches per layer and step.
+
+    The formulas are written out here rather than in helpers: the environment builds this record
+    for every task, and each Python call layer is a sizeable share of its cost."""
     b, n, m = task.batch, task.prompt_tokens, task.output_tokens
     c = model.work_coefficients   # the model's factors: see inference/work.py
-    weights = decode_weights_part(b, m, c)
-    flops, kv_bytes = decode_kv_traffic(b, n, m, c)
+    # Every generated token streams all weights once (decode is memory bound).
+    weights = new_record(WorkPart, ("weights", DENSE, SEQUENTIAL,
+                                    b * m * (c.dense_flops + c.head_flops), 0.0,
+                                    m * c.weight_bytes, 10.0 * c.n_layers * m))
+    # KV traffic over the m steps: context lengths summed over steps and sequences.
+    contexts = b * (m * n + m * (m - 1) / 2.0)
     # A decode step's attention is a batched matrix-vector product: memory bound, so it is
     # priced as streaming (dense) work, not as the prefill's attention kernels.
-    kv = new_record(WorkPart, ("kv", DENSE, pattern, flops, kv_bytes * (1 + overhead), 0.0,
+    kv = new_record(WorkPart, ("kv", DENSE, pattern, contexts * c.pair_flops_all,
+                               contexts * c.kv_bytes * (1 + overhead), 0.0,
                                kv_launch * c.n_layers * m))
     footprint = b * (n + m) * c.kv_bytes
     # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`

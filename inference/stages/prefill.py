@@ -23,6 +23,7 @@ from inference.model_config import ModelConfig
 from inference.task import Task
 from inference.work import (
     ATTENTION,
+    DENSE,
     DYNAMIC,
     SEQUENTIAL,
     STRIDED,
@@ -30,8 +31,6 @@ from inference.work import (
     WorkPart,
     causal_pairs,
     new_record,
-    prefill_dense_part,
-    prefill_output,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +97,8 @@ def _window_part(b: int, n: int, c: WorkCoefficients, window: int,
 
 
 def _dynamic_part(b: int, n: int, c: WorkCoefficients, layer_fraction: float = 1.0) -> WorkPart:
-    pairs = causal_pairs(n) * b * c.head_pairs * layer_fraction
+    # causal_pairs(n) written out: this runs for every task the env prices (see `_prefill_work`)
+    pairs = n * (n + 1) / 2 * b * c.head_pairs * layer_fraction
     flops = pairs * (c.pair_flops + PAIR_WEIGHT_FLOPS)
     nbytes = pairs * c.dtype_bytes * PAIR_WEIGHT_PASSES
     return new_record(WorkPart, ("attention", DYNAMIC, STRIDED, flops, nbytes, 0.0,
@@ -106,8 +106,19 @@ def _dynamic_part(b: int, n: int, c: WorkCoefficients, layer_fraction: float = 1
 
 
 def _prefill_work(b: int, n: int, c: WorkCoefficients, attention: tuple[WorkPart, ...]) -> StageWork:
-    kv, footprint = prefill_output(b, n, c)
-    dense = prefill_dense_part(b, n, c)
+    """The part every variant shares -- projections and MLP of every prompt token plus the LM
+    head of the last one, and the KV cache handed to decode -- around the variant's attention.
+
+    The formulas are written out here rather than in helpers: the environment builds this record
+    for every task, and each Python call layer is a sizeable share of its cost."""
+    tokens = b * n
+    kv = tokens * c.kv_bytes                             # KV-cache bytes handed to decode
+    footprint = kv + 4.0 * tokens * c.token_bytes        # ... plus activations, beside the weights
+    flops = b * (n * c.dense_flops + c.head_flops)
+    # Activations written and read back a few times per layer (norms, residuals, MLP inner).
+    act_bytes = 6.0 * b * n * c.layer_token_bytes
+    dense = new_record(WorkPart, ("dense", DENSE, SEQUENTIAL, flops, act_bytes,
+                                  c.weight_bytes, 8.0 * c.n_layers))
     # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
     return new_record(StageWork, ((dense, *attention), 0.0, kv, footprint, True))
 
