@@ -34,7 +34,7 @@ from agents.warmup import WarmupConfig
 from envs.scenario import load_scenario
 
 JOB_TASKS = 300
-JOB_TIME_SCALE = 3.75
+JOB_TIME_SCALE = 3.25
 ONLINE_SAMPLES = 600
 VARIANTS = {"glm": "glm-5.3", "flash": "glm-5.3-flash", "opt": "glm-5.3-flash-opt"}
 SPEED_ENTRY = 7          # observation index of device 0's speed ratio; + 4 per device
