@@ -80,6 +80,16 @@ class InferenceAllocEnv(gym.Env):
     latency is the best static placement's for the same task in the same state
     (0 = as good as static, positive = better).
 
+    ## Info
+
+    Per step: `latency` (s), `breakdown` (overhead, queue, load, transfer, compute,
+    memory_stall: they add up to the latency), `placement` (device label per stage),
+    `cache_hit` (None without a loader cache), `utilisation` and `share` (per device),
+    `failed_dispatch` (masked picks this step), `attention_s`, `kv_wait_s`, `speed_ratio`
+    (the measured ratios the observation shows, unscaled) and `task`. With `reference=True`
+    (or `reward="relative"`): `static_latency` and `static_placement`; with `reference=True`
+    also `oracle_latency` and `oracle_placement`.
+
     ## Episode End
 
     The episode is truncated after `episode_tasks` tasks, or when a replayed

@@ -99,11 +99,6 @@ class SimConfig:
             raise ValueError("SimConfig.precomputed_domains must be non-negative integers")
 
 
-def prev_devices_of(shares: Shares | None, stage: int) -> tuple[int, ...]:
-    """Devices that ran `stage` for the previous task (none before the first task)."""
-    return () if shares is None else tuple(d for d, _ in shares[stage])
-
-
 class TaskResult:
     """Latency of one task, its breakdown and what it used."""
 
@@ -307,7 +302,7 @@ class Simulator:
         if self._any_setup and prev_shares is not None and shares != prev_shares:
             for s in range(3):
                 prev = prev_shares[s]
-                if shares[s] != prev:   # `prev_devices_of(prev_shares, s)`, without the call
+                if shares[s] != prev:
                     moved_from[s] = [d for d, _ in prev]
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
