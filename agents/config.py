@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.sb3_factory import parse_overrides
+from inference.yamlio import safe_load
 
 C = TypeVar("C")
 
@@ -230,7 +231,7 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):

@@ -14,7 +14,6 @@ with the env's own actions.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import zipfile
 from pathlib import Path
@@ -31,6 +30,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from agents.base import Policy
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
+from inference.yamlio import safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
@@ -53,7 +53,7 @@ def load_hyperparams(agent: str, env_id: str) -> dict[str, Any]:
         raise ValueError(f"unknown SB3 agent {agent!r}; known: {', '.join(ALGORITHMS)}")
     path = HYPERPARAMS_DIR / f"{agent}.yaml"
     with open(path, encoding="utf-8") as fh:
-        table = yaml.safe_load(fh) or {}
+        table = safe_load(fh) or {}
     if env_id not in table:
         raise ValueError(
             f"no {agent} hyper-parameters for env {env_id!r} in {path}; "
@@ -72,13 +72,9 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"hyper-parameter override {item!r} must look like key=value")
         try:
-            parsed = yaml.safe_load(value)
+            parsed = safe_load(value)
         except yaml.YAMLError as exc:
             raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML ({exc})") from None
-        if isinstance(parsed, str):
-            # YAML 1.1 reads `3e-4` (no dot) as a string; a number is what is meant.
-            with contextlib.suppress(ValueError):
-                parsed = float(parsed)
         out[key.strip()] = parsed
     return out
 

@@ -35,7 +35,6 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -53,9 +52,6 @@ def scenario_names() -> list[str]:
 
 def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = True,
             integer: bool = False) -> float:
-    if isinstance(raw, str):
-        with contextlib.suppress(ValueError):   # PyYAML reads `1e9` as a string
-            raw = float(raw)
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise ValueError(f"scenario field {where} must be a finite number, got {raw!r}")
     if integer and int(raw) != raw:

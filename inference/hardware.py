@@ -34,13 +34,12 @@ Access patterns: ``sequential``, ``strided``, ``random``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
+from inference.yamlio import load_yaml_file
 
 DEVICE_KINDS = ("cpu", "gpu", "npu")
 OP_CLASSES = ("dense", "attention", "dynamic", "preprocess")
@@ -137,10 +136,6 @@ class Hardware:
 def _positive(value: Any, where: str) -> float:
     if value is None:
         raise ValueError(f"{where} is missing (a number > 0 is required)")
-    if isinstance(value, str):
-        # PyYAML (YAML 1.1) reads `1e9` and `1.15e14` as strings: accept them as numbers.
-        with contextlib.suppress(ValueError):
-            value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where} must be a number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
@@ -252,13 +247,6 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def load_yaml(path: Path, what: str) -> Any:
-    """Read a YAML file; a parse error becomes a ValueError naming the file."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{what} {path}: malformed YAML: {exc}") from None
 
 
 def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:
@@ -267,13 +255,13 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ValueError(f"{what} file {path} does not exist")
-        return load_yaml(path, f"{what} file"), str(path)
+        return load_yaml_file(path, f"{what} file"), str(path)
     preset = preset_dir / f"{spec}.yaml"
     if not preset.is_file():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"unknown {what} {spec!r}: not a preset ({names}) "
                          "and not a path to a YAML file")
-    return load_yaml(preset, f"{what} preset"), str(spec)
+    return load_yaml_file(preset, f"{what} preset"), str(spec)
 
 
 def load_hardware(spec: str | Path | Hardware) -> Hardware:

@@ -19,8 +19,9 @@ from inference.model_config import get_model
 from inference.simulator import SimConfig, Simulator
 from inference.task import Task
 from inference.variants import build_stages, resolve_variant
+from inference.yamlio import safe_load
 
-SERVER_RAW = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+SERVER_RAW = safe_load((PRESET_DIR / "server.yaml").read_text())
 
 
 def edited(change) -> dict:
@@ -167,3 +168,11 @@ def test_an_unknown_resident_device_is_refused():
     with pytest.raises(ValueError, match="tpu"):
         Simulator(load_hardware("server"), get_model("glm-9b"), build_stages("glm-5.3"),
                   SimConfig(resident=("tpu",)))
+
+
+def test_exponent_only_floats_read_as_numbers_everywhere():
+    data = safe_load("a: 1e9\nb: -3E-4\nc: 2.5e14\nd: '1e9'\ne: 7\nf: e5")
+    assert data == {"a": 1e9, "b": -3e-4, "c": 2.5e14, "d": "1e9", "e": 7, "f": "e5"}
+    from agents.sb3_factory import parse_overrides
+
+    assert parse_overrides(["learning_rate=3e-4"]) == {"learning_rate": 3e-4}

@@ -1,0 +1,39 @@
+"""YAML reading shared by every config file of the project (presets, scenarios, options).
+
+PyYAML implements YAML 1.1, whose float syntax needs a dot: ``1e9`` and
+``3e-4`` come back as *strings*. Every file here writes numbers that way, so
+the loader below reads them as the numbers they are, once, for everyone.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+
+class NumberFriendlyLoader(yaml.SafeLoader):
+    """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``."""
+
+
+NumberFriendlyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def safe_load(text_or_stream: str | IO[str]) -> Any:
+    """`yaml.safe_load`, reading exponent-only floats as numbers."""
+    return yaml.load(text_or_stream, Loader=NumberFriendlyLoader)  # noqa: S506 (a SafeLoader)
+
+
+def load_yaml_file(path: Path, what: str) -> Any:
+    """Read a YAML file; a parse error becomes a ValueError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} {path}: malformed YAML: {exc}") from None
