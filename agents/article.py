@@ -27,9 +27,10 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.online import deploy
+from agents.online import deploy, rollout
 from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
+from agents.stats import mean_ci95
 from agents.warmup import WarmupConfig
 from envs.scenario import load_scenario
 
@@ -116,12 +117,7 @@ def run_job(variant: str, allocator: str, seed: int, n_tasks: int = JOB_TASKS,
         vec_env.seed(seed)
         agent.learn(n_tasks, callback=_Collect(run, n_tasks), reset_num_timesteps=True)
     else:
-        policy = make_policy(allocator, env)
-        obs, _ = env.reset(seed=seed)
-        for _ in range(n_tasks):
-            action, _ = policy.predict(obs, deterministic=True)
-            obs, _, _, _, info = env.step(action)
-            run.infos.append(info)
+        run.infos = rollout(make_policy(allocator, env), env, n_tasks, seed)
     run.npu_ratio = _npu_ratio(run)
     return run
 
@@ -200,14 +196,7 @@ def _small(info: dict[str, Any]) -> bool:
 
 def _stream_latencies(policy_name: str, seed: int, n: int) -> list[dict[str, Any]]:
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=n)
-    policy = make_policy(policy_name, env)
-    obs, _ = env.reset(seed=seed)
-    infos = []
-    for _ in range(n):
-        action, _ = policy.predict(obs, deterministic=True)
-        obs, _, _, _, info = env.step(action)
-        infos.append(info)
-    return infos
+    return rollout(make_policy(policy_name, env), env, n, seed)
 
 
 def measure_seed(seed: int, n_tasks: int = JOB_TASKS, online_samples: int = ONLINE_SAMPLES,
@@ -239,12 +228,6 @@ def measure_seed(seed: int, n_tasks: int = JOB_TASKS, online_samples: int = ONLI
         "_makespans": {"glm": g, "flash_static": fs, "flash": fr, "opt": opt.makespan},
     }
     return values, online
-
-
-def _ci95(values: list[float]) -> tuple[float, float]:
-    from agents.stats import mean_ci95
-
-    return mean_ci95(values)
 
 
 def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
@@ -279,7 +262,7 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
     per_seed[ROWS[10].figure] = [o.metrics()["early_drop"] for o in onlines]
     table = []
     for row in ROWS:
-        mean, half = _ci95(per_seed[row.figure])
+        mean, half = mean_ci95(per_seed[row.figure])
         if row is ROWS[9]:
             mean = metrics["samples_to_stabilise"]        # of the seed-mean curve
         if row is ROWS[10]:

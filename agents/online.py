@@ -92,19 +92,24 @@ class _Recorder(BaseCallback):
         return True
 
 
-def run_policy(policy: Any, env: Any, n_samples: int, seed: int) -> np.ndarray:
-    """Latency of each of the first n_samples tasks of the stream `seed` under `policy`."""
+def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, Any]]:
+    """The step infos of the first n_samples tasks of the stream `seed` under `policy`."""
     base = env.unwrapped
     obs, _ = base.reset(seed=seed)
-    out = np.empty(n_samples)
+    infos = []
     for i in range(n_samples):
         action, _ = policy.predict(obs, deterministic=True)
         obs, _, _, truncated, info = base.step(action)
-        out[i] = info["latency"]
+        infos.append(info)
         if truncated and i + 1 < n_samples:
-            raise ValueError(f"the env's episode ended after {i + 1} tasks; deploy needs "
+            raise ValueError(f"the env's episode ended after {i + 1} tasks; this needs "
                              f"episode_tasks >= n_samples ({n_samples})")
-    return out
+    return infos
+
+
+def run_policy(policy: Any, env: Any, n_samples: int, seed: int) -> np.ndarray:
+    """Latency of each of the first n_samples tasks of the stream `seed` under `policy`."""
+    return np.array([info["latency"] for info in rollout(policy, env, n_samples, seed)])
 
 
 def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int = 0,

@@ -26,6 +26,17 @@ from agents.stats import t95  # noqa: E402
 STABILIZATION_LINE = 200
 
 
+
+def _finish(fig: Any, axes: Any, target: str | Path) -> Path:
+    """Grid and legend on every axis, then save atomically and free the figure."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    try:
+        return save_figure(fig, target)
+    finally:
+        plt.close(fig)
+
 def read_scalars(run_dir: str | os.PathLike[str], tag: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one scalar tag in a run folder's TensorBoard events (empty if none)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -64,12 +75,7 @@ def latency_cdf(latencies: Mapping[str, Mapping[str, np.ndarray]], target: str |
                 ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=agent)
         ax.set_xscale("log")
         ax.set(title=f"latency CDF: {scenario}", xlabel="task latency (s)", ylabel="fraction of tasks")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    try:
-        return save_figure(fig, target)
-    finally:
-        plt.close(fig)
+    return _finish(fig, axes[0][:len(scenarios)], target)
 
 
 def learning_curves(runs: Sequence[tuple[str, Path]], target: str | Path,
@@ -84,12 +90,7 @@ def learning_curves(runs: Sequence[tuple[str, Path]], target: str | Path,
         ax.axhline(1.0, color="k", ls=":", lw=1, label="best static")
     ax.set(title=f"learning curves ({tag}, moving average of {smooth} logs)",
            xlabel="environment step", ylabel=tag)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    try:
-        return save_figure(fig, target)
-    finally:
-        plt.close(fig)
+    return _finish(fig, [ax], target)
 
 
 def stabilization(curves: Mapping[str, Sequence[np.ndarray]], target: str | Path,
@@ -110,9 +111,4 @@ def stabilization(curves: Mapping[str, Sequence[np.ndarray]], target: str | Path
             fontsize=8)
     ax.set(title=title or "online deployment from sample 0",
            xlabel="sample (task) index", ylabel=f"latency (s), rolling mean of {window}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    try:
-        return save_figure(fig, target)
-    finally:
-        plt.close(fig)
+    return _finish(fig, [ax], target)
