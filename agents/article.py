@@ -60,10 +60,9 @@ class NominalBeliefs(gym.ObservationWrapper):
 
 @dataclass
 class JobRun:
-    """What one job left behind: per-task infos and the env's final beliefs."""
+    """What one job left behind: the per-task infos."""
 
     infos: list[dict[str, Any]] = field(default_factory=list)
-    npu_ratio: float = float("nan")
 
     @property
     def makespan(self) -> float:
@@ -74,6 +73,12 @@ class JobRun:
     def total(self, key: str, where: Any = None) -> float:
         rows = [i for i in self.infos if where is None or where(i)]
         return float(sum(i[key] if key in i else i["breakdown"][key] for i in rows))
+
+    @property
+    def npu_ratio(self) -> float:
+        """The NPU speed the env measured (true / nominal) by the job's last task."""
+        ratios = self.infos[-1].get("speed_ratio", {}) if self.infos else {}
+        return float(ratios.get("npu", float("nan")))
 
     def hit_rate(self) -> float:
         hits = [i["cache_hit"] for i in self.infos if i["cache_hit"] is not None]
@@ -91,9 +96,6 @@ class _Collect(BaseCallback):
         return True
 
 
-def _npu_ratio(run: JobRun) -> float:
-    ratios = run.infos[-1].get("speed_ratio", {}) if run.infos else {}
-    return float(ratios.get("npu", float("nan")))
 
 
 def job_scenario(time_scale: float = JOB_TIME_SCALE):
@@ -118,7 +120,6 @@ def run_job(variant: str, allocator: str, seed: int, n_tasks: int = JOB_TASKS,
         agent.learn(n_tasks, callback=_Collect(run, n_tasks), reset_num_timesteps=True)
     else:
         run.infos = rollout(make_policy(allocator, env), env, n_tasks, seed)
-    run.npu_ratio = _npu_ratio(run)
     return run
 
 
