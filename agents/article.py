@@ -96,8 +96,6 @@ class _Collect(BaseCallback):
         return True
 
 
-
-
 def job_scenario(time_scale: float = JOB_TIME_SCALE):
     sc = load_scenario("article")
     rate = sc.workload.arrival_rate * time_scale
