@@ -284,26 +284,9 @@ class Simulator:
         st = state if state is not None else self.state
         if not commit:
             st = st.copy()
-        cfg = self.config
         res = TaskResult(self.n_devices)
-        busy, throttle, resident = st.busy_until, st.throttle, st.resident
-        busy_time, task_busy = st.busy_time, res.busy
-        stage_device, stage_fraction = res.stage_device, res.stage_fraction
         t = task.arrival + extra_overhead
         res.overhead = extra_overhead
-        # Re-placement: a device that did not run this stage for the previous task must be set
-        # up for it first (graph capture / compilation, allocator and KV layout), which keeps
-        # that device busy for `replacement_overhead_s` -- static placements never pay it.
-        # `moved_from[s]`: the devices that ran stage s for the previous task, when the stage
-        # moved (its shares differ) and set-up is charged; None when no device pays a set-up.
-        setup = self._setup
-        prev_shares = st.prev_shares
-        moved_from: list[Sequence[int] | None] = [None, None, None]
-        if self._any_setup and prev_shares is not None and shares != prev_shares:
-            for s in range(3):
-                prev = prev_shares[s]
-                if shares[s] != prev:
-                    moved_from[s] = [d for d, _ in prev]
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
         hit = None
@@ -314,13 +297,11 @@ class Simulator:
         res.cache_hit = hit
         res.works = works
         # -- disk read: asynchronous with prefetch (overlaps device work), else it blocks the device
-        prefetch = cfg.prefetch_depth
-        work = works[0]
-        io_time = work.io_bytes / self._disk_bw
+        io_time = works[0].io_bytes / self._disk_bw
         # (The conditionals below are max() calls written out: cheaper on this path.)
         disk_free = st.disk_free
         read_start = disk_free if disk_free > t else t
-        if prefetch:
+        if self.config.prefetch_depth:
             load_done = st.load_done
             if len(load_done) == load_done.maxlen and load_done[0] > read_start:
                 read_start = load_done[0]   # at most k reads ahead of loading
@@ -328,46 +309,134 @@ class Simulator:
             st.disk_free = read_end
         else:
             read_end = read_start
+        # -- the stages on the devices
+        if len(shares[0]) == 1 and len(shares[1]) == 1 and len(shares[2]) == 1:
+            stage_end = self._book_single(st, res, shares, works, noise, t, read_end, io_time)
+        else:
+            stage_end = self._book_shares(st, res, shares, works, noise, t, read_end, io_time)
+        res.finish = stage_end
+        res.latency = stage_end - task.arrival
+        st.prev_shares = shares
+        if hit is not None:
+            st.lookups += 1
+            st.hits += hit
+            if load_impl.cache_kind == "adaptive":
+                self._track(st, task.domain)
+        return res
+
+    # `_book_shares` books any shares; `_book_single` is the same booking for placements with
+    # one device per stage (every placement of the discrete env, the static reference's and the
+    # oracle's), without the per-share bookkeeping: a stage ends when its one share does. It
+    # does the same float operations in the same order, so both give the same result to the bit
+    # (tests/test_hot_path.py holds them to that).
+    # Both fill `res` and return the end of the decode stage. Re-placement: a device that did not
+    # run a stage for the previous task must be set up for it first (graph capture /
+    # compilation, allocator and KV layout), which keeps that device busy for its set-up time --
+    # static placements never pay it.
+    def _book_single(self, st: ClusterState, res: TaskResult, shares: Shares,
+                     works: Sequence[StageWork], noise: Sequence[float], t: float,
+                     read_end: float, io_time: float) -> float:
+        busy, throttle, resident, busy_time = st.busy_until, st.throttle, st.resident, st.busy_time
+        task_busy, stage_time = res.busy, res.stage_time
+        stage_device, stage_fraction = res.stage_device, res.stage_fraction
+        # set_ups[s]: the set-up the device of stage s pays, when it ran no share of the stage
+        # for the previous task.
+        set_ups = [0.0, 0.0, 0.0]
+        prev_shares = st.prev_shares
+        if self._any_setup and prev_shares is not None and shares != prev_shares:
+            for s in range(3):
+                dev = shares[s][0][0]
+                for prev_dev, _ in prev_shares[s]:
+                    if prev_dev == dev:
+                        break
+                else:
+                    set_ups[s] = self._setup[dev]
         # -- load: its input is the disk read
-        contended = self._contended
-        noise_s = noise[0]
-        end_of: dict[int, float] = {}
-        stage_end = -1.0
-        waited = duration = load_setup = 0.0    # the critical share's queueing, duration, set-up
-        for dev, frac in shares[0]:
-            ready = read_end
+        ((dev, frac),) = shares[0]
+        work = works[0]
+        set_up = set_ups[0]
+        start, end, visible = self._book_load(st, res, work, dev, frac, t, read_end, io_time,
+                                              noise[0], set_up)
+        waited = start - t - visible
+        duration = end - t - waited - set_up
+        stage_device[0] = dev
+        stage_fraction[0] = frac
+        queue_sum = res.queue + waited    # loading transfers nothing: its input is the disk read
+        stage_time[0] = res.load = duration
+        setup_sum = res.overhead + set_up
+        st.load_done.append(end)   # once per task: prefetch depth counts tasks
+        # -- prefill and decode: the input comes from the previous stage's device
+        link_latency, link_bandwidth = self._link_latency, self._link_bandwidth
+        transfer_sum = compute_sum = stall_sum = attn_sum = kv_sum = 0.0
+        for s in (1, 2):
+            prev_dev, prev_frac, prev_end, prev_output = dev, frac, end, work.output_bytes
+            ((dev, frac),) = shares[s]
+            work = works[s]
+            ready = prev_end
+            if prev_dev != dev:
+                ready += (link_latency[prev_dev][dev]
+                          + prev_output * prev_frac * frac / link_bandwidth[prev_dev][dev])
+            if not ready > 0.0:
+                ready = 0.0
             if work.needs_weights and not resident[dev]:
                 ready += self._migration_time(st, dev)
                 resident[dev] = True
             free = busy[dev]
             start = free if free > ready else ready
-            if contended[dev]:
-                seconds = self._stage_time(work, dev, frac, start, st)[0]
-            else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`
-                seconds = self.stage_seconds(work, dev, frac)
-            seconds = seconds * noise_s / throttle[dev]
-            moved = moved_from[0]
-            set_up = setup[dev] if moved is not None and dev not in moved else 0.0
+            seconds, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
+            noise_s, speed = noise[s], throttle[dev]
+            seconds = seconds * noise_s / speed
+            set_up = set_ups[s]
             seconds += set_up
-            if not prefetch:
-                seconds += io_time
-                st.disk_free = start + io_time
             end = start + seconds
             busy[dev] = end
             busy_time[dev] += seconds
             task_busy[dev] += seconds
+            stall = stall_s * noise_s / speed
+            transfer_sum += ready - prev_end
+            queue_sum += start - ready
+            stage_time[s] = seconds - set_up   # the stage's own work, for speed estimates
+            setup_sum += set_up
+            compute_sum += seconds - stall - set_up
+            stall_sum += stall
+            attn_sum += attn_s * noise_s / speed
+            kv_sum += kv_s * noise_s / speed
+            stage_device[s] = dev
+            stage_fraction[s] = frac
+        res.transfer, res.queue, res.overhead = transfer_sum, queue_sum, setup_sum
+        res.compute, res.memory_stall = compute_sum, stall_sum
+        res.attention, res.kv_wait = attn_sum, kv_sum
+        return end
+
+    def _book_shares(self, st: ClusterState, res: TaskResult, shares: Shares,
+                     works: Sequence[StageWork], noise: Sequence[float], t: float,
+                     read_end: float, io_time: float) -> float:
+        busy, throttle, resident = st.busy_until, st.throttle, st.resident
+        busy_time, task_busy = st.busy_time, res.busy
+        stage_device, stage_fraction = res.stage_device, res.stage_fraction
+        # `moved_from[s]`: the devices that ran stage s for the previous task, when the stage
+        # moved (its shares differ) and set-up is charged; None when no device pays a set-up.
+        setup = self._setup
+        prev_shares = st.prev_shares
+        moved_from: list[Sequence[int] | None] = [None, None, None]
+        if self._any_setup and prev_shares is not None and shares != prev_shares:
+            for s in range(3):
+                prev = prev_shares[s]
+                if shares[s] != prev:
+                    moved_from[s] = [d for d, _ in prev]
+        # -- load: its input is the disk read
+        work = works[0]
+        noise_s = noise[0]
+        end_of: dict[int, float] = {}
+        stage_end = -1.0
+        waited = duration = load_setup = 0.0    # the critical share's queueing, duration, set-up
+        for dev, frac in shares[0]:
+            moved = moved_from[0]
+            set_up = setup[dev] if moved is not None and dev not in moved else 0.0
+            start, end, visible = self._book_load(st, res, work, dev, frac, t, read_end,
+                                                  io_time, noise_s, set_up)
             if end > stage_end:
                 stage_end = end
-                # the read counts as loading; waiting for the disk or device as queueing
-                # (prefetch hides the part of the read done while the device was busy)
-                if prefetch:   # min(io_time, max(0.0, read_end - max(t, free))), written out
-                    visible = read_end - (free if free > t else t)
-                    if visible < 0.0:
-                        visible = 0.0
-                    elif visible > io_time:
-                        visible = io_time
-                else:
-                    visible = 0.0   # synchronous: the read is inside `seconds`
                 waited = start - t - visible
                 duration = end - t - waited
                 load_setup = set_up
@@ -446,15 +515,47 @@ class Simulator:
         res.memory_stall = stall_sum
         res.attention = attn_sum
         res.kv_wait = kv_sum
-        res.finish = stage_end
-        res.latency = stage_end - task.arrival
-        st.prev_shares = shares
-        if hit is not None:
-            st.lookups += 1
-            st.hits += hit
-            if load_impl.cache_kind == "adaptive":
-                self._track(st, task.domain)
-        return res
+        return stage_end
+
+    def _book_load(self, st: ClusterState, res: TaskResult, work: StageWork, dev: int,
+                   frac: float, t: float, read_end: float, io_time: float, noise_s: float,
+                   set_up: float) -> tuple[float, float, float]:
+        """Book `frac` of the load stage on `dev` for a task that may start at `t`, its input
+        read by `read_end` in `io_time` seconds, and charge it `set_up` seconds: (when the
+        share started, when it ended, how much of the read counts as loading -- the rest of
+        the wait for the disk or the device counts as queueing)."""
+        resident, busy = st.resident, st.busy_until
+        prefetch = self.config.prefetch_depth
+        ready = read_end
+        if work.needs_weights and not resident[dev]:
+            ready += self._migration_time(st, dev)
+            resident[dev] = True
+        free = busy[dev]
+        start = free if free > ready else ready
+        if self._contended[dev]:
+            seconds = self._stage_time(work, dev, frac, start, st)[0]
+        else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`
+            seconds = self.stage_seconds(work, dev, frac)
+        seconds = seconds * noise_s / st.throttle[dev]
+        seconds += set_up
+        if not prefetch:
+            seconds += io_time
+            st.disk_free = start + io_time
+        end = start + seconds
+        busy[dev] = end
+        st.busy_time[dev] += seconds
+        res.busy[dev] += seconds
+        # All of the read without prefetch (it is inside `seconds`), else what was left of it
+        # when the device was free for the task: prefetch hides the part done while it was busy.
+        # min(io_time, max(0.0, read_end - max(t, free))), written out: cheaper on this path.
+        if not prefetch:
+            return start, end, 0.0
+        visible = read_end - (free if free > t else t)
+        if visible < 0.0:
+            visible = 0.0
+        elif visible > io_time:
+            visible = io_time
+        return start, end, visible
 
     # A WorkPart is unpacked in the loops below rather than read field by field: tuple unpacking
     # is several times cheaper than NamedTuple attribute access, and these loops run for every

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import envs  # noqa: F401  (registers the ids)
 from inference.hardware import load_hardware
 from inference.model_config import ModelConfig, get_model
-from inference.simulator import Simulator
+from inference.simulator import SimConfig, Simulator
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
 from inference.task import Task
 from inference.variants import VARIANTS, build_stages
@@ -69,3 +69,43 @@ def test_fit_rows_are_the_memory_comparison(scenario: str) -> None:
     for need in needs:
         row = raw._fit_rows[bisect_left(raw._memory_sorted, need)]
         assert row == tuple(need <= m for m in memory), need
+
+
+class _SharesOnly(Simulator):
+    """Books every placement the general way, one-device-per-stage ones included."""
+
+    def _book_single(self, *args):  # type: ignore[no-untyped-def]
+        return self._book_shares(*args)
+
+
+_placements = st.lists(st.one_of(st.tuples(*[st.integers(0, 2)] * 3),
+                                 st.lists(st.floats(0.0, 1.0), min_size=9, max_size=9)),
+                       min_size=1, max_size=12)
+
+
+@FEW
+@given(st.lists(tasks, min_size=12, max_size=12), _placements, st.sampled_from(list(VARIANTS)),
+       st.sampled_from(["server", "edge"]), st.integers(0, 2), st.floats(0.0, 0.5),
+       st.sampled_from([None, ("cpu",)]))
+def test_the_single_device_booking_is_the_general_one(
+        stream: list[Task], placements: list, variant: str, hardware: str, prefetch: int,
+        overhead: float, resident: tuple[str, ...] | None) -> None:
+    # One device per stage takes `_book_single`, a split `_book_shares`: the same result to the
+    # bit, in any mix of the two (the set-up depends on the previous task's shares).
+    config = SimConfig(prefetch_depth=prefetch, replacement_overhead_s=overhead,
+                       resident=resident, precomputed_domains=(1, 2, 3))
+    sims = [cls(load_hardware(hardware), GLM, build_stages(variant), config)
+            for cls in (Simulator, _SharesOnly)]
+    for sim in sims:
+        sim.state.throttle[1] = 0.7
+    for i, task in enumerate(stream):
+        placement = placements[i % len(placements)]
+        if len(placement) == 9 and not all(sum(placement[3 * s:3 * s + 3]) for s in range(3)):
+            placement = (0, 1, 2)
+        fractions = [placement[3 * s:3 * s + 3] for s in range(3)] if len(placement) == 9 else placement
+        shares = sims[0].shares(fractions)
+        noise = (1.0 + 0.01 * i, 0.95, 1.05)
+        single, general = ([getattr(res, k) for k in res.__slots__]
+                           for res in (sim.run(task, shares, noise) for sim in sims))
+        assert single == general
+        assert sims[0].state == sims[1].state
