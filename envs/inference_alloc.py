@@ -181,6 +181,7 @@ class InferenceAllocEnv(gym.Env):
         self._fit_rows = tuple(
             tuple(k == 0 or memory > self._memory_sorted[k - 1] for memory in self._device_memory)
             for k in range(d + 1))
+        self._allowed_everywhere = (self._fit_rows[0],) * 3   # every stage on every device
         # The current task's masks, asked for by action_masks() and again by step() (see _masks).
         self._mask_memo: list[Any] | None = None
         # Labels, device shares and observed previous placement of a placement, which depend on
@@ -223,46 +224,59 @@ class InferenceAllocEnv(gym.Env):
     def stage_masks(self) -> np.ndarray:
         """(3, D) bool: may stage s run on device d for the current task?"""
         self._require_reset()
-        self._masks()
+        self._masks(self._current_task())
         memo = self._mask_memo
         assert memo is not None
         if memo[4] is None:
             memo[4] = np.array(memo[2], dtype=bool)
         return memo[4].copy()
 
-    def _masks(self) -> tuple[Masks, bool]:
+    def _masks(self, task: Task) -> tuple[Masks, bool]:
         """(`stage_masks()` as tuples, whether every stage may run on every device, in which
-        case dispatch changes nothing), memoised per task and online set: action_masks() and
-        step() both ask. The memo keeps the array of `stage_masks()` once that is asked for."""
+        case dispatch changes nothing) for `task`, the current one, memoised per task and
+        online set: action_masks() and step() both ask. The memo keeps the array of
+        `stage_masks()` once that is asked for."""
         online = self.sim.state.online
         memo = self._mask_memo
         if memo is not None and memo[0] == self._index and memo[1] == online:
             return memo[2], memo[3]
-        works = self._task_works(self._current_task())
+        works = self._task_works(task)
+        weights = self._weight_bytes
+        # The common case first: every device online and every stage fits in the smallest
+        # memory, so every row is all True (what `_fitting_masks` finds, for less).
+        everywhere = all(online)
+        if everywhere:
+            smallest = self._memory_sorted[0]
+            for work in works:
+                if work.footprint + (weights if work.needs_weights else 0.0) > smallest:
+                    everywhere = False
+                    break
+        masks = self._allowed_everywhere if everywhere else self._fitting_masks(works, online)
+        # [index, online, rows, every stage allowed everywhere, stage_masks() array or None]
+        self._mask_memo = [self._index, list(online), masks, everywhere, None]
+        return masks, everywhere
+
+    def _fitting_masks(self, works: Works, online: list[bool]) -> Masks:
+        """The masks of `_masks` where some stage may not run somewhere."""
         weights = self._weight_bytes
         memory = self._device_memory
-        all_online = everywhere = all(online)
+        all_online = all(online)
         rows = []
         for work in works:
             need = work.footprint + (weights if work.needs_weights else 0.0)
             below = bisect_left(self._memory_sorted, need)   # devices that cannot hold `need`
             row = self._fit_rows[below]                      # need <= memory[d], per device d
-            if below or not all_online:
-                everywhere = False
-                if not all_online:
-                    row = tuple(up and fits for up, fits in zip(online, row, strict=True))
-                if not any(row):
-                    # Nothing can hold it: allow the online device with the most memory (it will
-                    # be slow).
-                    devices = range(self.n_devices)
-                    candidates = [i for i in devices if online[i]] or list(devices)
-                    fallback = max(candidates, key=memory.__getitem__)
-                    row = tuple(dev == fallback or fits for dev, fits in enumerate(row))
+            if not all_online:
+                row = tuple(up and fits for up, fits in zip(online, row, strict=True))
+            if not any(row):
+                # Nothing can hold it: allow the online device with the most memory (it will be
+                # slow).
+                devices = range(self.n_devices)
+                candidates = [i for i in devices if online[i]] or list(devices)
+                fallback = max(candidates, key=memory.__getitem__)
+                row = tuple(dev == fallback or fits for dev, fits in enumerate(row))
             rows.append(row)
-        masks = tuple(rows)
-        # [index, online, rows, every stage allowed everywhere, stage_masks() array or None]
-        self._mask_memo = [self._index, list(online), masks, everywhere, None]
-        return masks, everywhere
+        return tuple(rows)
 
     def _task_works(self, task: Task) -> Works:
         """`stage.work(task, model)` of each stage (the loader's prices a miss), once per task."""
@@ -322,15 +336,19 @@ class InferenceAllocEnv(gym.Env):
         self._mask_memo = None
         self._works_memo = None
         self._apply_faults()
-        return self._observation(), {"task": self._task_info(self._current_task())}
+        task = self._current_task()
+        return self._observation(task), {"task": self._task_info(task)}
 
     def step(self, action: Any):
-        self._require_reset()
-        assert self._episode is not None
+        episode, index = self._episode, self._index
+        if episode is None or index >= len(episode.tasks):
+            self._require_reset()   # raises: no task stream yet, or the episode is over
+        assert episode is not None
         requested = self._requested_shares(action)
-        task = self._episode.tasks[self._index]
-        noise = self._noise[self._index]
-        masks, everywhere = self._masks()
+        tasks = episode.tasks
+        task = tasks[index]
+        noise = self._noise[index]
+        masks, everywhere = self._masks(task)
         if everywhere:   # every device allowed: dispatch would change nothing
             shares, failed = requested, 0
         else:
@@ -354,11 +372,12 @@ class InferenceAllocEnv(gym.Env):
             refs.update(info)
             info = refs
         self._last = (task, res, shares, info)
-        self._index += 1
-        truncated = self._index >= len(self._episode.tasks)
+        self._index = index = index + 1
+        truncated = index >= len(tasks)
         if not truncated and self.scenario.faults:
             self._apply_faults()
-        obs = self._observation()
+        # The next task, or this one again at the end (as `_current_task`).
+        obs = self._observation(task if truncated else tasks[index])
         return obs, float(reward), False, truncated, info
 
     def render(self) -> str | None:
@@ -411,10 +430,10 @@ class InferenceAllocEnv(gym.Env):
             self._hit_rate += HIT_EMA * ((1.0 if res.cache_hit else 0.0) - self._hit_rate)
         self._prev = facts[2]
 
-    def _observation(self) -> np.ndarray:
+    def _observation(self, task: Task) -> np.ndarray:
+        """The observation of `task`, the current one."""
         # The clamps are conditionals rather than min()/max() calls, which cost more on this
         # path: `1.0 if x > 1.0 else x` is min(x, 1.0), and the speed's is min(max(r, 0.0), 1.0).
-        task = self._current_task()
         st = self.sim.state
         cached = self._cache_kind is not None
         hit = (1.0 if task.domain in st.cache_entries else 0.0) if cached else 0.5
