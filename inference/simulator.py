@@ -173,10 +173,11 @@ class Simulator:
         self.config = config or SimConfig()
         self.n_devices = len(hardware.devices)
         devs = hardware.devices
-        # Per-device reciprocal throughputs, so the hot path multiplies instead of looking up.
-        self._inv_flops = [[1.0 / (d.peak_flops * d.op_efficiency[o]) for o in OP_CLASSES] for d in devs]
-        self._inv_bw = [[1.0 / (d.mem_bandwidth * d.pattern_efficiency[p]) for p in PATTERNS] for d in devs]
-        self._launch = [d.launch_overhead for d in devs]
+        # Per device: reciprocal throughputs per op class and per access pattern, so the hot path
+        # multiplies instead of looking up, and the launch overhead; one tuple, one lookup.
+        self._figures = [([1.0 / (d.peak_flops * d.op_efficiency[o]) for o in OP_CLASSES],
+                          [1.0 / (d.mem_bandwidth * d.pattern_efficiency[p]) for p in PATTERNS],
+                          d.launch_overhead) for d in devs]
         # Set-up of a stage on a device that did not run it for the previous task.
         self._setup = [self.config.replacement_overhead_s + d.setup_s for d in devs]
         self._any_setup = any(self._setup)
@@ -566,7 +567,7 @@ class Simulator:
 
     def stage_seconds(self, work: StageWork, dev: int, frac: float = 1.0) -> float:
         """Compute time of `frac` of a stage on `dev` with these figures: no queue, noise or contention."""
-        inv_f, inv_b, launch = self._inv_flops[dev], self._inv_bw[dev], self._launch[dev]
+        inv_f, inv_b, launch = self._figures[dev]
         total = 0.0
         if frac == 1.0:   # the whole stage: x * 1.0 == x exactly, so skip those products
             for _tag, op, pattern, flops, nbytes, fixed_bytes, launches in work.parts:
@@ -583,7 +584,7 @@ class Simulator:
     def _stage_time(self, work: StageWork, dev: int, frac: float, start: float,
                     st: ClusterState) -> tuple[float, float, float, float]:
         """(duration, memory stall, attention time, KV-read wait) of `frac` of a stage on `dev`."""
-        inv_f, inv_b, launch = self._inv_flops[dev], self._inv_bw[dev], self._launch[dev]
+        inv_f, inv_b, launch = self._figures[dev]
         parts = work.parts
         slow = 1.0
         if self._contended[dev]:
