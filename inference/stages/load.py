@@ -129,16 +129,18 @@ def _cached_work(task: Task, hit: bool | None, track: bool) -> StageWork:
     tokens = sequences * TOKEN_ID_BYTES
     validate = new_record(WorkPart, ("validate", PREPROCESS, SEQUENTIAL,
                                      raw * VALIDATE_OPS_PER_BYTE, raw, 0.0, 1))
-    first = (validate, _TRACK) if track else (validate,)
+    # (The parts are spelled out per case: a starred tuple display builds a list first.)
     if hit:
         apply = new_record(WorkPart, ("apply", PREPROCESS, SEQUENTIAL,
                                       raw * APPLY_OPS_PER_BYTE, 2 * tokens, 0.0, 1))
-        return new_record(StageWork, ((*first, apply), raw + tokens, tokens, raw + tokens, False))
+        parts: tuple[WorkPart, ...] = (validate, _TRACK, apply) if track else (validate, apply)
+        return new_record(StageWork, (parts, raw + tokens, tokens, raw + tokens, False))
     full = new_record(WorkPart, ("preprocess", PREPROCESS, SEQUENTIAL,
                                  raw * PREPROCESS_OPS_PER_BYTE, 2 * raw, 0.0, 1))
     inter = raw * INTERMEDIATE_BYTES_PER_BYTE
     keep = new_record(WorkPart, ("intermediates", PREPROCESS, STRIDED, 0.0, inter, 0.0, 0.0))
-    return new_record(StageWork, ((*first, full, keep), raw, tokens, 2 * raw + inter, False))
+    parts = (validate, _TRACK, full, keep) if track else (validate, full, keep)
+    return new_record(StageWork, (parts, raw, tokens, 2 * raw + inter, False))
 
 
 class DirectLoad:

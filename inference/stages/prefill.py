@@ -120,7 +120,7 @@ def _prefill_work(b: int, n: int, c: WorkCoefficients, attention: tuple[WorkPart
     dense = new_record(WorkPart, ("dense", DENSE, SEQUENTIAL, flops, act_bytes,
                                   c.weight_bytes, 8.0 * c.n_layers))
     # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
-    return new_record(StageWork, ((dense, *attention), 0.0, kv, footprint, True))
+    return new_record(StageWork, ((dense,) + attention, 0.0, kv, footprint, True))
 
 
 # ---- the three variants -------------------------------------------------------------------
