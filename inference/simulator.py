@@ -104,7 +104,7 @@ class TaskResult:
 
     __slots__ = ("latency", "overhead", "queue", "load", "transfer", "compute", "memory_stall",
                  "attention", "kv_wait", "cache_hit", "busy", "finish", "stage_time", "stage_device",
-                 "stage_fraction", "works")
+                 "stage_fraction", "stage_base", "works")
 
     def __init__(self, n_devices: int) -> None:
         self.latency = self.overhead = self.queue = self.load = self.transfer = 0.0
@@ -114,6 +114,7 @@ class TaskResult:
         self.stage_time = [0.0, 0.0, 0.0]        # critical-path duration of each stage
         self.stage_device = [0, 0, 0]            # the device on each stage's critical path
         self.stage_fraction = [1.0, 1.0, 1.0]    # the share of the stage that device took
+        self.stage_base = [0.0, 0.0, 0.0]        # ... and its time before noise, throttle, set-up
         self.works: tuple[StageWork, ...] = ()
 
     def breakdown(self) -> dict[str, float]:
@@ -338,7 +339,7 @@ class Simulator:
                      works: Sequence[StageWork], noise: Sequence[float], t: float,
                      read_end: float, io_time: float) -> float:
         busy, throttle, resident, busy_time = st.busy_until, st.throttle, st.resident, st.busy_time
-        task_busy, stage_time = res.busy, res.stage_time
+        task_busy, stage_time, stage_base = res.busy, res.stage_time, res.stage_base
         stage_device, stage_fraction = res.stage_device, res.stage_fraction
         # set_ups[s]: the set-up the device of stage s pays, when it ran no share of the stage
         # for the previous task.
@@ -356,12 +357,13 @@ class Simulator:
         ((dev, frac),) = shares[0]
         work = works[0]
         set_up = set_ups[0]
-        start, end, visible = self._book_load(st, res, work, dev, frac, t, read_end, io_time,
-                                              noise[0], set_up)
+        start, end, visible, base = self._book_load(st, res, work, dev, frac, t, read_end,
+                                                    io_time, noise[0], set_up)
         waited = start - t - visible
         duration = end - t - waited - set_up
         stage_device[0] = dev
         stage_fraction[0] = frac
+        stage_base[0] = base
         queue_sum = res.queue + waited    # loading transfers nothing: its input is the disk read
         stage_time[0] = res.load = duration
         setup_sum = res.overhead + set_up
@@ -384,9 +386,9 @@ class Simulator:
                 resident[dev] = True
             free = busy[dev]
             start = free if free > ready else ready
-            seconds, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
+            base, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
             noise_s, speed = noise[s], throttle[dev]
-            seconds = seconds * noise_s / speed
+            seconds = base * noise_s / speed
             set_up = set_ups[s]
             seconds += set_up
             end = start + seconds
@@ -404,6 +406,7 @@ class Simulator:
             kv_sum += kv_s * noise_s / speed
             stage_device[s] = dev
             stage_fraction[s] = frac
+            stage_base[s] = base
         res.transfer, res.queue, res.overhead = transfer_sum, queue_sum, setup_sum
         res.compute, res.memory_stall = compute_sum, stall_sum
         res.attention, res.kv_wait = attn_sum, kv_sum
@@ -434,8 +437,8 @@ class Simulator:
         for dev, frac in shares[0]:
             moved = moved_from[0]
             set_up = setup[dev] if moved is not None and dev not in moved else 0.0
-            start, end, visible = self._book_load(st, res, work, dev, frac, t, read_end,
-                                                  io_time, noise_s, set_up)
+            start, end, visible, base = self._book_load(st, res, work, dev, frac, t, read_end,
+                                                        io_time, noise_s, set_up)
             if end > stage_end:
                 stage_end = end
                 waited = start - t - visible
@@ -444,6 +447,7 @@ class Simulator:
             if end >= stage_end:
                 stage_device[0] = dev
                 stage_fraction[0] = frac
+                res.stage_base[0] = base
             end_of[dev] = end
         res.queue += waited    # loading transfers nothing: its input is the disk read
         res.stage_time[0] = duration - load_setup
@@ -481,9 +485,9 @@ class Simulator:
                     resident[dev] = True
                 free = busy[dev]
                 start = free if free > ready else ready
-                seconds, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
+                base, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
                 speed = throttle[dev]
-                seconds = seconds * noise_s / speed
+                seconds = base * noise_s / speed
                 set_up = setup[dev] if moved is not None and dev not in moved else 0.0
                 seconds += set_up
                 end = start + seconds
@@ -500,6 +504,7 @@ class Simulator:
                 if end >= stage_end:
                     stage_device[s] = dev
                     stage_fraction[s] = frac
+                    res.stage_base[s] = base
                 end_of[dev] = end
             transfer_sum += transfer
             queue_sum += queue
@@ -520,11 +525,12 @@ class Simulator:
 
     def _book_load(self, st: ClusterState, res: TaskResult, work: StageWork, dev: int,
                    frac: float, t: float, read_end: float, io_time: float, noise_s: float,
-                   set_up: float) -> tuple[float, float, float]:
+                   set_up: float) -> tuple[float, float, float, float]:
         """Book `frac` of the load stage on `dev` for a task that may start at `t`, its input
         read by `read_end` in `io_time` seconds, and charge it `set_up` seconds: (when the
         share started, when it ended, how much of the read counts as loading -- the rest of
-        the wait for the disk or the device counts as queueing)."""
+        the wait for the disk or the device counts as queueing -- and its time before noise,
+        throttling and set-up)."""
         resident, busy = st.resident, st.busy_until
         prefetch = self.config.prefetch_depth
         ready = read_end
@@ -534,10 +540,10 @@ class Simulator:
         free = busy[dev]
         start = free if free > ready else ready
         if self._contended[dev]:
-            seconds = self._stage_time(work, dev, frac, start, st)[0]
+            base = self._stage_time(work, dev, frac, start, st)[0]
         else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`
-            seconds = self.stage_seconds(work, dev, frac)
-        seconds = seconds * noise_s / st.throttle[dev]
+            base = self.stage_seconds(work, dev, frac)
+        seconds = base * noise_s / st.throttle[dev]
         seconds += set_up
         if not prefetch:
             seconds += io_time
@@ -550,13 +556,13 @@ class Simulator:
         # when the device was free for the task: prefetch hides the part done while it was busy.
         # min(io_time, max(0.0, read_end - max(t, free))), written out: cheaper on this path.
         if not prefetch:
-            return start, end, 0.0
+            return start, end, 0.0, base
         visible = read_end - (free if free > t else t)
         if visible < 0.0:
             visible = 0.0
         elif visible > io_time:
             visible = io_time
-        return start, end, visible
+        return start, end, visible, base
 
     # A WorkPart is unpacked in the loops below rather than read field by field: tuple unpacking
     # is several times cheaper than NamedTuple attribute access, and these loops run for every
@@ -580,6 +586,11 @@ class Simulator:
             mem = (nbytes * frac + fixed_bytes) * inv_b[pattern]
             total += (comp if comp > mem else mem) + launches * launch
         return total
+
+    def prices_as(self, other: Simulator, dev: int) -> bool:
+        """Whether `stage_seconds` on `dev` is, to the bit, the `stage_base` that `other`'s runs
+        record there: the same figures, and no memory-domain peer to slow the device down."""
+        return self._figures[dev] == other._figures[dev] and not other._contended[dev]
 
     def _stage_time(self, work: StageWork, dev: int, frac: float, start: float,
                     st: ClusterState) -> tuple[float, float, float, float]:

@@ -83,6 +83,15 @@ _placements = st.lists(st.one_of(st.tuples(*[st.integers(0, 2)] * 3),
                        min_size=1, max_size=12)
 
 
+def _placement(drawn: tuple[int, ...] | list[float]) -> tuple[int, ...] | list[list[float]]:
+    """A drawn placement for `Simulator.shares`: device ids, or 3 x 3 weights (stage-major);
+    weights that give a stage nothing are replaced by one device per stage."""
+    if len(drawn) == 3:
+        return tuple(drawn)
+    rows = [list(drawn[3 * s:3 * s + 3]) for s in range(3)]
+    return rows if all(sum(row) for row in rows) else (2, 1, 0)
+
+
 @FEW
 @given(st.lists(tasks, min_size=12, max_size=12), _placements, st.sampled_from(list(VARIANTS)),
        st.sampled_from(["server", "edge"]), st.integers(0, 2), st.floats(0.0, 0.5),
@@ -99,13 +108,32 @@ def test_the_single_device_booking_is_the_general_one(
     for sim in sims:
         sim.state.throttle[1] = 0.7
     for i, task in enumerate(stream):
-        placement = placements[i % len(placements)]
-        if len(placement) == 9 and not all(sum(placement[3 * s:3 * s + 3]) for s in range(3)):
-            placement = (0, 1, 2)
-        fractions = [placement[3 * s:3 * s + 3] for s in range(3)] if len(placement) == 9 else placement
-        shares = sims[0].shares(fractions)
+        shares = sims[0].shares(_placement(placements[i % len(placements)]))
         noise = (1.0 + 0.01 * i, 0.95, 1.05)
         single, general = ([getattr(res, k) for k in res.__slots__]
                            for res in (sim.run(task, shares, noise) for sim in sims))
         assert single == general
         assert sims[0].state == sims[1].state
+
+
+@FEW
+@given(st.lists(tasks, min_size=6, max_size=6), _placements, st.sampled_from(list(VARIANTS)),
+       st.sampled_from(["server", "edge"]))
+def test_the_recorded_base_time_is_stage_seconds_where_the_figures_agree(
+        stream: list[Task], placements: list, variant: str, hardware: str) -> None:
+    # The env's speed measurement takes a run's `stage_base` for the nominal time of a device
+    # whose spec-sheet figures are the true ones (`prices_as`): it must be `stage_seconds`.
+    true = load_hardware(hardware)
+    sim = Simulator(true, GLM, build_stages(variant))
+    nominal = Simulator(true.nominal_view(), GLM, build_stages(variant))
+    agree = [nominal.prices_as(sim, dev) for dev in range(3)]
+    assert agree == ([True, True, False] if hardware == "server" else [False] * 3)
+    for i, task in enumerate(stream):
+        res = sim.run(task, sim.shares(_placement(placements[i % len(placements)])),
+                      (1.1, 0.9, 1.05))
+        for s in range(3):
+            dev, frac = res.stage_device[s], res.stage_fraction[s]
+            if agree[dev]:
+                assert res.stage_base[s] == nominal.stage_seconds(res.works[s], dev, frac)
+            elif not sim._contended[dev]:
+                assert res.stage_base[s] == sim.stage_seconds(res.works[s], dev, frac)
