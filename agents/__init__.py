@@ -6,7 +6,8 @@ single observation or batch) lets one evaluation loop run every agent:
 * static baselines (``agents.static``): all-CPU/GPU/NPU, any fixed placement, the best
   static placement (searched once with nominal figures), seeded random;
 * HEFT earliest-finish-time (``agents.heft``), nominal or calibrated with the measured
-  device speeds (the article's heterogeneous hardware awareness);
+  device speeds (the article's heterogeneous hardware awareness), and for the Split env
+  ``heft-split`` (``agents.heft_split``), which divides each stage over devices;
 * the per-step oracle (``agents.oracle``): exhaustive search with the true costs, a
   myopic lower bound that needs the live env;
 * gated dynamic scheduling (``agents.gated``): small batches keep the previous placement;
@@ -20,11 +21,13 @@ are not imported here, so ``import agents`` stays light.
 from agents.base import Policy, read_policy_file
 from agents.gated import GatedScheduling
 from agents.heft import HeftPolicy, ObservedState, decode_observation
+from agents.heft_split import HeftSplitPolicy
 from agents.oracle import OraclePolicy
 from agents.registry import (
     NAME_PATTERNS,
     POLICY_NAMES,
     SB3_NAMES,
+    SPLIT_POLICY_NAMES,
     load_policy,
     make_policy,
     policy_from_config,
@@ -43,8 +46,10 @@ __all__ = [
     "NAME_PATTERNS",
     "POLICY_NAMES",
     "SB3_NAMES",
+    "SPLIT_POLICY_NAMES",
     "GatedScheduling",
     "HeftPolicy",
+    "HeftSplitPolicy",
     "ObservedState",
     "OraclePolicy",
     "Policy",

@@ -116,6 +116,7 @@ def decode_observation(obs: Any) -> ObservedState:
 
 class _StageCosts(NamedTuple):
     times: tuple[tuple[float, ...], ...]   # nominal seconds per stage per device
+    fixed: tuple[tuple[float, ...], ...]   # the part of `times` any share pays (weights, launches)
     output_bytes: tuple[float, float, float]
     needs_weights: tuple[bool, bool, bool]
     fits: tuple[tuple[bool, ...], ...]      # per stage per device: footprint (+ weights) fits
@@ -182,6 +183,7 @@ class HeftPolicy(Policy):
             fits.append(tuple(need <= self._memory[i] for i in devices))
         costs = _StageCosts(
             times=tuple(tuple(seconds(w, i) for i in devices) for w in works),
+            fixed=tuple(tuple(seconds(w, i, 0.0) for i in devices) for w in works),
             output_bytes=(works[0].output_bytes, works[1].output_bytes, works[2].output_bytes),
             needs_weights=(works[0].needs_weights, works[1].needs_weights,
                            works[2].needs_weights),
@@ -210,21 +212,8 @@ class HeftPolicy(Policy):
         `masks`: optional (3, D) or flat (3 D,) bool of allowed devices; by default the
         masks the env would give, rebuilt from the observation.
         """
-        v = np.asarray(obs, dtype=np.float64).reshape(-1).tolist()
+        costs, avail, resident, speed, allowed, prev_block = self._context(obs, masks)
         d = self.n_devices
-        if len(v) != self.obs_dim:
-            raise ValueError(f"observation has {len(v)} entries, this env's have {self.obs_dim}")
-        costs = self._stage_costs(decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
-                                  max(1, int(round(v[2] * OUTPUT_SCALE))),
-                                  decode_cache_signal(v[3]))
-        devices = range(d)
-        avail = [decode_backlog(v[4 + 4 * i]) for i in devices]
-        online = [v[6 + 4 * i] > 0.5 for i in devices]
-        resident = [v[5 + 4 * i] < self._resident_below[i] for i in devices]
-        speed = ([max(SPEED_SCALE * v[7 + 4 * i], 1e-3) for i in devices] if self.calibrated
-                 else [1.0] * d)
-        allowed = self._allowed(costs, online, masks)
-        prev_block = v[5 + 4 * d:]
         has_prev = any(x > 0 for x in prev_block)
         chosen = [0, 0, 0]
         prev_dev, prev_finish, prev_out = -1, 0.0, 0.0
@@ -255,6 +244,26 @@ class HeftPolicy(Policy):
                 resident[best_dev] = True
             prev_dev, prev_finish, prev_out = best_dev, best_finish, costs.output_bytes[s]
         return (chosen[0], chosen[1], chosen[2])
+
+    def _context(self, obs: Any, masks: Any) -> tuple[_StageCosts, list[float], list[bool],
+                                                      list[float], list[list[int]], list[float]]:
+        """What one observation tells the heuristic: (stage costs, each device's backlog,
+        whether it holds the weights, its speed ratio (1.0 unless calibrated), the allowed
+        devices per stage, the previous placement block)."""
+        v = np.asarray(obs, dtype=np.float64).reshape(-1).tolist()
+        d = self.n_devices
+        if len(v) != self.obs_dim:
+            raise ValueError(f"observation has {len(v)} entries, this env's have {self.obs_dim}")
+        costs = self._stage_costs(decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
+                                  max(1, int(round(v[2] * OUTPUT_SCALE))),
+                                  decode_cache_signal(v[3]))
+        devices = range(d)
+        avail = [decode_backlog(v[4 + 4 * i]) for i in devices]
+        online = [v[6 + 4 * i] > 0.5 for i in devices]
+        resident = [v[5 + 4 * i] < self._resident_below[i] for i in devices]
+        speed = ([max(SPEED_SCALE * v[7 + 4 * i], 1e-3) for i in devices] if self.calibrated
+                 else [1.0] * d)
+        return costs, avail, resident, speed, self._allowed(costs, online, masks), v[5 + 4 * d:]
 
     def _allowed(self, costs: _StageCosts, online: list[bool], masks: Any) -> list[list[int]]:
         d = self.n_devices

@@ -10,6 +10,8 @@ Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
   (keyword ``path=`` keeps it in a JSON file);
 * ``random``: seeded uniform actions (keyword ``seed=``, default 0);
 * ``heft``, ``heft-calibrated``: earliest-finish-time, nominal or measured speeds;
+* ``heft-split`` (``SPLIT_POLICY_NAMES``): earliest-finish *fractions* of each stage, with
+  measured speeds; only for ``InferenceAllocSplit-v0``;
 * ``oracle``: the per-step (myopic) lower bound; needs the live single env;
 * ``gated-<name>``: any of the above behind the small-batch gate (keyword
   ``threshold=``, default 16), e.g. ``gated-heft-calibrated``;
@@ -30,6 +32,7 @@ from typing import Any
 from agents.base import Policy, read_policy_file
 from agents.gated import DEFAULT_THRESHOLD, GatedScheduling
 from agents.heft import HeftPolicy
+from agents.heft_split import HeftSplitPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 
@@ -37,6 +40,7 @@ POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
     "oracle", "static:cpu,gpu,gpu",
 )
+SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
 SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
                                   "gated-<name>")
@@ -45,7 +49,7 @@ _SB3_MODULE = "agents.sb3_factory"
 
 def valid_names() -> str:
     """Every valid agent name and pattern, for error messages and ``--help``."""
-    return ", ".join((*POLICY_NAMES, *SB3_NAMES, *NAME_PATTERNS))
+    return ", ".join((*POLICY_NAMES, *SPLIT_POLICY_NAMES, *SB3_NAMES, *NAME_PATTERNS))
 
 
 def _sb3(function: str, name: str) -> Any:
@@ -94,6 +98,8 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         return RandomPolicy(unwrap_env(env).action_space, **kwargs)
     if key in ("heft", "heft-calibrated"):
         return HeftPolicy(env, calibrated=key == "heft-calibrated", **kwargs)
+    if key == "heft-split":
+        return HeftSplitPolicy(env, **kwargs)
     if key == "oracle":
         return OraclePolicy(env, **kwargs)
     raise ValueError(f"unknown agent {name!r}; valid names: {valid_names()}")
@@ -111,6 +117,8 @@ def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:
         return RandomPolicy.from_config(config, env)
     if name in ("heft", "heft-calibrated"):
         return HeftPolicy.from_config(config, env)
+    if name == "heft-split":
+        return HeftSplitPolicy.from_config(config, env)
     if name == "oracle":
         return OraclePolicy.from_config(config, env)
     raise ValueError(f"unknown saved policy {name!r}")

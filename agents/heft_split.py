@@ -1,0 +1,131 @@
+"""HEFT for the Split env: divide each stage so that its shares finish together.
+
+``heft`` puts a whole stage on one device. Under load that leaves devices idle
+while another queues, and in the Split env (``InferenceAllocSplit-v0``) a stage
+can be divided instead. ``heft-split`` extends the earliest-finish rule to
+fractions, stage by stage in pipeline order.
+
+A share of fraction f of a stage on device d takes about ``a_d + f * b_d``
+seconds. ``a_d`` is what any share pays, whatever its size: the weights every
+share streams, the kernel launches, and the set-up if d did not run the stage
+for the previous task. ``b_d`` is the rest of the whole stage's time. Both come
+from the nominal cost model, divided by the measured speed ratio, as in
+``heft-calibrated``. (The model's time is convex in f, so the straight line is
+an upper bound.)
+
+With ``c_d`` the earliest moment d could start (its backlog, the stage's input
+ready, the weights copied), the shares that make a set S of devices finish at
+the same time F are
+
+    F = (1 + sum_S (c_d + a_d) / b_d) / sum_S 1 / b_d,      f_d = (F - c_d - a_d) / b_d.
+
+Every non-empty subset of the allowed devices is tried. Subsets with a share
+below ``MIN_SHARE`` are dropped, unless the subset has a single device. The
+earliest F wins, and the next stage starts from it. A subset of one device is
+HEFT's own choice: heft-split only divides a stage where that finishes it earlier.
+
+Decode streams every weight for each generated token on each device it runs
+on, so its ``a_d`` is large: decode is rarely split. Prefill is compute bound
+and splits well.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from agents.heft import HeftPolicy
+from agents.static import is_split
+
+MIN_SHARE = 0.05     # a smaller share costs its fixed part for almost no work
+
+
+class HeftSplitPolicy(HeftPolicy):
+    """Earliest-finish fractions per stage for ``InferenceAllocSplit-v0``, with measured speeds.
+
+    Args:
+        env: an ``InferenceAllocSplit`` env, a wrapper around one or a VecEnv of them.
+    """
+
+    def __init__(self, env: Any) -> None:
+        if not is_split(env):
+            raise ValueError("heft-split divides stages over devices and needs "
+                             "InferenceAllocSplit-v0; on InferenceAlloc-v0 use heft or "
+                             "heft-calibrated")
+        super().__init__(env, calibrated=True)
+        self.name = "heft-split"
+
+    def fractions(self, obs: Any, masks: Any = None) -> np.ndarray:
+        """(3, D) share of each stage per device (rows sum to 1) for one observation."""
+        costs, avail, resident, speed, allowed, prev_block = self._context(obs, masks)
+        d = self.n_devices
+        has_prev = any(x > 0 for x in prev_block)
+        out = np.zeros((3, d))
+        prev_shares: dict[int, float] = {}
+        prev_finish, prev_out = 0.0, 0.0
+        for s in range(3):
+            times, fixed = costs.times[s], costs.fixed[s]
+            needs_weights = costs.needs_weights[s]
+            start_cost: dict[int, float] = {}    # c_d + a_d
+            slope: dict[int, float] = {}         # b_d
+            for i in allowed[s]:
+                if s == 0:
+                    ready = costs.io_time if self._prefetch else 0.0
+                else:   # every share of the previous stage sends its part of the output
+                    ready = prev_finish + max(
+                        0.0 if a == i else self._lat[a][i] + prev_out * f * self._inv_bw[a][i]
+                        for a, f in prev_shares.items())
+                if needs_weights and not resident[i]:
+                    ready += self._migration(i, resident)
+                fixed_s = fixed[i] / speed[i]
+                if has_prev and prev_block[d * s + i] <= 0:
+                    fixed_s += self._setup[i]
+                if s == 0 and not self._prefetch:
+                    fixed_s += costs.io_time      # a synchronous read blocks the load device
+                start_cost[i] = (ready if ready > avail[i] else avail[i]) + fixed_s
+                slope[i] = max((times[i] - fixed[i]) / speed[i], 1e-12)
+            best_finish, best = math.inf, {}
+            for k in range(1, len(allowed[s]) + 1):
+                for subset in itertools.combinations(allowed[s], k):
+                    inv = sum(1.0 / slope[i] for i in subset)
+                    finish = (1.0 + sum(start_cost[i] / slope[i] for i in subset)) / inv
+                    shares = {i: (finish - start_cost[i]) / slope[i] for i in subset}
+                    if k > 1 and min(shares.values()) < MIN_SHARE:
+                        continue
+                    if finish < best_finish:
+                        best_finish, best = finish, shares
+            for i, f in best.items():
+                out[s, i] = f
+                avail[i] = best_finish
+                if needs_weights:
+                    resident[i] = True
+            prev_shares, prev_finish, prev_out = best, best_finish, costs.output_bytes[s]
+        return out / out.sum(axis=1, keepdims=True)
+
+    def _action(self, obs: Any, masks: Any) -> np.ndarray:
+        return (2.0 * self.fractions(obs, masks) - 1.0).reshape(-1).astype(np.float32)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self._action(obs, None)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True, action_masks: Any = None) -> tuple[np.ndarray, Any]:
+        obs = np.asarray(observation, dtype=np.float32)
+        if obs.ndim == 1:
+            return self._action(obs, action_masks), state
+        masks = None if action_masks is None else np.asarray(action_masks).reshape(len(obs), -1)
+        return np.stack([self._action(o, None if masks is None else masks[k])
+                         for k, o in enumerate(obs)]), state
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], env: Any) -> HeftSplitPolicy:
+        return cls(env)
+
+    def __repr__(self) -> str:
+        return "HeftSplitPolicy()"
