@@ -32,9 +32,17 @@ from agents.evaluation import (
     summary_markdown,
 )
 from agents.files import write_text
-from agents.registry import SB3_NAMES, load_policy, make_policy
+from agents.registry import SB3_NAMES, SPLIT_POLICY_NAMES, load_policy, make_policy
 
 DEFAULT_ENV = "InferenceAlloc-v0"
+SPLIT_ENV = "InferenceAllocSplit-v0"
+
+
+def baseline_env_id(name: str) -> str:
+    """Baselines act in the discrete env, except those that divide stages (e.g. heft-split,
+    gated or not), which act in the Split env, on the same task streams."""
+    key = name.strip().lower()
+    return SPLIT_ENV if key.removeprefix("gated-") in SPLIT_POLICY_NAMES else DEFAULT_ENV
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
 FULL_ONLINE = ("ppo", "ppo-warm", "dqn", "dqn-warm", "best-static", "heft-calibrated", "oracle")
 MIN_ONLINE_SEEDS = 5
@@ -107,7 +115,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
     """Fail early, naming the culprit: bad scenario/hardware/baseline names, unloadable models."""
     for scenario in scenarios:
         try:
-            env = make_env(DEFAULT_ENV, scenario, cfg.hardware, episode_tasks=cfg.episode_tasks)
+            make_env(DEFAULT_ENV, scenario, cfg.hardware, episode_tasks=cfg.episode_tasks)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         for name in cfg.baselines:
@@ -115,6 +123,8 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
                 raise ConfigError(f"baseline {name!r} is a learning agent: evaluate a trained "
                                   f"model with --models instead")
             try:
+                env = make_env(baseline_env_id(name), scenario, cfg.hardware,
+                               episode_tasks=cfg.episode_tasks)
                 make_policy(name, env)
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"baseline: {exc}") from None
@@ -174,7 +184,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
                 tick()
         refs = references(scenario, cfg.hardware, None)
         for name in cfg.baselines:
-            env = make_env(DEFAULT_ENV, scenario, cfg.hardware, None, cfg.episode_tasks)
+            env = make_env(baseline_env_id(name), scenario, cfg.hardware, None, cfg.episode_tasks)
             result = results.setdefault((name, scenario), AgentResult(name, scenario, "baseline"))
             policy = None if name in REFERENCES else make_policy(name, env)
             for seed in seeds:

@@ -123,3 +123,23 @@ def test_saves_loads_and_gates(tmp_path: Path, split_env: InferenceAllocSplitEnv
     np.testing.assert_array_equal(loaded.predict(batch)[0], policy.predict(batch)[0])
     gated = make_policy("gated-heft-split", split_env)
     assert gated.predict(batch)[0].shape == (len(batch), 9)
+
+
+def test_evaluate_runs_split_baselines_in_the_split_env() -> None:
+    from agents.config import EvalConfig
+    from agents.reporting import (
+        DEFAULT_ENV,
+        SPLIT_ENV,
+        baseline_env_id,
+        check_inputs,
+        evaluate_agents,
+    )
+
+    assert baseline_env_id("heft-split") == baseline_env_id("Gated-Heft-Split") == SPLIT_ENV
+    assert baseline_env_id("heft-calibrated") == baseline_env_id("gated-heft") == DEFAULT_ENV
+    cfg = EvalConfig(baselines=["heft-calibrated", "heft-split"], seeds=1, episodes=1,
+                     episode_tasks=150)
+    check_inputs(cfg, [], ["article"])
+    results = {r.agent: r for r in evaluate_agents(cfg, [], ["article"])}
+    mean = {name: float(np.mean(np.concatenate(r.latencies))) for name, r in results.items()}
+    assert mean["heft-split"] < mean["heft-calibrated"], mean
