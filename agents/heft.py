@@ -213,37 +213,51 @@ class HeftPolicy(Policy):
         masks the env would give, rebuilt from the observation.
         """
         costs, avail, resident, speed, allowed, prev_block = self._context(obs, masks)
-        d = self.n_devices
         has_prev = any(x > 0 for x in prev_block)
         chosen = [0, 0, 0]
         prev_dev, prev_finish, prev_out = -1, 0.0, 0.0
         for s in range(3):
             times = costs.times[s]
-            needs_weights = costs.needs_weights[s]
             best_dev, best_finish = -1, math.inf
             for i in allowed[s]:
-                if s == 0:
-                    ready = costs.io_time if self._prefetch else 0.0
-                elif i == prev_dev:
-                    ready = prev_finish
-                else:
-                    ready = prev_finish + self._lat[prev_dev][i] + prev_out * self._inv_bw[prev_dev][i]
-                if needs_weights and not resident[i]:
-                    ready += self._migration(i, resident)
-                duration = times[i] / speed[i]
-                if has_prev and prev_block[d * s + i] <= 0:
-                    duration += self._setup[i]
-                if s == 0 and not self._prefetch:
-                    duration += costs.io_time      # synchronous read blocks the load device
+                ready = self._ready(s, i, ((prev_dev, 1.0),), prev_finish, prev_out, costs,
+                                    resident)
+                duration = self._plus_fixed(times[i] / speed[i], s, i, prev_block, has_prev,
+                                            costs)
                 finish = (ready if ready > avail[i] else avail[i]) + duration
                 if finish < best_finish:
                     best_dev, best_finish = i, finish
             chosen[s] = best_dev
             avail[best_dev] = best_finish
-            if needs_weights:
+            if costs.needs_weights[s]:
                 resident[best_dev] = True
             prev_dev, prev_finish, prev_out = best_dev, best_finish, costs.output_bytes[s]
         return (chosen[0], chosen[1], chosen[2])
+
+    def _ready(self, s: int, dev: int, prev_shares: Any, prev_finish: float, prev_out: float,
+               costs: _StageCosts, resident: list[bool]) -> float:
+        """When stage s's input is on `dev`: every (device, fraction) share of the previous
+        stage, done at `prev_finish`, sends its part of `prev_out` bytes; then the weights
+        are copied there if the stage needs them and `dev` does not hold them."""
+        if s == 0:
+            ready = costs.io_time if self._prefetch else 0.0
+        else:
+            ready = max(prev_finish if a == dev else
+                        prev_finish + self._lat[a][dev] + prev_out * f * self._inv_bw[a][dev]
+                        for a, f in prev_shares)
+        if costs.needs_weights[s] and not resident[dev]:
+            ready += self._migration(dev, resident)
+        return ready
+
+    def _plus_fixed(self, seconds: float, s: int, dev: int, prev_block: list[float],
+                    has_prev: bool, costs: _StageCosts) -> float:
+        """`seconds` of stage s on `dev` plus what it pays besides the work: the set-up when
+        `dev` ran no share of the stage for the previous task, and a synchronous disk read."""
+        if has_prev and prev_block[self.n_devices * s + dev] <= 0:
+            seconds += self._setup[dev]
+        if s == 0 and not self._prefetch:
+            seconds += costs.io_time      # a synchronous read blocks the load device
+        return seconds
 
     def _context(self, obs: Any, masks: Any) -> tuple[_StageCosts, list[float], list[bool],
                                                       list[float], list[list[int]], list[float]]:
@@ -294,19 +308,21 @@ class HeftPolicy(Policy):
         return masks
 
     # ------------------------------------------------------------------ Policy API
+    def _action(self, obs: Any, masks: Any) -> np.ndarray:
+        """The env action for one observation (subclasses answer in their own format)."""
+        return placement_action(self.placement(obs, masks), self.n_devices, self.split)
+
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return placement_action(self.placement(obs), self.n_devices, self.split)
+        return self._action(obs, None)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: Any = None) -> tuple[np.ndarray, Any]:
         obs = np.asarray(observation, dtype=np.float32)
         if obs.ndim == 1:
-            return placement_action(self.placement(obs, action_masks), self.n_devices,
-                                    self.split), state
+            return self._action(obs, action_masks), state
         masks = None if action_masks is None else np.asarray(action_masks).reshape(len(obs), -1)
-        rows = [placement_action(self.placement(o, None if masks is None else masks[k]),
-                                 self.n_devices, self.split) for k, o in enumerate(obs)]
-        return np.stack(rows), state
+        return np.stack([self._action(o, None if masks is None else masks[k])
+                         for k, o in enumerate(obs)]), state
 
     def config(self) -> dict[str, Any]:
         return {"calibrated": self.calibrated}

@@ -64,27 +64,15 @@ class HeftSplitPolicy(HeftPolicy):
         d = self.n_devices
         has_prev = any(x > 0 for x in prev_block)
         out = np.zeros((3, d))
-        prev_shares: dict[int, float] = {}
+        prev_shares: tuple[tuple[int, float], ...] = ()
         prev_finish, prev_out = 0.0, 0.0
         for s in range(3):
             times, fixed = costs.times[s], costs.fixed[s]
-            needs_weights = costs.needs_weights[s]
             start_cost: dict[int, float] = {}    # c_d + a_d
             slope: dict[int, float] = {}         # b_d
             for i in allowed[s]:
-                if s == 0:
-                    ready = costs.io_time if self._prefetch else 0.0
-                else:   # every share of the previous stage sends its part of the output
-                    ready = prev_finish + max(
-                        0.0 if a == i else self._lat[a][i] + prev_out * f * self._inv_bw[a][i]
-                        for a, f in prev_shares.items())
-                if needs_weights and not resident[i]:
-                    ready += self._migration(i, resident)
-                fixed_s = fixed[i] / speed[i]
-                if has_prev and prev_block[d * s + i] <= 0:
-                    fixed_s += self._setup[i]
-                if s == 0 and not self._prefetch:
-                    fixed_s += costs.io_time      # a synchronous read blocks the load device
+                ready = self._ready(s, i, prev_shares, prev_finish, prev_out, costs, resident)
+                fixed_s = self._plus_fixed(fixed[i] / speed[i], s, i, prev_block, has_prev, costs)
                 start_cost[i] = (ready if ready > avail[i] else avail[i]) + fixed_s
                 slope[i] = max((times[i] - fixed[i]) / speed[i], 1e-12)
             best_finish, best = math.inf, {}
@@ -100,25 +88,13 @@ class HeftSplitPolicy(HeftPolicy):
             for i, f in best.items():
                 out[s, i] = f
                 avail[i] = best_finish
-                if needs_weights:
+                if costs.needs_weights[s]:
                     resident[i] = True
-            prev_shares, prev_finish, prev_out = best, best_finish, costs.output_bytes[s]
+            prev_shares, prev_finish, prev_out = tuple(best.items()), best_finish, costs.output_bytes[s]
         return out / out.sum(axis=1, keepdims=True)
 
     def _action(self, obs: Any, masks: Any) -> np.ndarray:
         return (2.0 * self.fractions(obs, masks) - 1.0).reshape(-1).astype(np.float32)
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        return self._action(obs, None)
-
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True, action_masks: Any = None) -> tuple[np.ndarray, Any]:
-        obs = np.asarray(observation, dtype=np.float32)
-        if obs.ndim == 1:
-            return self._action(obs, action_masks), state
-        masks = None if action_masks is None else np.asarray(action_masks).reshape(len(obs), -1)
-        return np.stack([self._action(o, None if masks is None else masks[k])
-                         for k, o in enumerate(obs)]), state
 
     def config(self) -> dict[str, Any]:
         return {}

@@ -115,7 +115,9 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
     """Fail early, naming the culprit: bad scenario/hardware/baseline names, unloadable models."""
     for scenario in scenarios:
         try:
-            make_env(DEFAULT_ENV, scenario, cfg.hardware, episode_tasks=cfg.episode_tasks)
+            env_of = {env_id: make_env(env_id, scenario, cfg.hardware,
+                                       episode_tasks=cfg.episode_tasks)
+                      for env_id in {DEFAULT_ENV, *map(baseline_env_id, cfg.baselines)}}
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         for name in cfg.baselines:
@@ -123,9 +125,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
                 raise ConfigError(f"baseline {name!r} is a learning agent: evaluate a trained "
                                   f"model with --models instead")
             try:
-                env = make_env(baseline_env_id(name), scenario, cfg.hardware,
-                               episode_tasks=cfg.episode_tasks)
-                make_policy(name, env)
+                make_policy(name, env_of[baseline_env_id(name)])
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"baseline: {exc}") from None
     for entry in entries:

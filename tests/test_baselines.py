@@ -67,6 +67,16 @@ def idle_obs(env: InferenceAllocEnv, task_obs: np.ndarray) -> np.ndarray:
     return obs
 
 
+def idle_case(env: InferenceAllocEnv, raw: np.ndarray) -> tuple[np.ndarray, Task, np.ndarray]:
+    """`raw` made idle (`idle_obs`), the task it describes, and the nominal seconds of each
+    stage on each device (inf where the stage may not run there)."""
+    obs = idle_obs(env, raw)
+    seen = decode_observation(obs)
+    task = Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
+    times = np.where(allowed(env, task), nominal_times(env, task, seen.cache_hit), np.inf)
+    return obs, task, times
+
+
 def setup_s(env: InferenceAllocEnv) -> np.ndarray:
     """Per device: what taking a stage it did not run for the previous task costs."""
     return np.array([dev.setup_s + env.sim.config.replacement_overhead_s
@@ -144,11 +154,7 @@ def test_heft_with_idle_devices_picks_the_fastest_nominal_device(article: Infere
     heft = HeftPolicy(article)
     checked = 0
     for raw in episode_obs:
-        obs = idle_obs(article, raw)
-        seen = decode_observation(obs)
-        task = Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
-        times = np.where(allowed(article, task), nominal_times(article, task, seen.cache_hit),
-                         np.inf)
+        obs, task, times = idle_case(article, raw)
         margins = np.sort(times, axis=1)[:, 1] - np.sort(times, axis=1)[:, 0]
         if margins.min() <= 2 * max_transfer_s(article, task):
             continue   # transfers could decide: not a state with a known answer
@@ -162,11 +168,7 @@ def test_heft_moves_prefill_and_decode_off_a_busy_device(article: InferenceAlloc
     heft = HeftPolicy(article)
     checked = 0
     for raw in episode_obs[:10]:
-        obs = idle_obs(article, raw)
-        seen = decode_observation(obs)
-        task = Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
-        times = np.where(allowed(article, task), nominal_times(article, task, seen.cache_hit),
-                         np.inf)
+        obs, task, times = idle_case(article, raw)
         fastest = int(times[1].argmin())
         if times[2].argmin() != fastest:
             continue
@@ -239,11 +241,8 @@ def test_heft_charges_the_kv_cache_transfer_between_devices(article: InferenceAl
     d = article.n_devices
     checked = 0
     for raw in episode_obs:
-        obs = idle_obs(article, raw)
-        seen = decode_observation(obs)
-        task = Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
+        obs, task, times = idle_case(article, raw)
         fits = allowed(article, task)
-        times = np.where(fits, nominal_times(article, task, seen.cache_hit), np.inf)
         fast = int(times[1].argmin())
         if times[2].argmin() != fast:
             continue
@@ -279,11 +278,7 @@ def test_heft_prices_the_set_up_of_a_stage_moved_off_its_previous_device(
     prev = slice(5 + 4 * d, None)
     checked = 0
     for raw in episode_obs:
-        obs = idle_obs(article, raw)
-        seen = decode_observation(obs)
-        task = Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
-        times = np.where(allowed(article, task), nominal_times(article, task, seen.cache_hit),
-                         np.inf)
+        obs, task, times = idle_case(article, raw)
         fast = int(times[1].argmin())
         margin = setup[fast] / 4
         tokens = article.sim.stages[0].work(task, article.model).output_bytes

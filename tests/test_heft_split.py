@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_baselines import idle_obs  # the same idle state HEFT is tested in
 
 from agents.heft_split import MIN_SHARE, HeftSplitPolicy
 from agents.online import rollout
@@ -22,18 +23,6 @@ def split_env() -> InferenceAllocSplitEnv:
     env = InferenceAllocSplitEnv("article", variant="glm-5.3", episode_tasks=300)
     env.reset(seed=0)
     return env
-
-
-def idle(env: InferenceAllocSplitEnv, obs: np.ndarray) -> np.ndarray:
-    """`obs` with every device idle, online, at its nominal speed, and no previous placement."""
-    out = np.array(obs, copy=True)
-    d = env.n_devices
-    for i in range(d):
-        out[4 + 4 * i] = 0.0
-        out[6 + 4 * i] = 1.0
-        out[7 + 4 * i] = 0.5
-    out[5 + 4 * d:] = 0.0
-    return out
 
 
 def test_only_the_split_env_is_accepted() -> None:
@@ -62,7 +51,7 @@ def test_idle_devices_share_the_prefill_by_speed(split_env: InferenceAllocSplitE
     """Idle devices: prefill (compute bound) is divided, the faster device taking more."""
     policy = HeftSplitPolicy(split_env)
     obs, _ = split_env.reset(seed=2)
-    f = policy.fractions(idle(split_env, obs))
+    f = policy.fractions(idle_obs(split_env, obs))
     prefill = f[PREFILL]
     assert (prefill > 0).sum() >= 2, prefill
     work = split_env.sim.task_works(split_env._current_task(), None)[PREFILL]
@@ -75,7 +64,7 @@ def test_idle_devices_share_the_prefill_by_speed(split_env: InferenceAllocSplitE
 def test_a_busy_device_gets_no_share(split_env: InferenceAllocSplitEnv) -> None:
     policy = HeftSplitPolicy(split_env)
     obs, _ = split_env.reset(seed=3)
-    quiet = idle(split_env, obs)
+    quiet = idle_obs(split_env, obs)
     assert policy.fractions(quiet)[:, NPU].sum() > 0
     busy = quiet.copy()
     busy[4 + 4 * NPU] = 5000.0 / (5000.0 + BACKLOG_SCALE_S)    # 5000 s of queued work
@@ -87,7 +76,7 @@ def test_given_masks_are_respected(split_env: InferenceAllocSplitEnv) -> None:
     obs, _ = split_env.reset(seed=4)
     masks = np.ones((3, 3), dtype=bool)
     masks[:, GPU] = False
-    action = policy.predict(idle(split_env, obs), action_masks=masks.reshape(-1))[0]
+    action = policy.predict(idle_obs(split_env, obs), action_masks=masks.reshape(-1))[0]
     assert (action.reshape(3, 3)[:, GPU] == -1.0).all()
 
 
