@@ -96,10 +96,19 @@ class FlatDiscreteActions(gym.ActionWrapper):
 
 
 class SafeSplitActions(gym.ActionWrapper):
-    """Raise SB3's clipped actions to SPLIT_FLOOR so no stage is left with all-zero weights."""
+    """Give a stage whose clipped weights are all zero (-1) an even split (SPLIT_FLOOR each).
+
+    Only such stages are touched: raising every entry to the floor would hand each stage a
+    sliver of every device, and a sliver costs that device's set-up, transfers and queue
+    in full (the stage ends when its slowest share does).
+    """
 
     def action(self, action: Any) -> np.ndarray:
-        return np.maximum(np.asarray(action, dtype=np.float32), SPLIT_FLOOR)
+        arr = np.array(action, dtype=np.float32)
+        rows = arr.reshape(-1, 3, arr.shape[-1] // 3)
+        empty = np.all(rows <= -1.0, axis=-1)
+        rows[empty] = SPLIT_FLOOR
+        return rows.reshape(arr.shape)
 
 
 def wrap_for(agent: str, env: gym.Env) -> gym.Env:

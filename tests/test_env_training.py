@@ -71,6 +71,19 @@ def test_split_wrapper_never_sends_an_all_minus_one_stage() -> None:
         env.unwrapped.step(-np.ones(9, dtype=np.float32))
 
 
+def test_split_wrapper_leaves_stages_that_have_a_device_alone() -> None:
+    from agents.sb3_factory import SPLIT_FLOOR, SafeSplitActions
+
+    wrapper = SafeSplitActions(gym.make(f"envs:{SPLIT}"))
+    action = np.array([1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 0.2, -1.0, 0.5], dtype=np.float32)
+    out = wrapper.action(action)
+    # a zero weight stays zero: a sliver of a device costs its set-up and queue in full
+    assert out[[0, 1, 2, 6, 7, 8]].tolist() == action[[0, 1, 2, 6, 7, 8]].tolist()
+    assert np.all(out[3:6] == np.float32(SPLIT_FLOOR))     # the empty stage: an even split
+    batch = wrapper.action(np.stack([action, -action]))
+    assert batch.shape == (2, 9) and batch[0].tolist() == out.tolist()
+
+
 # MaskablePPO needs a discrete action space, so it runs on InferenceAlloc-v0 only: the Split
 # env's Box actions are not supported by sb3-contrib's masking.
 def test_maskable_ppo_trains_and_respects_masks(tmp_path: Path) -> None:
