@@ -46,7 +46,9 @@ class InferenceAllocEnv(gym.Env):
     overhead, and the devices' *true* speeds, which differ from the spec-sheet
     figures a planner would use (the NPU is ~15% faster than its datasheet).
     The pipeline variant (GLM-5.3, Flash, Flash-optimized) and the workload come
-    from a scenario (see `envs/scenario.py`).
+    from a scenario (see `envs/scenario.py`). Tasks arrive open-loop (Poisson, or
+    a replayed trace) or, with the scenario's `workload.clients` = K, closed-loop:
+    K clients, each sending its next request when its previous one finishes.
 
     ## Action Space
 
@@ -333,6 +335,8 @@ class InferenceAllocEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
+        if self.scenario.workload.clients:
+            self._episode = self._closed_loop(self._episode)
         self.sim.reset()
         self._index = 0
         self._speed = [1.0] * self.n_devices
@@ -366,6 +370,8 @@ class InferenceAllocEnv(gym.Env):
         if self.reference or self.reward_kind == "relative":
             refs = self.planner.references(task, noise, masks, penalty, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
+        if self.scenario.workload.clients:
+            self._submit_next(index, task.arrival + res.latency)
         # Looked up once: hashing the nested shares tuple is a good part of the lookup's cost.
         facts = self._placement_facts(shares)
         self._observe(res, facts)
@@ -405,6 +411,24 @@ class InferenceAllocEnv(gym.Env):
             raise RuntimeError("call reset() before step(): the environment has no task stream yet")
         if self._index >= len(self._episode.tasks):
             raise RuntimeError("the episode is over (truncated); call reset() to start a new one")
+
+    def _closed_loop(self, episode: Episode) -> Episode:
+        """The first K requests arrive at 0; the others when `_submit_next` sends them."""
+        k = self.scenario.workload.clients
+        tasks = [dataclasses.replace(t, arrival=0.0) if i < k else t
+                 for i, t in enumerate(episode.tasks)]
+        return Episode(tasks, episode.noise)
+
+    def _submit_next(self, index: int, finish: float) -> None:
+        """Closed loop: the client whose request `index` finished at `finish` sends its next,
+        request index + K (no earlier than the request before it: dispatch is in order)."""
+        assert self._episode is not None
+        tasks = self._episode.tasks
+        assert isinstance(tasks, list)
+        nxt = index + self.scenario.workload.clients
+        if nxt < len(tasks):
+            arrival = max(finish, tasks[nxt - 1].arrival)
+            tasks[nxt] = dataclasses.replace(tasks[nxt], arrival=arrival)
 
     def _current_task(self) -> Task:
         assert self._episode is not None

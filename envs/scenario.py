@@ -12,6 +12,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
     failed_dispatch_s: 0.5           # charged when an action picks a masked device
     workload:
       arrival_rate: 0.12             # tasks per second (Poisson)
+      clients: 0                     # > 0: closed loop, K clients (see Workload)
       burst: {period: 40, length: 12, rate_multiplier: 6.0}   # optional: bursts of arrivals
       batch: {dist: choice, values: [4, 8, 16, 32], weights: [.1, .2, .4, .3]}
       prompt_tokens: {dist: normal, mean: 5000, std: 900, min: 1024, max: 8192}
@@ -121,7 +122,14 @@ class Burst:
 
 @dataclass(frozen=True)
 class Workload:
+    """The task stream. ``clients``: 0 for an open loop (Poisson arrivals at ``arrival_rate``);
+    K > 0 for a closed loop, as a benchmark's load generator runs: K clients, each submitting
+    its next request when its previous one finishes (the first K at time 0). The queues then
+    stay bounded whatever the allocator does, and a job's makespan measures throughput.
+    ``arrival_rate`` still sets the stream best-static is searched on."""
+
     arrival_rate: float = 0.1
+    clients: int = 0
     burst: Burst | None = None
     batch: Distribution = field(default_factory=lambda: Distribution(value=16))
     prompt_tokens: Distribution = field(default_factory=lambda: Distribution(value=4096))
@@ -213,6 +221,7 @@ def scenario_from_dict(raw: Any, origin: str) -> Scenario:
         raise ValueError(f"scenario field workload.trace must be a trace name or path, got {trace!r}")
     workload = Workload(
         arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate"),
+        clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
         burst=burst,
         batch=Distribution.parse(w_raw.get("batch", 16), "workload.batch"),
         prompt_tokens=Distribution.parse(w_raw.get("prompt_tokens", 4096), "workload.prompt_tokens"),

@@ -59,7 +59,7 @@ def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: in
 
 @dataclass(frozen=True)
 class Episode:
-    tasks: tuple[Task, ...]
+    tasks: tuple[Task, ...] | list[Task]   # a list when a closed loop rewrites arrivals
     noise: np.ndarray            # (n_tasks, 3) multiplicative stage noise
 
 

@@ -176,3 +176,44 @@ def test_faults_mask_the_offline_npu_during_its_window(env_id: str) -> None:
     assert index == raw.scenario.episode_tasks == 200
     assert all(math.isfinite(r) for r in rewards)
     assert failed_in_window > 0    # random actions did pick the offline NPU, without an error
+
+
+# --- closed-loop workloads ---------------------------------------------------------------------
+
+
+def closed_loop_scenario(tmp_path: Any, clients: Any) -> Any:
+    path = tmp_path / "closed.yaml"
+    path.write_text(f"name: closed\nepisode_tasks: 30\nworkload: {{clients: {clients}}}\n",
+                    encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("env_id", [V0, SPLIT])
+@pytest.mark.parametrize("clients", [1, 3])
+def test_each_client_sends_its_next_request_when_its_last_finishes(
+        tmp_path: Any, env_id: str, clients: int) -> None:
+    env = gym.make(f"envs:{env_id}", scenario=closed_loop_scenario(tmp_path, clients))
+    env.reset(seed=5)
+    env.action_space.seed(5)
+    infos = [env.step(env.action_space.sample())[4] for _ in range(30)]
+    arrivals = [i["task"]["arrival"] for i in infos]
+    finishes = [a + i["latency"] for a, i in zip(arrivals, infos, strict=True)]
+    assert arrivals[:clients] == [0.0] * clients
+    for j in range(clients, 30):     # request j waits for request j - K (and dispatch order)
+        assert arrivals[j] == max(finishes[j - clients], arrivals[j - 1])
+        assert sum(f > arrivals[j] for f in finishes[:j]) < clients   # <= K in the system
+
+
+def test_the_same_seed_gives_the_same_closed_loop(tmp_path: Any) -> None:
+    def run() -> list[float]:
+        env = gym.make(f"envs:{V0}", scenario=closed_loop_scenario(tmp_path, 2))
+        env.reset(seed=1)
+        return [env.step(np.array([0, 2, 1]))[4]["task"]["arrival"] for _ in range(30)]
+
+    assert run() == run()
+
+
+@pytest.mark.parametrize("clients", ["-1", "1.5", "two"])
+def test_a_bad_client_count_names_the_field(tmp_path: Any, clients: str) -> None:
+    with pytest.raises(ValueError, match="workload.clients"):
+        gym.make(f"envs:{V0}", scenario=closed_loop_scenario(tmp_path, clients))
