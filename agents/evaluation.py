@@ -179,7 +179,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     the stream's index) that learn as they go; ``best-static`` and ``oracle`` are the
     references ``deploy`` runs on the same stream; other names are fixed policies.
     """
-    from agents.online import OnlineResult, deploy
+    from agents.online import deploy
     from agents.sb3_factory import make_sb3
     from agents.warmup import WarmupConfig
 
@@ -194,11 +194,13 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                             reward="relative")
 
         env = fresh_env()
-        refs = deploy(make_policy("best-static", env), env, n_samples, learn=False, seed=seed)
+        # The references' own runs, each with static's latency in its state (static_here).
+        refs = {name: deploy(make_policy(name, env), env, n_samples, learn=False, seed=seed,
+                             references=False) for name in REFERENCES}
+        static, oracle = refs["best-static"].latency, refs["oracle"].latency
         for agent in agents:
             if agent in REFERENCES:
-                latency = refs.static if agent == "best-static" else refs.oracle
-                result = OnlineResult(latency, refs.static, refs.oracle)
+                result = dataclasses.replace(refs[agent], static=static, oracle=oracle)
             else:
                 env = fresh_env()
                 if agent in ONLINE_LEARNERS:
@@ -208,7 +210,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                 else:
                     policy, learn = make_policy(agent, env), False
                 run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)
-                result = dataclasses.replace(run, static=refs.static, oracle=refs.oracle)
+                result = dataclasses.replace(run, static=static, oracle=oracle)
             study.add(agent, result)
             if tick is not None:
                 tick()

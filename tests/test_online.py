@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agents.online import OnlineResult, deploy, rolling_mean
+from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
 from agents.warmup import WarmupConfig
 
@@ -35,6 +36,25 @@ def test_metrics_on_a_planted_learning_curve():
     assert m["steady_vs_oracle"] == pytest.approx(9 / 8)
 
 
+def test_stabilisation_is_measured_against_static_in_the_agents_own_state():
+    n = 600
+    rng = np.random.default_rng(0)
+    here = 10.0 * rng.lognormal(0.0, 0.3, n)        # the queueing the agent's own state holds
+    agent = here * np.where(np.arange(n) < 200, 1.5, 0.9)
+    own_run = 10.0 * rng.lognormal(0.0, 0.3, n)     # static's own trajectory: other bursts
+    oracle = np.full(n, 8.0)
+    assert OnlineResult(agent, own_run, oracle, static_here=here).metrics()[
+        "samples_to_stabilise"] == 246               # as the planted curve above
+    assert OnlineResult(agent, own_run, oracle).metrics()["samples_to_stabilise"] > 400
+
+
+def test_a_fixed_policy_is_stable_from_the_first_window():
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=300, reward="relative")
+    result = deploy(make_policy("best-static", env), env, 300, learn=False, seed=3)
+    assert result.static_here is not None and np.array_equal(result.static_here, result.latency)
+    assert result.metrics()["samples_to_stabilise"] == 50
+
+
 def test_deploy_needs_a_long_enough_episode():
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=50, reward="relative")
     with pytest.raises(ValueError, match="episode_tasks"):
@@ -55,6 +75,7 @@ def stabilisation():
 def test_the_cold_learner_is_worse_than_static_while_it_learns(stabilisation):
     result = stabilisation["cold"]
     assert len(result.latency) == 400 and np.all(np.isfinite(result.latency))
+    assert result.static_here is not None and np.all(result.static_here > 0)
     assert result.metrics()["early_degradation"] >= 1.2
 
 
