@@ -271,7 +271,9 @@ def reproduce_article(cfg: EvalConfig) -> Any:
     reproduce = getattr(article, "reproduce", None)
     if reproduce is None:
         raise ConfigError("agents.article has no reproduce(out_dir, seeds)")
-    return reproduce(Path(cfg.out), heldout_seeds(cfg))
+    if cfg.article_clients is None:
+        return reproduce(Path(cfg.out), heldout_seeds(cfg))
+    return reproduce(Path(cfg.out), heldout_seeds(cfg), clients=cfg.article_clients)
 
 
 def fmt_summary(rows: list[dict[str, Any]]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.article import ROWS, cost_model_rows, measure_seed, run_job
+from agents.article import ROWS, cost_model_rows, loss_reduction, measure_seed, run_job
 from inference.task import Task
 
 torch.set_num_threads(1)
@@ -47,3 +47,18 @@ def test_cost_model_rows():
     assert 0.2 < rows["init_saving"] < 0.6        # the hit path skips preprocessing, not I/O
     assert rows["cpu_cache_loss"] > 0.3           # hierarchical KV reads miss the CPU caches
     assert rows["decode_wait"] > 1.5              # ... and wait longer for memory
+
+
+def test_loss_reduction_is_measured_in_performance():
+    assert loss_reduction(1.0, 1.0, 2.0) == 1.0       # static removes the whole loss
+    assert loss_reduction(1.0, 2.0, 2.0) == 0.0       # ... or none of it
+    # the learner halves performance (loss 0.5), static leaves 1 / 1.6 of it (loss 0.375)
+    assert loss_reduction(1.0, 1.6, 2.0) == pytest.approx(1.0 - 0.375 / 0.5)
+
+
+def test_a_closed_loop_job_measures_the_split_allocators_throughput():
+    glm = run_job("glm", "best-static", seed=0, n_tasks=150, clients=3)
+    opt = run_job("opt", "heft-split", seed=0, n_tasks=150, clients=3)
+    assert opt.makespan < 0.85 * glm.makespan          # all three devices at work
+    arrivals = [i["task"]["arrival"] for i in glm.infos]
+    assert arrivals[:3] == [0.0] * 3 and arrivals[3] > 0.0

@@ -121,6 +121,14 @@ def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
     assert not (out / "learning_curves.png").exists()
 
 
+def test_evaluate_rejects_a_negative_client_count(tmp_path: Path, capsys) -> None:
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    assert main(["--reproduce-article", "--article-clients", "-1", "--out", str(out)]) == 2
+    assert "--article-clients must be >= 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     first = script("train.py", "--timesteps", "128", "--checkpoint-interval", "64", "--seeds",
