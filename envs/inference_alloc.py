@@ -420,7 +420,7 @@ class InferenceAllocEnv(gym.Env):
         return Episode(tasks, episode.noise)
 
     def _submit_next(self, index: int, finish: float) -> None:
-        """Closed loop: the client whose request `index` finished at `finish` sends its next,
+        """Closed loop: the client whose request `index` finished at `finish` sends its next
         request index + K (no earlier than the request before it: dispatch is in order)."""
         assert self._episode is not None
         tasks = self._episode.tasks
