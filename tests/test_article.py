@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.article import ROWS, cost_model_rows, loss_reduction, measure_seed, run_job
+from agents.article import (
+    ROWS,
+    cost_model_rows,
+    job_scenario,
+    loss_reduction,
+    measure_seed,
+    run_job,
+)
+from envs.scenario import load_scenario
 from inference.task import Task
 
 torch.set_num_threads(1)
@@ -62,3 +70,12 @@ def test_a_closed_loop_job_measures_the_split_allocators_throughput():
     assert opt.makespan < 0.85 * glm.makespan          # all three devices at work
     arrivals = [i["task"]["arrival"] for i in glm.infos]
     assert arrivals[:3] == [0.0] * 3 and arrivals[3] > 0.0
+
+
+def test_the_two_job_forms():
+    live = load_scenario("article").workload
+    closed, open_loop = job_scenario(clients=3).workload, job_scenario(3.25, clients=0).workload
+    assert (closed.clients, closed.arrival_rate) == (3, live.arrival_rate)
+    assert (open_loop.clients, open_loop.arrival_rate) == (0, live.arrival_rate * 3.25)
+    arrivals = [i["task"]["arrival"] for i in run_job("glm", "best-static", 0, 30, 3.25, 0).infos]
+    assert arrivals[1] > 0.0 and arrivals == sorted(arrivals)    # Poisson, not three at 0
