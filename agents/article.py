@@ -33,11 +33,10 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents.online import deploy, rollout
-from agents.registry import SPLIT_POLICY_NAMES, make_policy
+from agents.registry import make_policy, policy_env_id
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95
 from agents.warmup import WarmupConfig
-from envs import ENV_IDS
 from envs.scenario import load_scenario
 
 JOB_TASKS = 1000
@@ -125,8 +124,7 @@ LEARNERS = {   # allocator -> (env id, warm-up or None: learns from a cold start
 def run_job(variant: str, allocator: str, seed: int, n_tasks: int = JOB_TASKS,
             time_scale: float = JOB_TIME_SCALE, clients: int = JOB_CLIENTS) -> JobRun:
     """Run one job. `allocator`: a policy name, or one of LEARNERS (learning online)."""
-    split_only = allocator in SPLIT_POLICY_NAMES
-    env_id, warmup = LEARNERS.get(allocator, (f"envs:{ENV_IDS[1 if split_only else 0]}", None))
+    env_id, warmup = LEARNERS.get(allocator, (f"envs:{policy_env_id(allocator)}", None))
     env = gym.make(env_id, scenario=job_scenario(time_scale, clients),
                    variant=VARIANTS.get(variant, variant),
                    episode_tasks=n_tasks, reward="relative")
@@ -263,6 +261,11 @@ def measure_seed(seed: int, n_tasks: int = JOB_TASKS, online_samples: int = ONLI
     return values, online
 
 
+def _seed_mean(curves: list[Any]) -> Any:
+    """The mean curve over seeds; None if any seed has none."""
+    return None if any(c is None for c in curves) else np.mean(curves, axis=0)
+
+
 def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
                     online_samples: int = ONLINE_SAMPLES, time_scale: float = JOB_TIME_SCALE,
                     clients: int = JOB_CLIENTS) -> list[dict[str, Any]]:
@@ -287,13 +290,10 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
     per_seed[ROWS[5].figure] = [model_rows["cpu_cache_loss"]]
     per_seed[ROWS[8].figure] = [model_rows["init_saving"]]
     per_seed[ROWS[4].figure] = [model_rows["decode_wait"]]
-    def seed_mean(arrays: list[Any]) -> Any:
-        return None if any(a is None for a in arrays) else np.mean(arrays, axis=0)
-
-    mean_curve = OnlineResult(seed_mean([o.latency for o in onlines]),
-                              seed_mean([o.static for o in onlines]),
-                              seed_mean([o.oracle for o in onlines]),
-                              static_here=seed_mean([o.static_here for o in onlines]))
+    mean_curve = OnlineResult(_seed_mean([o.latency for o in onlines]),
+                              _seed_mean([o.static for o in onlines]),
+                              _seed_mean([o.oracle for o in onlines]),
+                              static_here=_seed_mean([o.static_here for o in onlines]))
     metrics = mean_curve.metrics()
     per_seed[ROWS[9].figure] = [o.metrics()["samples_to_stabilise"] for o in onlines]
     per_seed[ROWS[10].figure] = [o.metrics()["early_drop"] for o in onlines]

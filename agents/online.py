@@ -87,15 +87,12 @@ class OnlineResult:
 class _Recorder(BaseCallback):
     def __init__(self, controller: Any = None) -> None:
         super().__init__()
-        self.latency: list[float] = []
-        self.static_here: list[float] = []
+        self.infos: list[dict[str, Any]] = []
         self.conservative: list[bool] = []
         self.controller = controller
 
     def _on_step(self) -> bool:
-        info = self.locals["infos"][0]
-        self.latency.append(float(info["latency"]))
-        self.static_here.append(float(info.get("static_latency", np.nan)))
+        self.infos.append(self.locals["infos"][0])
         if self.controller is not None:
             self.conservative.append(bool(self.controller.last_conservative))
         return True
@@ -118,13 +115,14 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, 
 
 def run_policy(policy: Any, env: Any, n_samples: int, seed: int) -> np.ndarray:
     """Latency of each of the first n_samples tasks of the stream `seed` under `policy`."""
-    return np.array([info["latency"] for info in rollout(policy, env, n_samples, seed)])
+    return _curves(rollout(policy, env, n_samples, seed))[0]
 
 
-def _static_here(static_latencies: list[float]) -> np.ndarray | None:
-    """The per-step static references, if the env priced one for every step (else None)."""
-    here = np.asarray(static_latencies, dtype=float)
-    return here if len(here) and np.all(np.isfinite(here)) else None
+def _curves(infos: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-step latencies, and static's in the same state if the env priced it at every step."""
+    latency = np.array([info["latency"] for info in infos], dtype=float)
+    here = np.array([info.get("static_latency", np.nan) for info in infos], dtype=float)
+    return latency, (here if len(here) and np.all(np.isfinite(here)) else None)
 
 
 def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int = 0,
@@ -151,12 +149,9 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
         recorder = _Recorder(controller)
         model.get_env().seed(seed)
         agent.learn(n_samples, callback=recorder, reset_num_timesteps=True)
-        latency = np.asarray(recorder.latency[:n_samples])
-        here = _static_here(recorder.static_here[:n_samples])
+        latency, here = _curves(recorder.infos[:n_samples])
         acting = np.asarray(recorder.conservative[:n_samples]) if controller is not None else None
     else:
-        infos = rollout(agent, env, n_samples, seed)
-        latency = np.array([info["latency"] for info in infos])
-        here = _static_here([info.get("static_latency", np.nan) for info in infos])
+        latency, here = _curves(rollout(agent, env, n_samples, seed))
         acting = None
     return OnlineResult(latency, static, oracle, acting, here)

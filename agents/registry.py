@@ -35,6 +35,7 @@ from agents.heft import HeftPolicy
 from agents.heft_split import HeftSplitPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
+from envs import ENV_IDS
 
 POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
@@ -45,6 +46,13 @@ SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
                                   "gated-<name>")
 _SB3_MODULE = "agents.sb3_factory"
+
+
+def policy_env_id(name: str) -> str:
+    """The env a named policy acts in: the Split env for those that divide stages (e.g.
+    heft-split, gated or not), else the discrete env."""
+    key = name.strip().lower()
+    return ENV_IDS[1] if key.removeprefix("gated-") in SPLIT_POLICY_NAMES else ENV_IDS[0]
 
 
 def valid_names() -> str:

@@ -32,17 +32,10 @@ from agents.evaluation import (
     summary_markdown,
 )
 from agents.files import write_text
-from agents.registry import SB3_NAMES, SPLIT_POLICY_NAMES, load_policy, make_policy
+from agents.registry import SB3_NAMES, load_policy, make_policy, policy_env_id
+from envs import ENV_IDS
 
-DEFAULT_ENV = "InferenceAlloc-v0"
-SPLIT_ENV = "InferenceAllocSplit-v0"
-
-
-def baseline_env_id(name: str) -> str:
-    """Baselines act in the discrete env, except those that divide stages (e.g. heft-split,
-    gated or not), which act in the Split env, on the same task streams."""
-    key = name.strip().lower()
-    return SPLIT_ENV if key.removeprefix("gated-") in SPLIT_POLICY_NAMES else DEFAULT_ENV
+DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
 FULL_ONLINE = ("ppo", "ppo-warm", "dqn", "dqn-warm", "best-static", "heft-calibrated", "oracle")
 MIN_ONLINE_SEEDS = 5
@@ -117,7 +110,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
         try:
             env_of = {env_id: make_env(env_id, scenario, cfg.hardware,
                                        episode_tasks=cfg.episode_tasks)
-                      for env_id in {DEFAULT_ENV, *map(baseline_env_id, cfg.baselines)}}
+                      for env_id in {DEFAULT_ENV, *map(policy_env_id, cfg.baselines)}}
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         for name in cfg.baselines:
@@ -125,7 +118,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
                 raise ConfigError(f"baseline {name!r} is a learning agent: evaluate a trained "
                                   f"model with --models instead")
             try:
-                make_policy(name, env_of[baseline_env_id(name)])
+                make_policy(name, env_of[policy_env_id(name)])
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"baseline: {exc}") from None
     for entry in entries:
@@ -184,7 +177,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
                 tick()
         refs = references(scenario, cfg.hardware, None)
         for name in cfg.baselines:
-            env = make_env(baseline_env_id(name), scenario, cfg.hardware, None, cfg.episode_tasks)
+            env = make_env(policy_env_id(name), scenario, cfg.hardware, None, cfg.episode_tasks)
             result = results.setdefault((name, scenario), AgentResult(name, scenario, "baseline"))
             policy = None if name in REFERENCES else make_policy(name, env)
             for seed in seeds:

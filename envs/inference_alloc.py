@@ -144,6 +144,7 @@ class InferenceAllocEnv(gym.Env):
         if sc.workload.trace is not None:
             generate_episode(sc, np.random.default_rng(0), 1)   # fail now on a bad trace
         self.scenario = sc
+        self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward
         self.reference = bool(reference)
         self.render_mode = render_mode
@@ -335,7 +336,7 @@ class InferenceAllocEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
-        if self.scenario.workload.clients:
+        if self._clients:
             self._episode = self._closed_loop(self._episode)
         self.sim.reset()
         self._index = 0
@@ -370,7 +371,7 @@ class InferenceAllocEnv(gym.Env):
         if self.reference or self.reward_kind == "relative":
             refs = self.planner.references(task, noise, masks, penalty, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
-        if self.scenario.workload.clients:
+        if self._clients:
             self._submit_next(index, task.arrival + res.latency)
         # Looked up once: hashing the nested shares tuple is a good part of the lookup's cost.
         facts = self._placement_facts(shares)
@@ -414,7 +415,7 @@ class InferenceAllocEnv(gym.Env):
 
     def _closed_loop(self, episode: Episode) -> Episode:
         """The first K requests arrive at 0; the others when `_submit_next` sends them."""
-        k = self.scenario.workload.clients
+        k = self._clients
         tasks = [dataclasses.replace(t, arrival=0.0) if i < k else t
                  for i, t in enumerate(episode.tasks)]
         return Episode(tasks, episode.noise)
@@ -425,7 +426,7 @@ class InferenceAllocEnv(gym.Env):
         assert self._episode is not None
         tasks = self._episode.tasks
         assert isinstance(tasks, list)
-        nxt = index + self.scenario.workload.clients
+        nxt = index + self._clients
         if nxt < len(tasks):
             arrival = max(finish, tasks[nxt - 1].arrival)
             tasks[nxt] = dataclasses.replace(tasks[nxt], arrival=arrival)

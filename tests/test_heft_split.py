@@ -116,16 +116,11 @@ def test_saves_loads_and_gates(tmp_path: Path, split_env: InferenceAllocSplitEnv
 
 def test_evaluate_runs_split_baselines_in_the_split_env() -> None:
     from agents.config import EvalConfig
-    from agents.reporting import (
-        DEFAULT_ENV,
-        SPLIT_ENV,
-        baseline_env_id,
-        check_inputs,
-        evaluate_agents,
-    )
+    from agents.registry import policy_env_id
+    from agents.reporting import DEFAULT_ENV, SPLIT_ENV, check_inputs, evaluate_agents
 
-    assert baseline_env_id("heft-split") == baseline_env_id("Gated-Heft-Split") == SPLIT_ENV
-    assert baseline_env_id("heft-calibrated") == baseline_env_id("gated-heft") == DEFAULT_ENV
+    assert policy_env_id("heft-split") == policy_env_id("Gated-Heft-Split") == SPLIT_ENV
+    assert policy_env_id("heft-calibrated") == policy_env_id("gated-heft") == DEFAULT_ENV
     cfg = EvalConfig(baselines=["heft-calibrated", "heft-split"], seeds=1, episodes=1,
                      episode_tasks=150)
     check_inputs(cfg, [], ["article"])
