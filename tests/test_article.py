@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def seed_values():
-    values, online = measure_seed(0, n_tasks=120, online_samples=200)
+    values, online = measure_seed(0, n_tasks=120, online_samples=200, controlled_tasks=100)
     return values, online
 
 
@@ -46,6 +46,17 @@ def test_static_allocation_beats_the_cold_learner_early(seed_values):
     _, online = seed_values
     metrics = online.metrics(early=200)
     assert metrics["early_degradation"] > 1.0
+
+
+def test_static_allocation_reduces_the_loss_in_the_controlled_test(seed_values):
+    values, _ = seed_values
+    g, fs, fr = (values["_controlled"][k] for k in ("glm", "flash_static", "flash"))
+    assert g < fs < fr                            # static loses less to GLM-5.3 than the learner
+    assert values[ROWS[14].figure] == loss_reduction(g, fs, fr) > 0.0
+    # the controlled test is its own, open-loop job: not the closed-loop job's makespans
+    assert values["_controlled"]["glm"] != values["_makespans"]["glm"]
+    assert values["_loss_in_job"] == loss_reduction(*(values["_makespans"][k] for k in
+                                                      ("glm", "flash_static", "flash")))
 
 
 def test_cost_model_rows():
