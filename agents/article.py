@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.online import deploy, rollout
+from agents.online import OnlineResult, deploy, rollout
 from agents.registry import make_policy, policy_env_id
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95
@@ -50,6 +50,7 @@ JOB_CLIENTS = 3          # K > 0: K closed-loop clients; 0: open loop at JOB_TIM
 JOB_TIME_SCALE = 3.25
 OPEN_LOOP_TASKS = 300
 ONLINE_SAMPLES = 600
+BOOTSTRAP_RESAMPLES = 1000
 VARIANTS = {"glm": "glm-5.3", "flash": "glm-5.3-flash", "opt": "glm-5.3-flash-opt"}
 SPEED_ENTRY = 7          # observation index of device 0's speed ratio; + 4 per device
 
@@ -286,12 +287,34 @@ def _seed_mean(curves: list[Any]) -> Any:
     return None if any(c is None for c in curves) else np.mean(curves, axis=0)
 
 
+def mean_curve_metrics(onlines: list[Any]) -> dict[str, float]:
+    """The online harness's metrics of the seed-mean curve of `onlines` (OnlineResults)."""
+    return OnlineResult(_seed_mean([o.latency for o in onlines]),
+                        _seed_mean([o.static for o in onlines]),
+                        _seed_mean([o.oracle for o in onlines]),
+                        static_here=_seed_mean([o.static_here for o in onlines])).metrics()
+
+
+def bootstrap_interval(onlines: list[Any], key: str, resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of a seed-mean-curve metric, resampling the seeds.
+
+    A metric of the mean curve is not a mean over seeds, so Student's t does not apply; the
+    bootstrap redraws the seeds (with replacement) and recomputes the mean curve's metric.
+    """
+    if len(onlines) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    draws = [mean_curve_metrics([onlines[i] for i in rng.integers(0, len(onlines), len(onlines))])[key]
+             for _ in range(resamples)]
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
                     online_samples: int = ONLINE_SAMPLES, time_scale: float = JOB_TIME_SCALE,
                     clients: int = JOB_CLIENTS) -> list[dict[str, Any]]:
     """Run every seed and return one dict per row: figure, seed value, ours (mean, CI), in."""
-    from agents.online import OnlineResult
-
     per_seed: dict[str, list[float]] = {r.figure: [] for r in ROWS}
     onlines = []
     loss_in_job: list[float] = []
@@ -312,23 +335,21 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
     per_seed[ROWS[5].figure] = [model_rows["cpu_cache_loss"]]
     per_seed[ROWS[8].figure] = [model_rows["init_saving"]]
     per_seed[ROWS[4].figure] = [model_rows["decode_wait"]]
-    mean_curve = OnlineResult(_seed_mean([o.latency for o in onlines]),
-                              _seed_mean([o.static for o in onlines]),
-                              _seed_mean([o.oracle for o in onlines]),
-                              static_here=_seed_mean([o.static_here for o in onlines]))
-    metrics = mean_curve.metrics()
-    per_seed[ROWS[9].figure] = [o.metrics()["samples_to_stabilise"] for o in onlines]
-    per_seed[ROWS[10].figure] = [o.metrics()["early_drop"] for o in onlines]
+    metrics = mean_curve_metrics(onlines)
+    curve_rows = {ROWS[9].figure: "samples_to_stabilise", ROWS[10].figure: "early_drop"}
     table = []
     for row in ROWS:
-        mean, half = mean_ci95(per_seed[row.figure])
-        if row is ROWS[9]:
-            mean = metrics["samples_to_stabilise"]        # of the seed-mean curve
-        if row is ROWS[10]:
-            mean = metrics["early_drop"]
-        table.append({"figure": row.figure, "seed": row.seed_value, "ours": mean, "ci": half,
-                      "unit": row.unit, "low": row.low, "high": row.high,
-                      "in": bool(row.low <= mean <= row.high)})
+        entry: dict[str, Any] = {"figure": row.figure, "seed": row.seed_value, "unit": row.unit,
+                                 "low": row.low, "high": row.high}
+        if row.figure in curve_rows:   # a metric of the seed-mean curve, with a bootstrap interval
+            key = curve_rows[row.figure]
+            mean, half = metrics[key], float("nan")
+            entry["interval"] = bootstrap_interval(onlines, key)
+            entry["per_stream"] = mean_ci95([o.metrics()[key] for o in onlines])
+        else:
+            mean, half = mean_ci95(per_seed[row.figure])
+        entry.update({"ours": mean, "ci": half, "in": bool(row.low <= mean <= row.high)})
+        table.append(entry)
     if clients:   # the loss row's value in the main job too: the controlled test is not the job
         table[14]["in_job"] = mean_ci95(loss_in_job)
     return table
@@ -344,16 +365,24 @@ def format_value(value: float, half: float, unit: str) -> str:
 
 
 def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
-    lines = [f"Seeds: {', '.join(map(str, seeds))}. Ours: mean ± 95% CI half-width over seeds "
-             "(stabilisation and drop: of the seed-mean online curve).", "",
+    lines = [f"Seeds: {', '.join(map(str, seeds))}. Ours: mean ± 95% CI half-width over seeds; "
+             "stabilisation and drop: of the seed-mean online curve, with the 95% bootstrap "
+             "interval over seeds in brackets.", "",
              "| figure | seed | ours | tolerance | in |", "|---|---|---|---|---|"]
     notes: list[str] = []
     for row in table:
         tol = (format_value(row["low"], float("nan"), row["unit"]) + " .. "
                + format_value(row["high"], float("nan"), row["unit"]))
-        lines.append(f"| {row['figure']} | {row['seed']} | "
-                     f"{format_value(row['ours'], row['ci'], row['unit'])} | {tol} | "
+        ours = format_value(row["ours"], row["ci"], row["unit"])
+        if "interval" in row:
+            low, high = (format_value(v, float("nan"), row["unit"]) for v in row["interval"])
+            ours += f" [{low} .. {high}]"
+        lines.append(f"| {row['figure']} | {row['seed']} | {ours} | {tol} | "
                      f"{'yes' if row['in'] else 'NO'} |")
+        if "per_stream" in row:
+            mean, half = row["per_stream"]
+            notes.append(f"{row['figure']}, on each seed's own curve (its noise included): "
+                         f"{format_value(mean, half, row['unit'])}.")
         if "in_job" in row:
             mean, half = row["in_job"]
             notes.append(f"The loss row measured in the main job instead of the controlled "

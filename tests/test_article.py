@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from agents.article import (
     ROWS,
+    bootstrap_interval,
     cost_model_rows,
     job_scenario,
     loss_reduction,
+    mean_curve_metrics,
     measure_seed,
     run_job,
 )
+from agents.online import OnlineResult
 from envs.scenario import load_scenario
 from inference.task import Task
 
@@ -90,3 +94,21 @@ def test_the_two_job_forms():
     assert (open_loop.clients, open_loop.arrival_rate) == (0, live.arrival_rate * 3.25)
     arrivals = [i["task"]["arrival"] for i in run_job("glm", "best-static", 0, 30, 3.25, 0).infos]
     assert arrivals[1] > 0.0 and arrivals == sorted(arrivals)    # Poisson, not three at 0
+
+
+def _stepped(step: int, level: float = 2.0, n: int = 600) -> OnlineResult:
+    """A learner `level` x static until `step`, then as good as static."""
+    static = np.full(n, 10.0)
+    latency = np.where(np.arange(n) < step, level * static, static)
+    return OnlineResult(latency, static, static, static_here=static)
+
+
+def test_the_curve_rows_interval_is_a_bootstrap_over_seeds():
+    same = [_stepped(200)] * 5
+    point = mean_curve_metrics(same)["samples_to_stabilise"]
+    assert 200 < point <= 250                     # the first 50-sample window past the step
+    assert bootstrap_interval(same, "samples_to_stabilise") == (point, point)
+    mixed = [_stepped(s) for s in (100, 150, 200, 250, 400)]
+    low, high = bootstrap_interval(mixed, "samples_to_stabilise")
+    assert low < mean_curve_metrics(mixed)["samples_to_stabilise"] <= high <= 450   # no later than the latest step
+    assert np.isnan(bootstrap_interval(mixed[:1], "early_drop")).all()   # one seed: no interval
