@@ -85,7 +85,8 @@ class InferenceAllocEnv(gym.Env):
     ## Info
 
     Per step: `latency` (s), `breakdown` (overhead, queue, load, transfer, compute,
-    memory_stall: they add up to the latency), `placement` (device label per stage),
+    memory_stall: they add up to the latency), `device_s` (device-seconds the task kept its
+    devices busy, set-ups included: its cost in throughput), `placement` (device label per stage),
     `cache_hit` (None without a loader cache), `utilisation` and `share` (per device),
     `failed_dispatch` (masked picks this step), `attention_s`, `kv_wait_s`, `speed_ratio`
     (the measured ratios the observation shows, unscaled) and `task`. With `reference=True`
@@ -539,6 +540,7 @@ class InferenceAllocEnv(gym.Env):
         return {
             "latency": res.latency,
             "breakdown": res.breakdown(),
+            "device_s": sum(res.busy),
             "placement": placement,
             "cache_hit": res.cache_hit,
             "utilisation": utilisation,

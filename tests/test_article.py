@@ -63,6 +63,11 @@ def test_static_allocation_reduces_the_loss_in_the_controlled_test(seed_values):
                                                       ("glm", "flash_static", "flash")))
 
 
+def test_dynamic_scheduling_pays_its_overhead_in_device_time_on_small_batches(seed_values):
+    values, _ = seed_values
+    assert values["_small_device_time"] > 1.0     # set-ups and less efficient devices
+
+
 def test_cost_model_rows():
     jobs = run_job("glm", "best-static", seed=0, n_tasks=30)
     tasks = [Task(**i["task"]) for i in jobs.infos]

@@ -282,6 +282,22 @@ def test_observation_and_info_over_an_episode(env_id: str, scenario: str) -> Non
     assert steps == n_tasks
 
 
+def test_device_seconds_count_the_set_up_of_a_re_placement() -> None:
+    """The same task on the same placement, after the same or another placement: the
+    re-placed one keeps its devices busy for exactly the set-ups longer."""
+    kept, moved = make(V0, episode_tasks=2), make(V0, episode_tasks=2)
+    kept.reset(seed=0)
+    moved.reset(seed=0)
+    first_kept = kept.step(np.array([0, 1, 1]))[-1]
+    first_moved = moved.step(np.array([0, 2, 2]))[-1]      # prefill and decode on the NPU
+    assert first_kept["device_s"] > 0 and first_moved["device_s"] != first_kept["device_s"]
+    after_kept, after_moved = (env.step(np.array([0, 1, 1]))[-1] for env in (kept, moved))
+    sim = kept.unwrapped.sim
+    gpu_set_up = sim.hardware.devices[1].setup_s + sim.config.replacement_overhead_s
+    assert gpu_set_up > 0
+    assert after_moved["device_s"] - after_kept["device_s"] == pytest.approx(2 * gpu_set_up)
+
+
 def test_info_without_reference_has_no_reference_latencies() -> None:
     env = make(V0, episode_tasks=3)
     env.reset(seed=0)
