@@ -10,12 +10,11 @@ from agents.article import (
     ROWS,
     bootstrap_interval,
     cost_model_rows,
-    job_scenario,
     loss_reduction,
     mean_curve_metrics,
     measure_seed,
-    run_job,
 )
+from agents.article_job import job_scenario, run_job
 from agents.online import OnlineResult
 from envs.scenario import load_scenario
 from inference.task import Task

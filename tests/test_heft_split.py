@@ -89,7 +89,7 @@ def test_it_beats_one_device_per_stage_on_a_stream() -> None:
             for name in ("heft-calibrated", "heft-split")}
     assert mean["heft-split"] < 0.8 * mean["heft-calibrated"], mean
 
-    from agents.article import job_scenario
+    from agents.article_job import job_scenario
     saturated = InferenceAllocSplitEnv(job_scenario(8.0), variant="glm-5.3", episode_tasks=200)
     makespan = {}
     for name in ("best-static", "heft-split"):
