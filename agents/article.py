@@ -283,7 +283,7 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
         tol = (format_value(row["low"], float("nan"), row["unit"]) + " .. "
                + format_value(row["high"], float("nan"), row["unit"]))
         ours = format_value(row["ours"], row["ci"], row["unit"])
-        if "interval" in row:
+        if "interval" in row and np.isfinite(row["interval"]).all():   # none from one seed
             low, high = (format_value(v, float("nan"), row["unit"]) for v in row["interval"])
             ours += f" [{low} .. {high}]"
         lines.append(f"| {row['figure']} | {row['seed']} | {ours} | {tol} | "

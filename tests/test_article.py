@@ -13,6 +13,7 @@ from agents.article import (
     loss_reduction,
     mean_curve_metrics,
     measure_seed,
+    table_markdown,
 )
 from agents.article_job import job_scenario, run_job
 from agents.online import OnlineResult
@@ -116,3 +117,11 @@ def test_the_curve_rows_interval_is_a_bootstrap_over_seeds():
     low, high = bootstrap_interval(mixed, "samples_to_stabilise")
     assert low < mean_curve_metrics(mixed)["samples_to_stabilise"] <= high <= 450   # no later than the latest step
     assert np.isnan(bootstrap_interval(mixed[:1], "early_drop")).all()   # one seed: no interval
+
+
+def test_the_table_prints_a_curve_rows_interval_only_when_there_is_one():
+    def table(interval):
+        return [{"figure": "stabilise", "seed": "~200", "ours": 310.0, "ci": float("nan"),
+                 "unit": "n", "low": 100.0, "high": 350.0, "in": True, "interval": interval}]
+    assert "| 310 [274 .. 594] |" in table_markdown(table((274.0, 594.0)), [1, 2])
+    assert "| 310 |" in table_markdown(table((float("nan"), float("nan"))), [1])
