@@ -124,6 +124,11 @@ def _small(info: dict[str, Any]) -> bool:
     return info["task"]["batch"] < 16
 
 
+def _small_mean(infos: list[dict[str, Any]], key: str) -> float:
+    """The mean of `key` over the steps whose batch is below 16."""
+    return float(np.mean([i[key] for i in infos if _small(i)]))
+
+
 def _stream_latencies(policy_name: str, seed: int, n: int) -> list[dict[str, Any]]:
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=n)
     return rollout(make_policy(policy_name, env), env, n, seed)
@@ -164,11 +169,6 @@ def measure_seed(seed: int, n_tasks: int = JOB_TASKS, online_samples: int = ONLI
     online = deploy(learner, env, online_samples, seed=seed)
     dynamic = _stream_latencies("heft-calibrated", seed, online_samples)
     gated = _stream_latencies("gated-heft-calibrated", seed, online_samples)
-    small_dynamic = np.mean([i["latency"] for i in dynamic if _small(i)])
-    small_gated = np.mean([i["latency"] for i in gated if _small(i)])
-    # ... and what they cost in device time, set-ups included: the scheduling overhead
-    small_device_s = (np.mean([i["device_s"] for i in dynamic if _small(i)])
-                      / np.mean([i["device_s"] for i in gated if _small(i)]))
     values = {
         ROWS[0].figure: fr / g,
         ROWS[1].figure: opt.makespan / g,
@@ -178,10 +178,11 @@ def measure_seed(seed: int, n_tasks: int = JOB_TASKS, online_samples: int = ONLI
         ROWS[7].figure: opt.hit_rate(),
         ROWS[11].figure: opt.npu_ratio,
         ROWS[12].figure: float(np.mean([_small(i) for i in glm.infos])),
-        ROWS[13].figure: float(small_dynamic / small_gated),
+        ROWS[13].figure: _small_mean(dynamic, "latency") / _small_mean(gated, "latency"),
         ROWS[14].figure: loss_reduction(*controlled),
         "_loss_in_job": loss_reduction(g, fs, fr),
-        "_small_device_time": float(small_device_s),
+        # what small batches cost in device time, set-ups included: the scheduling overhead
+        "_small_device_time": _small_mean(dynamic, "device_s") / _small_mean(gated, "device_s"),
         "_makespans": {"glm": g, "flash_static": fs, "flash": fr, "opt": opt.makespan},
         "_controlled": dict(zip(("glm", "flash_static", "flash"), controlled, strict=True)),
     }
@@ -221,19 +222,15 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
                     online_samples: int = ONLINE_SAMPLES, time_scale: float = JOB_TIME_SCALE,
                     clients: int = JOB_CLIENTS) -> list[dict[str, Any]]:
     """Run every seed and return one dict per row: figure, seed value, ours (mean, CI), in."""
-    per_seed: dict[str, list[float]] = {r.figure: [] for r in ROWS}
+    per_seed: dict[str, list[float]] = {}     # every per-seed number: rows and notes
     onlines = []
-    loss_in_job: list[float] = []
-    small_device_time: list[float] = []
     tasks = None
     for seed in seeds:
         values, online = measure_seed(seed, n_tasks, online_samples, time_scale, clients)
         onlines.append(online)
-        loss_in_job.append(float(values["_loss_in_job"]))
-        small_device_time.append(float(values["_small_device_time"]))
         for key, value in values.items():
-            if key in per_seed:
-                per_seed[key].append(float(value))
+            if not isinstance(value, dict):
+                per_seed.setdefault(key, []).append(float(value))
         if tasks is None:
             env = gym.make("envs:InferenceAlloc-v0", scenario=job_scenario(time_scale, clients),
                            episode_tasks=n_tasks)
@@ -244,6 +241,7 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
     per_seed[ROWS[8].figure] = [model_rows["init_saving"]]
     per_seed[ROWS[4].figure] = [model_rows["decode_wait"]]
     metrics = mean_curve_metrics(onlines)
+    stream_metrics = [o.metrics() for o in onlines]
     curve_rows = {ROWS[9].figure: "samples_to_stabilise", ROWS[10].figure: "early_drop"}
     table = []
     for row in ROWS:
@@ -253,14 +251,14 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
             key = curve_rows[row.figure]
             mean, half = metrics[key], float("nan")
             entry["interval"] = bootstrap_interval(onlines, key)
-            entry["per_stream"] = mean_ci95([o.metrics()[key] for o in onlines])
+            entry["per_stream"] = mean_ci95([m[key] for m in stream_metrics])
         else:
             mean, half = mean_ci95(per_seed[row.figure])
         entry.update({"ours": mean, "ci": half, "in": bool(row.low <= mean <= row.high)})
         table.append(entry)
-    table[13]["device_time"] = mean_ci95(small_device_time)
+    table[13]["device_time"] = mean_ci95(per_seed["_small_device_time"])
     if clients:   # the loss row's value in the main job too: the controlled test is not the job
-        table[14]["in_job"] = mean_ci95(loss_in_job)
+        table[14]["in_job"] = mean_ci95(per_seed["_loss_in_job"])
     return table
 
 
