@@ -32,6 +32,18 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
     faults:
       - {device: npu, kind: offline, start_task: 60, end_task: 120}
       - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}
+
+Distributions (``batch``, ``prompt_tokens``, ``output_tokens``): a number is a constant; a
+mapping takes only its dist's keys (see ``DIST_PARAMS``), all of which it needs but ``weights``,
+plus the clamps ``min``/``max`` (default 1 and 1e9), and ``dist`` itself (default ``constant``)::
+
+    constant: value               normal: mean, std             lognormal: median, sigma
+    uniform: low, high (low <= high)                            choice: values [, weights]
+
+Relative paths: in a scenario loaded from a YAML file, a relative ``hardware`` or
+``workload.trace`` path names a file next to that YAML when such a file exists there; otherwise
+it is left as written (so it resolves against the working directory, as before). Preset names
+(``server``, ``edge``, ``azure-code``, ``azure-conv``) and absolute paths are never rewritten.
 """
 
 from __future__ import annotations
@@ -41,10 +53,20 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from inference.hardware import load_named_yaml
+from envs.traces import TRACES
+from inference.hardware import PRESET_DIR, load_named_yaml
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
-DISTRIBUTIONS = ("normal", "lognormal", "uniform", "choice", "constant")
+#: dist -> (parameters it needs, parameters it may have), as envs.workload._draw reads them;
+#: every dist also takes the clamps `min` and `max`.
+DIST_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "normal": (("mean", "std"), ()),
+    "lognormal": (("median", "sigma"), ()),
+    "uniform": (("low", "high"), ()),
+    "choice": (("values",), ("weights",)),
+    "constant": (("value",), ()),
+}
+DISTRIBUTIONS = tuple(DIST_PARAMS)
 
 
 def scenario_names() -> list[str]:
@@ -88,10 +110,18 @@ class Distribution:
         kind = raw.get("dist", "constant")
         if kind not in DISTRIBUTIONS:
             raise ValueError(f"scenario field {where}.dist must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = set(raw) - known
-        if unknown:
-            raise ValueError(f"scenario field {where} has unknown keys {sorted(unknown)}")
+        # Only the keys this dist reads: a key of another dist (`mean` for a lognormal, `values`
+        # without `dist: choice`) used to be ignored, and the dist then drew with a default of 1.
+        needed, optional = DIST_PARAMS[kind]
+        valid = ("dist", *needed, *optional, "min", "max")
+        implied = "" if "dist" in raw else " (the default when `dist` is omitted)"
+        for key in raw:
+            if key not in valid:
+                raise ValueError(f"scenario field {where}.{key} is not a parameter of dist: {kind}{implied}; "
+                                 f"valid keys: {', '.join(valid)}")
+        missing = [key for key in needed if key not in raw]
+        if missing:
+            raise ValueError(f"scenario field {where} (dist: {kind}) needs {' and '.join(missing)}")
         args: dict[str, Any] = {"dist": kind}
         for key, value in raw.items():
             if key == "dist":
@@ -103,11 +133,10 @@ class Distribution:
             else:
                 args[key] = _number(value, f"{where}.{key}", low=0.0, strict=False)
         out = cls(**args)
-        if kind == "choice":
-            if not out.values:
-                raise ValueError(f"scenario field {where}.values is required for dist: choice")
-            if out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):
-                raise ValueError(f"scenario field {where}.weights must match values and sum to > 0")
+        if kind == "choice" and out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):
+            raise ValueError(f"scenario field {where}.weights must match values and sum to > 0")
+        if kind == "uniform" and out.low > out.high:
+            raise ValueError(f"scenario field {where}: dist: uniform needs low <= high, got {out.low}..{out.high}")
         if out.min < 1 or out.max < out.min:
             raise ValueError(f"scenario field {where}: need 1 <= min <= max, got {out.min}..{out.max}")
         return out
@@ -198,8 +227,20 @@ def _int(raw: Any, where: str, low: float = 0.0, strict: bool = True) -> int:
     return int(_number(raw, where, low=low, strict=strict, integer=True))
 
 
-def scenario_from_dict(raw: Any, origin: str) -> Scenario:
-    """Validate a parsed YAML mapping into a Scenario; errors name the offending field."""
+def _near(value: str, base_dir: Path | None, preset: bool) -> str:
+    """`value` as the path of a file next to the scenario YAML, where one exists there; else as is."""
+    if base_dir is None or preset or Path(value).is_absolute():
+        return value
+    candidate = base_dir / value
+    return str(candidate) if candidate.is_file() else value
+
+
+def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> Scenario:
+    """Validate a parsed YAML mapping into a Scenario; errors name the offending field.
+
+    ``base_dir``: the folder of the YAML file it came from, against which relative ``hardware``
+    and ``workload.trace`` paths resolve (see the module docstring); None leaves them as given.
+    """
     top = _section(raw, "<top level>", {f.name for f in fields(Scenario)} - {"source"})
     if not top and not isinstance(raw, dict):
         raise ValueError(f"scenario {origin}: top level must be a mapping")
@@ -219,6 +260,8 @@ def scenario_from_dict(raw: Any, origin: str) -> Scenario:
     trace = w_raw.get("trace")
     if trace is not None and not isinstance(trace, str):
         raise ValueError(f"scenario field workload.trace must be a trace name or path, got {trace!r}")
+    if trace is not None:
+        trace = _near(trace, base_dir, preset=trace in TRACES)
     workload = Workload(
         arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate"),
         clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
@@ -270,13 +313,18 @@ def scenario_from_dict(raw: Any, origin: str) -> Scenario:
         if fault.end_task <= fault.start_task or fault.factor > 1:
             raise ValueError(f"scenario field {where}: need start_task < end_task and 0 < factor <= 1")
         faults.append(fault)
+    hardware = str(top.get("hardware", d.hardware))
+    # A preset name as inference.hardware.load_named_yaml reads one: no YAML suffix.
+    hardware_preset = (Path(hardware).suffix not in (".yaml", ".yml")
+                       and (PRESET_DIR / f"{hardware}.yaml").is_file())
+    hardware = _near(hardware, base_dir, preset=hardware_preset)
     variant = top.get("variant", d.variant)
     if not isinstance(variant, (str, dict)):
         raise ValueError("scenario field variant must be a recipe name or a mapping")
     return Scenario(
         name=d.name,
         description=str(top.get("description", "")),
-        hardware=str(top.get("hardware", d.hardware)),
+        hardware=hardware,
         variant=variant,
         model=str(top.get("model", d.model)),
         episode_tasks=_int(top.get("episode_tasks", d.episode_tasks), "episode_tasks"),
@@ -291,4 +339,10 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
     """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, or as is."""
     if isinstance(spec, Scenario):
         return spec
-    return scenario_from_dict(*load_named_yaml(spec, SCENARIO_DIR, "scenario"))
+    raw, origin = load_named_yaml(spec, SCENARIO_DIR, "scenario")
+    # load_named_yaml reads `spec` as a file whenever it exists, so origin names a file exactly
+    # when one was read; a preset's folder is SCENARIO_DIR. Absolute, so that the paths resolved
+    # against it stay right if the working directory changes before the env reads them.
+    yaml_path = Path(origin)
+    base_dir = yaml_path.absolute().parent if yaml_path.is_file() else SCENARIO_DIR
+    return scenario_from_dict(raw, origin, base_dir)

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import envs
+from envs.scenario import load_scenario, scenario_from_dict, scenario_names
 from envs.traces import batch_requests, read_trace
+from inference.hardware import PRESET_DIR
 
 V0, SPLIT = envs.ENV_IDS
 
@@ -217,3 +219,102 @@ def test_the_same_seed_gives_the_same_closed_loop(tmp_path: Any) -> None:
 def test_a_bad_client_count_names_the_field(tmp_path: Any, clients: str) -> None:
     with pytest.raises(ValueError, match="workload.clients"):
         gym.make(f"envs:{V0}", scenario=closed_loop_scenario(tmp_path, clients))
+
+
+# --- scenario validation -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", scenario_names())
+def test_every_shipped_scenario_loads(name: str) -> None:
+    assert load_scenario(name).name == name
+
+
+@pytest.mark.parametrize(
+    ("field", "spec", "fragments"),
+    [
+        # A key of another dist used to be ignored, and the dist drew with a default of 1.
+        ("prompt_tokens", {"dist": "normal", "median": 5000, "std": 800},
+         ["workload.prompt_tokens.median", "dist: normal", "valid keys: dist, mean, std, min, max"]),
+        ("output_tokens", {"dist": "lognormal", "mean": 160},
+         ["workload.output_tokens.mean", "dist: lognormal", "median, sigma"]),
+        ("batch", {"values": [4, 8, 16]},
+         ["workload.batch.values", "dist: constant", "`dist` is omitted"]),
+        # ... and so did a missing parameter.
+        ("prompt_tokens", {"dist": "normal", "mean": 5000}, ["workload.prompt_tokens", "needs std"]),
+        ("output_tokens", {"dist": "lognormal", "median": 160}, ["workload.output_tokens", "needs sigma"]),
+        ("prompt_tokens", {"dist": "uniform", "low": 1024}, ["workload.prompt_tokens", "needs high"]),
+        ("batch", {"dist": "choice", "weights": [1.0]}, ["workload.batch", "needs values"]),
+        ("batch", {"dist": "constant", "min": 2}, ["workload.batch", "needs value"]),
+        # Used to load, and fail in numpy at reset.
+        ("prompt_tokens", {"dist": "uniform", "low": 4096, "high": 1024},
+         ["workload.prompt_tokens", "low <= high"]),
+    ],
+)
+def test_a_bad_distribution_names_the_field(field: str, spec: dict[str, Any],
+                                            fragments: list[str]) -> None:
+    with pytest.raises(ValueError) as info:
+        scenario_from_dict({"workload": {field: spec}}, "test")
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_each_dist_draws_with_its_own_parameters() -> None:
+    w = scenario_from_dict({"workload": {
+        "batch": {"dist": "choice", "values": [4, 8], "weights": [1, 3]},
+        "prompt_tokens": {"dist": "normal", "mean": 5000, "std": 800, "max": 8192},
+        "output_tokens": {"dist": "uniform", "low": 100, "high": 200},
+    }}, "test").workload
+    assert (w.batch.values, w.prompt_tokens.mean, w.prompt_tokens.std, w.output_tokens.high) == (
+        (4.0, 8.0), 5000.0, 800.0, 200.0)
+
+
+HEADER_AND_ROWS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.0000000,300,40\n"
+                   "2023-11-16 18:15:50.0000000,1200,30\n")
+
+
+def test_relative_paths_in_a_scenario_resolve_against_its_folder(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "t.csv").write_text(HEADER_AND_ROWS, encoding="utf-8")
+    server = (PRESET_DIR / "server.yaml").read_text(encoding="utf-8")
+    (folder / "hw.yaml").write_text(server.replace("name: server", "name: my-server"),
+                                    encoding="utf-8")
+    (folder / "s.yaml").write_text("name: s\nhardware: hw.yaml\nepisode_tasks: 2\n"
+                                   "workload: {trace: t.csv}\n", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    monkeypatch.chdir(elsewhere)
+    env = gym.make(f"envs:{V0}", scenario=str(folder / "s.yaml"))
+    _, info = env.reset(seed=0)
+    assert env.unwrapped.hardware.name == "my-server"
+    assert env.unwrapped.scenario.workload.trace == str(folder / "t.csv")
+    assert info["task"]["prompt_tokens"] == 300
+
+    # Loaded by a relative path, the scenario still works after the working directory changes.
+    monkeypatch.chdir(tmp_path)
+    sc = load_scenario("configs/s.yaml")
+    monkeypatch.chdir(elsewhere)
+    gym.make(f"envs:{V0}", scenario=sc).reset(seed=0)
+
+
+def test_preset_names_absolute_and_cwd_relative_paths_are_kept(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for name in ("server", "azure-code"):   # files named like presets do not shadow them
+        (folder / name).write_text("not used", encoding="utf-8")
+    (tmp_path / "cwd.csv").write_text(HEADER_AND_ROWS, encoding="utf-8")
+    (folder / "a.yaml").write_text("hardware: server\nworkload: {trace: azure-code}\n",
+                                   encoding="utf-8")
+    (folder / "b.yaml").write_text(f"workload: {{trace: {tmp_path / 'cwd.csv'}}}\n",
+                                   encoding="utf-8")
+    (folder / "c.yaml").write_text("workload: {trace: cwd.csv}\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    a = load_scenario(folder / "a.yaml")
+    assert (a.hardware, a.workload.trace) == ("server", "azure-code")
+    assert load_scenario(folder / "b.yaml").workload.trace == str(tmp_path / "cwd.csv")
+    # Not next to the YAML: left as written, so it still resolves against the working directory.
+    assert load_scenario(folder / "c.yaml").workload.trace == "cwd.csv"
