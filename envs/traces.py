@@ -142,11 +142,24 @@ def _parse_timestamp_ns(text: str, day_cache: dict[tuple[int, int, int], int]) -
     return day_ns + ((hour * 60 + minute) * 60 + second) * _NS_PER_S + fraction_ns
 
 
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_INT64_DIGITS = len(str(_INT64_MAX))
+
+
 def _parse_tokens(text: str) -> int:
     """A token count: plain ASCII digits, >= 1 (int() alone would also take '+3', ' 3', '1_0')."""
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+    if not (text.isascii() and text.isdigit()):
         raise ValueError("must be an integer >= 1")
-    return int(text)
+    # The counts are stored as int64, where a larger one raised a bare OverflowError; the length
+    # test comes first because int() refuses strings of over 4,300 digits with its own message.
+    if len(text) > _INT64_DIGITS and len(text.lstrip("0")) > _INT64_DIGITS:
+        raise ValueError(f"must be an integer <= {_INT64_MAX}")
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be an integer >= 1")
+    if value > _INT64_MAX:
+        raise ValueError(f"must be an integer <= {_INT64_MAX}")
+    return value
 
 
 def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
@@ -157,7 +170,15 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     the field.
     """
     name, path = _resolve(name_or_path)
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    data = path.read_bytes()
+    try:
+        lines = data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:  # its own message names neither the file nor the line
+        # error.object: the bytes decoded, which after a BOM start 3 bytes into the file.
+        lineno = error.object[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {lineno}: not UTF-8 text (byte {error.object[error.start]:#04x})"
+        ) from None
     if not lines or [f.strip() for f in lines[0].split(",")] != list(HEADER):
         raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1")
     n = len(lines) - 1

@@ -251,3 +251,45 @@ def test_bad_arguments_name_the_argument(
 ) -> None:
     with pytest.raises(ValueError, match=argument):
         batch_requests(traces["azure-code"], **kwargs)
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_non_utf8_file_names_file_and_line(tmp_path: Path, bom: bytes) -> None:
+    path = tmp_path / "latin1.csv"
+    rows = [HEADER, GOOD, "2023-11-16 18:17:04.0,4808,10 caf\u00e9"]
+    path.write_bytes(bom + "\n".join(rows).encode("latin-1"))
+    with pytest.raises(ValueError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "line 3" in message
+    assert "not UTF-8" in message
+
+
+INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        pytest.param(f"2023-11-16 18:17:04.0,{INT64_MAX + 1},10", "ContextTokens", id="2**63"),
+        pytest.param(f"2023-11-16 18:17:04.0,4808,{10**30}", "GeneratedTokens", id="10**30"),
+        # past int()'s limit of 4,300 digits, which raises a ValueError of its own
+        pytest.param("2023-11-16 18:17:04.0,4808," + "9" * 5000, "GeneratedTokens", id="5000-digits"),
+    ],
+)
+def test_token_count_above_int64_names_file_line_and_field(
+        tmp_path: Path, row: str, field: str) -> None:
+    path = write_csv(tmp_path, GOOD, row)
+    with pytest.raises(ValueError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "line 3" in message
+    assert field in message
+    assert f"<= {INT64_MAX}" in message
+
+
+def test_token_count_of_int64_max_is_accepted(tmp_path: Path) -> None:
+    trace = read_trace(write_csv(tmp_path, GOOD, f"2023-11-16 18:17:04.0,{INT64_MAX},0{INT64_MAX}"))
+    assert trace.context_tokens[1] == trace.generated_tokens[1] == INT64_MAX
