@@ -26,6 +26,8 @@ YAML schema (see ``inference/presets/server.yaml`` for a full example)::
     links:
       - {between: [cpu, gpu], bandwidth: 6.4e10, latency: 1.0e-5}
 
+A key the schema does not list, at any level, is an error (ValueError naming it).
+
 Op classes: ``dense`` (static-shape matmuls), ``attention`` (fused,
 static-shape attention), ``dynamic`` (data-dependent shapes: pairwise token
 selection, gathers), ``preprocess`` (branchy byte-level text work).
@@ -46,6 +48,14 @@ OP_CLASSES = ("dense", "attention", "dynamic", "preprocess")
 PATTERNS = ("sequential", "strided", "random")
 PRESET_DIR = Path(__file__).parent / "presets"
 _TRUE_FIELDS = ("peak_flops", "mem_bandwidth", "launch_overhead")
+# The keys each mapping of the YAML schema may hold. Anything else is refused: a misspelt
+# optional key (`true_figure`, `setup_S`, `memory_domian`) would otherwise be dropped in silence
+# and its default used instead.
+_HARDWARE_KEYS = ("name", "disk_bandwidth", "devices", "links")
+_DEVICE_KEYS = ("name", "kind", "peak_flops", "mem_bandwidth", "memory", "memory_domain",
+                "launch_overhead", "setup_s", "op_efficiency", "pattern_efficiency",
+                "cache_hit_rate", "true_figures", "source")
+_LINK_KEYS = ("between", "bandwidth", "latency")
 
 
 @dataclass(frozen=True)
@@ -144,17 +154,25 @@ def _positive(value: Any, where: str) -> float:
 
 
 def _non_negative(value: Any, where: str) -> float:
-    if value == 0 or value == 0.0:
-        return 0.0
-    return _positive(value, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _known_keys(raw: dict, keys: tuple[str, ...], where: str) -> None:
+    """Refuse keys of `raw` outside `keys`, naming them, where they are and the valid ones."""
+    unknown = set(raw) - set(keys)
+    if unknown:
+        names = ", ".join(repr(k) for k in sorted(unknown, key=str))   # keys may be non-strings
+        raise ValueError(f"{where} has unknown key(s) {names}; valid keys: {', '.join(keys)}")
 
 
 def _fractions(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, float]:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} must be a mapping with keys {', '.join(keys)}")
-    unknown = set(raw) - set(keys)
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; expected {', '.join(keys)}")
+    _known_keys(raw, keys, where)
     out = {}
     for key in keys:
         if key not in raw:
@@ -172,15 +190,19 @@ def _device(raw: Any, i: int) -> DeviceProfile:
         raise ValueError(f"{where} must be a mapping")
     name = raw.get("name")
     if not isinstance(name, str) or not name:
+        _known_keys(raw, _DEVICE_KEYS, where)   # first, so that a misspelt `name` is named
         raise ValueError(f"{where}.name must be a non-empty string")
     where = f"devices[{name}]"
+    _known_keys(raw, _DEVICE_KEYS, where)
     kind = raw.get("kind")
     if kind not in DEVICE_KINDS:
         raise ValueError(f"{where}.kind must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
     nominal = {k: _positive(raw.get(k), f"{where}.{k}") for k in _TRUE_FIELDS}
     true_raw = raw.get("true_figures") or {}
-    if not isinstance(true_raw, dict) or set(true_raw) - set(_TRUE_FIELDS):
-        raise ValueError(f"{where}.true_figures may only set {', '.join(_TRUE_FIELDS)}")
+    if not isinstance(true_raw, dict):
+        raise ValueError(f"{where}.true_figures must be a mapping that may set "
+                         f"{', '.join(_TRUE_FIELDS)}")
+    _known_keys(true_raw, _TRUE_FIELDS, f"{where}.true_figures")
     true = {k: _positive(true_raw.get(k, nominal[k]), f"{where}.true_figures.{k}") for k in _TRUE_FIELDS}
     domain = raw.get("memory_domain", name)
     if not isinstance(domain, str) or not domain:
@@ -208,6 +230,7 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
     """Build and validate a Hardware from the YAML schema in this module's docstring."""
     if not isinstance(raw, dict):
         raise ValueError(f"hardware {origin}: top level must be a mapping")
+    _known_keys(raw, _HARDWARE_KEYS, f"hardware {origin}: top level")
     name = str(raw.get("name", origin))
     devices_raw = raw.get("devices")
     if not isinstance(devices_raw, list) or not devices_raw:
@@ -218,9 +241,19 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
         raise ValueError(f"hardware {origin}: device names must be unique, got {names}")
     index = {n: i for i, n in enumerate(names)}
     links: dict[tuple[int, int], Link] = {}
-    for j, link_raw in enumerate(raw.get("links") or []):
+    links_raw = raw.get("links") or []
+    if not isinstance(links_raw, list):
+        # A mapping here would be iterated by its keys and reported as a bad `links[0].between`.
+        raise ValueError(f"hardware {origin}: links must be a list of mappings "
+                         f"({{between: [a, b], bandwidth: ..., latency: ...}}), "
+                         f"got a {type(links_raw).__name__}")
+    for j, link_raw in enumerate(links_raw):
         where = f"links[{j}]"
-        pair = link_raw.get("between") if isinstance(link_raw, dict) else None
+        if not isinstance(link_raw, dict):
+            raise ValueError(f"hardware {origin}: {where} must be a mapping with keys "
+                             f"{', '.join(_LINK_KEYS)}, got {link_raw!r}")
+        _known_keys(link_raw, _LINK_KEYS, f"hardware {origin}: {where}")
+        pair = link_raw.get("between")
         if not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]:
             raise ValueError(f"hardware {origin}: {where}.between must name two different devices")
         for end in pair:

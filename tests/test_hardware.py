@@ -176,3 +176,45 @@ def test_exponent_only_floats_read_as_numbers_everywhere():
     from agents.sb3_factory import parse_overrides
 
     assert parse_overrides(["learning_rate=3e-4"]) == {"learning_rate": 3e-4}
+
+
+def renamed(section: dict, old: str, new: str) -> None:
+    section[new] = section.pop(old)
+
+
+@pytest.mark.parametrize(("change", "key", "where"), [
+    # Each of these used to load, the misspelt key dropped and its default used instead.
+    (lambda r: renamed(device(r, "npu"), "true_figures", "true_figure"),
+     "true_figure", r"devices\[npu\]"),                      # lost the NPU's +15% true speed
+    (lambda r: renamed(device(r, "gpu"), "setup_s", "setup_S"),
+     "setup_S", r"devices\[gpu\]"),                          # zeroed the set-up cost
+    (lambda r: renamed(device(r, "cpu"), "memory_domain", "memory_domian"),
+     "memory_domian", r"devices\[cpu\]"),
+    (lambda r: renamed(device(r, "gpu"), "name", "nmae"), "nmae", r"devices\[1\]"),
+    (lambda r: renamed(device(r, "npu")["true_figures"], "peak_flops", "peak_flop"),
+     "peak_flop", r"devices\[npu\]\.true_figures"),
+    (lambda r: renamed(r["links"][2], "latency", "latncy"), "latncy", r"links\[2\]"),
+    (lambda r: renamed(r, "disk_bandwidth", "disk_bandwith"), "disk_bandwith", "top level"),
+])
+def test_an_unknown_key_is_refused_naming_it_where_it_is_and_the_valid_keys(change, key, where):
+    with pytest.raises(ValueError, match=rf"{where} has unknown key\(s\) '{key}'; valid keys: ") as info:
+        hardware_from_dict(edited(change), "test")
+    valid = str(info.value).split("valid keys: ")[1].split(", ")
+    assert key not in valid and len(valid) >= 3
+
+
+def test_a_negative_setup_cost_asks_for_a_number_at_least_zero():
+    with pytest.raises(ValueError, match=r"devices\[gpu\]\.setup_s must be a finite number >= 0"):
+        hardware_from_dict(edited(lambda r: device(r, "gpu").update(setup_s=-0.5)), "test")
+    zero = hardware_from_dict(edited(lambda r: device(r, "gpu").update(setup_s=0)), "test")
+    assert zero.devices[zero.device_id("gpu")].setup_s == 0.0
+
+
+@pytest.mark.parametrize(("links", "message"), [
+    ({"cpu-gpu": {"bandwidth": 1e9, "latency": 1e-5}}, "links must be a list of mappings"),
+    (["cpu", "gpu"], r"links\[0\] must be a mapping"),
+])
+def test_links_not_written_as_a_list_of_mappings_say_so(links, message):
+    with pytest.raises(ValueError, match=message) as info:
+        hardware_from_dict(edited(lambda r: r.update(links=links)), "test")
+    assert ".between" not in str(info.value)   # it used to blame links[0].between
