@@ -224,6 +224,11 @@ class InferenceAllocEnv(gym.Env):
                 return shares
         if arr.shape != (3,):
             raise ValueError(f"action must have shape (3,) (a device per stage), got shape {arr.shape}")
+        if arr.dtype.kind not in "iuf":
+            # A dtype check, off the fast path: bools would otherwise run as device ids 0/1,
+            # and strings or objects fail inside numpy with its own message.
+            what = "booleans" if arr.dtype.kind == "b" else f"dtype {arr.dtype}"
+            raise ValueError(f"action must hold integer device ids, not {what}, got {action!r}")
         if not np.issubdtype(arr.dtype, np.integer) and (
                 not np.all(np.isfinite(arr.astype(float))) or np.any(arr != np.round(arr))):
             raise ValueError(f"action must hold integer device ids, got {action!r}")

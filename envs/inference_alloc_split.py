@@ -27,9 +27,10 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     `Box(-1, 1, (3 * D,), float32)`, read as a 3 x D matrix (stage-major: the
     load stage's D entries first). Entry `a` gives weight `w = (a + 1) / 2` in
     [0, 1]; each stage's non-negative weights are normalised to fractions.
-    A stage whose weights are all zero (every entry at -1), a non-finite entry
-    or an entry outside [-1, 1] is an error (ValueError). The box is symmetric
-    so that Stable-Baselines3's Gaussian policies fit it without rescaling.
+    A stage whose weights are all zero (every entry at -1), a non-numeric
+    (string, bool) or non-finite entry, or an entry outside [-1, 1] is an error
+    (ValueError). The box is symmetric so that Stable-Baselines3's Gaussian
+    policies fit it without rescaling.
     Shares on a masked device fail to dispatch and move to the fallback device
     (as in `InferenceAlloc-v0`), charged once per masked share.
     """
@@ -38,7 +39,13 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
         return spaces.Box(-1.0, 1.0, (3 * self.n_devices,), np.float32)
 
     def _requested_shares(self, action: Any) -> Shares:
-        arr = np.asarray(action, dtype=np.float64)
+        arr = np.asarray(action)
+        if arr.dtype.kind not in "iuf":
+            # A cheap dtype check: strings would fail inside numpy's float conversion with its
+            # own message (or, written "0.5", pass), and bools would pass as the entries 0 and 1.
+            what = "booleans" if arr.dtype.kind == "b" else f"dtype {arr.dtype}"
+            raise ValueError(f"action entries must be numbers in [-1, 1], not {what}, got {action!r}")
+        arr = arr.astype(np.float64)
         expected = (3 * self.n_devices,)
         if arr.shape not in (expected, (3, self.n_devices)):
             raise ValueError(f"action must have shape {expected} (stage-major), got {arr.shape}")

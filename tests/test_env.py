@@ -142,6 +142,13 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     (V0, np.array([0, 1]), "shape"),
     (V0, np.zeros((3, 3), dtype=np.int64), "shape"),
     (V0, np.array([0.0, np.nan, 1.0]), "integer device ids"),
+    # bools used to run as device ids 0/1; strings failed with numpy's own message
+    (V0, np.array([True, False, True]), "action must hold integer device ids, not booleans"),
+    (V0, [True, False, True], "action must hold integer device ids, not booleans"),
+    (V0, np.array(["1", "0", "2"]), "action must hold integer device ids, not dtype .U1"),
+    (SPLIT, np.array(["a"] * 9), r"action entries must be numbers in \[-1, 1\], not dtype .U1"),
+    (SPLIT, ["0.5"] * 9, r"action entries must be numbers in \[-1, 1\], not dtype .U3"),
+    (SPLIT, np.ones(9, dtype=bool), r"action entries must be numbers in \[-1, 1\], not booleans"),
     (SPLIT, np.zeros(8, dtype=np.float32), "shape"),
     (SPLIT, np.array([0, 0, 0, 0, np.nan, 0, 0, 0, 0], dtype=np.float32), "finite"),
     (SPLIT, np.array([0, 0, 0, -1, -1, -1, 0, 0, 0], dtype=np.float32),
@@ -149,7 +156,7 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     (SPLIT, np.array([0, 0, 0, 0, 0, 0, 0, 0, 1.5], dtype=np.float32), r"\[-1, 1\]"),
     (SPLIT, np.array([-1.001, 0, 0, 0, 0, 0, 0, 0, 0]), r"\[-1, 1\]"),
 ])
-def test_bad_action_is_a_value_error(env_id: str, action: np.ndarray, match: str) -> None:
+def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> None:
     env = make(env_id, episode_tasks=5)
     env.reset(seed=0)
     with pytest.raises(ValueError, match=match):
