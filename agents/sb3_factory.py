@@ -213,10 +213,13 @@ def _saved_agent_name(path: Path) -> str:
     try:
         with zipfile.ZipFile(path) as zf:
             data = json.loads(zf.read("data"))
-    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip ({exc})") from None
+    if not isinstance(data, dict):   # valid JSON, but SB3 always writes an object here
+        raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip "
+                         f"(its 'data' entry is a JSON {type(data).__name__}, not an object)")
     name = data.get("infer_agent")
-    if name not in ALGORITHMS:
+    if not isinstance(name, str) or name not in ALGORITHMS:   # a list or dict is unhashable
         raise ValueError(f"model file {path} does not say which agent it holds (infer_agent={name!r})")
     return str(name)
 

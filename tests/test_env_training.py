@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+import zipfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,6 +16,7 @@ from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3 import PPO
 
 import envs
+from agents.sb3_factory import load_sb3
 
 V0, SPLIT = envs.ENV_IDS
 STEPS = 256
@@ -112,3 +115,19 @@ def test_maskable_ppo_trains_and_respects_masks(tmp_path: Path) -> None:
         assert action[1] != npu and action[2] != npu
         obs, _, _, _, info = big.step(action)
         assert info["failed_dispatch"] == 0
+
+
+@pytest.mark.parametrize(("data", "match"), [
+    # valid JSON but not an object: used to raise AttributeError ('list' has no .get)
+    (b"[1, 2, 3]", "is not a Stable-Baselines3 model zip .*JSON list, not an object"),
+    (b'"ppo"', "is not a Stable-Baselines3 model zip .*JSON str, not an object"),
+    (b"\x80 not utf-8", "is not a Stable-Baselines3 model zip"),   # was UnicodeDecodeError
+    (b'{"infer_agent": ["ppo"]}', "does not say which agent it holds"),  # was TypeError
+])
+def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
+        tmp_path: Path, data: bytes, match: str) -> None:
+    path = tmp_path / "model.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", data)
+    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} {match}"):
+        load_sb3(path)
