@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from collections.abc import Sequence
@@ -26,8 +27,9 @@ from inference.yamlio import safe_load
 
 C = TypeVar("C")
 
-DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take ~5 min (~450 steps/s)
+DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take ~6 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
+MAX_SEED = 2**31 - 1            # numpy, gymnasium and torch all accept seeds up to here
 
 
 class ConfigError(ValueError):
@@ -85,6 +87,10 @@ class TrainConfig:
         _require(bool(self.agents), "--agents needs at least one agent")
         _require(bool(self.warmup), "--warmup needs at least one spec (none, all, ...)")
         _require(bool(self.seeds), "--seeds needs at least one seed")
+        # env i of a run is seeded seed + i (SB3's make_vec_env)
+        _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
+        _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)
+        _require_folder("--log-dir", self.log_dir)
         _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
@@ -144,11 +150,42 @@ class EvalConfig:
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
+        n = max(self.seeds, self.online_seeds or 0, 5)   # the online study runs >= 5 seeds
+        _require_seeds("--seed-base", self.seed_base, self.seed_base + n - 1)
+        _require_folder("--out", self.out)
+        # the two studies run fixed agents on fixed scenarios: a flag they ignore is a mistake
+        _require(not (self.online and self.reproduce_article),
+                 "--online and --reproduce-article are separate studies: run one at a time")
+        _require(not (self.online and self.no_online), "--online and --no-online contradict")
+        study = "--online" if self.online else "--reproduce-article" if self.reproduce_article \
+            else None
+        if study is not None:
+            _require(not self.models, f"{study} trains its own agents from scratch; --models "
+                                      f"is not used there (evaluate models without {study})")
+        _require(not (self.reproduce_article and self.scenarios),
+                 "--reproduce-article runs the article scenario; --scenarios is not used there")
+        _require(not (self.online and len(set(self.scenarios)) > 1),
+                 "--online runs on one scenario; give one --scenarios value per invocation")
 
 
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def _require_seeds(flag: str, lowest: int, highest: int) -> None:
+    got = f"{lowest}" if lowest == highest else f"{lowest} .. {highest}"
+    _require(lowest >= 0 and highest <= MAX_SEED,
+             f"{flag}: seeds must lie in 0 .. {MAX_SEED}, got {got}")
+
+
+def _require_folder(flag: str, folder: str) -> None:
+    """The output folder must be a folder, or creatable: checked before hours of work."""
+    path = Path(folder)
+    _require(not path.exists() or path.is_dir(), f"{flag} {folder} exists and is not a folder")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    _require(existing.is_dir(), f"{flag} {folder}: {existing} is a file, not a folder")
+    _require(os.access(existing, os.W_OK | os.X_OK), f"{flag} {folder}: {existing} is not writable")
 
 
 # ----------------------------------------------------------------------------- machinery
@@ -210,7 +247,10 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         return [_coerce(name, v, inner) for v in items]
     if origin is dict:
         if isinstance(value, list):
-            return parse_overrides([str(v) for v in value])
+            try:
+                return parse_overrides([str(v) for v in value])
+            except ValueError as exc:
+                raise ConfigError(f"option {name}: {exc}") from None
         if not isinstance(value, dict):
             raise ConfigError(f"option {name} must be a mapping of key: value, got {value!r}")
         return dict(value)
@@ -239,6 +279,8 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
         data = safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {p} is not UTF-8 text") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of option: value")
     hints = typing.get_type_hints(cls)

@@ -161,6 +161,14 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path) -> None
     (["--conservative", "psychic"], "heft-calibrated"),
     (["--hp", "warp_speed=9"], "warp_speed"),
     (["--env-id", "InferenceAllocSplit-v0", "--agents", "dqn"], "discrete actions"),
+    (["--hp", "gamma=abc"], "gamma must be a number"),
+    (["--hp", "n_steps=abc"], "n_steps must be an integer"),
+    (["--hp", "n_steps=64.5"], "n_steps must be an integer"),
+    (["--hp", "learning_rate=true"], "learning_rate must be a number"),
+    (["--seeds", "-1"], "--seeds: seeds must lie in 0 .."),
+    (["--seeds", "99999999999999999999"], "got 99999999999999999999"),
+    (["--eval-seed", "-1"], "--eval-seed: seeds must lie"),
+    (["--n-envs", "2", "--seeds", "2147483647"], "got 2147483647 .. 2147483648"),
 ])
 def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys) -> None:
     main = load_main("train.py")
@@ -174,6 +182,51 @@ def test_bad_input_exits_cleanly_from_the_command_line(tmp_path: Path) -> None:
     done = script("train.py", "--agents", "qlearning", "--log-dir", str(tmp_path / "runs"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "valid names" in done.stderr or "trains ppo" in done.stderr
+
+
+def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, capsys) -> None:
+    main = load_main("train.py")
+    a_file = tmp_path / "f.txt"
+    a_file.write_text("not a folder")
+    for log_dir, message in ((a_file, "exists and is not a folder"),
+                             (a_file / "runs", "is a file, not a folder")):
+        assert main(["--log-dir", str(log_dir), "--timesteps", "32"]) == 2
+        assert message in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    for text, message in (("hp: [noeq]\n", "option hp: hyper-parameter override 'noeq'"),
+                          (b"seeds: [\xff]\n", "is not UTF-8 text")):
+        config.write_bytes(text if isinstance(text, bytes) else text.encode())
+        assert main(["--config", str(config), "--log-dir", str(tmp_path / "runs")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+    assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--seed-base", "-1"], "--seed-base: seeds must lie in 0 .."),
+    (["--seeds", "10", "--seed-base", "2147483640"], "2147483640 .. 2147483649"),
+    (["--online", "--models", "x.zip"], "--models is not used there"),
+    (["--reproduce-article", "--models", "x.zip"], "--models is not used there"),
+    (["--online", "--reproduce-article"], "separate studies"),
+    (["--online", "--no-online"], "contradict"),
+    (["--reproduce-article", "--scenarios", "bursty"], "--scenarios is not used there"),
+    (["--online", "--scenarios", "article", "bursty"], "one scenario"),
+])
+def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected, tmp_path,
+                                                                   capsys) -> None:
+    main = load_main("evaluate.py")
+    assert main([*args, "--out", str(tmp_path / "results"), "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_evaluate_checks_its_output_folder_first(tmp_path: Path, capsys) -> None:
+    main = load_main("evaluate.py")
+    a_file = tmp_path / "results"
+    a_file.write_text("keep me")
+    assert main(["--out", str(a_file), "--no-online", "--no-progress-bar"]) == 2
+    assert "--out" in capsys.readouterr().err and a_file.read_text() == "keep me"
 
 
 def test_evaluate_names_a_missing_or_corrupt_model(tmp_path: Path, capsys) -> None:
