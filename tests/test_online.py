@@ -83,3 +83,19 @@ def test_warm_up_removes_the_drop(stabilisation):
     metrics = stabilisation["warm"].metrics()
     assert metrics["worst_window"] <= 1.05
     assert metrics["steady_vs_static"] <= 0.9
+
+
+@pytest.mark.parametrize(("name", "warmup"), [("ppo", None), ("dqn", WarmupConfig())])
+def test_a_learner_deployed_twice_on_one_seed_repeats_itself(name, warmup):
+    """Same seed: the same stream, exploration and updates, so the same latencies and weights."""
+    def run(seed: int):
+        env = gym.make("envs:InferenceAlloc-v0", episode_tasks=80, reward="relative")
+        agent = make_sb3(name, env, seed=seed, warmup=warmup)
+        result = deploy(agent, env, 80, seed=seed, references=False)
+        return result.latency, [p.detach().clone() for p in agent.model.policy.parameters()]
+
+    (lat_a, w_a), (lat_b, w_b), (lat_c, w_c) = run(4), run(4), run(5)
+    assert np.array_equal(lat_a, lat_b)
+    assert all(torch.equal(a, b) for a, b in zip(w_a, w_b, strict=True))
+    assert not np.array_equal(lat_a, lat_c)
+    assert not all(torch.equal(a, c) for a, c in zip(w_a, w_c, strict=True))
