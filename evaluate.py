@@ -5,9 +5,11 @@
     python evaluate.py --online               # only the online stabilisation study
     python evaluate.py --reproduce-article    # the article's figures (agents.article)
 
-Writes summary.csv, summary.md, latency_cdf.png, learning_curves.png, stabilization.png
-and stabilization.md under --out (see agents/reporting.py). Held-out workload seeds start
-at 10000; training uses 0, 1, ... Options resolve as: flags > --config YAML > defaults.
+Writes under --out (see agents/reporting.py): summary.csv, summary.md, latency_cdf.png,
+learning_curves.png (when run folders hold TensorBoard events), stabilization.png and
+stabilization.md; --online writes only the last two, --reproduce-article only article.md.
+Held-out workload seeds start at 10000; training uses 0, 1, ... Options resolve as:
+flags > --config YAML > defaults.
 """
 
 from __future__ import annotations
