@@ -206,9 +206,9 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
             field = HEADER[2]
             generated[i] = _parse_tokens(fields[2].strip())
         except ValueError as error:
-            raise ValueError(
-                f"{path}, line {lineno}, {field}: {error}, got {fields[HEADER.index(field)]!r}"
-            ) from None
+            got = fields[HEADER.index(field)]
+            got = got if len(got) <= 40 else f"{got[:20]}...{got[-10:]} ({len(got)} characters)"
+            raise ValueError(f"{path}, line {lineno}, {field}: {error}, got {got!r}") from None
         if now_ns < previous_ns:
             raise ValueError(
                 f"{path}, line {lineno}, {HEADER[0]}: timestamps go backwards "
