@@ -1,6 +1,6 @@
 """Train allocator agents (SB3) on InferenceAlloc, without and with warm-up, and compare them.
 
-    python train.py                               # the main job: PPO vs PPO + warm-up, ~6 min
+    python train.py                               # the main job: PPO vs PPO + warm-up, 6-10 min
     python train.py --agents ppo dqn --seeds 0 1 2 --timesteps 100000
     python train.py --config my.yaml --hp learning_rate=3e-4 n_steps=64
     python train.py --resume                      # continue the newest run to --timesteps

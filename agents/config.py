@@ -27,7 +27,7 @@ from inference.yamlio import safe_load
 
 C = TypeVar("C")
 
-DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take ~6 min on 2 cores
+DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take 6-10 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
 MAX_SEED = 2**31 - 1            # numpy, gymnasium and torch all accept seeds up to here
 
