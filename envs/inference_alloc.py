@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.reference import ReferencePlanner
+from envs.render import draw_frame
 from envs.scenario import Scenario, load_scenario
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.hardware import load_hardware
@@ -112,10 +113,12 @@ class InferenceAllocEnv(gym.Env):
     - `noise`: sigma of the multiplicative log-normal stage-time noise (>= 0).
     - `reference`: if True, `info` also carries the best-static and per-step oracle
       latencies for the same state (costs ~D**3 simulations per step).
-    - `render_mode`: `None` or `ansi` (a line per task: placement, latency, breakdown).
+    - `render_mode`: `None`, `ansi` (a line per task: placement, latency, breakdown) or
+      `rgb_array` (a frame of the last placement, the device queues and the latency's
+      parts; see `envs/render.py`). SB3's `make_vec_env` asks for `rgb_array`.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(self, scenario: str | Scenario = "article", hardware: str | None = None,
                  variant: str | dict[str, str] | None = None, episode_tasks: int | None = None,
@@ -141,7 +144,7 @@ class InferenceAllocEnv(gym.Env):
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            raise ValueError(f"render_mode must be None, 'ansi' or 'rgb_array', got {render_mode!r}")
         if sc.workload.trace is not None:
             generate_episode(sc, np.random.default_rng(0), 1)   # fail now on a bad trace
         self.scenario = sc
@@ -400,7 +403,9 @@ class InferenceAllocEnv(gym.Env):
         obs = self._observation(task if truncated else tasks[index])
         return obs, float(reward), False, truncated, info
 
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "rgb_array":
+            return self._frame()
         if self.render_mode != "ansi":
             return None
         if self._last is None:
@@ -413,6 +418,15 @@ class InferenceAllocEnv(gym.Env):
                 f"latency={res.latency:8.3f}s [{parts}] cache={hit}")
 
     # ------------------------------------------------------------------ internals
+    def _frame(self) -> np.ndarray:
+        """The rgb_array frame (envs/render.py), queues as the next task will find them."""
+        st = self.sim.state
+        now = self._current_task().arrival if self._episode is not None else 0.0
+        last = self._last
+        return draw_frame(self.n_devices, last[2] if last else None,
+                          [b - now for b in st.busy_until], st.online,
+                          last[1].breakdown() if last else None)
+
     def _require_reset(self) -> None:
         if self._episode is None:
             raise RuntimeError("call reset() before step(): the environment has no task stream yet")

@@ -187,7 +187,7 @@ def test_bad_argument_is_a_value_error(env_id: str, kwargs: dict[str, Any], matc
 @pytest.mark.parametrize("env_cls", [envs.InferenceAllocEnv, envs.InferenceAllocSplitEnv])
 def test_unknown_render_mode_is_a_value_error(env_cls: type) -> None:
     # direct construction: gym.make would first warn about the mode itself
-    with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
+    with pytest.raises(ValueError, match="render_mode must be None, 'ansi' or 'rgb_array'"):
         env_cls(render_mode="human")
 
 
@@ -337,6 +337,46 @@ def test_render_ansi_names_placement_and_latency(env_id: str) -> None:
     assert "cpu,gpu,npu" in line
     assert f"latency={info['latency']:8.3f}s" in line
     assert make(env_id, episode_tasks=3).unwrapped.render() is None   # no render_mode
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_render_rgb_array_draws_placement_queues_and_latency(env_id: str) -> None:
+    from envs.render import DEVICE_COLOURS, GAP, HORIZON_S, PANEL_GAP, ROW, TRACK, WIDTH
+
+    env = make(env_id, episode_tasks=3, render_mode="rgb_array")
+    env.reset(seed=0)
+    raw = env.unwrapped
+    empty = env.render()
+    assert empty.dtype == np.uint8 and empty.shape[1:] == (WIDTH, 3)
+    action = np.array([0, 1, 2]) if env_id == V0 else one_hot_split((0, 1, 2))
+    info = env.step(action)[-1]
+    frame = env.render()
+    assert frame.shape == empty.shape and not np.array_equal(frame, empty)
+
+    def row(top: int) -> np.ndarray:
+        return frame[top + ROW // 2]           # the middle line of the bar at `top`
+
+    for stage, device in enumerate((0, 1, 2)):     # a stage per row, in its device's colour
+        assert (row(PANEL_GAP + stage * (ROW + GAP)) == DEVICE_COLOURS[device]).all()
+    backlog_top = PANEL_GAP + 3 * (ROW + GAP) + PANEL_GAP
+    now = raw._current_task().arrival
+    for d, busy in enumerate(raw.sim.state.busy_until):
+        filled = int((row(backlog_top + d * (ROW + GAP)) != TRACK).any(axis=1).sum())
+        assert filled == pytest.approx(min(max(busy - now, 0.0) / HORIZON_S, 1.0) * WIDTH, abs=2)
+    latency_top = backlog_top + 3 * (ROW + GAP) + PANEL_GAP
+    filled = int((row(latency_top) != TRACK).any(axis=1).sum())
+    assert filled == pytest.approx(min(info["latency"] / HORIZON_S, 1.0) * WIDTH, abs=3)
+
+
+def test_sb3_make_vec_env_builds_the_env_by_id() -> None:
+    """SB3's make_vec_env asks for render_mode="rgb_array" when given an env id."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    venv = make_vec_env(V0, n_envs=2, seed=0, env_kwargs={"episode_tasks": 5})
+    obs = venv.reset()
+    assert obs.shape == (2, 26)
+    frames = venv.get_images()
+    assert len(frames) == 2 and frames[0].ndim == 3
 
 
 @pytest.mark.parametrize("env_id", IDS)
