@@ -456,3 +456,86 @@ def test_masked_pick_is_a_failed_dispatch_not_an_error(env_id: str, tmp_path: Pa
     info = env.step(ok)[-1]
     assert info["failed_dispatch"] == 0
     assert info["breakdown"]["overhead"] == 0.0
+
+
+# --- measurements the agent observes -----------------------------------------------------------
+
+
+def test_measured_speed_ratio_approaches_true_over_nominal() -> None:
+    """Prefill alternates between the NPU (true peak ~15% above its datasheet) and the GPU (true
+    = nominal): the measured ratio, nominal / observed prefill time, goes to true / nominal."""
+    env = make(V0, episode_tasks=60, noise=0.0)
+    raw = env.unwrapped
+    names = raw.device_names
+    cpu, gpu, npu = (names.index(n) for n in ("cpu", "gpu", "npu"))
+    npu_profile = raw.hardware.devices[npu]
+    true_over_nominal = npu_profile.peak_flops / npu_profile.nominal[0]   # from true_figures
+    assert true_over_nominal > 1.1
+    gpu_profile = raw.hardware.devices[gpu]
+    assert gpu_profile.peak_flops == gpu_profile.nominal[0]
+    env.reset(seed=0)
+    on_npu = 0
+    for i in range(60):
+        action = np.array([cpu, npu, npu] if i % 2 == 0 else [cpu, gpu, gpu])
+        obs, *_, info = env.step(action)
+        on_npu += info["placement"][1] == "npu"   # (a batch the NPU cannot hold falls back)
+    assert on_npu >= 20
+    ratio = info["speed_ratio"]
+    assert ratio["npu"] == pytest.approx(true_over_nominal, abs=0.01), ratio
+    assert ratio["gpu"] == pytest.approx(1.0, abs=1e-9), ratio
+    assert ratio["cpu"] == pytest.approx(1.0, abs=1e-9), ratio    # true = nominal as well
+    for d, name in enumerate(names):
+        assert obs[7 + 4 * d] == pytest.approx(min(ratio[name] / 2.0, 1.0), abs=1e-6)
+
+
+def test_recent_cache_hit_rate_is_the_ema_of_the_loaders_hits() -> None:
+    from envs.inference_alloc import HIT_EMA
+
+    env = make(V0, episode_tasks=150)
+    raw = env.unwrapped
+    index = 4 + 4 * raw.n_devices
+    obs, _ = env.reset(seed=3)
+    assert obs[index] == 0.0
+    ema, hits = 0.0, 0
+    for _ in range(150):
+        obs, *_, info = env.step(np.array([0, 1, 1]))
+        assert info["cache_hit"] in (True, False)     # the article's loader has a cache
+        hits += info["cache_hit"]
+        ema += HIT_EMA * (float(info["cache_hit"]) - ema)
+        assert obs[index] == pytest.approx(ema, abs=1e-6), (obs[index], ema)
+    assert hits > 0 and ema > 0.0
+
+
+def test_a_throttled_device_computes_one_over_factor_slower_in_the_fault_window(
+        tmp_path: Path) -> None:
+    """Identical tasks, no noise, an idle cluster: prefill and decode on the GPU take 1/factor
+    as long while the scenario throttles it, and as long as before once the fault ends."""
+    path = tmp_path / "throttle.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: throttle
+        hardware: server
+        variant: glm-5.3-flash
+        episode_tasks: 12
+        noise: 0
+        workload: {arrival_rate: 0.0001, batch: 16, prompt_tokens: 4096, output_tokens: 128}
+        faults:
+          - {device: gpu, kind: throttle, factor: 0.5, start_task: 4, end_task: 8}
+        """), encoding="utf-8")
+    env = make(V0, scenario=str(path))
+    raw = env.unwrapped
+    (fault,) = raw.scenario.faults
+    gpu = raw.device_names.index("gpu")
+    env.reset(seed=0)
+    compute = []
+    for _ in range(12):
+        info = env.step(np.array([0, gpu, gpu]))[-1]
+        assert info["placement"] == ("cpu", "gpu", "gpu")
+        compute.append(info["breakdown"]["compute"] + info["breakdown"]["memory_stall"])
+    healthy = compute[1]
+    assert healthy > 0
+    for i, seconds in enumerate(compute):
+        throttled = fault.start_task <= i < fault.end_task
+        expected = healthy / fault.factor if throttled else healthy
+        assert seconds == pytest.approx(expected, rel=1e-9), (
+            f"task {i} ({'throttled' if throttled else 'healthy'}): {seconds} s, "
+            f"expected {expected} s")

@@ -260,3 +260,115 @@ def test_without_set_up_costs_a_placement_change_is_free():
     sim = simulator()
     sim.execute(ARTICLE, ("cpu", "gpu", "gpu"))
     assert sim.execute(later, ("npu", "npu", "cpu")).overhead > 0
+
+
+def _own_stage_seconds(work, device, slow: float = 1.0) -> float:
+    """A stage's time on `device` from work.py's documented formula, each part's memory time
+    stretched by `slow`: sum of max(flops / (peak * op_eff), slow * bytes / (bw * pattern_eff))
+    plus launches * launch overhead."""
+    from inference.hardware import OP_CLASSES, PATTERNS
+
+    total = 0.0
+    for part in work.parts:
+        comp = part.flops / (device.peak_flops * device.op_efficiency[OP_CLASSES[part.op]])
+        mem = ((part.nbytes + part.fixed_bytes)
+               / (device.mem_bandwidth * device.pattern_efficiency[PATTERNS[part.pattern]]))
+        total += max(comp, slow * mem) + part.launches * device.launch_overhead
+    return total
+
+
+@pytest.mark.parametrize("contention", [1.0, 0.5])
+def test_memory_domain_peers_contend_for_bandwidth_while_they_overlap(contention):
+    """Edge SoC: one memory domain. A long decode on the gpu is still running when a short task
+    decodes on the npu, so the npu's memory-bound decode loses bandwidth to its peer: each part's
+    memory time grows by (1 + contention * overlap fraction), here a full overlap."""
+    from inference.hardware import PRESET_DIR, hardware_from_dict
+    from inference.yamlio import load_yaml_file
+
+    raw = load_yaml_file(PRESET_DIR / "edge.yaml", "hardware preset")
+    assert len({d["memory_domain"] for d in raw["devices"]}) == 1     # one shared domain
+    shared = hardware_from_dict(raw, "edge")
+    apart_raw = dict(raw, devices=[dict(d, memory_domain=d["name"]) for d in raw["devices"]])
+    apart = hardware_from_dict(apart_raw, "edge-apart")
+    long_task, short_task = Task(16, 4096, 1024), Task(1, 256, 16)
+
+    def npu_decode(hardware, c: float):
+        sim = simulator("glm-5.3", hardware, SimConfig(contention=c))
+        busy = sim.execute(long_task, ("gpu", "gpu", "gpu"))
+        small = sim.execute(short_task, ("npu", "npu", "npu"))     # also arrives at t = 0
+        assert busy.finish > small.finish     # the gpu is busy throughout the npu's decode
+        return small.stage_time[2]
+
+    npu = shared.devices[shared.device_id("npu")]
+    work = build_stages("glm-5.3")[2].work(short_task, GLM)
+    weights = work.part("weights")
+    # the decode streams the weights: memory bound on the npu
+    assert (weights.fixed_bytes / (npu.mem_bandwidth * npu.pattern_efficiency["sequential"])
+            > 10 * weights.flops / (npu.peak_flops * npu.op_efficiency["dense"]))
+    alone = _own_stage_seconds(work, npu)
+    contended = _own_stage_seconds(work, npu, slow=1.0 + contention)
+    assert npu_decode(shared, 0.0) == pytest.approx(alone, rel=1e-9)
+    assert npu_decode(apart, contention) == pytest.approx(alone, rel=1e-9)   # no peer
+    assert npu_decode(shared, contention) == pytest.approx(contended, rel=1e-9)
+    assert contended > alone * (1.0 + 0.9 * contention)
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_prefetch_depth_limits_how_far_the_disk_reads_ahead(depth):
+    """A burst of simultaneous tasks: the disk reads back to back, except that the read of task i
+    may not start before task i - depth has finished loading (at most `depth` reads ahead)."""
+    n = 8
+    burst = [Task(16, 5000, 64, arrival=0.0) for _ in range(n)]
+
+    def reads_and_loads(k: int):
+        sim = simulator("glm-5.3", config=SimConfig(prefetch_depth=k))
+        io_time = sim.stages[0].work(burst[0], GLM).io_bytes / SERVER.disk_bandwidth
+        assert io_time > 0
+        starts, ends, loaded = [], [], []
+        for task in burst:
+            sim.execute(task, ("cpu", "gpu", "gpu"))
+            ends.append(sim.state.disk_free)          # this task's read ends
+            starts.append(sim.state.disk_free - io_time)
+            loaded.append(sim.state.load_done[-1])    # this task's load ends
+        return starts, ends, loaded
+
+    # unlimited in practice: more depth than tasks, so the reads go back to back
+    starts, ends, loaded = reads_and_loads(n + 4)
+    assert starts[0] == pytest.approx(0.0, abs=1e-12)
+    for i in range(1, n):
+        assert starts[i] == pytest.approx(ends[i - 1], rel=1e-12)
+    assert loaded[depth] > ends[-1]      # the cpu's loading is slower than the disk
+
+    starts, ends, loaded = reads_and_loads(depth)
+    for i in range(1, n):
+        if i >= depth:
+            assert starts[i] >= loaded[i - depth] - 1e-9, (
+                f"task {i}'s read started at {starts[i]:.4f}, before task {i - depth} finished "
+                f"loading at {loaded[i - depth]:.4f}: more than {depth} read(s) ahead")
+        # ... and otherwise as early as the disk allows
+        expected = max(ends[i - 1], loaded[i - depth]) if i >= depth else ends[i - 1]
+        assert starts[i] == pytest.approx(expected, rel=1e-9), f"task {i}"
+
+
+def test_the_adaptive_cache_evicts_domains_that_stop_being_requested():
+    """The popular domains change mid-stream: with decayed counts the new ones displace the old
+    ones, and the hit rate on the new domains recovers."""
+    capacity = 4
+    old, new = list(range(capacity)), list(range(20, 20 + capacity))
+    config = SimConfig(cache_capacity=capacity, cache_decay=0.95)
+    sim = simulator("glm-5.3-flash-opt", config=config)
+    shares = sim.shares(("cpu", "gpu", "gpu"))
+
+    def serve(domains, rounds: int) -> list[bool]:
+        return [sim.run(Task(16, 5000, 64, domain=d), shares).cache_hit
+                for _ in range(rounds) for d in domains]
+
+    first = serve(old, 25)
+    assert sim.state.cache_entries == set(old)
+    assert all(first[capacity:])            # after the first round every request hits
+    shifted = serve(new, 25)
+    assert not any(shifted[:capacity])      # the new domains start uncached
+    late = shifted[len(shifted) // 2:]
+    assert sum(late) / len(late) == 1.0, f"hit rate on the new domains stays {sum(late) / len(late)}"
+    assert sim.state.cache_entries == set(new)
+    assert not sim.state.cache_entries & set(old)
