@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+import agents.article as article
 from agents.article import (
     ROWS,
     bootstrap_interval,
     cost_model_rows,
+    format_value,
     loss_reduction,
     mean_curve_metrics,
     measure_seed,
+    reproduce_table,
     table_markdown,
 )
 from agents.article_job import job_scenario, run_job
-from agents.online import OnlineResult
+from agents.online import OnlineResult, rollout
+from agents.registry import make_policy
+from agents.stats import mean_ci95
 from envs.scenario import load_scenario
 from inference.task import Task
 
@@ -72,9 +78,11 @@ def test_cost_model_rows():
     jobs = run_job("glm", "best-static", seed=0, n_tasks=30)
     tasks = [Task(**i["task"]) for i in jobs.infos]
     rows = cost_model_rows(tasks)
-    assert 0.2 < rows["init_saving"] < 0.6        # the hit path skips preprocessing, not I/O
-    assert rows["cpu_cache_loss"] > 0.3           # hierarchical KV reads miss the CPU caches
-    assert rows["decode_wait"] > 1.5              # ... and wait longer for memory
+    # the cost model is deterministic: each of its rows must land in the row's own band
+    init, cache, wait = ROWS[8], ROWS[5], ROWS[4]
+    assert init.low <= rows["init_saving"] <= init.high        # the hit path skips preprocessing, not I/O
+    assert cache.low <= rows["cpu_cache_loss"] <= cache.high   # hierarchical KV reads miss the CPU caches
+    assert wait.low <= rows["decode_wait"] <= wait.high        # ... and wait longer for memory
 
 
 def test_loss_reduction_is_measured_in_performance():
@@ -125,3 +133,117 @@ def test_the_table_prints_a_curve_rows_interval_only_when_there_is_one():
                  "unit": "n", "low": 100.0, "high": 350.0, "in": True, "interval": interval}]
     assert "| 310 [274 .. 594] |" in table_markdown(table((274.0, 594.0)), [1, 2])
     assert "| 310 |" in table_markdown(table((float("nan"), float("nan"))), [1])
+
+
+# ------------------------------------------------ the rows' wiring, recomputed independently
+FIXTURE_SEED, FIXTURE_TASKS, FIXTURE_SAMPLES = 0, 120, 200    # what `seed_values` runs
+
+
+def _small_batch_mean(infos, key):
+    return float(np.mean([i[key] for i in infos if i["task"]["batch"] < 16]))
+
+
+def test_small_batch_row_is_dynamic_over_gated_latency(seed_values):
+    values, _ = seed_values
+    means = {}
+    for name in ("heft-calibrated", "gated-heft-calibrated"):
+        env = gym.make("envs:InferenceAlloc-v0", episode_tasks=FIXTURE_SAMPLES)
+        infos = rollout(make_policy(name, env), env, FIXTURE_SAMPLES, FIXTURE_SEED)
+        means[name] = _small_batch_mean(infos, "latency")
+    dynamic, gated = means["heft-calibrated"], means["gated-heft-calibrated"]
+    assert dynamic != pytest.approx(gated, rel=0.05)      # so the direction is observable
+    assert values[ROWS[13].figure] == pytest.approx(dynamic / gated, rel=1e-12)
+    assert values[ROWS[13].figure] != pytest.approx(gated / dynamic, rel=0.05)
+
+
+def test_small_batch_share_row_is_the_glm_jobs_share_of_batches_below_16(seed_values):
+    values, _ = seed_values
+    glm = run_job("glm", "best-static", FIXTURE_SEED, FIXTURE_TASKS)
+    batches = np.array([i["task"]["batch"] for i in glm.infos])
+    assert len(batches) == FIXTURE_TASKS
+    assert values[ROWS[12].figure] == pytest.approx(float(np.mean(batches < 16)), rel=1e-12)
+    assert values[ROWS[12].figure] != pytest.approx(float(np.mean(batches <= 16)))  # strictly below
+
+
+def test_npu_row_is_the_npu_speed_the_optimized_job_measured(seed_values):
+    values, _ = seed_values
+    opt = run_job("opt", "ppo-warm-split", FIXTURE_SEED, FIXTURE_TASKS)
+    ratios = opt.infos[-1]["speed_ratio"]
+    assert values[ROWS[11].figure] == pytest.approx(ratios["npu"], rel=1e-9)
+    assert ratios["npu"] != pytest.approx(ratios["gpu"])     # the NPU's, not another device's
+    assert 1.0 < values[ROWS[11].figure] < 1.2               # measured faster than its spec sheet
+
+
+# ------------------------------------------------ the table's assembly, from planted values
+COST_MODEL = {"cpu_cache_loss": 0.62, "init_saving": 0.41, "decode_wait": 2.9}   # 2.9: out
+COST_ROWS = {5: "cpu_cache_loss", 8: "init_saving", 4: "decode_wait"}
+CURVE_ROWS = {9: "samples_to_stabilise", 10: "early_drop"}
+
+
+def _planted(i: int, seed: int) -> float:
+    """Row i's planted value on `seed`: distinct per row, inside its band for even i, above it
+    for odd i; the two seeds straddle that point by +-1% of the band."""
+    row = ROWS[i]
+    width = row.high - row.low
+    centre = row.low + width * (0.2 + 0.04 * i) if i % 2 == 0 else row.high + width * (0.1 + 0.01 * i)
+    return centre + (0.01 if seed else -0.01) * width
+
+
+@pytest.fixture(scope="module")
+def planted_table():
+    seeds = [4, 7]          # seed % 2: 0 and 1
+    onlines = {4: _stepped(150), 7: _stepped(300, level=1.5)}
+
+    def fake_measure_seed(seed, *args, **kwargs):
+        values = {ROWS[i].figure: _planted(i, seed % 2) for i in range(len(ROWS))
+                  if i not in COST_ROWS and i not in CURVE_ROWS}
+        values.update({"_loss_in_job": 0.11 + 0.02 * (seed % 2),
+                       "_small_device_time": 1.3 + 0.2 * (seed % 2),
+                       "_makespans": {"glm": 1.0}, "_controlled": {"glm": 2.0}})
+        return values, onlines[seed]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(article, "measure_seed", fake_measure_seed)
+        mp.setattr(article, "cost_model_rows", lambda tasks: dict(COST_MODEL))
+        table = reproduce_table(seeds, n_tasks=10, online_samples=600)
+    return table, seeds, [onlines[s] for s in seeds]
+
+
+def test_reproduce_table_puts_each_rows_own_value_in_its_row(planted_table):
+    table, _, onlines = planted_table
+    assert [e["figure"] for e in table] == [r.figure for r in ROWS]
+    curve = mean_curve_metrics(onlines)
+    for i, (entry, row) in enumerate(zip(table, ROWS, strict=True)):
+        assert (entry["seed"], entry["unit"], entry["low"], entry["high"]) == \
+            (row.seed_value, row.unit, row.low, row.high)
+        if i in COST_ROWS:          # one cost-model value, no interval
+            expected = COST_MODEL[COST_ROWS[i]]
+            assert entry["ours"] == expected, row.figure
+            assert np.isnan(entry["ci"])
+        elif i in CURVE_ROWS:       # a metric of the seed-mean curve
+            expected = curve[CURVE_ROWS[i]]
+            assert entry["ours"] == expected, row.figure
+            assert entry["interval"] == bootstrap_interval(onlines, CURVE_ROWS[i])
+            assert entry["per_stream"] == mean_ci95([o.metrics()[CURVE_ROWS[i]] for o in onlines])
+        else:                       # the mean over the seeds, with its t-interval
+            expected, half = mean_ci95([_planted(i, 0), _planted(i, 1)])
+            assert entry["ours"] == pytest.approx(expected, rel=1e-12), row.figure
+            assert entry["ci"] == pytest.approx(half, rel=1e-9), row.figure
+            assert entry["in"] is (i % 2 == 0), row.figure
+        assert entry["in"] is bool(row.low <= expected <= row.high), row.figure
+    # the planted cost-model values tell their rows apart: cache loss 0.62 is out of the
+    # init-saving band, the 2.9x wait out of its own
+    assert (table[5]["in"], table[8]["in"], table[4]["in"]) == (True, True, False)
+    assert table[13]["device_time"] == mean_ci95([1.3, 1.5])
+    assert table[14]["in_job"] == mean_ci95([0.11, 0.13])
+
+
+def test_the_planted_table_prints_each_rows_value_and_verdict(planted_table):
+    table, seeds, _ = planted_table
+    lines = table_markdown(table, seeds).splitlines()
+    for entry in table:
+        [line] = [ln for ln in lines if ln.startswith(f"| {entry['figure']} |")]
+        ours = format_value(entry["ours"], entry["ci"], entry["unit"])
+        verdict = "yes" if entry["in"] else "NO"
+        assert f"| {entry['seed']} | {ours}" in line
+        assert line.endswith(f"| {verdict} |")
