@@ -180,11 +180,35 @@ class _WarmForward:
             return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
         actions = torch.as_tensor(ctl.actions(obs.cpu().numpy()), device=obs.device)
         values, log_prob, _ = self.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
-        if not torch.all(torch.isfinite(log_prob)):
+        # The masks are checked directly: MaskablePPO gives a masked action a log-prob of
+        # -1e8 per stage, which is finite, so a log-prob test alone would let it through.
+        if (_picks_masked(actions.cpu().numpy(), kwargs.get("action_masks"),
+                          self.action_space)  # type: ignore[attr-defined]
+                or not torch.all(torch.isfinite(log_prob))):
             # A masked conservative action: let the learner act instead.
             ctl.last_conservative = False
             return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
         return actions, values, log_prob
+
+
+def _picks_masked(actions: np.ndarray, masks: Any, action_space: spaces.Space) -> bool:
+    """Whether any row of `actions` picks an option its row of `masks` rules out.
+
+    `masks` as MaskablePPO passes them: per row, the options of every action dimension
+    concatenated (for ``MultiDiscrete([3, 3, 3])``, 9 booleans); None without masks.
+    """
+    if masks is None:
+        return False
+    if isinstance(action_space, spaces.MultiDiscrete):
+        nvec = np.asarray(action_space.nvec).reshape(-1)
+    elif isinstance(action_space, spaces.Discrete):
+        nvec = np.array([action_space.n])
+    else:
+        return False
+    rows = np.asarray(actions).reshape(-1, len(nvec)).astype(np.int64)
+    allowed = np.asarray(masks, dtype=bool).reshape(len(rows), -1)
+    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    return not bool(allowed[np.arange(len(rows))[:, None], offsets + rows].all())
 
 
 class WarmActorCriticPolicy(_WarmForward, ActorCriticPolicy):

@@ -147,3 +147,189 @@ def test_warmup_parts_parse():
     assert only_guard is not None and only_guard.steps == 0 and not only_guard.clone
     with pytest.raises(ValueError, match="unknown warm-up parts"):
         WarmupConfig.from_parts("clone,bogus")
+
+
+def _feed(callback, infos) -> None:
+    """One decision per info, as SB3 runs it: the policy asks who acts, then the callback sees it."""
+    for info in infos:
+        callback.controller.use_conservative()
+        callback.update_locals({"infos": [info]})
+        callback._on_step()
+
+
+def _warmup_callback(config: WarmupConfig):
+    from types import SimpleNamespace
+
+    from stable_baselines3.common.logger import Logger
+
+    from agents.warmup import WarmupCallback
+
+    callback = WarmupCallback(WarmupController(None, config))
+    callback.init_callback(SimpleNamespace(logger=Logger(folder=None, output_formats=[]),
+                                           num_timesteps=0))
+    return callback
+
+
+def test_the_guard_compares_latency_ratios_not_raw_latencies():
+    """A learner that matches static on big tasks is as good as static on small ones."""
+    from agents.online import rollout
+
+    env = _env(tasks=120)
+    infos = rollout(make_policy("best-static", env), env, 120, seed=2)
+    # best-static's placement in the env's own state is the static reference: ratio exactly 1
+    assert all(i["latency"] == i["static_latency"] for i in infos)
+    infos.sort(key=lambda i: i["latency"])
+    small, large = infos[:20], infos[-60:]
+    assert np.mean([i["latency"] for i in large]) > 2 * np.mean([i["latency"] for i in small])
+    config = WarmupConfig(steps=20, clone=False, guard=True, guard_window=20, guard_margin=0.05,
+                          guard_cooldown=10)
+
+    callback = _warmup_callback(config)
+    _feed(callback, small)                     # the conservative acts on the small tasks
+    _feed(callback, large)                     # the learner, as good as static, on the large
+    ctl = callback.controller
+    assert ctl.guard_trips == 0
+    assert list(ctl.conservative_ratios) == [1.0] * 20
+    assert list(ctl.learner_ratios) == [1.0] * 20
+
+    # and the other way round: a learner 1.5x static's latency on small tasks is worse than a
+    # conservative policy matching static on large ones, though its raw latencies are lower
+    callback = _warmup_callback(config)
+    _feed(callback, large[-20:])
+    worse = [dict(i, latency=1.5 * i["static_latency"]) for i in small[:10]]
+    assert max(i["latency"] for i in worse) < min(i["latency"] for i in large[-20:])
+    _feed(callback, worse)
+    assert callback.controller.guard_trips == 1
+
+
+def test_after_a_trip_the_learner_gets_a_fresh_window():
+    config = WarmupConfig(steps=4, clone=False, guard=True, guard_window=20, guard_margin=0.05,
+                          guard_cooldown=7)
+    ctl = WarmupController(conservative=None, config=config)
+    for _ in range(4):
+        assert ctl.use_conservative()
+        ctl.record(1.0)
+    for _ in range(10):                        # half a window of a bad learner: a trip
+        assert not ctl.use_conservative()
+        ctl.record(2.0)
+    assert ctl.guard_trips == 1
+    assert len(ctl.learner_ratios) == 0        # the bad window is forgotten
+    for _ in range(7):                         # the conservative acts for guard_cooldown decisions
+        assert ctl.use_conservative()
+        ctl.record(1.0)
+    # back in control, a now-good learner is judged on its new decisions only: no second trip
+    for _ in range(40):
+        assert not ctl.use_conservative()
+        ctl.record(1.0)
+    assert ctl.guard_trips == 1
+
+    # a learner still bad gets half a window again before the next trip, not one decision
+    ctl = WarmupController(conservative=None, config=config)
+    for _ in range(4):
+        ctl.use_conservative()
+        ctl.record(1.0)
+    for _ in range(10):
+        ctl.use_conservative()
+        ctl.record(2.0)
+    for _ in range(7):
+        ctl.use_conservative()
+        ctl.record(1.0)
+    for n in range(1, 11):
+        assert not ctl.use_conservative()
+        ctl.record(2.0)
+        assert ctl.guard_trips == (2 if n == 10 else 1)
+
+
+def test_warm_dqn_acts_greedily_after_the_conservative_phase():
+    """Past the conservative steps WarmDQN takes its Q-network's argmax (epsilon here 0), not
+    SB3's uniformly random learning_starts actions."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    k = 10
+    env = _env(tasks=200)
+    agent = make_sb3("dqn", env, seed=3, overrides={
+        "learning_starts": 1000, "exploration_initial_eps": 0.0, "exploration_final_eps": 0.0},
+        warmup=WarmupConfig(conservative="all-gpu", steps=k, clone=False, guard=False))
+    model = agent.model
+    steps: list[tuple[np.ndarray, int]] = []
+
+    class _Record(BaseCallback):
+        def _on_step(self) -> bool:            # _last_obs is still the observation acted on
+            steps.append((model._last_obs.copy(), int(self.locals["actions"][0])))
+            return True
+
+    agent.learn(k + 40, callback=_Record())   # no update before learning_starts: q_net is fixed
+    gpu = int(np.ravel_multi_index((1, 1, 1), env.unwrapped.action_space.nvec))
+    assert [a for _, a in steps[:k]] == [gpu] * k
+    obs = np.concatenate([o for o, _ in steps[k:]])
+    with torch.no_grad():
+        greedy = model.q_net(torch.as_tensor(obs)).argmax(dim=1).numpy()
+    taken = np.array([a for _, a in steps[k:]])
+    assert np.array_equal(taken, greedy)
+
+
+def _offline_npu_env(tasks: int = 60):
+    """The faults scenario with its NPU offline from the first task."""
+    import dataclasses
+
+    from envs.scenario import Fault, load_scenario
+
+    sc = dataclasses.replace(load_scenario("faults"), faults=(
+        Fault(device="npu", kind="offline", start_task=0, end_task=tasks),))
+    return gym.make("envs:InferenceAlloc-v0", scenario=sc, episode_tasks=tasks, reward="relative")
+
+
+def test_a_masked_conservative_action_falls_back_to_the_learner():
+    """forward(): a conservative action whose log-probability is not finite (masked) is not
+    sent; the learner acts, and the decision is booked as the learner's."""
+    env = _offline_npu_env()
+    agent = make_sb3("maskable-ppo", env, seed=0, warmup=WarmupConfig(
+        conservative="all-npu", steps=50, clone=False, guard=False))
+    policy, ctl = agent.model.policy, agent.warmup
+    obs, _ = env.reset(seed=0)
+    masks = env.unwrapped.action_masks()
+    npu = env.unwrapped.device_names.index("npu")
+    assert not masks.reshape(3, -1)[:, npu].any()          # the NPU is offline
+    original = policy.evaluate_actions
+
+    def masked_is_impossible(obs_t, actions, action_masks=None):
+        values, log_prob, entropy = original(obs_t, actions, action_masks=action_masks)
+        m = torch.as_tensor(np.asarray(action_masks)).reshape(len(actions), 3, -1)
+        picked = torch.gather(m, 2, actions.long().reshape(len(actions), 3, 1)).all(dim=(1, 2))
+        return values, torch.where(picked, log_prob, torch.full_like(log_prob, -np.inf)), entropy
+
+    policy.evaluate_actions = masked_is_impossible
+    obs_t = torch.as_tensor(obs[None])
+    with torch.no_grad():
+        actions, _, log_prob = policy(obs_t, deterministic=True, action_masks=masks[None])
+    assert not ctl.last_conservative
+    assert np.all(actions.numpy()[0] != npu)
+    assert torch.all(torch.isfinite(log_prob))
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+
+    with torch.no_grad():                      # the learner's own deterministic choice
+        learner, _, _ = MaskableActorCriticPolicy.forward(policy, obs_t, True,
+                                                          action_masks=masks[None])
+    assert torch.equal(actions, learner)
+
+
+def test_with_a_device_offline_the_masked_conservative_action_is_never_sent():
+    # MaskableCategorical gives a masked action a log-prob of -1e8 per stage (finite): the
+    # warm-up used to test the log-prob alone, and sent the masked conservative action.
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    env = _offline_npu_env()
+    agent = make_sb3("maskable-ppo", env, seed=0, warmup=WarmupConfig(
+        conservative="all-npu", steps=50, clone=False, guard=False))
+    seen: list[tuple[int, bool, float]] = []
+
+    class _Record(BaseCallback):
+        def _on_step(self) -> bool:
+            seen.append((self.locals["infos"][0]["failed_dispatch"], agent.warmup.last_conservative,
+                         float(self.locals["log_probs"][0])))
+            return True
+
+    agent.learn(20, callback=_Record())
+    assert all(failed == 0 for failed, _, _ in seen)          # no masked pick reached the env
+    assert not any(conservative for _, conservative, _ in seen)
+    assert all(lp > -100.0 for _, _, lp in seen)
