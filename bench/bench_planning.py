@@ -1,0 +1,85 @@
+"""Planning and loading speed: a heft-calibrated decision, and reading the Azure conversation trace.
+
+    python bench/bench_planning.py [--tasks 200] [--repeats 5]
+
+heft-calibrated decides once per task, so it must stay cheap beside an env step; the
+conversation trace (~20k rows) is read whenever a scenario replays it. The same process
+times a loop of trivial Python calls (``bench_simulator.reference_rate``), so each figure
+is also given in trivial calls, which compares across machines. Targets: a decision under
+2 ms, the trace read in under 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):   # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gymnasium as gym  # noqa: E402
+
+from agents.heft import HeftPolicy  # noqa: E402
+from bench.bench_simulator import reference_rate  # noqa: E402
+from envs.traces import read_trace  # noqa: E402
+
+TARGET_DECISION_S = 2e-3
+TARGET_TRACE_S = 0.5
+
+
+def decision_seconds(tasks: int, repeats: int) -> float:
+    """Median seconds per heft-calibrated predict() over the observations of one episode."""
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=tasks)
+    obs, _ = env.reset(seed=0)
+    observations = []
+    for _ in range(tasks):
+        observations.append(obs)
+        obs, *_ = env.step(env.action_space.sample())
+    heft = HeftPolicy(env, calibrated=True)
+    heft.predict(observations[0])            # first call builds the policy's tables
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for o in observations:
+            heft.predict(o)
+        times.append((time.perf_counter() - start) / tasks)
+    return statistics.median(times)
+
+
+def trace_seconds(repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        read_trace("azure-conv")
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=200, help="decisions per repeat")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.repeats < 1:
+        parser.error("--tasks and --repeats must be >= 1")
+    ref = reference_rate(20_000, args.repeats)      # trivial calls per second
+    decision, trace = decision_seconds(args.tasks, args.repeats), trace_seconds(args.repeats)
+    rows = (("heft-calibrated decision", decision, TARGET_DECISION_S),
+            ("read azure-conv trace", trace, TARGET_TRACE_S))
+    print(f"median of {args.repeats} repeats; Python {sys.version.split()[0]}; "
+          f"reference: {ref:,.0f} trivial function calls/s\n")
+    print(f"{'what':<28}{'seconds':>12}{'trivial calls':>16}  target")
+    ok = True
+    for what, seconds, target in rows:
+        met = seconds < target
+        ok &= met
+        print(f"{what:<28}{seconds:>12.2e}{seconds * ref:>16,.0f}  < {target:g} s: "
+              f"{'met' if met else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
