@@ -387,7 +387,8 @@ def test_the_acting_oracle_beats_best_static_on_the_same_stream() -> None:
             obs, _, _, truncated, info = env.step(policy.predict(obs)[0])
             latencies.append(info["latency"])
         means[name] = float(np.mean(latencies))
-    assert means["oracle"] <= means["best-static"]
+    # the article scenario is calibrated for an oracle gap of at least 15% (CALIBRATION.md)
+    assert means["oracle"] <= 0.85 * means["best-static"]
 
 
 def test_oracle_needs_the_live_single_env() -> None:

@@ -56,8 +56,13 @@ def make(env_id: str, **kwargs) -> gym.Env:
 def test_ppo_trains(env_id: str) -> None:
     env = make(env_id)
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu")
+    before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(total_timesteps=STEPS)
     assert model.num_timesteps == STEPS
+    # the updates ran on the env's rollouts: every weight matrix moved from its initialisation
+    after = list(model.policy.parameters())
+    assert all(not torch.equal(b, a) for b, a in zip(before, after, strict=True)
+               if b.ndim == 2)
     obs, _ = env.reset(seed=0)
     action, _ = model.predict(obs, deterministic=True)
     assert env.action_space.contains(np.asarray(action, dtype=env.action_space.dtype))
