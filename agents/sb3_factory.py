@@ -14,6 +14,7 @@ with the env's own actions.
 
 from __future__ import annotations
 
+import inspect
 import json
 import zipfile
 from pathlib import Path
@@ -178,6 +179,33 @@ class SB3Agent(Policy):
         return target
 
 
+def check_override_types(name: str, params: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A number where the agent takes a number, an integer where it takes an integer.
+
+    SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
+    would otherwise fail deep inside training. The expected type is that of `params` (the
+    YAML hyper-parameters), else of the constructor's default; keys without one (schedules, kwargs dicts) and
+    structured values (``train_freq=[4, step]``) are left to SB3.
+    """
+    defaults = {key: p.default for key, p in
+                inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
+    expected = {**defaults, **params}
+    for key, value in overrides.items():
+        ref = expected.get(key)
+        if isinstance(value, (list, dict)):
+            continue
+        if isinstance(ref, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(ref, int):
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(ref, float):
+            ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {value!r}")
+
+
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
              overrides: dict[str, Any] | None = None, warmup: WarmupConfig | None = None,
              tensorboard_log: str | None = None, verbose: int = 0,
@@ -190,7 +218,9 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     params = load_hyperparams(name, env_id_of(env))
-    params.update(overrides or {})
+    if overrides:
+        check_override_types(name, params, overrides)
+        params.update(overrides)
     params = _resolve_kwargs(params)
     policy = params.pop("policy", "MlpPolicy")
     algo = ALGORITHMS[name]

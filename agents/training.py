@@ -28,7 +28,6 @@ needs no statistics.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import re
 import shutil
@@ -145,39 +144,11 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if config.hp:       # build once (cheap) so a bad --hp fails before any run starts
-            check_hyperparam_types(agent, config.env_id, config.hp)
             try:
                 make_sb3(agent, env, seed=0, overrides=config.hp)
             except (TypeError, ValueError, AssertionError) as exc:
                 raise ConfigError(f"--hp {config.hp} for {agent}: {exc}") from None
     return [RunSpec(a, w, s) for s in config.seeds for a in dict.fromkeys(agents) for w in specs]
-
-
-def check_hyperparam_types(agent: str, env_id: str, hp: dict[str, Any]) -> None:
-    """A number where the agent takes a number, an integer where it takes an integer.
-
-    SB3's constructors store what they are given, so ``n_steps=abc`` or ``gamma=abc`` would
-    otherwise fail deep inside training. The expected type is that of the YAML value, else
-    of the constructor's default; keys without one (schedules, kwargs dicts) are left to SB3.
-    """
-    defaults = {name: p.default for name, p in
-                inspect.signature(ALGORITHMS[agent].__init__).parameters.items()}
-    expected = {**defaults, **load_hyperparams(agent, env_id)}
-    for key, value in hp.items():
-        ref = expected.get(key)
-        if isinstance(value, (list, dict)):     # structured values (train_freq=[4, step]): SB3's
-            continue
-        if isinstance(ref, bool):
-            ok, kind = isinstance(value, bool), "true or false"
-        elif isinstance(ref, int):
-            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
-        elif isinstance(ref, float):
-            ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-        else:
-            continue
-        if not ok:
-            raise ConfigError(f"--hp {key}={value!r} for {agent}: {key} must be {kind} "
-                              f"(e.g. {ref})")
 
 
 # ----------------------------------------------------------------------------- building

@@ -178,16 +178,14 @@ class _WarmForward:
         ctl = self.warmup
         if ctl is None or not ctl.use_conservative():
             return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
-        actions = torch.as_tensor(ctl.actions(obs.cpu().numpy()), device=obs.device)
-        values, log_prob, _ = self.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
-        # The masks are checked directly: MaskablePPO gives a masked action a log-prob of
-        # -1e8 per stage, which is finite, so a log-prob test alone would let it through.
-        if (_picks_masked(actions.cpu().numpy(), kwargs.get("action_masks"),
-                          self.action_space)  # type: ignore[attr-defined]
-                or not torch.all(torch.isfinite(log_prob))):
-            # A masked conservative action: let the learner act instead.
+        chosen = ctl.actions(obs.cpu().numpy())
+        # A masked conservative action is not sent: the learner acts instead. The masks are
+        # read directly, since MaskablePPO gives a masked action a finite log-prob (-1e8).
+        if _picks_masked(chosen, kwargs.get("action_masks"), self.action_space):  # type: ignore[attr-defined]
             ctl.last_conservative = False
             return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
+        actions = torch.as_tensor(chosen, device=obs.device)
+        values, log_prob, _ = self.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
         return actions, values, log_prob
 
 

@@ -139,6 +139,18 @@ def test_overrides_are_parsed_as_yaml_not_evaluated():
         parse_overrides(["learning_rate"])
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"n_steps": "abc"}, "n_steps must be an integer"),
+    ({"gamma": "abc"}, "gamma must be a number"),
+    ({"normalize_advantage": 1}, "normalize_advantage must be true or false"),
+])
+def test_an_override_of_the_wrong_type_is_refused_before_the_model_is_built(overrides, message):
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
+    with pytest.raises(ValueError, match=message):
+        make_sb3("ppo", env, seed=0, overrides=overrides)
+    assert make_sb3("ppo", env, seed=0, overrides={"gamma": 1, "n_steps": 32}).model.n_steps == 32
+
+
 def test_warmup_parts_parse():
     assert WarmupConfig.from_parts("none") is None
     full = WarmupConfig.from_parts("all")
@@ -280,8 +292,8 @@ def _offline_npu_env(tasks: int = 60):
 
 
 def test_a_masked_conservative_action_falls_back_to_the_learner():
-    """forward(): a conservative action whose log-probability is not finite (masked) is not
-    sent; the learner acts, and the decision is booked as the learner's."""
+    """forward(): a conservative action its masks rule out is not sent; the learner acts,
+    and the decision is booked as the learner's."""
     env = _offline_npu_env()
     agent = make_sb3("maskable-ppo", env, seed=0, warmup=WarmupConfig(
         conservative="all-npu", steps=50, clone=False, guard=False))
@@ -290,15 +302,6 @@ def test_a_masked_conservative_action_falls_back_to_the_learner():
     masks = env.unwrapped.action_masks()
     npu = env.unwrapped.device_names.index("npu")
     assert not masks.reshape(3, -1)[:, npu].any()          # the NPU is offline
-    original = policy.evaluate_actions
-
-    def masked_is_impossible(obs_t, actions, action_masks=None):
-        values, log_prob, entropy = original(obs_t, actions, action_masks=action_masks)
-        m = torch.as_tensor(np.asarray(action_masks)).reshape(len(actions), 3, -1)
-        picked = torch.gather(m, 2, actions.long().reshape(len(actions), 3, 1)).all(dim=(1, 2))
-        return values, torch.where(picked, log_prob, torch.full_like(log_prob, -np.inf)), entropy
-
-    policy.evaluate_actions = masked_is_impossible
     obs_t = torch.as_tensor(obs[None])
     with torch.no_grad():
         actions, _, log_prob = policy(obs_t, deterministic=True, action_masks=masks[None])
