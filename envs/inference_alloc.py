@@ -33,6 +33,14 @@ SPEED_EMA = 0.2             # weight of the newest observation in the speed-rati
 HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hit rate
 
 
+def holds_bool(action: Any) -> bool:
+    """Does a (nested) list or tuple action hold a bool? numpy reads [True, 0, 1] as the
+    numbers [1, 0, 1], so an action's dtype alone does not show a bool mixed in."""
+    if isinstance(action, (list, tuple)):
+        return any(isinstance(a, (bool, np.bool_)) or holds_bool(a) for a in action)
+    return False
+
+
 class InferenceAllocEnv(gym.Env):
     """
     ## Description
@@ -219,6 +227,8 @@ class InferenceAllocEnv(gym.Env):
 
         The shares list each stage's devices once, in increasing order (as `_dispatch` returns
         them), so that with every device allowed `step` can skip the dispatch."""
+        if holds_bool(action):
+            raise ValueError(f"action must hold integer device ids, not booleans, got {action!r}")
         arr = np.asarray(action)
         if arr.shape == (3,) and arr.dtype.kind in "iu":    # fast path: what SB3 and sample() give
             a, b, c = arr.tolist()

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envs.inference_alloc import InferenceAllocEnv
+from envs.inference_alloc import InferenceAllocEnv, holds_bool
 from inference.simulator import Shares
 
 
@@ -40,10 +40,10 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
 
     def _requested_shares(self, action: Any) -> Shares:
         arr = np.asarray(action)
-        if arr.dtype.kind not in "iuf":
+        if arr.dtype.kind not in "iuf" or holds_bool(action):
             # A cheap dtype check: strings would fail inside numpy's float conversion with its
             # own message (or, written "0.5", pass), and bools would pass as the entries 0 and 1.
-            what = "booleans" if arr.dtype.kind == "b" else f"dtype {arr.dtype}"
+            what = "booleans" if arr.dtype.kind == "b" or holds_bool(action) else f"dtype {arr.dtype}"
             raise ValueError(f"action entries must be numbers in [-1, 1], not {what}, got {action!r}")
         arr = arr.astype(np.float64)
         expected = (3 * self.n_devices,)

@@ -145,6 +145,10 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     # bools used to run as device ids 0/1; strings failed with numpy's own message
     (V0, np.array([True, False, True]), "action must hold integer device ids, not booleans"),
     (V0, [True, False, True], "action must hold integer device ids, not booleans"),
+    (V0, [True, 0, 1], "action must hold integer device ids, not booleans"),   # numpy: ints
+    (SPLIT, [0.5] * 8 + [True], r"action entries must be numbers in \[-1, 1\], not booleans"),
+    (SPLIT, [[0.5, 0.5, 0.5]] * 2 + [[0.5, np.True_, 0.5]],
+     r"action entries must be numbers in \[-1, 1\], not booleans"),
     (V0, np.array(["1", "0", "2"]), "action must hold integer device ids, not dtype .U1"),
     (SPLIT, np.array(["a"] * 9), r"action entries must be numbers in \[-1, 1\], not dtype .U1"),
     (SPLIT, ["0.5"] * 9, r"action entries must be numbers in \[-1, 1\], not dtype .U3"),
