@@ -36,7 +36,6 @@ from inference.yamlio import safe_load
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
-SPLIT_FLOOR = -0.999   # keeps SB3's clipped Gaussian actions from zeroing a whole stage
 
 
 def env_id_of(env: gym.Env | Any) -> str:
@@ -96,27 +95,10 @@ class FlatDiscreteActions(gym.ActionWrapper):
         return int(np.ravel_multi_index(tuple(np.asarray(action).reshape(-1)), self.nvec))
 
 
-class SafeSplitActions(gym.ActionWrapper):
-    """Give a stage whose clipped weights are all zero (-1) an even split (SPLIT_FLOOR each).
-
-    Only such stages are touched: raising every entry to the floor would hand each stage a
-    sliver of every device, and a sliver costs that device's set-up, transfers and queue
-    in full (the stage ends when its slowest share does).
-    """
-
-    def action(self, action: Any) -> np.ndarray:
-        arr = np.array(action, dtype=np.float32)
-        rows = arr.reshape(-1, 3, arr.shape[-1] // 3)
-        empty = np.all(rows <= -1.0, axis=-1)
-        rows[empty] = SPLIT_FLOOR
-        return rows.reshape(arr.shape)
-
-
 def wrap_for(agent: str, env: gym.Env) -> gym.Env:
+    """The action wrapper an agent trains behind: DQN needs one Discrete action."""
     if agent == "dqn":
         return FlatDiscreteActions(env)
-    if isinstance(env.action_space, spaces.Box):
-        return SafeSplitActions(env)
     return env
 
 
