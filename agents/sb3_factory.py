@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from gymnasium import spaces
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
@@ -141,6 +143,11 @@ class SB3Agent(Policy):
 
     def learn(self, total_timesteps: int, callback: Any = None, **kwargs: Any) -> SB3Agent:
         """Train; the warm-up callback (if any) runs beside the caller's callbacks."""
+        if not getattr(self.model, "_custom_logger", False) and self.model.tensorboard_log is None:
+            # Left alone, SB3 makes an empty SB3-<date> folder in the temp dir on every learn()
+            # (its logger always has a folder); train.py sets its own, others need none.
+            outputs: list[KVWriter] = [HumanOutputFormat(sys.stdout)] if self.model.verbose >= 1 else []
+            self.model.set_logger(Logger(None, outputs))
         callbacks = list(getattr(self, "callbacks", []))
         if callback is not None:
             callbacks.extend(callback if isinstance(callback, list) else [callback])

@@ -122,3 +122,22 @@ def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
         zf.writestr("data", data)
     with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} {match}"):
         load_sb3(path)
+
+
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_learning_leaves_no_folder_in_the_temp_dir(tmp_path: Path, monkeypatch, capsys,
+                                                  verbose: int) -> None:
+    """SB3's default logger made an empty SB3-<date> folder per learn() (deploy, the article job)."""
+    import tempfile
+
+    from agents.sb3_factory import make_sb3
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    agent = make_sb3("ppo", make(V0), seed=0, overrides={"n_steps": 64, "batch_size": 64},
+                     verbose=verbose)
+    agent.learn(64)
+    assert agent.model.num_timesteps == 64
+    assert [p.name for p in tmp_path.glob("SB3-*")] == []
+    # verbose still reaches the console, as SB3's own logger would print it
+    assert ("total_timesteps" in capsys.readouterr().out) == bool(verbose)
