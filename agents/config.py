@@ -71,7 +71,8 @@ class TrainConfig:
         "continue the newest run (or the named one) from its last checkpoint",
         nargs="?", const="latest"))
     hp: dict[str, Any] = field(default_factory=dict, metadata=_help(
-        "hyper-parameter overrides key=value (YAML values), e.g. n_steps=64"))
+        "hyper-parameter overrides key=value (YAML values), e.g. n_steps=64; they apply to "
+        "every agent of the run (DQN's n_steps is its n-step return, not PPO's rollout)"))
     episode_tasks: int | None = field(default=None, metadata=_help(
         "tasks per training episode (default: the scenario's)"))
     normalize: bool = field(default=False, metadata=_help("normalise rewards with VecNormalize"))

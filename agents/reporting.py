@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.base import read_policy_file
 from agents.config import ConfigError, EvalConfig, TrainConfig, read_yaml_options
 from agents.evaluation import (
     REFERENCES,
@@ -60,8 +61,10 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
 
     config_file = run_dir / "config.yaml" if run_dir is not None else None
     if config_file is None or not config_file.is_file():
+        # A bare zip: the env it acts in follows from what it saved.
+        env_id = _zip_env_id(path)
         return ModelEntry(path.stem if path.stem != "model" else path.parent.name, path,
-                          run_dir=run_dir)
+                          env_id, run_dir=run_dir)
     try:
         cfg = TrainConfig(**read_yaml_options(TrainConfig, config_file))
     except (ConfigError, TypeError) as exc:
@@ -69,6 +72,19 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
     return ModelEntry(spec.label, path, cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant,
                       run_dir, spec.seed)
+
+
+def _zip_env_id(path: Path) -> str:
+    """The env a bare model zip acts in: a saved policy's own, or an SB3 model's action space's."""
+    from agents.sb3_factory import saved_model_info
+
+    try:
+        saved = read_policy_file(path)
+        if saved is not None:
+            return policy_env_id(str(saved["name"]))
+        return saved_model_info(path)[1]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:

@@ -228,7 +228,7 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     return agent
 
 
-def _saved_agent_name(path: Path) -> str:
+def _saved_data(path: Path) -> dict[str, Any]:
     try:
         with zipfile.ZipFile(path) as zf:
             data = json.loads(zf.read("data"))
@@ -237,10 +237,50 @@ def _saved_agent_name(path: Path) -> str:
     if not isinstance(data, dict):   # valid JSON, but SB3 always writes an object here
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip "
                          f"(its 'data' entry is a JSON {type(data).__name__}, not an object)")
+    return data
+
+
+def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
+    """The algorithm of a zip SB3 saved itself (no ``infer_agent``), from what SB3 records.
+
+    The policy class's module tells DQN and MaskablePPO apart; PPO and A2C share
+    ActorCriticPolicy, and only PPO saves a clip range.
+    """
+    policy = data.get("policy_class")
+    module = policy.get("__module__") if isinstance(policy, dict) else None
+    if not isinstance(module, str):
+        return None
+    if module.startswith("sb3_contrib.common.maskable"):
+        return "maskable-ppo"
+    if module.startswith("stable_baselines3.dqn"):
+        return "dqn"
+    if module.startswith("stable_baselines3.common.policies"):
+        return "ppo" if "clip_range" in data else "a2c"
+    return None
+
+
+def saved_model_info(path: str | Path) -> tuple[str, str]:
+    """(agent name, env id) of a model zip: ours, or a plain one saved by SB3's own ``save``.
+
+    The env id follows from the saved action space: a Box is InferenceAllocSplit-v0's split
+    weights; a MultiDiscrete (or DQN's flattened Discrete) is InferenceAlloc-v0's device ids.
+    """
+    p = Path(path)
+    data = _saved_data(p)
     name = data.get("infer_agent")
+    if name is None:
+        name = _algorithm_of_plain_zip(data)
+        if name is None:
+            raise ValueError(f"model file {p} does not say which agent it holds: it has no "
+                             f"infer_agent entry, and its policy is not one of SB3's PPO, A2C, "
+                             f"DQN or sb3-contrib's MaskablePPO (save models with "
+                             f"SB3Agent.save or train them with train.py)")
     if not isinstance(name, str) or name not in ALGORITHMS:   # a list or dict is unhashable
-        raise ValueError(f"model file {path} does not say which agent it holds (infer_agent={name!r})")
-    return str(name)
+        raise ValueError(f"model file {p} does not say which agent it holds (infer_agent={name!r})")
+    space = data.get("action_space")
+    kind = space.get(":type:", "") if isinstance(space, dict) else ""
+    env_id = "InferenceAllocSplit-v0" if "spaces.box.Box" in str(kind) else "InferenceAlloc-v0"
+    return name, env_id
 
 
 def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
@@ -248,7 +288,7 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model file {p} does not exist")
-    name = _saved_agent_name(p)
+    name, _ = saved_model_info(p)
     wrapped = wrap_for(name, env) if env is not None else None
     try:
         model = ALGORITHMS[name].load(p, env=wrapped, device="cpu")

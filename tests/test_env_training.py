@@ -124,6 +124,41 @@ def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
         load_sb3(path)
 
 
+@pytest.mark.parametrize(("algo", "env_id", "name"), [
+    ("PPO", V0, "ppo"), ("A2C", SPLIT, "a2c"), ("DQN", V0, "dqn"), ("MaskablePPO", V0, "maskable-ppo"),
+])
+def test_a_zip_saved_by_sb3_itself_is_recognised_and_evaluated(
+        tmp_path: Path, algo: str, env_id: str, name: str) -> None:
+    """A model saved with SB3's own save() has no infer_agent: its algorithm and env come
+    from the policy class and action space SB3 records (evaluate.py --models used to refuse it,
+    and ran a Split model on InferenceAlloc-v0)."""
+    from stable_baselines3 import A2C, DQN
+
+    from agents.config import EvalConfig
+    from agents.reporting import discover_models
+    from agents.sb3_factory import FlatDiscreteActions, saved_model_info
+
+    classes = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "MaskablePPO": MaskablePPO}
+    env = make(env_id)
+    sb3_env = FlatDiscreteActions(env) if algo == "DQN" else env
+    classes[algo]("MlpPolicy", sb3_env, device="cpu", seed=0).save(tmp_path / "plain.zip")
+    assert saved_model_info(tmp_path / "plain.zip") == (name, env_id)
+    [entry], _ = discover_models(EvalConfig(models=[str(tmp_path / "plain.zip")]))
+    assert entry.env_id == env_id
+    agent = load_sb3(tmp_path / "plain.zip", make(env_id))
+    obs, _ = agent.env.reset(seed=0)
+    action, _ = agent.predict(obs)
+    assert agent.env.action_space.contains(np.asarray(action, dtype=agent.env.action_space.dtype))
+
+
+def test_a_zip_of_an_unknown_algorithm_says_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "model.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", b'{"policy_class": {"__module__": "stable_baselines3.sac.policies"}}')
+    with pytest.raises(ValueError, match="has no infer_agent entry, and its policy is not one of"):
+        load_sb3(path)
+
+
 @pytest.mark.parametrize("verbose", [0, 1])
 def test_learning_leaves_no_folder_in_the_temp_dir(tmp_path: Path, monkeypatch, capsys,
                                                   verbose: int) -> None:
