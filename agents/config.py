@@ -23,12 +23,13 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.sb3_factory import parse_overrides
-from inference.yamlio import safe_load
+from inference.yamlio import describe_yaml_error, safe_load
 
 C = TypeVar("C")
 
 DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take 6-10 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
+MAX_EVAL_SEEDS = 1000            # evaluate.py's --seeds is a count; more is a seed typed as one
 MAX_SEED = 2**31 - 1            # numpy, gymnasium and torch all accept seeds up to here
 
 
@@ -118,7 +119,8 @@ class EvalConfig:
     hardware: str | None = field(default=None, metadata=_help(
         "hardware preset (default: each run's / the scenario's)"))
     seeds: int = field(default=5, metadata=_help(
-        f"held-out workload seeds ({HELDOUT_SEED}, {HELDOUT_SEED + 1}, ...)"))
+        f"how many held-out workload seeds: --seed-base, --seed-base + 1, ... (a count, "
+        f"not a list of seeds as in train.py; at most {MAX_EVAL_SEEDS})"))
     seed_base: int = field(default=HELDOUT_SEED, metadata=_help("first held-out seed"))
     episodes: int = field(default=2, metadata=_help("episodes per seed"))
     episode_tasks: int | None = field(default=None, metadata=_help(
@@ -144,6 +146,11 @@ class EvalConfig:
 
     def validate(self) -> None:
         _require(self.seeds >= 1, f"--seeds must be >= 1, got {self.seeds}")
+        for flag, count in (("--seeds", self.seeds), ("--online-seeds", self.online_seeds)):
+            _require(count is None or count <= MAX_EVAL_SEEDS,
+                     f"{flag} is how many held-out seeds to run from --seed-base, at most "
+                     f"{MAX_EVAL_SEEDS}, got {count}; for the one seed {count}, pass "
+                     f"{flag} 1 --seed-base {count}")
         _require(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
         _require(self.online_samples >= 10, "--online-samples must be >= 10")
         _require(self.episode_tasks is None or self.episode_tasks >= 2,
@@ -279,7 +286,7 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     try:
         data = safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {p} is not valid YAML at {describe_yaml_error(exc)}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config file {p} is not UTF-8 text") from None
     if not isinstance(data, dict):
@@ -292,7 +299,10 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
         if name not in names:
             raise ConfigError(f"config file {p}: unknown option {key!r}; options: "
                               f"{', '.join(sorted(names))}")
-        out[name] = _coerce(name, value, hints[name])
+        try:
+            out[name] = _coerce(name, value, hints[name])
+        except ConfigError as exc:
+            raise ConfigError(f"config file {p}: {exc}") from None
     return out
 
 
@@ -303,7 +313,14 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
     Bad values raise ConfigError; argparse itself exits 2 on a malformed command line.
     """
     parser = build_parser(cls, description)
-    given = vars(parser.parse_args(argv))
+    namespace, extras = parser.parse_known_args(argv)
+    if extras:
+        hint = ""
+        if typing.get_type_hints(cls).get("seeds") is int and all(x.isdigit() for x in extras):
+            # train.py's --seeds is a list; evaluate.py's is a count: "--seeds 0 1 2" lands here
+            hint = " (--seeds is a count here: N held-out seeds from --seed-base, not a list)"
+        parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    given = vars(namespace)
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)
     if config_file is not None:

@@ -33,7 +33,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
-from inference.yamlio import safe_load
+from inference.yamlio import describe_yaml_error, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
@@ -76,7 +76,8 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         try:
             parsed = safe_load(value)
         except yaml.YAMLError as exc:
-            raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML ({exc})") from None
+            raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML "
+                             f"({describe_yaml_error(exc)})") from None
         out[key.strip()] = parsed
     return out
 

@@ -30,10 +30,20 @@ def safe_load(text_or_stream: str | IO[str]) -> Any:
     return yaml.load(text_or_stream, Loader=NumberFriendlyLoader)  # noqa: S506 (a SafeLoader)
 
 
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """One line: where (1-based line and column) and what, instead of PyYAML's multi-line
+    message that quotes the source and names the stream "<unicode string>"."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None or not problem:
+        return " ".join(str(exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
 def load_yaml_file(path: Path, what: str) -> Any:
     """Read a YAML file; a parse error becomes a ValueError naming the file."""
     try:
         with open(path, encoding="utf-8") as fh:
             return safe_load(fh)
     except yaml.YAMLError as exc:
-        raise ValueError(f"{what} {path}: malformed YAML: {exc}") from None
+        raise ValueError(f"{what} {path}: malformed YAML at {describe_yaml_error(exc)}") from None

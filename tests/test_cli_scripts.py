@@ -194,11 +194,14 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
         assert message in capsys.readouterr().err
     config = tmp_path / "c.yaml"
     for text, message in (("hp: [noeq]\n", "option hp: hyper-parameter override 'noeq'"),
-                          (b"seeds: [\xff]\n", "is not UTF-8 text")):
+                          (b"seeds: [\xff]\n", "is not UTF-8 text"),
+                          ("agents: [ppo\n  seeds: 1\n",
+                           "is not valid YAML at line 2, column 8: expected ',' or ']'")):
         config.write_bytes(text if isinstance(text, bytes) else text.encode())
         assert main(["--config", str(config), "--log-dir", str(tmp_path / "runs")]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+        assert err.count("\n") == 1 and str(config) in err      # one line, naming the file
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
 
 
@@ -211,6 +214,9 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     (["--online", "--no-online"], "contradict"),
     (["--reproduce-article", "--scenarios", "bursty"], "--scenarios is not used there"),
     (["--online", "--scenarios", "article", "bursty"], "one scenario"),
+    # --seeds is a count here, a list in train.py: a seed typed as a count would run for days
+    (["--seeds", "10000"], "pass --seeds 1 --seed-base 10000"),
+    (["--online-seeds", "5000"], "pass --online-seeds 1 --seed-base 5000"),
 ])
 def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected, tmp_path,
                                                                    capsys) -> None:
@@ -218,6 +224,15 @@ def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected
     assert main([*args, "--out", str(tmp_path / "results"), "--no-progress-bar"]) == 2
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_evaluate_seeds_given_as_a_list_says_it_is_a_count(tmp_path, capsys) -> None:
+    main = load_main("evaluate.py")
+    with pytest.raises(SystemExit) as info:     # argparse's exit, with our hint
+        main(["--seeds", "0", "1", "2", "--out", str(tmp_path / "results")])
+    assert info.value.code == 2
+    assert "unrecognized arguments: 1 2 (--seeds is a count here" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
 
 

@@ -129,9 +129,11 @@ def test_a_bad_profile_names_the_offending_field(change, field):
 def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: broken\ndevices: [\n  {name: cpu, kind: cpu\n")
-    with pytest.raises(ValueError, match="malformed YAML") as info:
+    with pytest.raises(ValueError, match=r"malformed YAML at line \d+, column \d+: ") as info:
         load_hardware(broken)
     assert "broken.yaml" in str(info.value)
+    # one line naming the file, not PyYAML's quote of the source from "<unicode string>"
+    assert "\n" not in str(info.value) and "<unicode string>" not in str(info.value)
     missing = tmp_path / "missing.yaml"
     missing.write_text(yaml.safe_dump(edited(lambda r: device(r, "npu").pop("launch_overhead"))))
     with pytest.raises(ValueError, match=r"devices\[npu\]\.launch_overhead is missing"):
