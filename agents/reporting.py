@@ -95,9 +95,12 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         for item in cfg.models:
             p = Path(item)
             if p.is_dir():
+                if not (p / "model.zip").is_file() and any(p.glob("*/model.zip")):
+                    raise ConfigError(f"{p} is a folder of run folders, not a run: pass "
+                                      f"--runs {p} (every finished run there) or its run folders")
                 if not (p / "model.zip").is_file():
                     raise ConfigError(f"run folder {p} has no model.zip (unfinished run? "
-                                      f"continue it with: python train.py --resume {p.name})")
+                                      f"continue it with: python train.py --resume {p})")
                 entries.append(_entry(p / "model.zip", p))
             elif p.is_file():
                 entries.append(_entry(p, p.parent if (p.parent / "config.yaml").is_file()
@@ -112,7 +115,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
             entries.append(_entry(d / "model.zip", d))
         elif (d / "config.yaml").is_file():
             notes.append(f"skipping {d.name}: no model.zip (unfinished; python train.py "
-                         f"--resume {d.name} continues it)")
+                         f"--resume {d} continues it)")
     entries.sort(key=lambda e: (e.label, e.seed if e.seed is not None else -1, str(e.path)))
     if not entries:
         notes.append(f"no trained models under {root}/: train some with `python train.py` "

@@ -88,6 +88,7 @@ class RunResult:
     seconds: float
     latency: np.ndarray | None = None       # on the held-out episode
     vs_best_static: float = float("nan")
+    new_steps: int | None = None            # taken in `seconds` (a resumed run's steps - its start)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -332,7 +333,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                             f"{what}") from exc
         print(f"run {run_dir.name} interrupted; {what}", file=sys.stderr)
         raise
-    result = RunResult(run_dir, spec, model.num_timesteps, seconds)
+    result = RunResult(run_dir, spec, model.num_timesteps, seconds,
+                       new_steps=model.num_timesteps - start)
     try:
         if cfg.eval_tasks:
             _final_metrics(result, cfg, logger)
@@ -401,10 +403,12 @@ def train(config: TrainConfig, given: set[str] | None = None,
 
 
 def finished_line(r: RunResult) -> str:
-    sps = (r.steps / r.seconds) if r.seconds > 0 else float("nan")
+    new = r.steps if r.new_steps is None else r.new_steps
+    sps = (new / r.seconds) if r.seconds > 0 else float("nan")
     held = (f"; held-out mean latency {r.latency.mean():.2f} s = {r.vs_best_static:.3f}x "
             "best-static" if r.latency is not None else "")
-    return (f"finished {r.spec.label} seed {r.spec.seed}: {r.steps} steps in {r.seconds:.0f} s "
+    steps = f"{r.steps} steps" if new == r.steps else f"{r.steps} steps ({new} new)"
+    return (f"finished {r.spec.label} seed {r.spec.seed}: {steps} in {r.seconds:.0f} s "
             f"({sps:.0f} steps/s){held} -> {r.run_dir}")
 
 

@@ -129,7 +129,7 @@ def test_evaluate_rejects_a_negative_client_count(tmp_path: Path, capsys) -> Non
     assert not out.exists()
 
 
-def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path) -> None:
+def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     first = script("train.py", "--timesteps", "128", "--checkpoint-interval", "64", "--seeds",
                    "0", "--warmup", "none", "--log-dir", str(runs), *TINY)
@@ -138,10 +138,19 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path) -> None
     # Simulate a run killed right after its first checkpoint.
     (run / "model.zip").unlink()
     (run / "checkpoints" / "model_128_steps.zip").unlink()
+    evaluate = load_main("evaluate.py")
+    for models, message in ((run, f"continue it with: python train.py --resume {run}"),
+                            (runs / "nothing", "does not exist")):
+        assert evaluate(["--models", str(models), "--out", str(tmp_path / "r"), "--no-online"]) == 2
+        assert message in capsys.readouterr().err
     resumed = script("train.py", "--resume", "--log-dir", str(runs), "--timesteps", "256",
                      "--no-progress-bar", "--eval-tasks", "40")
     assert resumed.returncode == 0, resumed.stderr
     assert list(runs.iterdir()) == [run]
+    assert "256 steps (192 new) in" in resumed.stdout     # steps/s counts this session's only
+    assert evaluate(["--models", str(runs), "--out", str(tmp_path / "r"), "--no-online"]) == 2
+    assert f"{runs} is a folder of run folders, not a run: pass --runs {runs}" in \
+        capsys.readouterr().err
     uninterrupted = next(d for d in trained[0].iterdir() if "__ppo__0__" in d.name)
     assert saved_steps(run / "model.zip") == saved_steps(uninterrupted / "model.zip") == 256
     assert len(list(run.glob("events.out.tfevents.*"))) == 2
