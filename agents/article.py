@@ -54,7 +54,7 @@ BOOTSTRAP_RESAMPLES = 1000
 @dataclass(frozen=True)
 class Row:
     figure: str
-    seed_value: str
+    article_value: str
     low: float
     high: float
     unit: str = "x"          # x (ratio), % (fraction shown as percent), n (count)
@@ -245,7 +245,7 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
     curve_rows = {ROWS[9].figure: "samples_to_stabilise", ROWS[10].figure: "early_drop"}
     table = []
     for row in ROWS:
-        entry: dict[str, Any] = {"figure": row.figure, "seed": row.seed_value, "unit": row.unit,
+        entry: dict[str, Any] = {"figure": row.figure, "article": row.article_value, "unit": row.unit,
                                  "low": row.low, "high": row.high}
         if row.figure in curve_rows:   # a metric of the seed-mean curve, with a bootstrap interval
             key = curve_rows[row.figure]
@@ -275,7 +275,7 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
     lines = [f"Seeds: {', '.join(map(str, seeds))}. Ours: mean ± 95% CI half-width over seeds; "
              "stabilisation and drop: of the seed-mean online curve, with the 95% bootstrap "
              "interval over seeds in brackets.", "",
-             "| figure | seed | ours | tolerance | in |", "|---|---|---|---|---|"]
+             "| figure | article | ours | tolerance | in |", "|---|---|---|---|---|"]
     notes: list[str] = []
     for row in table:
         tol = (format_value(row["low"], float("nan"), row["unit"]) + " .. "
@@ -284,7 +284,7 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
         if "interval" in row and np.isfinite(row["interval"]).all():   # none from one seed
             low, high = (format_value(v, float("nan"), row["unit"]) for v in row["interval"])
             ours += f" [{low} .. {high}]"
-        lines.append(f"| {row['figure']} | {row['seed']} | {ours} | {tol} | "
+        lines.append(f"| {row['figure']} | {row['article']} | {ours} | {tol} | "
                      f"{'yes' if row['in'] else 'NO'} |")
         if "per_stream" in row:
             mean, half = row["per_stream"]

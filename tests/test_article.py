@@ -129,7 +129,7 @@ def test_the_curve_rows_interval_is_a_bootstrap_over_seeds():
 
 def test_the_table_prints_a_curve_rows_interval_only_when_there_is_one():
     def table(interval):
-        return [{"figure": "stabilise", "seed": "~200", "ours": 310.0, "ci": float("nan"),
+        return [{"figure": "stabilise", "article": "~200", "ours": 310.0, "ci": float("nan"),
                  "unit": "n", "low": 100.0, "high": 350.0, "in": True, "interval": interval}]
     assert "| 310 [274 .. 594] |" in table_markdown(table((274.0, 594.0)), [1, 2])
     assert "| 310 |" in table_markdown(table((float("nan"), float("nan"))), [1])
@@ -214,8 +214,8 @@ def test_reproduce_table_puts_each_rows_own_value_in_its_row(planted_table):
     assert [e["figure"] for e in table] == [r.figure for r in ROWS]
     curve = mean_curve_metrics(onlines)
     for i, (entry, row) in enumerate(zip(table, ROWS, strict=True)):
-        assert (entry["seed"], entry["unit"], entry["low"], entry["high"]) == \
-            (row.seed_value, row.unit, row.low, row.high)
+        assert (entry["article"], entry["unit"], entry["low"], entry["high"]) == \
+            (row.article_value, row.unit, row.low, row.high)
         if i in COST_ROWS:          # one cost-model value, no interval
             expected = COST_MODEL[COST_ROWS[i]]
             assert entry["ours"] == expected, row.figure
@@ -245,5 +245,5 @@ def test_the_planted_table_prints_each_rows_value_and_verdict(planted_table):
         [line] = [ln for ln in lines if ln.startswith(f"| {entry['figure']} |")]
         ours = format_value(entry["ours"], entry["ci"], entry["unit"])
         verdict = "yes" if entry["in"] else "NO"
-        assert f"| {entry['seed']} | {ours}" in line
+        assert f"| {entry['article']} | {ours}" in line
         assert line.endswith(f"| {verdict} |")
