@@ -39,7 +39,7 @@ from envs import ENV_IDS
 
 POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
-    "oracle", "static:cpu,gpu,gpu",
+    "oracle",
 )
 SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
 SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo")
@@ -55,9 +55,22 @@ def policy_env_id(name: str) -> str:
     return ENV_IDS[1] if key.removeprefix("gated-") in SPLIT_POLICY_NAMES else ENV_IDS[0]
 
 
-def valid_names() -> str:
-    """Every valid agent name and pattern, for error messages and ``--help``."""
-    return ", ".join((*POLICY_NAMES, *SPLIT_POLICY_NAMES, *SB3_NAMES, *NAME_PATTERNS))
+class UnknownPolicyName(ValueError):
+    """A name that is no policy; the message lists the valid ones."""
+
+
+def valid_names(learners: bool = True) -> str:
+    """Every valid agent name and pattern, for error messages and ``--help``; without the
+    SB3 learners where only a fixed policy fits (baselines, warm-up's conservative policy)."""
+    return ", ".join((*POLICY_NAMES, *SPLIT_POLICY_NAMES, *(SB3_NAMES if learners else ()),
+                      *NAME_PATTERNS))
+
+
+def check_fixed_policy_name(name: str, what: str) -> None:
+    """Refuse a learner where a fixed policy is needed, naming the valid ones."""
+    if isinstance(name, str) and name.strip().lower().removeprefix("gated-") in SB3_NAMES:
+        raise ValueError(f"{what} {name!r} is a learning agent; it needs a fixed "
+                                f"policy: {valid_names(learners=False)}")
 
 
 def _sb3(function: str, name: str) -> Any:
@@ -81,7 +94,7 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
     Raises ValueError, listing every valid name, for an unknown name.
     """
     if not isinstance(name, str):
-        raise ValueError(f"agent name must be a string; valid names: {valid_names()}")
+        raise UnknownPolicyName(f"agent name must be a string; valid names: {valid_names()}")
     key = name.strip().lower()
     if key in SB3_NAMES:
         return _sb3("make_sb3", key)(key, env, **kwargs)
@@ -110,7 +123,7 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         return HeftSplitPolicy(env, **kwargs)
     if key == "oracle":
         return OraclePolicy(env, **kwargs)
-    raise ValueError(f"unknown agent {name!r}; valid names: {valid_names()}")
+    raise UnknownPolicyName(f"unknown agent {name!r}; valid names: {valid_names()}")
 
 
 def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:

@@ -33,7 +33,14 @@ from agents.evaluation import (
     summary_markdown,
 )
 from agents.files import write_text
-from agents.registry import SB3_NAMES, load_policy, make_policy, policy_env_id
+from agents.registry import (
+    UnknownPolicyName,
+    check_fixed_policy_name,
+    load_policy,
+    make_policy,
+    policy_env_id,
+    valid_names,
+)
 from envs import ENV_IDS
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
@@ -133,11 +140,15 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         for name in cfg.baselines:
-            if name.lower() in SB3_NAMES:
-                raise ConfigError(f"baseline {name!r} is a learning agent: evaluate a trained "
-                                  f"model with --models instead")
+            try:
+                check_fixed_policy_name(name, "baseline")
+            except ValueError as exc:
+                raise ConfigError(f"{exc} (evaluate a trained model with --models)") from None
             try:
                 make_policy(name, env_of[policy_env_id(name)])
+            except UnknownPolicyName:
+                raise ConfigError(f"unknown baseline {name!r}; valid names: "
+                                  f"{valid_names(learners=False)}") from None
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"baseline: {exc}") from None
     for entry in entries:
@@ -233,9 +244,9 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
         entries, notes = discover_models(cfg)
         scenarios = scenarios_of(cfg, entries)
         online_agents = () if cfg.no_online else DEFAULT_ONLINE
+    check_inputs(cfg, entries, scenarios)      # a bad input's error comes alone, before notes
     for note in notes:
         report(note)
-    check_inputs(cfg, entries, scenarios)
     written: list[Path] = []
     total = (0 if cfg.online else work_units(cfg, entries, scenarios)) \
         + len(online_agents) * online_n

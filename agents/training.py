@@ -50,7 +50,14 @@ from agents.callbacks import FINAL_METRICS, LatencyMetrics, RunInfo
 from agents.config import ConfigError, TrainConfig, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env
 from agents.files import atomic_path, write_text
-from agents.registry import SB3_NAMES, load_policy, make_policy, valid_names
+from agents.registry import (
+    SB3_NAMES,
+    UnknownPolicyName,
+    check_fixed_policy_name,
+    load_policy,
+    make_policy,
+    valid_names,
+)
 from agents.sb3_factory import ALGORITHMS, SB3Agent, load_hyperparams, make_sb3, wrap_for
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
 
@@ -136,7 +143,14 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     env = env_for(config)
     if any(w != "none" for w in specs):
         try:
+            check_fixed_policy_name(config.conservative, "--conservative")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
             make_policy(config.conservative, env)
+        except UnknownPolicyName:
+            raise ConfigError(f"--conservative: unknown policy {config.conservative!r}; valid "
+                              f"names: {valid_names(learners=False)}") from None
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"--conservative: {exc}") from None
     for agent in dict.fromkeys(agents):

@@ -252,7 +252,7 @@ class InferenceAllocEnv(gym.Env):
 
     def stage_masks(self) -> np.ndarray:
         """(3, D) bool: may stage s run on device d for the current task?"""
-        self._require_reset()
+        self._require_reset("stage_masks")
         self._masks(self._current_task())
         memo = self._mask_memo
         assert memo is not None
@@ -329,6 +329,7 @@ class InferenceAllocEnv(gym.Env):
 
     def action_masks(self) -> np.ndarray:
         """Flat mask over [stage0 devices, stage1 devices, stage2 devices] for MaskablePPO."""
+        self._require_reset("action_masks")
         return self.stage_masks().reshape(-1)
 
     def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
@@ -437,9 +438,10 @@ class InferenceAllocEnv(gym.Env):
                           [b - now for b in st.busy_until], st.online,
                           last[1].breakdown() if last else None)
 
-    def _require_reset(self) -> None:
+    def _require_reset(self, caller: str = "step") -> None:
         if self._episode is None:
-            raise RuntimeError("call reset() before step(): the environment has no task stream yet")
+            raise RuntimeError(f"call reset() before {caller}(): the environment has no task "
+                               f"stream yet")
         if self._index >= len(self._episode.tasks):
             raise RuntimeError("the episode is over (truncated); call reset() to start a new one")
 

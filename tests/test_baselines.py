@@ -508,7 +508,8 @@ def test_gate_keeps_the_previous_fractions_in_the_split_env() -> None:
 
 
 # ----------------------------------------------------------------------------- registry + files
-SAVE_NAMES = [*POLICY_NAMES, "gated-heft-calibrated", "gated-random", "gated-best-static"]
+SAVE_NAMES = [*POLICY_NAMES, "static:cpu,gpu,gpu", "gated-heft-calibrated", "gated-random",
+              "gated-best-static"]
 
 
 @pytest.mark.parametrize("name", [n for n in SAVE_NAMES if n != "oracle"])

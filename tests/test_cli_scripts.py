@@ -168,6 +168,8 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--hardware", "mainframe"], "edge, server"),
     (["--warmup", "lots"], "conservative, clone, guard"),
     (["--conservative", "psychic"], "heft-calibrated"),
+    # a learner would act untrained as the "conservative" policy; the list then offers none
+    (["--conservative", "ppo"], "'ppo' is a learning agent; it needs a fixed policy: all-cpu"),
     (["--hp", "warp_speed=9"], "warp_speed"),
     (["--env-id", "InferenceAllocSplit-v0", "--agents", "dqn"], "discrete actions"),
     (["--hp", "gamma=abc"], "gamma must be a number"),
@@ -223,6 +225,7 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     (["--online", "--no-online"], "contradict"),
     (["--reproduce-article", "--scenarios", "bursty"], "--scenarios is not used there"),
     (["--online", "--scenarios", "article", "bursty"], "one scenario"),
+    (["--baselines", "gated-dqn"], "baseline 'gated-dqn' is a learning agent"),
     # --seeds is a count here, a list in train.py: a seed typed as a count would run for days
     (["--seeds", "10000"], "pass --seeds 1 --seed-base 10000"),
     (["--online-seeds", "5000"], "pass --online-seeds 1 --seed-base 5000"),
@@ -234,6 +237,17 @@ def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
     assert not (tmp_path / "results").exists()
+
+
+def test_an_unknown_baseline_is_the_only_line_and_lists_fixed_policies(tmp_path, capsys) -> None:
+    main = load_main("evaluate.py")
+    assert main(["--baselines", "nope", "--runs", str(tmp_path / "none"), "--no-online",
+                 "--out", str(tmp_path / "results")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""          # not "no trained models ...; evaluating the baselines"
+    (line,) = captured.err.splitlines()
+    assert line.startswith("evaluate.py: error: unknown baseline 'nope'; valid names: all-cpu")
+    assert "ppo" not in line and "static:cpu,gpu,gpu" not in line and "static:<load>" in line
 
 
 def test_evaluate_seeds_given_as_a_list_says_it_is_a_count(tmp_path, capsys) -> None:

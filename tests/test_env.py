@@ -230,10 +230,12 @@ def test_a_valid_trace_csv_replays(tmp_path: Path) -> None:
 @pytest.mark.parametrize("env_id", IDS)
 def test_step_before_reset_and_after_the_end_say_reset(env_id: str) -> None:
     raw = make(env_id, episode_tasks=2).unwrapped
-    with pytest.raises(RuntimeError, match="reset"):
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
         raw.step(raw.action_space.sample())
-    with pytest.raises(RuntimeError, match="reset"):
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before action_masks\(\)"):
         raw.action_masks()
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before stage_masks\(\)"):
+        raw.stage_masks()
     wrapped = make(env_id, episode_tasks=2)
     with pytest.raises(ResetNeeded, match="reset"):
         wrapped.step(wrapped.action_space.sample())
