@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.sb3_factory import parse_overrides
+from envs.scenario import MAX_EPISODE_TASKS
 from inference.yamlio import describe_yaml_error, safe_load
 
 C = TypeVar("C")
@@ -100,8 +101,8 @@ class TrainConfig:
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
         _require(self.clone_samples is None or self.clone_samples >= 10,
                  "--clone-samples must be >= 10")
-        _require(self.episode_tasks is None or self.episode_tasks >= 1,
-                 "--episode-tasks must be >= 1")
+        _require(self.episode_tasks is None or 1 <= self.episode_tasks <= MAX_EPISODE_TASKS,
+                 f"--episode-tasks must lie in 1..{MAX_EPISODE_TASKS}")
 
 
 @dataclass
@@ -153,8 +154,8 @@ class EvalConfig:
                      f"{flag} 1 --seed-base {count}")
         _require(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
         _require(self.online_samples >= 10, "--online-samples must be >= 10")
-        _require(self.episode_tasks is None or self.episode_tasks >= 2,
-                 "--episode-tasks must be >= 2")
+        _require(self.episode_tasks is None or 2 <= self.episode_tasks <= MAX_EPISODE_TASKS,
+                 f"--episode-tasks must lie in 2..{MAX_EPISODE_TASKS}")
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
 from bisect import bisect_left
 from typing import Any
 
@@ -13,7 +15,7 @@ from gymnasium import spaces
 
 from envs.reference import ReferencePlanner
 from envs.render import draw_frame
-from envs.scenario import Scenario, load_scenario
+from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, Scenario, load_scenario
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.hardware import load_hardware
 from inference.model_config import get_model
@@ -114,11 +116,11 @@ class InferenceAllocEnv(gym.Env):
     - `hardware`: preset name (`server`, `edge`) or YAML path; default the scenario's.
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
-    - `episode_tasks`: tasks per episode (>= 1); default the scenario's.
+    - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's.
     - `reward`: `latency` or `relative`.
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
       trace format; replaces the scenario's synthetic task sizes and arrivals.
-    - `noise`: sigma of the multiplicative log-normal stage-time noise (>= 0).
+    - `noise`: sigma of the multiplicative log-normal stage-time noise (0 .. 2).
     - `reference`: if True, `info` also carries the best-static and per-step oracle
       latencies for the same state (costs ~D**3 simulations per step).
     - `render_mode`: `None`, `ansi` (a line per task: placement, latency, breakdown) or
@@ -134,17 +136,22 @@ class InferenceAllocEnv(gym.Env):
                  reference: bool = False, render_mode: str | None = None) -> None:
         sc = load_scenario(scenario)
         if episode_tasks is not None:
-            if isinstance(episode_tasks, bool) or not isinstance(episode_tasks, (int, np.integer)) or episode_tasks < 1:
-                raise ValueError(f"episode_tasks must be a positive integer, got {episode_tasks!r}")
+            if isinstance(episode_tasks, bool) or not isinstance(episode_tasks, (int, np.integer)) \
+                    or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
+                raise ValueError(f"episode_tasks must be an integer in 1..{MAX_EPISODE_TASKS}, "
+                                 f"got {episode_tasks!r}")
             sc = dataclasses.replace(sc, episode_tasks=int(episode_tasks))
         if noise is not None:
-            if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
-                raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+            if isinstance(noise, (bool, np.bool_)) or not isinstance(noise, numbers.Real) \
+                    or not 0 <= noise <= MAX_NOISE:   # NaN fails the comparison too
+                raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
             sc = dataclasses.replace(sc, noise=float(noise))
+        if reference not in (True, False):   # "no" would count as True
+            raise ValueError(f"reference must be True or False, got {reference!r}")
         if trace is not None:
-            if not isinstance(trace, str):
+            if not isinstance(trace, (str, os.PathLike)):
                 raise ValueError(f"trace must be a trace name or a CSV path, got {trace!r}")
-            sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=trace))
+            sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=os.fspath(trace)))
         if hardware is not None:
             sc = dataclasses.replace(sc, hardware=str(hardware))
         if variant is not None:
@@ -391,6 +398,11 @@ class InferenceAllocEnv(gym.Env):
         if self.reference or self.reward_kind == "relative":
             refs = self.planner.references(task, noise, masks, penalty, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
+        if not math.isfinite(res.latency):   # only a Scenario or Hardware built past the loaders
+            raise RuntimeError(
+                f"task {index} simulated to a latency of {res.latency}: a figure of scenario "
+                f"{self.scenario.name!r} or hardware {self.scenario.hardware!r} lies outside any "
+                f"plausible range (the YAML loaders refuse such values); reset() after fixing it")
         if self._clients:
             self._submit_next(index, task.arrival + res.latency)
         # Looked up once: hashing the nested shares tuple is a good part of the lookup's cost.

@@ -73,14 +73,28 @@ def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
 
+# Plausible bounds, far beyond any real workload, that keep every drawn size inside int64 and
+# every interval and latency finite (beyond them numpy overflowed and reset() failed naming
+# no field), and an episode's arrays in memory.
+MAX_QUANTITY = 1e9          # tokens, batch size: any distribution parameter
+MAX_EPISODE_TASKS = 1_000_000
+MAX_DOMAINS = 1_000_000
+MIN_RATE = 1e-6             # requests/s, burst multiplier, trace time scale
+MAX_NOISE = 2.0             # sigma of log-normal noise: e^(4 sigma) = 3000x at most
+MAX_SECONDS = 3600.0        # a dispatch penalty or replacement overhead
+MAX_CONTENTION = 10.0       # bandwidth share a peer takes: 1 = doubles memory time per peer
+
+
 def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = True,
-            integer: bool = False) -> float:
+            integer: bool = False, high: float | None = None) -> float:
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise ValueError(f"scenario field {where} must be a finite number, got {raw!r}")
     if integer and int(raw) != raw:
         raise ValueError(f"scenario field {where} must be an integer, got {raw!r}")
     if low is not None and (raw <= low if strict else raw < low):
         raise ValueError(f"scenario field {where} must be {'>' if strict else '>='} {low}, got {raw!r}")
+    if high is not None and raw > high:
+        raise ValueError(f"scenario field {where} must be <= {high:g}, got {raw!r}")
     return float(raw)
 
 
@@ -129,9 +143,10 @@ class Distribution:
             if key in ("values", "weights"):
                 if not isinstance(value, list) or not value:
                     raise ValueError(f"scenario field {where}.{key} must be a non-empty list")
-                args[key] = tuple(_number(v, f"{where}.{key}", low=0.0, strict=key == "values") for v in value)
+                args[key] = tuple(_number(v, f"{where}.{key}", low=0.0, strict=key == "values",
+                                          high=MAX_QUANTITY) for v in value)
             else:
-                args[key] = _number(value, f"{where}.{key}", low=0.0, strict=False)
+                args[key] = _number(value, f"{where}.{key}", low=0.0, strict=False, high=MAX_QUANTITY)
         out = cls(**args)
         if kind == "choice" and out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):
             raise ValueError(f"scenario field {where}.weights must match values and sum to > 0")
@@ -219,12 +234,14 @@ def _section(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
         raise ValueError(f"scenario field {where} must be a mapping")
     unknown = set(raw) - allowed
     if unknown:
-        raise ValueError(f"scenario field {where} has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+        raise ValueError(f"scenario field {where} has unknown keys "
+                         f"{sorted(unknown, key=str)}; allowed: {sorted(allowed)}")
     return raw
 
 
-def _int(raw: Any, where: str, low: float = 0.0, strict: bool = True) -> int:
-    return int(_number(raw, where, low=low, strict=strict, integer=True))
+def _int(raw: Any, where: str, low: float = 0.0, strict: bool = True,
+         high: float | None = None) -> int:
+    return int(_number(raw, where, low=low, strict=strict, integer=True, high=high))
 
 
 def _near(value: str, base_dir: Path | None, preset: bool) -> str:
@@ -253,7 +270,8 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
         burst = Burst(
             _int(b.get("period", 40), "workload.burst.period"),
             _int(b.get("length", 10), "workload.burst.length"),
-            _number(b.get("rate_multiplier", 5.0), "workload.burst.rate_multiplier"),
+            _number(b.get("rate_multiplier", 5.0), "workload.burst.rate_multiplier",
+                    low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         )
         if burst.length > burst.period:
             raise ValueError("scenario field workload.burst.length must be <= workload.burst.period")
@@ -263,16 +281,18 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
     if trace is not None:
         trace = _near(trace, base_dir, preset=trace in TRACES)
     workload = Workload(
-        arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate"),
+        arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate",
+                             low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
         burst=burst,
         batch=Distribution.parse(w_raw.get("batch", 16), "workload.batch"),
         prompt_tokens=Distribution.parse(w_raw.get("prompt_tokens", 4096), "workload.prompt_tokens"),
         output_tokens=Distribution.parse(w_raw.get("output_tokens", 128), "workload.output_tokens"),
-        domains=_int(w_raw.get("domains", w.domains), "workload.domains"),
+        domains=_int(w_raw.get("domains", w.domains), "workload.domains", high=MAX_DOMAINS),
         zipf=_number(w_raw.get("zipf", w.zipf), "workload.zipf", strict=False),
         trace=trace,
-        trace_time_scale=_number(w_raw.get("trace_time_scale", 1.0), "workload.trace_time_scale"),
+        trace_time_scale=_number(w_raw.get("trace_time_scale", 1.0), "workload.trace_time_scale",
+                                 low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         trace_window_s=_number(w_raw.get("trace_window_s", 0.5), "workload.trace_window_s", strict=False),
         trace_max_batch=_int(w_raw.get("trace_max_batch", 32), "workload.trace_max_batch"),
     )
@@ -290,8 +310,10 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
     sim = SimulatorSpec(
         prefetch_depth=_int(s_raw.get("prefetch_depth", 1), "simulator.prefetch_depth", strict=False),
         replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", 0.0),
-                                       "simulator.replacement_overhead_s", strict=False),
-        contention=_number(s_raw.get("contention", 1.0), "simulator.contention", strict=False),
+                                       "simulator.replacement_overhead_s", strict=False,
+                                       high=MAX_SECONDS),
+        contention=_number(s_raw.get("contention", 1.0), "simulator.contention", strict=False,
+                           high=MAX_CONTENTION),
     )
     faults = []
     faults_raw = top.get("faults") or []
@@ -327,10 +349,11 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
         hardware=hardware,
         variant=variant,
         model=str(top.get("model", d.model)),
-        episode_tasks=_int(top.get("episode_tasks", d.episode_tasks), "episode_tasks"),
-        noise=_number(top.get("noise", d.noise), "noise", strict=False),
+        episode_tasks=_int(top.get("episode_tasks", d.episode_tasks), "episode_tasks",
+                           high=MAX_EPISODE_TASKS),
+        noise=_number(top.get("noise", d.noise), "noise", strict=False, high=MAX_NOISE),
         failed_dispatch_s=_number(top.get("failed_dispatch_s", d.failed_dispatch_s), "failed_dispatch_s",
-                                  strict=False),
+                                  strict=False, high=MAX_SECONDS),
         workload=workload, cache=cache, simulator=sim, faults=tuple(faults), source=origin,
     )
 

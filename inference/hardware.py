@@ -143,21 +143,40 @@ class Hardware:
         return Hardware(self.name, tuple(devices), self.links, self.disk_bandwidth)
 
 
-def _positive(value: Any, where: str) -> float:
+# Plausible ranges, wide enough for any real device and narrow enough that no latency the
+# simulator sums can overflow to inf: a rate (FLOP/s, B/s, bytes) of at least 1, a time
+# (launch overhead, link latency) of at most an hour.
+RATE_RANGE = (1.0, 1e30)
+SECONDS_MAX = 3600.0
+FRACTION_MIN = 1e-6        # efficiencies and hit rates
+
+
+def _positive(value: Any, where: str, low: float = 0.0, high: float = math.inf) -> float:
     if value is None:
         raise ValueError(f"{where} is missing (a number > 0 is required)")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where} must be a number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{where} must be a finite number > 0, got {value!r}")
+    if value < low or value > high:
+        raise ValueError(f"{where} must lie in [{low:g}, {high:g}], got {value!r}")
     return float(value)
 
 
-def _non_negative(value: Any, where: str) -> float:
+def _figure(value: Any, where: str, key: str) -> float:
+    """A device or link figure, in its plausible range (a time when it is an overhead)."""
+    if key in ("launch_overhead", "latency"):
+        return _positive(value, where, high=SECONDS_MAX)
+    return _positive(value, where, *RATE_RANGE)
+
+
+def _non_negative(value: Any, where: str, high: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{where} must be a finite number >= 0, got {value!r}")
+    if value > high:
+        raise ValueError(f"{where} must be at most {high:g}, got {value!r}")
     return float(value)
 
 
@@ -178,8 +197,8 @@ def _fractions(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, float]:
         if key not in raw:
             raise ValueError(f"{where}.{key} is missing")
         value = _positive(raw[key], f"{where}.{key}")
-        if value > 1:
-            raise ValueError(f"{where}.{key} must be a fraction in (0, 1], got {value}")
+        if value > 1 or value < FRACTION_MIN:   # a near-zero efficiency makes a rate ~0, times inf
+            raise ValueError(f"{where}.{key} must be a fraction in [{FRACTION_MIN:g}, 1], got {value}")
         out[key] = value
     return out
 
@@ -197,13 +216,14 @@ def _device(raw: Any, i: int) -> DeviceProfile:
     kind = raw.get("kind")
     if kind not in DEVICE_KINDS:
         raise ValueError(f"{where}.kind must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
-    nominal = {k: _positive(raw.get(k), f"{where}.{k}") for k in _TRUE_FIELDS}
+    nominal = {k: _figure(raw.get(k), f"{where}.{k}", k) for k in _TRUE_FIELDS}
     true_raw = raw.get("true_figures") or {}
     if not isinstance(true_raw, dict):
         raise ValueError(f"{where}.true_figures must be a mapping that may set "
                          f"{', '.join(_TRUE_FIELDS)}")
     _known_keys(true_raw, _TRUE_FIELDS, f"{where}.true_figures")
-    true = {k: _positive(true_raw.get(k, nominal[k]), f"{where}.true_figures.{k}") for k in _TRUE_FIELDS}
+    true = {k: _figure(true_raw.get(k, nominal[k]), f"{where}.true_figures.{k}", k)
+            for k in _TRUE_FIELDS}
     domain = raw.get("memory_domain", name)
     if not isinstance(domain, str) or not domain:
         raise ValueError(f"{where}.memory_domain must be a non-empty string")
@@ -212,7 +232,7 @@ def _device(raw: Any, i: int) -> DeviceProfile:
         kind=kind,
         peak_flops=true["peak_flops"],
         mem_bandwidth=true["mem_bandwidth"],
-        memory=_positive(raw.get("memory"), f"{where}.memory"),
+        memory=_figure(raw.get("memory"), f"{where}.memory", "memory"),
         memory_domain=domain,
         launch_overhead=true["launch_overhead"],
         op_efficiency=_fractions(raw.get("op_efficiency"), OP_CLASSES, f"{where}.op_efficiency"),
@@ -222,7 +242,7 @@ def _device(raw: Any, i: int) -> DeviceProfile:
         cache_hit_rate=_fractions(raw.get("cache_hit_rate"), PATTERNS, f"{where}.cache_hit_rate"),
         nominal=(nominal["peak_flops"], nominal["mem_bandwidth"], nominal["launch_overhead"]),
         source=str(raw.get("source", "")),
-        setup_s=_non_negative(raw.get("setup_s", 0.0), f"{where}.setup_s"),
+        setup_s=_non_negative(raw.get("setup_s", 0.0), f"{where}.setup_s", high=SECONDS_MAX),
     )
 
 
@@ -257,11 +277,11 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
         if not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]:
             raise ValueError(f"hardware {origin}: {where}.between must name two different devices")
         for end in pair:
-            if end not in index:
+            if not isinstance(end, str) or end not in index:   # a list is unhashable
                 raise ValueError(f"hardware {origin}: {where}.between names unknown device {end!r}")
         link = Link(
-            _positive(link_raw.get("bandwidth"), f"{where}.bandwidth"),
-            _positive(link_raw.get("latency"), f"{where}.latency"),
+            _figure(link_raw.get("bandwidth"), f"{where}.bandwidth", "bandwidth"),
+            _figure(link_raw.get("latency"), f"{where}.latency", "latency"),
         )
         a, b = index[pair[0]], index[pair[1]]
         links[(a, b)] = links[(b, a)] = link
@@ -272,7 +292,7 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
                     f"hardware {origin}: no link between {names[a]} and {names[b]}; "
                     "every pair of devices needs one"
                 )
-    disk = _positive(raw.get("disk_bandwidth"), "disk_bandwidth")
+    disk = _figure(raw.get("disk_bandwidth"), "disk_bandwidth", "disk_bandwidth")
     return Hardware(name, devices, links, disk)
 
 
@@ -284,8 +304,14 @@ def preset_names() -> list[str]:
 
 def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:
     """(parsed YAML, origin) for a preset name in `preset_dir` or a path to a YAML file."""
+    if not isinstance(spec, (str, Path)) or not str(spec).strip():
+        names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
+        raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
+                         f"got {spec!r}")
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise ValueError(f"{what} file {path} is a folder, not a YAML file")
         if not path.is_file():
             raise ValueError(f"{what} file {path} does not exist")
         return load_yaml_file(path, f"{what} file"), str(path)

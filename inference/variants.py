@@ -49,10 +49,10 @@ def resolve_variant(spec: str | Mapping[str, str]) -> dict[str, str]:
         raise ValueError(f"variant must be a recipe name or a mapping, got {type(spec).__name__}")
     if set(spec) != set(STAGES):
         raise ValueError(
-            f"variant mapping needs exactly the stages {', '.join(STAGES)}; got {sorted(spec)}"
+            f"variant mapping needs exactly the stages {', '.join(STAGES)}; got {sorted(spec, key=str)}"
         )
     for stage in STAGES:
-        if spec[stage] not in IMPLEMENTATIONS[stage]:
+        if not isinstance(spec[stage], str) or spec[stage] not in IMPLEMENTATIONS[stage]:
             raise ValueError(
                 f"unknown {stage} implementation {spec[stage]!r}; "
                 f"known: {', '.join(IMPLEMENTATIONS[stage])}"

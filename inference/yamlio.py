@@ -47,3 +47,5 @@ def load_yaml_file(path: Path, what: str) -> Any:
             return safe_load(fh)
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {path}: malformed YAML at {describe_yaml_error(exc)}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not UTF-8 text") from None

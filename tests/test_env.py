@@ -174,16 +174,33 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     ({"variant": "glm-6"}, "unknown variant 'glm-6'"),
     ({"variant": {"load": "direct", "prefill": "window"}}, "variant mapping"),
     ({"reward": "throughput"}, "reward must be one of latency, relative"),
-    ({"episode_tasks": 0}, "episode_tasks must be a positive integer"),
-    ({"episode_tasks": 2.5}, "episode_tasks must be a positive integer"),
-    ({"noise": -0.1}, "noise must be a finite number >= 0"),
-    ({"noise": float("nan")}, "noise must be a finite number >= 0"),
+    ({"episode_tasks": 0}, r"episode_tasks must be an integer in 1\.\.1000000"),
+    ({"episode_tasks": 2.5}, "episode_tasks must be an integer"),
+    ({"episode_tasks": 10**12}, "episode_tasks must be an integer"),   # was a 7 TiB MemoryError
+    ({"noise": -0.1}, r"noise must be a number in \[0, 2.0\]"),
+    ({"noise": float("nan")}, r"noise must be a number in \[0, 2.0\]"),
+    ({"noise": 1000.0}, r"noise must be a number in \[0, 2.0\]"),  # latency inf, obs off-space
+    ({"reference": "no"}, "reference must be True or False"),      # a string counted as True
     ({"trace": "no-such-trace"}, "unknown trace 'no-such-trace'"),
+    ({"trace": Path("/no/such.csv")}, "trace file not found"),     # a Path is a path
+    ({"scenario": None}, "scenario must be a preset name .* or a path to a YAML file, got None"),
+    ({"scenario": "/"}, "scenario file / is a folder, not a YAML file"),
+    ({"hardware": ""}, "hardware must be a preset name"),
+    ({"variant": {"load": {"a": 1}, "prefill": "dynamic", "decode": "hierarchical"}},
+     "unknown load implementation"),                               # was: unhashable dict
+    ({"variant": {1: "x", "load": "direct", "prefill": "dynamic", "decode": "hierarchical"}},
+     "variant mapping needs exactly the stages"),                  # was: int < str TypeError
 ])
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_argument_is_a_value_error(env_id: str, kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make(env_id, **kwargs)
+
+
+def test_numpy_numbers_are_numbers() -> None:
+    env = make(V0, noise=np.float32(0.1), episode_tasks=np.int64(3))
+    assert env.unwrapped.scenario.noise == pytest.approx(0.1)
+    assert env.unwrapped.scenario.episode_tasks == 3
 
 
 @pytest.mark.parametrize("env_cls", [envs.InferenceAllocEnv, envs.InferenceAllocSplitEnv])

@@ -229,6 +229,38 @@ def test_every_shipped_scenario_loads(name: str) -> None:
     assert load_scenario(name).name == name
 
 
+@pytest.mark.parametrize(("raw", "message"), [
+    # Each used to load, then overflow numpy at reset() with a message naming no field (or
+    # take gigabytes, or give an infinite latency).
+    ({"workload": {"prompt_tokens": {"value": 1e19, "max": 1e20}}},
+     "workload.prompt_tokens.value must be <= 1e+09"),
+    ({"workload": {"batch": {"dist": "normal", "mean": 1e308, "std": 1e308}}},
+     "workload.batch.mean must be <= 1e+09"),
+    ({"workload": {"arrival_rate": 1e-320}}, "workload.arrival_rate must be >= 1e-06"),
+    ({"workload": {"burst": {"period": 2, "length": 1, "rate_multiplier": 1e-320}}},
+     "workload.burst.rate_multiplier must be >= 1e-06"),
+    ({"workload": {"domains": 10**8}}, "workload.domains must be <= 1e+06"),
+    ({"episode_tasks": 10**29}, "episode_tasks must be <= 1e+06"),
+    ({"noise": 1000}, "noise must be <= 2"),
+    ({"simulator": {"replacement_overhead_s": 1e308}}, "replacement_overhead_s must be <= 3600"),
+    ({"simulator": {"contention": 1e9}}, "simulator.contention must be <= 10"),
+    # keys of mixed types used to fail sorting them for the message (int < str)
+    ({1: 2, "foo": 3}, "<top level> has unknown keys [1, 'foo']"),
+    ({"workload": {1: 2, "foo": 3}}, "workload has unknown keys [1, 'foo']"),
+])
+def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        scenario_from_dict(raw, "test")
+    assert message in str(info.value)
+
+
+def test_a_scenario_file_that_is_not_utf8_names_the_file(tmp_path: Any) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"\xff\xfe bad")
+    with pytest.raises(ValueError, match=f"scenario file {path} is not UTF-8 text"):
+        load_scenario(str(path))
+
+
 @pytest.mark.parametrize(
     ("field", "spec", "fragments"),
     [

@@ -120,6 +120,15 @@ def test_unknown_names_are_refused_with_the_known_ones():
     (lambda r: r.update(links=r["links"][:2]), "no link between gpu and npu"),
     (lambda r: r["links"][0].update(between=["cpu", "tpu"]), "unknown device 'tpu'"),
     (lambda r: r.update(devices=[]), "devices"),
+    # positive but implausible figures used to give inf/NaN latencies instead of an error
+    (lambda r: device(r, "gpu").update(peak_flops=1e-300), r"devices\[gpu\]\.peak_flops must lie in"),
+    (lambda r: r["links"][0].update(bandwidth=1e-300), r"links\[0\]\.bandwidth must lie in"),
+    (lambda r: r.update(disk_bandwidth=1e-300), r"disk_bandwidth must lie in \[1, 1e\+30\]"),
+    (lambda r: device(r, "cpu").update(launch_overhead=1e308), r"launch_overhead must lie in"),
+    (lambda r: device(r, "gpu")["op_efficiency"].update(dynamic=1e-300),
+     r"op_efficiency\.dynamic must be a fraction in \[1e-06, 1\]"),
+    (lambda r: device(r, "gpu").update(setup_s=1e308), r"setup_s must be at most 3600"),
+    (lambda r: r["links"][0].update(between=[["cpu"], "gpu"]), "unknown device"),  # unhashable
 ])
 def test_a_bad_profile_names_the_offending_field(change, field):
     with pytest.raises(ValueError, match=field):
