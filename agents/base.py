@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agents.files import atomic_path, zip_target
 
 POLICY_FILE = "policy.json"
 
@@ -43,19 +44,9 @@ class Policy:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write `path` (a .zip) atomically: a temp file in the same folder, then rename."""
-        target = Path(path)
-        if target.suffix != ".zip":
-            target = target.with_suffix(".zip")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(tmp, "w") as zf:
-                zf.writestr(POLICY_FILE, json.dumps({"name": self.name, "config": self.config()}))
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        target = zip_target(path)
+        with atomic_path(target) as tmp, zipfile.ZipFile(tmp, "w") as zf:
+            zf.writestr(POLICY_FILE, json.dumps({"name": self.name, "config": self.config()}))
         return target
 
 

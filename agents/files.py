@@ -30,6 +30,21 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def zip_target(path: str | os.PathLike[str]) -> Path:
+    """Where a model saved as `path` goes: `path` if it ends in .zip, else `path` + ".zip", as
+    SB3 names it ("ppo.v1" -> "ppo.v1.zip"; replacing the suffix made "ppo.v1" and "ppo.v2"
+    the same file). A folder there, or a file where a parent folder should be, is a ValueError."""
+    target = Path(path)
+    if target.suffix != ".zip":
+        target = target.with_name(target.name + ".zip")
+    if target.is_dir():
+        raise ValueError(f"cannot save a model as {target}: it is a folder")
+    for parent in target.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"cannot save a model as {target}: {parent} is a file, not a folder")
+    return target
+
+
 def write_text(target: str | os.PathLike[str], text: str) -> Path:
     with atomic_path(target) as tmp:
         tmp.write_text(text, encoding="utf-8")

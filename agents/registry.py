@@ -152,8 +152,10 @@ def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
     ``x.zip``, as SB3 does), and ValueError naming it when it is not a valid model file.
     """
     p = Path(path)
-    if not p.exists() and p.suffix != ".zip" and p.with_suffix(".zip").is_file():
-        p = p.with_suffix(".zip")
+    if not p.exists() and p.suffix != ".zip" and p.with_name(p.name + ".zip").is_file():
+        p = p.with_name(p.name + ".zip")        # as SB3's load finds "x" saved as "x.zip"
+    if p.is_dir():
+        raise ValueError(f"model file {p} is a folder, not a model zip")
     if not p.is_file():
         raise FileNotFoundError(f"model file {p} does not exist")
     saved = read_policy_file(p)          # ValueError naming the path if corrupt

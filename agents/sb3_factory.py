@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -32,6 +33,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy
+from agents.files import zip_target
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
 from inference.yamlio import describe_yaml_error, safe_load
 
@@ -156,11 +158,9 @@ class SB3Agent(Policy):
         return self
 
     def save(self, path: Any) -> Path:
-        target = Path(path)
-        if target.suffix != ".zip":
-            target = target.with_suffix(".zip")
+        target = zip_target(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.stem + ".tmp.zip")
+        tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp.zip")   # SB3 wants a .zip
         try:
             self.model.save(tmp)
             tmp.replace(target)

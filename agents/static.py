@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agents.base import Policy
+from agents.files import write_text
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import CALIBRATION_SEED, CALIBRATION_TASKS
 
@@ -192,21 +192,13 @@ def search_best_static(env: Any, path: str | os.PathLike[str] | None = None) -> 
     found = tuple(int(d) for d in base.planner.best_static)
     placement: Placement = (found[0], found[1], found[2])
     if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
         record = {
             "key": key, "scenario": base.scenario.name, "hardware": base.hardware.name,
             "variant": base.variant, "devices": list(base.device_names),
             "placement": list(placement),
             "placement_names": [base.device_names[d] for d in placement],
         }
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(record, fh, indent=2)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text(target, json.dumps(record, indent=2))
     return placement
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -525,6 +526,34 @@ def test_every_agent_saves_and_loads(name: str, tmp_path: Path, article: Inferen
     assert type(loaded) is type(policy) and loaded.name == policy.name
     np.testing.assert_array_equal(loaded.predict(episode_obs)[0], policy.predict(episode_obs)[0])
     assert load_policy(tmp_path / "agent", article).name == policy.name   # .zip is optional
+
+
+def test_a_dotted_name_gets_zip_appended_not_its_suffix_replaced(
+        tmp_path: Path, article: InferenceAllocEnv) -> None:
+    """"heft.v1" and "heft.v2" both used to become heft.zip, the second overwriting the first."""
+    heft, calibrated = make_policy("heft", article), make_policy("heft-calibrated", article)
+    assert heft.save(tmp_path / "m.v1") == tmp_path / "m.v1.zip"
+    assert calibrated.save(tmp_path / "m.v2") == tmp_path / "m.v2.zip"
+    assert load_policy(tmp_path / "m.v1", article).name == "heft"        # found as SB3 finds it
+    assert load_policy(tmp_path / "m.v2", article).name == "heft-calibrated"
+    umask = os.umask(0)
+    os.umask(umask)
+    # a plain file's mode, as SB3's own saves have (mkstemp's 0600 hid policies from others)
+    assert (tmp_path / "m.v1.zip").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("where", ["folder", "under-a-file"])
+def test_saving_onto_a_folder_or_under_a_file_names_the_path(
+        tmp_path: Path, article: InferenceAllocEnv, where: str) -> None:
+    (tmp_path / "x.zip").mkdir()
+    (tmp_path / "f").write_text("a file")
+    target = tmp_path / ("x.zip" if where == "folder" else "f/model.zip")
+    message = "it is a folder" if where == "folder" else f"{tmp_path / 'f'} is a file"
+    with pytest.raises(ValueError, match=f"cannot save a model as {target}: {message}"):
+        make_policy("heft", article).save(target)
+    with pytest.raises(ValueError, match="is a folder, not a model zip"):
+        load_policy(tmp_path / "x.zip", article)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "x.zip"]     # nothing left
 
 
 def test_the_oracle_saves_and_loads(tmp_path: Path) -> None:
