@@ -329,7 +329,10 @@ class HeftPolicy(Policy):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], env: Any) -> HeftPolicy:
-        return cls(env, calibrated=bool(config.get("calibrated", False)))
+        calibrated = config.get("calibrated", False)
+        if not isinstance(calibrated, bool):   # bool("x") loaded a file's typo as calibrated
+            raise ValueError(f"'calibrated' must be true or false, got {calibrated!r}")
+        return cls(env, calibrated=calibrated)
 
     def __repr__(self) -> str:
         return f"HeftPolicy({self.name!r})"

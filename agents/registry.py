@@ -169,5 +169,6 @@ def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, TypeError) and "InferenceAlloc" in str(exc):
             raise       # the env is wrong, not the file
+        reason = f"its config has no {exc.args[0]!r} entry" if isinstance(exc, KeyError) else exc
         raise ValueError(f"model file {p} does not hold a loadable policy ({name!r}): "
-                         f"{exc}") from None
+                         f"{reason}") from None

@@ -208,6 +208,12 @@ def best_static(env: Any, path: str | os.PathLike[str] | None = None) -> StaticP
 
 
 # ----------------------------------------------------------------------------- random
+def _seed(seed: Any) -> int:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"random policy seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
 class RandomPolicy(Policy):
     """Uniformly random actions from a seeded generator: the floor any allocator must beat.
 
@@ -224,13 +230,13 @@ class RandomPolicy(Policy):
             raise TypeError(f"RandomPolicy supports MultiDiscrete and Box action spaces, "
                             f"got {action_space}")
         self.action_space = action_space
-        self.seed = int(seed)
+        self.seed = _seed(seed)
         self.rng = np.random.default_rng(self.seed)
 
     def reset(self, seed: int | None = None) -> None:
         """Restart the action stream (from `seed`, or from the policy's own seed)."""
         if seed is not None:
-            self.seed = int(seed)
+            self.seed = _seed(seed)
         self.rng = np.random.default_rng(self.seed)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -251,7 +257,7 @@ class RandomPolicy(Policy):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], env: Any) -> RandomPolicy:
-        policy = cls(unwrap_env(env).action_space, int(config.get("seed", 0)))
+        policy = cls(unwrap_env(env).action_space, config.get("seed", 0))
         if config.get("rng_state") is not None:
             policy.rng.bit_generator.state = config["rng_state"]
         return policy

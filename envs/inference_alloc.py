@@ -174,6 +174,7 @@ class InferenceAllocEnv(gym.Env):
         device_names = self.hardware.device_names
         for fault in sc.faults:
             self.hardware.device_id(fault.device)   # unknown device -> ValueError
+        self._check_someone_is_online(sc)
         config = SimConfig(
             prefetch_depth=sc.simulator.prefetch_depth,
             replacement_overhead_s=sc.simulator.replacement_overhead_s,
@@ -478,6 +479,17 @@ class InferenceAllocEnv(gym.Env):
     def _current_task(self) -> Task:
         assert self._episode is not None
         return self._episode.tasks[min(self._index, len(self._episode.tasks) - 1)]
+
+    def _check_someone_is_online(self, sc: Scenario) -> None:
+        """Refuse faults that take every device offline at once: the tasks would have nowhere
+        to run (the fallback used to send them to an offline device). Windows overlap iff
+        they share the latest of their starts, so checking each start suffices."""
+        offline = [f for f in sc.faults if f.kind == "offline"]
+        for t in sorted({f.start_task for f in offline}):
+            down = {f.device for f in offline if f.start_task <= t < f.end_task}
+            if len(down) == len(self.hardware.device_names):
+                raise ValueError(f"scenario {sc.name!r}: its faults take every device offline "
+                                 f"at task {t}; at least one must stay online")
 
     def _apply_faults(self) -> None:
         if not self.scenario.faults:

@@ -143,10 +143,13 @@ class Distribution:
             if key in ("values", "weights"):
                 if not isinstance(value, list) or not value:
                     raise ValueError(f"scenario field {where}.{key} must be a non-empty list")
-                args[key] = tuple(_number(v, f"{where}.{key}", low=0.0, strict=key == "values",
-                                          high=MAX_QUANTITY) for v in value)
+                # a value is a size (>= 1: 0.2 drew as 0, clipped to 1); a weight may be 0
+                args[key] = tuple(_number(v, f"{where}.{key}", low=1.0 if key == "values" else 0.0,
+                                          strict=False, high=MAX_QUANTITY) for v in value)
             else:
-                args[key] = _number(value, f"{where}.{key}", low=0.0, strict=False, high=MAX_QUANTITY)
+                args[key] = _number(value, f"{where}.{key}", low=1.0 if key == "value" else 0.0,
+                                    strict=False, high=MAX_QUANTITY,
+                                    integer=key in ("min", "max"))   # 1.5..1.7 drew 1
         out = cls(**args)
         if kind == "choice" and out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):
             raise ValueError(f"scenario field {where}.weights must match values and sum to > 0")
@@ -154,6 +157,9 @@ class Distribution:
             raise ValueError(f"scenario field {where}: dist: uniform needs low <= high, got {out.low}..{out.high}")
         if out.min < 1 or out.max < out.min:
             raise ValueError(f"scenario field {where}: need 1 <= min <= max, got {out.min}..{out.max}")
+        if kind == "constant" and not out.min <= out.value <= out.max:
+            raise ValueError(f"scenario field {where}: value {out.value:g} lies outside "
+                             f"min..max {out.min:g}..{out.max:g}")
         return out
 
 
@@ -334,7 +340,13 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
         )
         if fault.end_task <= fault.start_task or fault.factor > 1:
             raise ValueError(f"scenario field {where}: need start_task < end_task and 0 < factor <= 1")
+        if fault.kind == "offline" and "factor" in f:
+            raise ValueError(f"scenario field {where}.factor is for kind: throttle; an offline "
+                             f"device runs nothing")
         faults.append(fault)
+    for key in ("name", "description", "hardware", "model"):   # str() made [1, 2] a name
+        if key in top and not isinstance(top[key], str):
+            raise ValueError(f"scenario field {key} must be a string, got {top[key]!r}")
     hardware = str(top.get("hardware", d.hardware))
     # A preset name as inference.hardware.load_named_yaml reads one: no YAML suffix.
     hardware_preset = (Path(hardware).suffix not in (".yaml", ".yml")

@@ -179,6 +179,8 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
         raise ValueError(
             f"{path}, line {lineno}: not UTF-8 text (byte {error.object[error.start]:#04x})"
         ) from None
+    while lines and not lines[-1].strip():   # blank lines at the end, as editors leave them
+        lines.pop()
     if not lines or [f.strip() for f in lines[0].split(",")] != list(HEADER):
         raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1")
     n = len(lines) - 1

@@ -196,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    cache = {None: "as a fresh simulator has it", True: "forced hit", False: "forced miss"}
+    cache = {None: "as a fresh simulator has it", True: "forced hit (variants that have one)",
+             False: "forced miss (variants that have one)"}
     title = (f"task: batch {args.batch}, {args.prompt_tokens} prompt + {args.output_tokens} "
              f"output tokens, domain {args.domain} | model {args.model} | hardware "
              f"{args.hardware} | placement {args.placement} | cache {cache[args.cache]}")

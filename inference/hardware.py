@@ -180,6 +180,12 @@ def _non_negative(value: Any, where: str, high: float = math.inf) -> float:
     return float(value)
 
 
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string, got {value!r}")
+    return value
+
+
 def _known_keys(raw: dict, keys: tuple[str, ...], where: str) -> None:
     """Refuse keys of `raw` outside `keys`, naming them, where they are and the valid ones."""
     unknown = set(raw) - set(keys)
@@ -241,7 +247,7 @@ def _device(raw: Any, i: int) -> DeviceProfile:
         ),
         cache_hit_rate=_fractions(raw.get("cache_hit_rate"), PATTERNS, f"{where}.cache_hit_rate"),
         nominal=(nominal["peak_flops"], nominal["mem_bandwidth"], nominal["launch_overhead"]),
-        source=str(raw.get("source", "")),
+        source=_text(raw.get("source", ""), f"{where}.source"),
         setup_s=_non_negative(raw.get("setup_s", 0.0), f"{where}.setup_s", high=SECONDS_MAX),
     )
 
@@ -251,7 +257,7 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
     if not isinstance(raw, dict):
         raise ValueError(f"hardware {origin}: top level must be a mapping")
     _known_keys(raw, _HARDWARE_KEYS, f"hardware {origin}: top level")
-    name = str(raw.get("name", origin))
+    name = _text(raw.get("name", origin), f"hardware {origin}: name")
     devices_raw = raw.get("devices")
     if not isinstance(devices_raw, list) or not devices_raw:
         raise ValueError(f"hardware {origin}: devices must be a non-empty list")
@@ -284,6 +290,9 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
             _figure(link_raw.get("latency"), f"{where}.latency", "latency"),
         )
         a, b = index[pair[0]], index[pair[1]]
+        if (a, b) in links:   # the second used to replace the first, unnoticed
+            raise ValueError(f"hardware {origin}: {where} links {pair[0]} and {pair[1]} again; "
+                             f"give each pair of devices one link")
         links[(a, b)] = links[(b, a)] = link
     for a in range(len(devices)):
         for b in range(len(devices)):

@@ -620,8 +620,25 @@ def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
     bad_config = tmp_path / "bad_config.zip"
     with zipfile.ZipFile(bad_config, "w") as zf:
         zf.writestr(POLICY_FILE, json.dumps({"name": "static", "config": {"placement": [0]}}))
-    with pytest.raises(ValueError, match=str(bad_config)):
+    with pytest.raises(ValueError, match=f"{bad_config} .*its config has no 'n_devices' entry"):
         load_policy(bad_config, article)
+
+
+@pytest.mark.parametrize(("saved", "message"), [
+    ({"name": "heft", "config": {"calibrated": "x"}}, "'calibrated' must be true or false"),
+    ({"name": "random", "config": {"seed": "x"}}, "seed must be an integer >= 0, got 'x'"),
+    ({"name": "random", "config": {"seed": -1}}, "seed must be an integer >= 0, got -1"),
+])
+def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: InferenceAllocEnv,
+                                                  saved: dict[str, Any], message: str) -> None:
+    path = tmp_path / "p.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(POLICY_FILE, json.dumps(saved))
+    with pytest.raises(ValueError, match=f"model file {path} .*{message}"):
+        load_policy(path, article)
+    if saved["name"] == "random":      # and so does building one
+        with pytest.raises(ValueError, match=message):
+            make_policy("random", article, **saved["config"])
 
 
 def test_sb3_names_without_the_sb3_factory(tmp_path: Path, article: InferenceAllocEnv,

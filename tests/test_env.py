@@ -229,7 +229,8 @@ def test_a_valid_trace_csv_replays(tmp_path: Path) -> None:
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         "2023-11-16 18:15:46.0000000,300,40\n"
         "2023-11-16 18:15:46.1000000,900,20\n"      # same 0.5 s window: one batch of 2
-        "2023-11-16 18:15:50.0000000,1200,30\n",
+        "2023-11-16 18:15:50.0000000,1200,30\n"
+        "\n  \n",                                    # blank lines at the end are no rows
         encoding="utf-8",
     )
     env = make(V0, trace=str(path), episode_tasks=10)

@@ -247,11 +247,34 @@ def test_every_shipped_scenario_loads(name: str) -> None:
     # keys of mixed types used to fail sorting them for the message (int < str)
     ({1: 2, "foo": 3}, "<top level> has unknown keys [1, 'foo']"),
     ({"workload": {1: 2, "foo": 3}}, "workload has unknown keys [1, 'foo']"),
+    # sizes used to be clipped or rounded into something else without a word
+    ({"workload": {"batch": 0}}, "workload.batch.value must be >= 1.0"),
+    ({"workload": {"batch": {"dist": "choice", "values": [0.2, 0.3]}}},
+     "workload.batch.values must be >= 1.0"),
+    ({"workload": {"batch": {"value": 5, "min": 1.5, "max": 1.7}}},
+     "workload.batch.min must be an integer"),
+    ({"workload": {"batch": {"value": 5, "min": 8}}}, "value 5 lies outside min..max 8..1e+09"),
+    ({"description": [1, 2]}, "description must be a string, got [1, 2]"),
+    ({"name": None}, "name must be a string, got None"),
+    ({"hardware": None}, "hardware must be a string, got None"),
+    ({"faults": [{"device": "npu", "kind": "offline", "start_task": 0, "end_task": 5,
+                  "factor": 0.5}]}, "faults[0].factor is for kind: throttle"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
         scenario_from_dict(raw, "test")
     assert message in str(info.value)
+
+
+def test_faults_that_take_every_device_offline_at_once_are_refused() -> None:
+    def offline(device: str, start: int, end: int) -> dict[str, Any]:
+        return {"device": device, "kind": "offline", "start_task": start, "end_task": end}
+
+    apart = [offline("cpu", 0, 10), offline("gpu", 5, 20), offline("npu", 10, 30)]
+    envs.InferenceAllocEnv(scenario_from_dict({"faults": apart}, "apart"))   # never all three
+    together = [offline("cpu", 0, 10), offline("gpu", 5, 20), offline("npu", 8, 30)]
+    with pytest.raises(ValueError, match="take every device offline at task 8"):
+        envs.InferenceAllocEnv(scenario_from_dict({"faults": together}, "together"))
 
 
 def test_a_scenario_file_that_is_not_utf8_names_the_file(tmp_path: Any) -> None:

@@ -129,6 +129,8 @@ def test_unknown_names_are_refused_with_the_known_ones():
      r"op_efficiency\.dynamic must be a fraction in \[1e-06, 1\]"),
     (lambda r: device(r, "gpu").update(setup_s=1e308), r"setup_s must be at most 3600"),
     (lambda r: r["links"][0].update(between=[["cpu"], "gpu"]), "unknown device"),  # unhashable
+    (lambda r: r["links"].append(dict(r["links"][0])), r"links\[3\] links .* again"),
+    (lambda r: device(r, "gpu").update(source=[1]), r"devices\[gpu\]\.source must be a string"),
 ])
 def test_a_bad_profile_names_the_offending_field(change, field):
     with pytest.raises(ValueError, match=field):
