@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, given = parse_config(TrainConfig, argv, description=__doc__)
         results = train(config, given)
-        if results and config.eval_tasks:
+        table = comparison_table(config, results) if results else None
+        if table is not None:
             print()
-            print(comparison_table(config, results))
+            print(table)
     except ConfigError as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2

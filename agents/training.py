@@ -56,6 +56,7 @@ from agents.registry import (
     check_fixed_policy_name,
     load_policy,
     make_policy,
+    policy_env_id,
     valid_names,
 )
 from agents.sb3_factory import ALGORITHMS, SB3Agent, load_hyperparams, make_sb3, wrap_for
@@ -276,15 +277,17 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
 def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
     run_dir = find_run(config.log_dir, config.resume or "latest")
-    extra = sorted(given - RESUMABLE - {"resume", "log_dir"})
-    if extra:
-        raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
-                          f"{', '.join('--' + k.replace('_', '-') for k in sorted(RESUMABLE))}"
-                          f" may change (got {', '.join(extra)})")
     try:
         saved = TrainConfig(**read_yaml_options(TrainConfig, run_dir / "config.yaml"))
     except TypeError as exc:
         raise ConfigError(f"{run_dir / 'config.yaml'}: {exc}") from None
+    # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
+    extra = sorted(k for k in given - RESUMABLE - {"resume", "log_dir"}
+                   if getattr(config, k) != getattr(saved, k))
+    if extra:
+        raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
+                          f"{', '.join('--' + k.replace('_', '-') for k in sorted(RESUMABLE))}"
+                          f" may change (got {', '.join(extra)})")
     cfg = dataclasses.replace(saved, resume=None, log_dir=str(run_dir.parent),
                               **{k: getattr(config, k) for k in given & RESUMABLE})
     spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
@@ -331,6 +334,11 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar)
         seconds = time.perf_counter() - t0
         agent.save(run_dir / "model.zip")
+        if getattr(model, "replay_buffer", None) is not None:
+            # a resume continues from model.zip when it is the newest: DQN needs its buffer
+            # beside it, or it starts again from an empty one
+            with atomic_path(run_dir / "replay_buffer.pkl") as tmp:
+                model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
         vecnorm = model.get_vec_normalize_env()
         if vecnorm is not None:
             with atomic_path(run_dir / "vecnormalize.pkl") as tmp:
@@ -402,6 +410,17 @@ def _run_time(run_dir: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
+def _absolute_files(config: TrainConfig) -> TrainConfig:
+    """Scenario and hardware files as absolute paths: a run's config.yaml is read again by
+    --resume and evaluate.py, from whatever folder they run in."""
+    changes: dict[str, Any] = {}
+    for key in ("scenario", "hardware"):
+        value = getattr(config, key)
+        if value is not None and (Path(value).suffix in (".yaml", ".yml") or Path(value).is_file()):
+            changes[key] = str(Path(value).absolute())
+    return dataclasses.replace(config, **changes)
+
+
 def train(config: TrainConfig, given: set[str] | None = None,
           report: Callable[[str], None] = print) -> list[RunResult]:
     """Every run of `config` (or the one resumed), one `report` line per finished run."""
@@ -409,6 +428,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
         result = resume_run(config, given or set())
         report(finished_line(result))
         return [result]
+    config = _absolute_files(config)
     results = []
     for spec in plan(config):
         results.append(train_run(config, spec))
@@ -426,11 +446,23 @@ def finished_line(r: RunResult) -> str:
             f"({sps:.0f} steps/s){held} -> {r.run_dir}")
 
 
-def comparison_table(config: TrainConfig, results: list[RunResult]) -> str:
-    """Trained runs and the static / HEFT baselines on the held-out episode (markdown table)."""
+def table_baselines(cfg: TrainConfig) -> list[str]:
+    """The table's baselines that the run's hardware and env can run: all-gpu only where a
+    device is called gpu, and heft-split (the baseline to beat there) in the Split env."""
+    devices = env_for(cfg, episode_tasks=1).unwrapped.device_names
+    names = [n for n in TABLE_BASELINES if not n.startswith("all-") or n[len("all-"):] in devices]
+    return names + (["heft-split"] if policy_env_id("heft-split") == cfg.env_id else [])
+
+
+def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | None:
+    """Trained runs and the static / HEFT baselines on the held-out episode (markdown table);
+    None when the runs had no held-out episode (``--eval-tasks 0``)."""
     cfg = config
     if config.resume is not None and results:
+        # the resumed run's own config: its --eval-tasks may be 0 where the command line's is not
         cfg = TrainConfig(**read_yaml_options(TrainConfig, results[0].run_dir / "config.yaml"))
+    if not cfg.eval_tasks or all(r.latency is None for r in results):
+        return None
     key = _env_key(cfg)
     static = baseline_latency(key, "best-static").mean()
     rows = []
@@ -439,7 +471,7 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str:
         if r.latency is not None:
             rows.append((r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else ""),
                          r.latency))
-    rows += [(name, baseline_latency(key, name)) for name in TABLE_BASELINES]
+    rows += [(name, baseline_latency(key, name)) for name in table_baselines(cfg)]
     lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.scenario}, workload seed "
              f"{cfg.eval_seed}, {cfg.eval_tasks} tasks",
              "",

@@ -342,3 +342,76 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
     path.write_text("timestep: 5\n")
     with pytest.raises(ValueError, match="unknown option 'timestep'"):
         parse_config(TrainConfig, ["--config", str(path)])
+
+
+def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
+        tmp_path: Path, capsys) -> None:
+    """Resuming from model.zip used to start DQN from an empty buffer (only checkpoints saved
+    one), and a run trained with --eval-tasks 0 crashed after resuming, building the table."""
+    from stable_baselines3.common.save_util import load_from_pkl
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    args = ["--log-dir", str(runs), "--no-progress-bar"]
+    assert main(["--agents", "dqn", "--warmup", "none", "--timesteps", "96",
+                 "--checkpoint-interval", "0", "--episode-tasks", "30", "--eval-tasks", "0",
+                 *args]) == 0
+    (run,) = runs.iterdir()
+    assert load_from_pkl(run / "replay_buffer.pkl").size() == 96
+    capsys.readouterr()
+    assert main(["--resume", "--timesteps", "128", *args]) == 0     # --eval-tasks 0 is saved
+    out = capsys.readouterr().out
+    assert "128 steps (32 new)" in out and "| agent |" not in out
+    assert load_from_pkl(run / "replay_buffer.pkl").size() == 128    # 96 kept + 32 new
+
+
+def test_the_train_table_runs_only_baselines_the_hardware_and_env_can(tmp_path: Path) -> None:
+    """A hardware with no device called gpu crashed the table after training (all-gpu)."""
+    import yaml
+
+    from agents.config import TrainConfig
+    from agents.training import table_baselines
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    raw["devices"][1]["name"] = "accel"                 # still of kind gpu
+    for link in raw["links"]:
+        link["between"] = ["accel" if d == "gpu" else d for d in link["between"]]
+    (tmp_path / "hw.yaml").write_text(yaml.safe_dump(raw))
+    no_gpu = TrainConfig(hardware=str(tmp_path / "hw.yaml"))
+    assert table_baselines(no_gpu) == ["best-static", "heft", "heft-calibrated"]
+    assert table_baselines(TrainConfig()) == ["best-static", "all-gpu", "heft", "heft-calibrated"]
+    split = TrainConfig(env_id="InferenceAllocSplit-v0")
+    assert table_baselines(split)[-1] == "heft-split"      # the baseline to beat there
+
+
+def test_a_run_records_its_files_absolutely_and_resumes_given_its_own_config(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """config.yaml kept --hardware as typed ("my.yaml"): resume and evaluate then failed from
+    any other folder; and --resume refused the run's own config.yaml as --config."""
+    import shutil
+
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    main = load_main("train.py")
+    where = tmp_path / "hw"
+    where.mkdir()
+    shutil.copy(PRESET_DIR / "server.yaml", where / "my.yaml")
+    monkeypatch.chdir(where)
+    runs = tmp_path / "runs"
+    assert main(["--agents", "ppo", "--warmup", "none", "--hardware", "my.yaml", "--timesteps",
+                 "64", "--checkpoint-interval", "32", "--hp", "n_steps=32", "batch_size=32",
+                 "--episode-tasks", "20", "--eval-tasks", "0", "--log-dir", str(runs),
+                 "--no-progress-bar"]) == 0
+    (run,) = runs.iterdir()
+    assert yaml.safe_load((run / "config.yaml").read_text())["hardware"] == str(where / "my.yaml")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["--resume", str(run), "--config", str(run / "config.yaml"),
+                 "--timesteps", "96"]) == 0
+    assert "96 steps (32 new)" in capsys.readouterr().out
+    assert main(["--resume", str(run), "--config", str(run / "config.yaml"), "--timesteps", "128",
+                 "--seeds", "5"]) == 2                      # a changed value is still refused
+    assert "may change (got seeds)" in capsys.readouterr().err
