@@ -36,6 +36,7 @@ from agents.heft_split import HeftSplitPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 from envs import ENV_IDS
+from inference.hardware import DEVICE_KINDS
 
 POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
@@ -107,6 +108,9 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         device = key[len("all-"):]
         if device in base.device_names:
             return StaticPolicy.for_env(env, [device] * 3, **kwargs)
+        if device in DEVICE_KINDS:   # a valid name, on hardware without that device
+            raise ValueError(f"{name!r}: the hardware has no device {device!r} (it has "
+                             f"{', '.join(base.device_names)})")
     if key.startswith("static:"):
         devices = [d.strip() for d in key[len("static:"):].split(",")]
         if len(devices) != 3:

@@ -12,6 +12,8 @@ Outputs (each written via temp file + rename, so a failure leaves no half-writte
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,13 +63,26 @@ class ModelEntry:
     variant: str | None = None
     run_dir: Path | None = None
     seed: int | None = None
+    conservative: str | None = None      # the warm-up's conservative policy, if it has one
+
+    def identity(self) -> tuple[str, str | None, str | None]:
+        """What must match for two entries of one label to pool as seeds of one agent."""
+        return (self.env_id, self.conservative, None if self.run_dir else str(self.path))
+
+
+def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
+    """The run's config.yaml: beside the model, or above a checkpoint's folder."""
+    for folder in (run_dir, path.parent.parent if path.parent.name == "checkpoints" else None):
+        if folder is not None and (folder / "config.yaml").is_file():
+            return folder / "config.yaml"
+    return None
 
 
 def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     from agents.training import RunSpec, canonical_warmup
 
-    config_file = run_dir / "config.yaml" if run_dir is not None else None
-    if config_file is None or not config_file.is_file():
+    config_file = _run_config_of(path, run_dir)
+    if config_file is None:
         # A bare zip: the env it acts in follows from what it saved.
         env_id = _zip_env_id(path)
         return ModelEntry(path.stem if path.stem != "model" else path.parent.name, path,
@@ -77,8 +92,29 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     except (ConfigError, TypeError) as exc:
         raise ConfigError(f"run config {config_file} is unreadable: {exc}") from None
     spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
-    return ModelEntry(spec.label, path, cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant,
-                      run_dir, spec.seed)
+    label = spec.label
+    steps = re.fullmatch(r".*_(\d+)_steps", path.stem)
+    if path.parent.name == "checkpoints" and steps:   # not the final model: say which step
+        label += f"@{steps.group(1)}"
+    return ModelEntry(label, path, cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant,
+                      config_file.parent, spec.seed,
+                      cfg.conservative if spec.warmup != "none" else None)
+
+
+def _distinct_labels(entries: list[ModelEntry]) -> None:
+    """Entries of one label pool as seeds of one agent; where they differ in env, conservative
+    policy or (bare zips) file, the label names the difference instead."""
+    groups: dict[str, list[ModelEntry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.label, []).append(entry)
+    for label, group in groups.items():
+        ids = [e.identity() for e in group]
+        if len(set(ids)) < 2:
+            continue
+        differs = [len({i[k] for i in ids}) > 1 for k in range(3)]
+        for entry, ident in zip(group, ids, strict=True):
+            parts = [str(v) for v, d in zip(ident, differs, strict=True) if d and v is not None]
+            entry.label = f"{label} ({', '.join(parts)})" if parts else label
 
 
 def _zip_env_id(path: Path) -> str:
@@ -114,6 +150,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                                       else None))
             else:
                 raise ConfigError(f"model file {p} does not exist")
+        _distinct_labels(entries)
         return entries, notes
     root = Path(cfg.runs)
     runs = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
@@ -123,6 +160,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         elif (d / "config.yaml").is_file():
             notes.append(f"skipping {d.name}: no model.zip (unfinished; python train.py "
                          f"--resume {d} continues it)")
+    _distinct_labels(entries)
     entries.sort(key=lambda e: (e.label, e.seed if e.seed is not None else -1, str(e.path)))
     if not entries:
         notes.append(f"no trained models under {root}/: train some with `python train.py` "
@@ -130,20 +168,61 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
     return entries, notes
 
 
-def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> None:
-    """Fail early, naming the culprit: bad scenario/hardware/baseline names, unloadable models."""
-    for scenario in scenarios:
+Context = tuple[str, str | None, str | None]     # scenario, hardware, variant
+
+
+def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[Context]:
+    """The settings to evaluate in: each scenario on every (hardware, variant) a model was
+    trained for (--hardware overrides them all); the baselines run in each, beside its models."""
+    found = [(cfg.hardware or e.hardware, e.variant) for e in entries] or [(cfg.hardware, None)]
+    return [(scenario, hw, var) for scenario in scenarios for hw, var in dict.fromkeys(found)]
+
+
+def section_of(cfg: EvalConfig, ctx: Context) -> str:
+    """The summary's section: the scenario, and the hardware and variant where not its own."""
+    scenario, hardware, variant = ctx
+    extra = ([f"hardware {Path(hardware).stem}"] if hardware != cfg.hardware and hardware else []) \
+        + ([f"variant {variant}"] if variant else [])
+    return f"{scenario} ({', '.join(extra)})" if extra else scenario
+
+
+def _in_context(cfg: EvalConfig, entry: ModelEntry, ctx: Context) -> bool:
+    return (cfg.hardware or entry.hardware, entry.variant) == ctx[1:]
+
+
+def _env_in(ctx: Context, env_id: str, cfg: EvalConfig) -> Any:
+    return make_env(env_id, ctx[0], ctx[1], ctx[2], cfg.episode_tasks)
+
+
+def runnable_baselines(cfg: EvalConfig, ctx: Context) -> list[str]:
+    """The baselines that the context's hardware can run: all-<device> needs that device."""
+    devices = _env_in(ctx, DEFAULT_ENV, cfg).unwrapped.device_names
+    return [name for name in cfg.baselines
+            if not name.lower().startswith("all-") or name.lower()[len("all-"):] in devices]
+
+
+def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[str]:
+    """Fail early, naming the culprit: bad scenario/hardware/baseline names, unloadable models.
+
+    Returns notes: the baselines a context's hardware cannot run (all-npu with no NPU)."""
+    notes = []
+    for ctx in contexts_of(cfg, entries, scenarios):
         try:
-            env_of = {env_id: make_env(env_id, scenario, cfg.hardware,
-                                       episode_tasks=cfg.episode_tasks)
+            env_of = {env_id: _env_in(ctx, env_id, cfg)
                       for env_id in {DEFAULT_ENV, *map(policy_env_id, cfg.baselines)}}
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        runnable = runnable_baselines(cfg, ctx)
         for name in cfg.baselines:
             try:
                 check_fixed_policy_name(name, "baseline")
             except ValueError as exc:
                 raise ConfigError(f"{exc} (evaluate a trained model with --models)") from None
+            if name not in runnable:
+                devices = ", ".join(env_of[DEFAULT_ENV].unwrapped.device_names)
+                notes.append(f"{section_of(cfg, ctx)}: skipping baseline {name} (the hardware "
+                             f"has no such device; it has {devices})")
+                continue
             try:
                 make_policy(name, env_of[policy_env_id(name)])
             except UnknownPolicyName:
@@ -152,11 +231,13 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"baseline: {exc}") from None
     for entry in entries:
-        try:
-            env = _model_env(cfg, entry, scenarios[0])
-            load_policy(entry.path, env)
-        except (FileNotFoundError, ValueError) as exc:
-            raise ConfigError(str(exc)) from None
+        for scenario in scenarios:    # each: a later scenario's hardware may not fit the model
+            try:
+                load_policy(entry.path, _model_env(cfg, entry, scenario))
+            except (FileNotFoundError, ValueError) as exc:
+                raise ConfigError(f"{exc} (scenario {scenario})" if len(scenarios) > 1
+                                  else str(exc)) from None
+    return notes
 
 
 def _model_env(cfg: EvalConfig, entry: ModelEntry, scenario: str) -> Any:
@@ -177,38 +258,31 @@ def heldout_seeds(cfg: EvalConfig, n: int | None = None) -> list[int]:
 
 def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str],
                     tick: Callable[[], None] = lambda: None) -> list[AgentResult]:
-    """Every model and baseline on every scenario and held-out seed (models first)."""
+    """Every model and baseline on every scenario and held-out seed (models first); a model
+    trained on other hardware or another variant gets a section of its own, with the
+    baselines run on that hardware and variant beside it."""
     seeds = heldout_seeds(cfg)
-    ref_cache: dict[tuple, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
-
-    def references(scenario: str, hardware: str | None, variant: str | None):
-        key = (scenario, hardware, variant)
-        if key not in ref_cache:
-            env = make_env(DEFAULT_ENV, scenario, hardware, variant, cfg.episode_tasks)
-            static, oracle = make_policy("best-static", env), make_policy("oracle", env)
-            ref_cache[key] = {s: (episode_latencies(static, env, s, cfg.episodes),
-                                  episode_latencies(oracle, env, s, cfg.episodes))
-                              for s in seeds}
-        return ref_cache[key]
-
     results: dict[tuple[str, str], AgentResult] = {}
-    for scenario in scenarios:
-        for entry in entries:
-            env = _model_env(cfg, entry, scenario)
+    for ctx in contexts_of(cfg, entries, scenarios):
+        section = section_of(cfg, ctx)
+        env = _env_in(ctx, DEFAULT_ENV, cfg)
+        static, oracle = make_policy("best-static", env), make_policy("oracle", env)
+        refs = {s: (episode_latencies(static, env, s, cfg.episodes),
+                    episode_latencies(oracle, env, s, cfg.episodes)) for s in seeds}
+        for entry in (e for e in entries if _in_context(cfg, e, ctx)):
+            env = _model_env(cfg, entry, ctx[0])
             policy = load_policy(entry.path, env)
-            refs = references(scenario, cfg.hardware or entry.hardware, entry.variant)
-            result = results.setdefault((entry.label, scenario),
-                                        AgentResult(entry.label, scenario, "model", runs=0))
+            result = results.setdefault((entry.label, section),
+                                        AgentResult(entry.label, section, "model", runs=0))
             result.runs += 1
             for seed in seeds:
                 latency = episode_latencies(policy, env, seed, cfg.episodes)
                 result.samples.append(episode_metrics(latency, *refs[seed]))
                 result.latencies.append(latency)
                 tick()
-        refs = references(scenario, cfg.hardware, None)
-        for name in cfg.baselines:
-            env = make_env(policy_env_id(name), scenario, cfg.hardware, None, cfg.episode_tasks)
-            result = results.setdefault((name, scenario), AgentResult(name, scenario, "baseline"))
+        for name in runnable_baselines(cfg, ctx):
+            env = _env_in(ctx, policy_env_id(name), cfg)
+            result = results.setdefault((name, section), AgentResult(name, section, "baseline"))
             policy = None if name in REFERENCES else make_policy(name, env)
             for seed in seeds:
                 if policy is None:
@@ -222,8 +296,10 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
 
 
 def work_units(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> int:
-    """Progress-bar items of the evaluation: one per agent x scenario x held-out seed."""
-    return (len(entries) + len(cfg.baselines)) * len(scenarios) * cfg.seeds
+    """Progress-bar items of the evaluation: one per agent x context x held-out seed."""
+    return cfg.seeds * sum(len([e for e in entries if _in_context(cfg, e, ctx)])
+                           + len(runnable_baselines(cfg, ctx))
+                           for ctx in contexts_of(cfg, entries, scenarios))
 
 
 def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
@@ -244,7 +320,10 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
         entries, notes = discover_models(cfg)
         scenarios = scenarios_of(cfg, entries)
         online_agents = () if cfg.no_online else DEFAULT_ONLINE
-    check_inputs(cfg, entries, scenarios)      # a bad input's error comes alone, before notes
+    if any(e.env_id == SPLIT_ENV for e in entries) and cfg.baselines == EvalConfig().baselines:
+        # the baseline a Split model has to beat (README); asked-for baselines are kept as given
+        cfg = dataclasses.replace(cfg, baselines=[*cfg.baselines, "heft-split"])
+    notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
     for note in notes:
         report(note)
     written: list[Path] = []

@@ -1,0 +1,102 @@
+"""evaluate.py's model discovery: labels, run settings, checkpoints, per-setting baselines."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from agents.config import ConfigError, EvalConfig, TrainConfig, to_yaml
+from agents.reporting import check_inputs, discover_models, evaluate_agents, scenarios_of
+from agents.sb3_factory import make_sb3
+from agents.training import env_for
+from inference.hardware import PRESET_DIR
+
+SPLIT = "InferenceAllocSplit-v0"
+
+
+def fake_run(root: Path, name: str, **train: object) -> Path:
+    """A run folder as train.py leaves it: config.yaml and an (untrained) model.zip."""
+    cfg = dataclasses.replace(TrainConfig(), **train)   # type: ignore[arg-type]
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(to_yaml(cfg))
+    make_sb3(cfg.agents[0], env_for(cfg, episode_tasks=10), seed=0).save(run / "model.zip")
+    return run
+
+
+def two_device_hardware(folder: Path) -> Path:
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    raw["devices"] = [d for d in raw["devices"] if d["name"] != "npu"]
+    raw["links"] = [lk for lk in raw["links"] if "npu" not in lk["between"]]
+    raw["name"] = "two"
+    (folder / "two.yaml").write_text(yaml.safe_dump(raw))
+    return folder / "two.yaml"
+
+
+def cfg_for(**kw: object) -> EvalConfig:
+    return dataclasses.replace(EvalConfig(seeds=1, episodes=1, episode_tasks=10,
+                                          baselines=["best-static", "all-npu"]), **kw)
+
+
+def test_models_of_one_label_but_different_envs_get_their_own_rows(tmp_path: Path) -> None:
+    """A PPO of each env used to pool into one 'ppo' row (n=2)."""
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["none"], env_id=SPLIT)
+    fake_run(tmp_path / "runs", "c", agents=["ppo"], warmup=["none"], seeds=[1])
+    entries, _ = discover_models(cfg_for(runs=str(tmp_path / "runs")))
+    labels = sorted(e.label for e in entries)
+    # the two seeds of the discrete-env PPO still pool; the Split one is apart
+    assert labels == ["ppo (InferenceAlloc-v0)", "ppo (InferenceAlloc-v0)",
+                      f"ppo ({SPLIT})"]
+
+
+def test_warm_runs_with_other_conservative_policies_are_apart(tmp_path: Path) -> None:
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["all"])
+    fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["all"], conservative="best-static")
+    entries, _ = discover_models(cfg_for(runs=str(tmp_path / "runs")))
+    assert sorted(e.label for e in entries) == ["ppo-warm (best-static)",
+                                                "ppo-warm (heft-calibrated)"]
+
+
+def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, "run", agents=["a2c"], warmup=["none"], env_id=SPLIT,
+                   scenario="bursty")
+    (run / "checkpoints").mkdir()
+    (run / "model.zip").rename(run / "checkpoints" / "model_64_steps.zip")
+    [entry], _ = discover_models(cfg_for(models=[str(run / "checkpoints" / "model_64_steps.zip")]))
+    assert (entry.label, entry.env_id, entry.scenario) == ("a2c@64", SPLIT, "bursty")
+
+
+def test_a_model_of_other_hardware_gets_a_section_with_baselines_on_it(tmp_path: Path) -> None:
+    """Models ran on their own hardware, the baselines on the scenario's, in one table."""
+    two = two_device_hardware(tmp_path)
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["none"], hardware=str(two))
+    cfg = cfg_for(runs=str(tmp_path / "runs"))
+    entries, _ = discover_models(cfg)
+    notes = check_inputs(cfg, entries, scenarios_of(cfg, entries))
+    # all-npu is skipped where there is no NPU, with a note, rather than failing the run
+    assert notes == ["article (hardware two): skipping baseline all-npu (the hardware has no "
+                     "such device; it has cpu, gpu)"]
+    results = evaluate_agents(cfg, entries, scenarios_of(cfg, entries))
+    rows = {(r.scenario, r.agent): float(np.mean(np.concatenate(r.latencies))) for r in results}
+    assert set(rows) == {("article", "ppo"), ("article", "best-static"), ("article", "all-npu"),
+                         ("article (hardware two)", "ppo"),
+                         ("article (hardware two)", "best-static")}
+    assert rows[("article", "best-static")] != rows[("article (hardware two)", "best-static")]
+
+
+def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> None:
+    """A later scenario whose hardware the model does not fit failed mid-run, with a traceback."""
+    two = two_device_hardware(tmp_path)
+    (tmp_path / "small.yaml").write_text(f"name: small\nhardware: {two}\n")
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    cfg = cfg_for(runs=str(tmp_path / "runs"), scenarios=["article", str(tmp_path / "small.yaml")],
+                  baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    with pytest.raises(ConfigError, match=r"could not be loaded as ppo.*\(scenario .*small.yaml\)"):
+        check_inputs(cfg, entries, cfg.scenarios)
