@@ -159,7 +159,9 @@ class EvalConfig:
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
-        n = max(self.seeds, self.online_seeds or 0, 5)   # the online study runs >= 5 seeds
+        # the online study, when it runs, takes >= 5 seeds from --seed-base too
+        n = self.seeds if self.no_online or self.reproduce_article else \
+            max(self.seeds, self.online_seeds or 0, 5)
         _require_seeds("--seed-base", self.seed_base, self.seed_base + n - 1)
         _require_folder("--out", self.out)
         # the two studies run fixed agents on fixed scenarios: a flag they ignore is a mistake

@@ -169,6 +169,18 @@ class SB3Agent(Policy):
         return target
 
 
+# Ranges of the numeric hyper-parameters SB3 does not check itself (None: unbounded).
+HP_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0),
+    "learning_rate": (0.0, None), "clip_range": (1e-9, None), "ent_coef": (0.0, None),
+    "vf_coef": (0.0, None), "max_grad_norm": (1e-9, None), "n_steps": (1, None),
+    "n_epochs": (1, None), "batch_size": (1, None), "buffer_size": (1, None),
+    "learning_starts": (0, None), "target_update_interval": (1, None), "gradient_steps": (-1, None),
+    "exploration_fraction": (0.0, 1.0), "exploration_initial_eps": (0.0, 1.0),
+    "exploration_final_eps": (0.0, 1.0),
+}
+
+
 def check_override_types(name: str, params: dict[str, Any], overrides: dict[str, Any]) -> None:
     """A number where the agent takes a number, an integer where it takes an integer.
 
@@ -194,6 +206,11 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             continue
         if not ok:
             raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {value!r}")
+        low, high = HP_RANGES.get(key, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            # SB3 takes gamma=1.5 or clip_range=-1 without a word, and n_epochs=0 fails deep
+            # inside its training loop
+            raise ValueError(f"hyper-parameter {key} must lie in [{low}, {high}], got {value!r}")
 
 
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
@@ -210,6 +227,12 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     params = load_hyperparams(name, env_id_of(env))
     if overrides:
         check_override_types(name, params, overrides)
+        overrides = dict(overrides)
+        if isinstance(overrides.get("policy_kwargs"), dict):
+            # merged into the YAML's: policy_kwargs={net_arch: [8]} used to drop its
+            # activation_fn (and log_std_init), so the net trained with ReLU unannounced
+            overrides["policy_kwargs"] = {**(params.get("policy_kwargs") or {}),
+                                          **overrides["policy_kwargs"]}
         params.update(overrides)
     params = _resolve_kwargs(params)
     policy = params.pop("policy", "MlpPolicy")

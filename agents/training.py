@@ -164,7 +164,9 @@ def plan(config: TrainConfig) -> list[RunSpec]:
                 make_sb3(agent, env, seed=0, overrides=config.hp)
             except (TypeError, ValueError, AssertionError) as exc:
                 raise ConfigError(f"--hp {config.hp} for {agent}: {exc}") from None
-    return [RunSpec(a, w, s) for s in config.seeds for a in dict.fromkeys(agents) for w in specs]
+    # a seed given twice would train the same run twice, and evaluate.py count it as two
+    return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
+            for w in specs]
 
 
 # ----------------------------------------------------------------------------- building

@@ -176,3 +176,14 @@ def test_learning_leaves_no_folder_in_the_temp_dir(tmp_path: Path, monkeypatch, 
     assert [p.name for p in tmp_path.glob("SB3-*")] == []
     # verbose still reaches the console, as SB3's own logger would print it
     assert ("total_timesteps" in capsys.readouterr().out) == bool(verbose)
+
+
+def test_a_policy_kwargs_override_merges_into_the_yamls() -> None:
+    """policy_kwargs={net_arch: [8]} used to replace the YAML's dict, dropping activation_fn
+    (and on Split log_std_init): the net trained with ReLU unannounced."""
+    from agents.sb3_factory import make_sb3
+
+    agent = make_sb3("ppo", make(SPLIT), seed=0, overrides={"policy_kwargs": {"net_arch": [8]}})
+    kwargs = agent.model.policy_kwargs
+    assert kwargs["net_arch"] == [8] and kwargs["activation_fn"] is torch.nn.Tanh
+    assert kwargs["log_std_init"] == -0.5
