@@ -16,6 +16,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,13 @@ from agents.registry import (
     valid_names,
 )
 from envs import ENV_IDS
+from envs.scenario import load_scenario
+from inference.hardware import DEVICE_KINDS, PRESET_DIR
+from inference.variants import variant_label
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
 FULL_ONLINE = ("ppo", "ppo-warm", "dqn", "dqn-warm", "best-static", "heft-calibrated", "oracle")
-MIN_ONLINE_SEEDS = 5
 
 
 @dataclass
@@ -138,7 +141,8 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         for item in cfg.models:
             p = Path(item)
             if p.is_dir():
-                if not (p / "model.zip").is_file() and any(p.glob("*/model.zip")):
+                if not (p / "model.zip").is_file() and (any(p.glob("*/model.zip"))
+                                                        or any(p.glob("*/config.yaml"))):
                     raise ConfigError(f"{p} is a folder of run folders, not a run: pass "
                                       f"--runs {p} (every finished run there) or its run folders")
                 if not (p / "model.zip").is_file():
@@ -168,37 +172,83 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
     return entries, notes
 
 
-Context = tuple[str, str | None, str | None]     # scenario, hardware, variant
+@dataclass(frozen=True)
+class Context:
+    """A setting to evaluate in: a scenario with a hardware and a variant (None: its own)."""
+
+    scenario: str
+    hardware: str | None
+    variant: str | None
+
+    def key(self) -> tuple[str, str, str]:
+        """What the setting is, however it was spelt (see ``_context_key``)."""
+        return _context_key(self.scenario, self.hardware, self.variant)
+
+
+@lru_cache(maxsize=256)
+def _context_key(scenario: str, hardware: str | None, variant: str | None) -> tuple[str, str, str]:
+    """The scenario (a file's resolved path), the hardware's resolved YAML file (a preset
+    name, a relative or absolute path, or None for the scenario's) and the variant's recipe
+    (None: the scenario's)."""
+    sc = load_scenario(scenario)
+    path = Path(hardware if hardware is not None else sc.hardware)
+    if path.suffix not in (".yaml", ".yml") and not path.exists():
+        path = PRESET_DIR / f"{path}.yaml"
+    recipe = variant_label(variant if variant is not None else sc.variant)
+    scenario_key = str(Path(scenario).resolve()) if Path(scenario).exists() else scenario
+    return scenario_key, str(path.resolve()), recipe
 
 
 def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[Context]:
     """The settings to evaluate in: each scenario on every (hardware, variant) a model was
-    trained for (--hardware overrides them all); the baselines run in each, beside its models."""
+    trained for (--hardware overrides them all); the baselines run in each, beside its models.
+    Settings spelt differently but the same (``edge`` and ``presets/edge.yaml``) are one."""
     found = [(cfg.hardware or e.hardware, e.variant) for e in entries] or [(cfg.hardware, None)]
-    return [(scenario, hw, var) for scenario in scenarios for hw, var in dict.fromkeys(found)]
+    out: dict[tuple[str, str, str], Context] = {}
+    for scenario in scenarios:
+        for hardware, variant in found:
+            ctx = Context(scenario, hardware, variant)
+            out.setdefault(ctx.key(), ctx)
+    return list(out.values())
 
 
-def section_of(cfg: EvalConfig, ctx: Context) -> str:
-    """The summary's section: the scenario, and the hardware and variant where not its own."""
-    scenario, hardware, variant = ctx
-    extra = ([f"hardware {Path(hardware).stem}"] if hardware != cfg.hardware and hardware else []) \
-        + ([f"variant {variant}"] if variant else [])
+def section_of(cfg: EvalConfig, ctx: Context, others: list[Context] | None = None) -> str:
+    """The summary's section: the scenario (a file's by its name), and the hardware and
+    variant where they are not the scenario's (or --hardware's); a hardware file's name,
+    or its path where two files of one name are evaluated (`others`)."""
+    scenario = Path(ctx.scenario).stem if Path(ctx.scenario).suffix in (".yaml", ".yml") \
+        else ctx.scenario
+    _, hardware, variant = ctx.key()
+    _, own_hardware, own_variant = Context(ctx.scenario, cfg.hardware, None).key()
+    extra = []
+    if hardware != own_hardware:
+        stems = {Path(o.key()[1]).stem: o.key()[1] for o in others or [] if o.key()[1] != hardware}
+        name = Path(hardware).stem
+        extra.append(f"hardware {hardware if name in stems else name}")
+    if variant != own_variant:
+        extra.append(f"variant {variant}")
     return f"{scenario} ({', '.join(extra)})" if extra else scenario
 
 
 def _in_context(cfg: EvalConfig, entry: ModelEntry, ctx: Context) -> bool:
-    return (cfg.hardware or entry.hardware, entry.variant) == ctx[1:]
+    return Context(ctx.scenario, cfg.hardware or entry.hardware, entry.variant).key() == ctx.key()
 
 
 def _env_in(ctx: Context, env_id: str, cfg: EvalConfig) -> Any:
-    return make_env(env_id, ctx[0], ctx[1], ctx[2], cfg.episode_tasks)
+    return make_env(env_id, ctx.scenario, ctx.hardware, ctx.variant, cfg.episode_tasks)
 
 
 def runnable_baselines(cfg: EvalConfig, ctx: Context) -> list[str]:
-    """The baselines that the context's hardware can run: all-<device> needs that device."""
+    """The baselines the context's hardware can run: all-<kind> (gated or not) needs a device
+    of that name. A name that is no device kind (all-gpus) is left to make_policy to refuse."""
     devices = _env_in(ctx, DEFAULT_ENV, cfg).unwrapped.device_names
-    return [name for name in cfg.baselines
-            if not name.lower().startswith("all-") or name.lower()[len("all-"):] in devices]
+
+    def runnable(name: str) -> bool:
+        key = name.strip().lower().removeprefix("gated-")
+        device = key[len("all-"):] if key.startswith("all-") else None
+        return device not in DEVICE_KINDS or device in devices
+
+    return [name for name in cfg.baselines if runnable(name)]
 
 
 def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[str]:
@@ -206,7 +256,11 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
 
     Returns notes: the baselines a context's hardware cannot run (all-npu with no NPU)."""
     notes = []
-    for ctx in contexts_of(cfg, entries, scenarios):
+    try:
+        contexts = contexts_of(cfg, entries, scenarios)
+    except ValueError as exc:   # an unknown scenario, hardware or variant
+        raise ConfigError(str(exc)) from None
+    for ctx in contexts:
         try:
             env_of = {env_id: _env_in(ctx, env_id, cfg)
                       for env_id in {DEFAULT_ENV, *map(policy_env_id, cfg.baselines)}}
@@ -220,7 +274,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
                 raise ConfigError(f"{exc} (evaluate a trained model with --models)") from None
             if name not in runnable:
                 devices = ", ".join(env_of[DEFAULT_ENV].unwrapped.device_names)
-                notes.append(f"{section_of(cfg, ctx)}: skipping baseline {name} (the hardware "
+                notes.append(f"{section_of(cfg, ctx, contexts)}: skipping baseline {name} (the hardware "
                              f"has no such device; it has {devices})")
                 continue
             try:
@@ -263,14 +317,15 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
     baselines run on that hardware and variant beside it."""
     seeds = heldout_seeds(cfg)
     results: dict[tuple[str, str], AgentResult] = {}
-    for ctx in contexts_of(cfg, entries, scenarios):
-        section = section_of(cfg, ctx)
+    contexts = contexts_of(cfg, entries, scenarios)
+    for ctx in contexts:
+        section = section_of(cfg, ctx, contexts)
         env = _env_in(ctx, DEFAULT_ENV, cfg)
         static, oracle = make_policy("best-static", env), make_policy("oracle", env)
         refs = {s: (episode_latencies(static, env, s, cfg.episodes),
                     episode_latencies(oracle, env, s, cfg.episodes)) for s in seeds}
         for entry in (e for e in entries if _in_context(cfg, e, ctx)):
-            env = _model_env(cfg, entry, ctx[0])
+            env = _model_env(cfg, entry, ctx.scenario)
             policy = load_policy(entry.path, env)
             result = results.setdefault((entry.label, section),
                                         AgentResult(entry.label, section, "model", runs=0))
@@ -309,7 +364,7 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     from agents import plots
 
     out = Path(cfg.out)
-    online_n = cfg.online_seeds or (max(cfg.seeds, MIN_ONLINE_SEEDS) if cfg.online else cfg.seeds)
+    online_n = cfg.online_seed_count()
     entries: list[ModelEntry] = []
     notes: list[str] = []
     online_agents: tuple[str, ...] = ()
@@ -338,10 +393,13 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             written.append(write_text(out / "summary.csv", summary_csv(rows)))
             written.append(write_text(out / "summary.md", summary_markdown(
                 rows, heldout_seeds(cfg), cfg.episodes)))
+            sections = dict.fromkeys(r.scenario for r in results)   # a panel per section
             cdf = {s: {r.agent: np.concatenate(r.latencies) for r in results if r.scenario == s}
-                   for s in scenarios}
+                   for s in sections}
             written.append(plots.latency_cdf(cdf, out / "latency_cdf.png"))
-            runs = [(f"{e.label} s{e.seed}", e.run_dir) for e in entries if e.run_dir is not None]
+            # one curve per run folder: a run's checkpoints share its events
+            runs = list({e.run_dir: (f"{e.label} s{e.seed}", e.run_dir)
+                         for e in entries if e.run_dir is not None}.values())
             if runs:
                 written.append(plots.learning_curves(runs, out / "learning_curves.png"))
             else:

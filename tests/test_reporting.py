@@ -100,3 +100,58 @@ def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> No
     entries, _ = discover_models(cfg)
     with pytest.raises(ConfigError, match=r"could not be loaded as ppo.*\(scenario .*small.yaml\)"):
         check_inputs(cfg, entries, cfg.scenarios)
+
+
+def test_one_hardware_spelt_two_ways_is_one_section(tmp_path: Path) -> None:
+    """`edge` and `.../presets/edge.yaml` were two contexts with one title: the baselines ran
+    twice into one row (n doubled); two files named hw.yaml shared a title the other way."""
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"], hardware="edge")
+    fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["none"], seeds=[1],
+             hardware=str(PRESET_DIR / "edge.yaml"))
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    results = evaluate_agents(cfg, entries, ["article"])
+    assert {(r.scenario, r.agent, r.runs, len(r.samples)) for r in results} == {
+        ("article (hardware edge)", "ppo", 2, 2), ("article (hardware edge)", "best-static", 1, 1)}
+    for sub in ("x", "y"):
+        (tmp_path / sub).mkdir()
+        two_device_hardware(tmp_path / sub)
+    fake_run(tmp_path / "runs2", "a", agents=["ppo"], warmup=["none"],
+             hardware=str(tmp_path / "x" / "two.yaml"))
+    fake_run(tmp_path / "runs2", "b", agents=["ppo"], warmup=["none"],
+             hardware=str(tmp_path / "y" / "two.yaml"))
+    cfg = cfg_for(runs=str(tmp_path / "runs2"), baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    sections = {r.scenario for r in evaluate_agents(cfg, entries, ["article"])}
+    assert sections == {f"article (hardware {tmp_path / sub / 'two.yaml'})" for sub in ("x", "y")}
+
+
+def test_a_misspelt_all_baseline_is_refused_and_a_gated_one_skipped(tmp_path: Path) -> None:
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"],
+             hardware=str(two_device_hardware(tmp_path)))
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static", "all-gpus"])
+    entries, _ = discover_models(cfg)
+    with pytest.raises(ConfigError, match="unknown baseline 'all-gpus'"):   # not "skipping"
+        check_inputs(cfg, entries, ["article"])
+    cfg = dataclasses.replace(cfg, baselines=["best-static", "gated-all-npu"])
+    assert check_inputs(cfg, entries, ["article"]) == [
+        "article (hardware two): skipping baseline gated-all-npu (the hardware has no such "
+        "device; it has cpu, gpu)"]
+
+
+def test_the_cdf_has_a_panel_per_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sections other than a bare scenario name were dropped from latency_cdf.png."""
+    from agents import plots, reporting
+
+    panels: dict[str, list[str]] = {}
+
+    def capture(cdf: dict, path: Path) -> Path:
+        panels.update({section: sorted(curves) for section, curves in cdf.items()})
+        return path
+
+    monkeypatch.setattr(plots, "latency_cdf", capture)
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"], hardware="edge")
+    reporting.run(cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"],
+                          no_online=True, out=str(tmp_path / "results"), progress_bar=False),
+                  report=lambda _: None)
+    assert panels == {"article (hardware edge)": ["best-static", "ppo"]}
