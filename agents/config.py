@@ -30,6 +30,7 @@ C = TypeVar("C")
 
 DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take 6-10 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
+MIN_ONLINE_SEEDS = 5             # evaluate.py --online: the study's floor
 MAX_EVAL_SEEDS = 1000            # evaluate.py's --seeds is a count; more is a seed typed as one
 MAX_SEED = 2**31 - 1            # numpy, gymnasium and torch all accept seeds up to here
 
@@ -145,6 +146,13 @@ class EvalConfig:
         "live rate (default: the reproduction's, 3)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar"))
 
+    def online_seed_count(self) -> int:
+        """Seeds of the online study: --online-seeds, else --seeds (at least
+        MIN_ONLINE_SEEDS for the --online study itself)."""
+        if self.online_seeds:
+            return self.online_seeds
+        return max(self.seeds, MIN_ONLINE_SEEDS) if self.online else self.seeds
+
     def validate(self) -> None:
         _require(self.seeds >= 1, f"--seeds must be >= 1, got {self.seeds}")
         for flag, count in (("--seeds", self.seeds), ("--online-seeds", self.online_seeds)):
@@ -159,9 +167,8 @@ class EvalConfig:
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
-        # the online study, when it runs, takes >= 5 seeds from --seed-base too
         n = self.seeds if self.no_online or self.reproduce_article else \
-            max(self.seeds, self.online_seeds or 0, 5)
+            max(self.seeds, self.online_seed_count())   # the online study's, when it runs
         _require_seeds("--seed-base", self.seed_base, self.seed_base + n - 1)
         _require_folder("--out", self.out)
         # the two studies run fixed agents on fixed scenarios: a flag they ignore is a mistake

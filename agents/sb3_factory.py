@@ -35,6 +35,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 from agents.base import Policy
 from agents.files import zip_target
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
+from envs import ENV_IDS
 from inference.yamlio import describe_yaml_error, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
@@ -49,7 +50,7 @@ def env_id_of(env: gym.Env | Any) -> str:
     if spec is not None:
         return spec.id.split(":")[-1]
     name = type(base.unwrapped).__name__
-    return "InferenceAllocSplit-v0" if "Split" in name else "InferenceAlloc-v0"
+    return ENV_IDS[1] if "Split" in name else ENV_IDS[0]
 
 
 def load_hyperparams(agent: str, env_id: str) -> dict[str, Any]:
@@ -210,7 +211,23 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         if (low is not None and value < low) or (high is not None and value > high):
             # SB3 takes gamma=1.5 or clip_range=-1 without a word, and n_epochs=0 fails deep
             # inside its training loop
-            raise ValueError(f"hyper-parameter {key} must lie in [{low}, {high}], got {value!r}")
+            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise ValueError(f"hyper-parameter {key} must be {bounds}, got {value!r}")
+
+
+def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The YAML's hyper-parameters of `name` on `env_id` with `overrides` (checked) on top;
+    a policy_kwargs override merges into the YAML's: replacing it, {net_arch: [8]} used to
+    drop activation_fn (and log_std_init), so the net trained with ReLU unannounced."""
+    params = load_hyperparams(name, env_id)
+    if overrides:
+        check_override_types(name, params, overrides)
+        overrides = dict(overrides)
+        if isinstance(overrides.get("policy_kwargs"), dict):
+            overrides["policy_kwargs"] = {**(params.get("policy_kwargs") or {}),
+                                          **overrides["policy_kwargs"]}
+        params.update(overrides)
+    return params
 
 
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
@@ -224,17 +241,7 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     warm-up and ``predict`` use.
     """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
-    params = load_hyperparams(name, env_id_of(env))
-    if overrides:
-        check_override_types(name, params, overrides)
-        overrides = dict(overrides)
-        if isinstance(overrides.get("policy_kwargs"), dict):
-            # merged into the YAML's: policy_kwargs={net_arch: [8]} used to drop its
-            # activation_fn (and log_std_init), so the net trained with ReLU unannounced
-            overrides["policy_kwargs"] = {**(params.get("policy_kwargs") or {}),
-                                          **overrides["policy_kwargs"]}
-        params.update(overrides)
-    params = _resolve_kwargs(params)
+    params = _resolve_kwargs(hyperparams_with(name, env_id_of(env), overrides))
     policy = params.pop("policy", "MlpPolicy")
     algo = ALGORITHMS[name]
     train_env = vec_env if vec_env is not None else wrap_for(name, env)
@@ -303,7 +310,7 @@ def saved_model_info(path: str | Path) -> tuple[str, str]:
         raise ValueError(f"model file {p} does not say which agent it holds (infer_agent={name!r})")
     space = data.get("action_space")
     kind = space.get(":type:", "") if isinstance(space, dict) else ""
-    env_id = "InferenceAllocSplit-v0" if "spaces.box.Box" in str(kind) else "InferenceAlloc-v0"
+    env_id = ENV_IDS[1] if "spaces.box.Box" in str(kind) else ENV_IDS[0]
     return name, env_id
 
 

@@ -59,7 +59,14 @@ from agents.registry import (
     policy_env_id,
     valid_names,
 )
-from agents.sb3_factory import ALGORITHMS, SB3Agent, load_hyperparams, make_sb3, wrap_for
+from agents.sb3_factory import (
+    ALGORITHMS,
+    SB3Agent,
+    hyperparams_with,
+    load_hyperparams,
+    make_sb3,
+    wrap_for,
+)
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
 
 WARMUP_PARTS = ("conservative", "clone", "guard")
@@ -253,7 +260,7 @@ def saved_steps(path: Path) -> int | None:
 
 
 def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
-    params = {**load_hyperparams(spec.agent, config.env_id), **config.hp}
+    params = hyperparams_with(spec.agent, config.env_id, config.hp)   # as make_sb3 builds it
     return {"agent": spec.label, "algo": spec.agent, "warmup": spec.warmup, "seed": spec.seed,
             "env_id": config.env_id, "scenario": config.scenario,
             "hardware": config.hardware or "(scenario's)", "variant": config.variant or
@@ -284,8 +291,10 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     except TypeError as exc:
         raise ConfigError(f"{run_dir / 'config.yaml'}: {exc}") from None
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
+    # (file paths compared absolute, as runs record them)
+    given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)
     extra = sorted(k for k in given - RESUMABLE - {"resume", "log_dir"}
-                   if getattr(config, k) != getattr(saved, k))
+                   if getattr(given_abs, k) != getattr(saved_abs, k))
     if extra:
         raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
                           f"{', '.join('--' + k.replace('_', '-') for k in sorted(RESUMABLE))}"
@@ -459,7 +468,7 @@ def table_baselines(cfg: TrainConfig) -> list[str]:
 def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | None:
     """Trained runs and the static / HEFT baselines on the held-out episode (markdown table);
     None when the runs had no held-out episode (``--eval-tasks 0``)."""
-    cfg = config
+    cfg = _absolute_files(config)   # as the runs recorded it: baseline_latency's cache hits
     if config.resume is not None and results:
         # the resumed run's own config: its --eval-tasks may be 0 where the command line's is not
         cfg = TrainConfig(**read_yaml_options(TrainConfig, results[0].run_dir / "config.yaml"))

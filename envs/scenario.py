@@ -80,6 +80,7 @@ MAX_QUANTITY = 1e9          # tokens, batch size: any distribution parameter
 MAX_EPISODE_TASKS = 1_000_000
 MAX_DOMAINS = 1_000_000
 MIN_RATE = 1e-6             # requests/s, burst multiplier, trace time scale
+MAX_SIGMA = 10.0            # a log-normal's sigma: e^(4 sigma) ~ 2e17x the median at most
 MAX_NOISE = 2.0             # sigma of log-normal noise: e^(4 sigma) = 3000x at most
 MAX_SECONDS = 3600.0        # a dispatch penalty or replacement overhead
 MAX_CONTENTION = 10.0       # bandwidth share a peer takes: 1 = doubles memory time per peer
@@ -144,7 +145,7 @@ class Distribution:
                 if not isinstance(value, list) or not value:
                     raise ValueError(f"scenario field {where}.{key} must be a non-empty list")
                 # a value is a size (>= 1: 0.2 drew as 0, clipped to 1); a weight may be 0
-                args[key] = tuple(_number(v, f"{where}.{key}", low=1.0 if key == "values" else 0.0,
+                args[key] = tuple(_number(v, f"{where}.{key}", low=0.0,
                                           strict=False, high=MAX_QUANTITY) for v in value)
             else:
                 args[key] = _number(value, f"{where}.{key}", low=1.0 if key == "value" else 0.0,
@@ -157,9 +158,16 @@ class Distribution:
             raise ValueError(f"scenario field {where}: dist: uniform needs low <= high, got {out.low}..{out.high}")
         if out.min < 1 or out.max < out.min:
             raise ValueError(f"scenario field {where}: need 1 <= min <= max, got {out.min}..{out.max}")
-        if kind == "constant" and not out.min <= out.value <= out.max:
-            raise ValueError(f"scenario field {where}: value {out.value:g} lies outside "
-                             f"min..max {out.min:g}..{out.max:g}")
+        # Values a dist draws by construction must lie in min..max: clipping them piles the
+        # mass onto a bound (uniform low: 0.5 drew zeros, clipped to 1) without a word.
+        inside = {"constant": (out.value,), "uniform": (out.low, out.high),
+                  "choice": out.values}.get(kind, ())
+        for v in inside:
+            if not out.min <= v <= out.max:
+                raise ValueError(f"scenario field {where}: {v:g} lies outside "
+                                 f"min..max {out.min:g}..{out.max:g}")
+        if out.sigma > MAX_SIGMA:   # e^(4 sigma) overflows float64 past ~175
+            raise ValueError(f"scenario field {where}.sigma must be <= {MAX_SIGMA:g}, got {out.sigma:g}")
         return out
 
 

@@ -148,7 +148,7 @@ class Hardware:
 # (launch overhead, link latency) of at most an hour.
 RATE_RANGE = (1.0, 1e30)
 SECONDS_MAX = 3600.0
-FRACTION_MIN = 1e-6        # efficiencies and hit rates
+FRACTION_MIN = 1e-12       # efficiencies and hit rates (server.yaml's preprocess: 1e-6)
 
 
 def _positive(value: Any, where: str, low: float = 0.0, high: float = math.inf) -> float:
@@ -159,7 +159,8 @@ def _positive(value: Any, where: str, low: float = 0.0, high: float = math.inf) 
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{where} must be a finite number > 0, got {value!r}")
     if value < low or value > high:
-        raise ValueError(f"{where} must lie in [{low:g}, {high:g}], got {value!r}")
+        bounds = f"[{low:g}, {high:g}]" if low > 0 else f"(0, {high:g}]"   # 0 itself is refused
+        raise ValueError(f"{where} must lie in {bounds}, got {value!r}")
     return float(value)
 
 

@@ -182,9 +182,9 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--n-envs", "2", "--seeds", "2147483647"], "got 2147483647 .. 2147483648"),
     (["--episode-tasks", "1000000000000"], "--episode-tasks must lie in 1..1000000"),  # was numpy's
     # SB3 took these without a word (n_epochs=0 then failed deep inside its loop)
-    (["--hp", "gamma=1.5"], "gamma must lie in [0.0, 1.0], got 1.5"),
-    (["--hp", "clip_range=-1"], "clip_range must lie in [1e-09, None], got -1"),
-    (["--hp", "n_epochs=0"], "n_epochs must lie in [1, None], got 0"),
+    (["--hp", "gamma=1.5"], "gamma must be in [0.0, 1.0], got 1.5"),
+    (["--hp", "clip_range=-1"], "clip_range must be >= 1e-09, got -1"),
+    (["--hp", "n_epochs=0"], "n_epochs must be >= 1, got 0"),
 ])
 def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys) -> None:
     main = load_main("train.py")
@@ -416,7 +416,9 @@ def test_a_run_records_its_files_absolutely_and_resumes_given_its_own_config(
     assert main(["--resume", str(run), "--config", str(run / "config.yaml"),
                  "--timesteps", "96"]) == 0
     assert "96 steps (32 new)" in capsys.readouterr().out
-    assert main(["--resume", str(run), "--config", str(run / "config.yaml"), "--timesteps", "128",
+    monkeypatch.chdir(where)                                # the same file, spelt relative
+    assert main(["--resume", str(run), "--hardware", "my.yaml", "--timesteps", "128"]) == 0
+    assert main(["--resume", str(run), "--config", str(run / "config.yaml"), "--timesteps", "160",
                  "--seeds", "5"]) == 2                      # a changed value is still refused
     assert "may change (got seeds)" in capsys.readouterr().err
 
@@ -429,6 +431,8 @@ def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path
                              log_dir=str(tmp_path / "runs")))
     assert [s.seed for s in specs] == [0, 1]
     last = 2**31 - 1
-    EvalConfig(seeds=1, seed_base=last, no_online=True, out=str(tmp_path / "r")).validate()
-    with pytest.raises(ConfigError, match="--seed-base"):   # the online study needs 5 seeds
-        EvalConfig(seeds=1, seed_base=last, out=str(tmp_path / "r")).validate()
+    for kwargs in ({"no_online": True}, {}, {"online_seeds": 1}):   # the study takes --seeds
+        EvalConfig(seeds=1, seed_base=last, out=str(tmp_path / "r"), **kwargs).validate()
+    for kwargs in ({"online": True}, {"online_seeds": 2}):    # 5 (--online) or 2 seeds: too many
+        with pytest.raises(ConfigError, match="--seed-base"):
+            EvalConfig(seeds=1, seed_base=last, out=str(tmp_path / "r"), **kwargs).validate()

@@ -126,7 +126,7 @@ def test_unknown_names_are_refused_with_the_known_ones():
     (lambda r: r.update(disk_bandwidth=1e-300), r"disk_bandwidth must lie in \[1, 1e\+30\]"),
     (lambda r: device(r, "cpu").update(launch_overhead=1e308), r"launch_overhead must lie in"),
     (lambda r: device(r, "gpu")["op_efficiency"].update(dynamic=1e-300),
-     r"op_efficiency\.dynamic must be a fraction in \[1e-06, 1\]"),
+     r"op_efficiency\.dynamic must be a fraction in \[1e-12, 1\]"),
     (lambda r: device(r, "gpu").update(setup_s=1e308), r"setup_s must be at most 3600"),
     (lambda r: r["links"][0].update(between=[["cpu"], "gpu"]), "unknown device"),  # unhashable
     (lambda r: r["links"].append(dict(r["links"][0])), r"links\[3\] links .* again"),
