@@ -61,7 +61,12 @@ def _loss(agent: SB3Agent, obs: torch.Tensor, actions: torch.Tensor, masks: torc
     if agent.name == "dqn":
         q = model.q_net(obs)  # type: ignore[attr-defined]
         taken = q.gather(1, actions.long().view(-1, 1)).squeeze(1)
-        return F.cross_entropy(q, actions.long()) + F.mse_loss(taken, returns)
+        # The Q-values are the cross-entropy's logits too: regressed raw onto returns in
+        # seconds (reward="latency": about -300), the squared error's pull drowned the
+        # cross-entropy and left the cloned action with the lowest Q (agreement 0.05).
+        # In units of the returns' scale the two terms weigh alike.
+        scale = returns.abs().mean().clamp(min=1.0).detach()
+        return F.cross_entropy(q, actions.long()) + F.mse_loss(taken / scale, returns / scale)
     kwargs = {"action_masks": masks} if agent.name == "maskable-ppo" else {}
     values, log_prob, _ = model.policy.evaluate_actions(obs, actions, **kwargs)  # type: ignore[operator]
     return -log_prob.mean() + 0.5 * F.mse_loss(values.flatten(), returns)
