@@ -121,6 +121,17 @@ def _resolve_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _dqn_nvec(model: BaseAlgorithm, env: gym.Env | None) -> np.ndarray:
+    """The device-id vector sizes behind DQN's flat Discrete(D**3) action: the env's, or,
+    without one, those its saved action space implies (three stages of D devices)."""
+    space = getattr(getattr(env, "unwrapped", env), "action_space", None)
+    if isinstance(space, spaces.MultiDiscrete):
+        return np.asarray(space.nvec)
+    n = int(model.action_space.n)  # type: ignore[attr-defined]
+    d = round(n ** (1 / 3))
+    return np.array([d, d, d])
+
+
 class SB3Agent(Policy):
     """An SB3 model behind the project's predict interface (actions in the env's own space)."""
 
@@ -128,14 +139,16 @@ class SB3Agent(Policy):
         self.name = name
         self.model = model
         self.env = env
-        nvec = getattr(getattr(env, "unwrapped", env), "action_space", None)
-        self._nvec = np.asarray(nvec.nvec) if name == "dqn" and nvec is not None else None
+        self._nvec = _dqn_nvec(model, env) if name == "dqn" else None
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
         kwargs: dict[str, Any] = {}
         if self.name == "maskable-ppo":
-            if action_masks is None and self.env is not None and np.asarray(observation).ndim == 1:
+            obs = np.asarray(observation)
+            # the env's masks are the current task's: for one observation, or a batch of one
+            # (what a DummyVecEnv hands over)
+            if action_masks is None and self.env is not None and (obs.ndim == 1 or len(obs) == 1):
                 action_masks = self.env.unwrapped.action_masks()  # type: ignore[attr-defined]
             kwargs["action_masks"] = action_masks
         action, state = self.model.predict(observation, state, episode_start, deterministic, **kwargs)
@@ -319,8 +332,13 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model file {p} does not exist")
-    name, _ = saved_model_info(p)
+    name, env_id = saved_model_info(p)
+    space = getattr(getattr(env, "unwrapped", None), "action_space", None)
+    if name == "dqn" and space is not None and not isinstance(space, spaces.MultiDiscrete):
+        raise ValueError(f"model file {p} holds a DQN, which acts in {env_id}; this env's "
+                         f"actions are {space}")
     wrapped = wrap_for(name, env) if env is not None else None
+    torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:
         model = ALGORITHMS[name].load(p, env=wrapped, device="cpu")
     except Exception as exc:  # SB3 raises many kinds on a corrupt zip

@@ -187,3 +187,39 @@ def test_a_policy_kwargs_override_merges_into_the_yamls() -> None:
     kwargs = agent.model.policy_kwargs
     assert kwargs["net_arch"] == [8] and kwargs["activation_fn"] is torch.nn.Tanh
     assert kwargs["log_std_init"] == -0.5
+
+
+def test_maskable_ppo_masks_a_batch_of_one_too() -> None:
+    """SB3Agent read the env's masks for a 1-D observation only; a (1, d) batch, what a
+    DummyVecEnv hands over, picked a masked device on 34 of 70 masked steps."""
+    from agents.sb3_factory import make_sb3
+
+    env = gym.make("envs:InferenceAlloc-v0", scenario="faults", episode_tasks=200)
+    agent = make_sb3("maskable-ppo", env, seed=0)
+    obs, _ = env.reset(seed=0)
+    masked_steps = 0
+    for _ in range(200):
+        masks = env.unwrapped.stage_masks()
+        if not masks.all():
+            masked_steps += 1
+            for _ in range(5):                     # stochastic: a mask, not luck, keeps it off
+                action, _ = agent.predict(obs[None], deterministic=False)
+                assert all(masks[s, d] for s, d in enumerate(np.asarray(action).reshape(-1)))
+        obs, _, _, truncated, _ = env.step(agent.predict(obs)[0])
+        if truncated:
+            break
+    assert masked_steps > 10
+
+
+def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> None:
+    from agents.sb3_factory import make_sb3
+
+    env = make(V0)
+    agent = make_sb3("dqn", env, seed=0)
+    obs, _ = env.reset(seed=0)
+    path = agent.save(tmp_path / "dqn")
+    loaded = load_sb3(path)                           # no env: flat ids used to come back
+    assert np.asarray(loaded.predict(obs)[0]).tolist() == np.asarray(agent.predict(obs)[0]).tolist()
+    assert np.asarray(loaded.predict(obs)[0]).shape == (3,)
+    with pytest.raises(ValueError, match="holds a DQN, which acts in InferenceAlloc-v0"):
+        load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
