@@ -64,6 +64,11 @@ class OnlineResult:
           static's / the oracle's on the same samples.
         """
         lat, static, oracle = self.latency, self.static, self.oracle
+        for name, value in (("early", early), ("window", window)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"metrics: {name} must be an integer >= 1, got {value!r}")
+        if len(lat) == 0:
+            raise ValueError("metrics of an empty run: deploy at least one sample")
         e = min(early, len(lat))
         ratio = rolling_mean(lat, window) / rolling_mean(static, window)
         steady = min(STEADY_SAMPLES, len(lat))
@@ -78,7 +83,9 @@ class OnlineResult:
             "early_drop": float(1.0 - np.mean(static[:e]) / np.mean(lat[:e])),
             "worst_window": float(np.max(ratio)),
             "samples_to_stabilise": float(min(stabilise, len(lat))),
-            "samples_to_0.9_static": float(reached[0] + window) if len(reached) else float("nan"),
+            # a run shorter than a window has one, over all of it: report no sample past its end
+            "samples_to_0.9_static": float(min(reached[0] + window, len(lat))) if len(reached)
+            else float("nan"),
             "steady_vs_static": float(steady_mean / np.mean(static[-steady:])),
             "steady_vs_oracle": float(steady_mean / np.mean(oracle[-steady:])),
         }
@@ -135,6 +142,8 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
     """
     from agents.registry import make_policy
 
+    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+        raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}")
     base = env.unwrapped
     if base.scenario.episode_tasks < n_samples:
         raise ValueError(f"env episode_tasks={base.scenario.episode_tasks} < n_samples={n_samples}: "

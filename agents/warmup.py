@@ -15,11 +15,16 @@ Three parts, each optional, composable with any SB3 agent:
 3. guard -- while the learner's rolling latency ratio to the static reference
    (a window of recent tasks) is worse than the conservative policy's by more
    than ``guard_margin``, the conservative policy acts (for ``guard_cooldown``
-   decisions, after which the learner gets another window).
+   decisions, after which the learner gets another window). The ratio needs the
+   env to price static in the same state (``reward="relative"`` or
+   ``reference=True``: ``info["static_latency"]``), as train.py's and the online
+   study's envs do; without it the guard compares raw latencies, which vary ~10x
+   with the task sizes, and a warning says so.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -63,6 +68,18 @@ class WarmupConfig:
     guard_cooldown: int = 50
 
     def __post_init__(self) -> None:
+        from agents.registry import check_fixed_policy_name
+
+        if not isinstance(self.conservative, str):
+            raise ValueError(f"WarmupConfig.conservative must be a policy name, got "
+                             f"{self.conservative!r}")
+        check_fixed_policy_name(self.conservative, "WarmupConfig.conservative")
+        for name in ("clone", "guard"):
+            if not isinstance(getattr(self, name), bool):   # "no" would count as True
+                raise ValueError(f"WarmupConfig.{name} must be True or False, got "
+                                 f"{getattr(self, name)!r}")
+        if isinstance(self.guard_margin, bool) or not isinstance(self.guard_margin, (int, float)):
+            raise ValueError(f"WarmupConfig.guard_margin must be a number, got {self.guard_margin!r}")
         for name in ("steps", "clone_samples", "clone_epochs", "guard_window", "guard_cooldown"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -157,13 +174,20 @@ class WarmupCallback(BaseCallback):
     def __init__(self, controller: WarmupController) -> None:
         super().__init__()
         self.controller = controller
+        self._warned = False
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
             latency = info.get("latency")
             static = info.get("static_latency")
-            if latency is not None:
-                self.controller.record(latency / static if static else latency)
+            if latency is None:
+                continue
+            if not static and not self._warned and self.controller.config.guard:
+                warnings.warn("the warm-up guard compares raw latencies: the env gives no "
+                              "static_latency (make it with reward='relative' or "
+                              "reference=True to compare ratios to static)", stacklevel=2)
+                self._warned = True
+            self.controller.record(latency / static if static else latency)
         self.logger.record("warmup/conservative_acting", float(self.controller.last_conservative))
         self.logger.record("warmup/guard_trips", self.controller.guard_trips)
         return True

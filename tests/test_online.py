@@ -36,6 +36,21 @@ def test_metrics_on_a_planted_learning_curve():
     assert m["steady_vs_oracle"] == pytest.approx(9 / 8)
 
 
+def test_metrics_of_a_run_shorter_than_a_window_stay_inside_it():
+    m = OnlineResult(np.full(20, 8.0), np.full(20, 10.0), np.full(20, 8.0)).metrics()
+    assert m["samples_to_0.9_static"] == 20 and m["samples_to_stabilise"] == 20   # was 50
+
+
+@pytest.mark.parametrize(("n", "kwargs", "message"), [
+    (0, {}, "empty run"),                                   # was numpy's zero-size reduction
+    (10, {"window": 0}, "window must be an integer >= 1"),  # was a broadcast error
+    (10, {"early": 0}, "early must be an integer >= 1"),    # was NaN
+])
+def test_bad_metrics_inputs_say_what_is_wrong(n: int, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        OnlineResult(np.ones(n), np.ones(n), np.ones(n)).metrics(**kwargs)
+
+
 def test_stabilisation_is_measured_against_static_in_the_agents_own_state():
     n = 600
     rng = np.random.default_rng(0)
@@ -138,6 +153,9 @@ def test_deploy_needs_a_long_enough_episode():
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=50, reward="relative")
     with pytest.raises(ValueError, match="episode_tasks"):
         deploy(make_sb3("ppo", env, seed=0), env, 100)
+    for n in (0, -3, 2.5):                                  # were numpy's own errors
+        with pytest.raises(ValueError, match="n_samples must be an integer >= 1"):
+            deploy(make_policy("heft", env), env, n)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -344,3 +346,26 @@ def test_with_a_device_offline_the_masked_conservative_action_is_never_sent():
     assert all(failed == 0 for failed, _, _ in seen)          # no masked pick reached the env
     assert not any(conservative for _, conservative, _ in seen)
     assert all(lp > -100.0 for _, _, lp in seen)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"conservative": "ppo"}, "'ppo' is a learning agent"),     # cloned an untrained PPO
+    ({"conservative": None}, "conservative must be a policy name"),
+    ({"clone": "no"}, "clone must be True or False"),           # "no" counted as True
+    ({"guard_margin": True}, "guard_margin must be a number"),
+    ({"guard_margin": "x"}, "guard_margin must be a number"),   # was a bare TypeError
+])
+def test_a_bad_warmup_config_is_a_value_error(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        WarmupConfig(**kwargs)
+
+
+def test_the_guard_warns_when_it_can_only_compare_raw_latencies() -> None:
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=100)       # reward="latency"
+    agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(steps=0, clone=False))
+    with pytest.warns(UserWarning, match="compares raw latencies"):
+        agent.learn(32)
+    quiet = make_sb3("ppo", _env(tasks=100), seed=0, warmup=WarmupConfig(steps=0, clone=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        quiet.learn(32)                                   # relative: ratios, no warning
