@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.reference import ReferencePlanner
+from envs.reference import ReferencePlanner, dispatch
 from envs.render import draw_frame
 from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, Scenario, load_scenario
 from envs.workload import Episode, generate_episode, precomputed_domains
@@ -342,23 +342,7 @@ class InferenceAllocEnv(gym.Env):
 
     def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
         """Replace masked devices by the available one with the smallest backlog."""
-        busy = self.sim.state.busy_until
-        failed = 0
-        out: list[tuple[tuple[int, float], ...]] = []
-        for s, stage_shares in enumerate(shares):
-            row = masks[s]
-            if len(stage_shares) == 1 and row[stage_shares[0][0]]:
-                out.append(stage_shares)   # the common case: a whole stage on an allowed device
-                continue
-            fixed: dict[int, float] = {}
-            for dev, frac in stage_shares:
-                if not row[dev]:
-                    failed += 1
-                    valid = [i for i in range(self.n_devices) if row[i]]
-                    dev = min(valid, key=lambda i: (busy[i], i))
-                fixed[dev] = fixed.get(dev, 0.0) + frac
-            out.append(tuple(sorted(fixed.items())))
-        return tuple(out), failed
+        return dispatch(shares, masks, self.sim.state.busy_until)
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -377,3 +377,38 @@ def test_preset_names_absolute_and_cwd_relative_paths_are_kept(
     assert load_scenario(folder / "b.yaml").workload.trace == str(tmp_path / "cwd.csv")
     # Not next to the YAML: left as written, so it still resolves against the working directory.
     assert load_scenario(folder / "c.yaml").workload.trace == "cwd.csv"
+
+
+def test_best_static_is_priced_with_the_tasks_its_devices_cannot_hold() -> None:
+    """The search checked memory on the first calibration task only and priced the rest
+    wherever the placement put them, free; the env fails them over and charges them."""
+    from envs.reference import (
+        CALIBRATION_SEED,
+        CALIBRATION_TASKS,
+        dispatch,
+        mean_latency,
+        memory_masks,
+    )
+    from envs.workload import generate_episode
+    from inference.simulator import Simulator
+
+    env = envs.InferenceAllocEnv("long-context")
+    tasks = generate_episode(env.scenario, np.random.default_rng(CALIBRATION_SEED),
+                             CALIBRATION_TASKS).tasks
+    masks = memory_masks(env, tasks)
+    npu = env.device_names.index("npu")
+    fits = [m[2][npu] for m in masks]                   # decode on the NPU
+    assert fits[0] and not all(fits)                    # the first task hid the others
+    # the env's rule: a masked share moves to the least busy allowed device, and counts
+    assert dispatch(((( 0, 1.0),), ((npu, 1.0),), ((npu, 1.0),)),
+                    ((True,) * 3, (True, True, False), (False, True, True)),
+                    [5.0, 1.0, 0.0]) == ((((0, 1.0),), ((1, 1.0),), ((npu, 1.0),)), 1)
+    sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
+    placement = (0, 1, npu)
+    free = mean_latency(sim, tasks, placement)
+    charged = mean_latency(sim, tasks, placement, masks, env.scenario.failed_dispatch_s)
+    assert charged != free
+    bad = sum(not f for f in fits)
+    # each failed task pays at least the penalty on its own latency
+    assert mean_latency(sim, tasks, placement, masks, 1e3) - charged >= \
+        bad * (1e3 - env.scenario.failed_dispatch_s) / len(tasks) * 0.999
