@@ -545,9 +545,11 @@ class Simulator:
             base = self.stage_seconds(work, dev, frac)
         seconds = base * noise_s / st.throttle[dev]
         seconds += set_up
-        if not prefetch:
-            seconds += io_time
-            st.disk_free = start + io_time
+        if not prefetch:   # synchronous: the share reads its own part of the input
+            read = io_time * frac   # (the whole input per share read a split load 2-3 times)
+            seconds += read
+            if start + read > st.disk_free:
+                st.disk_free = start + read
         end = start + seconds
         busy[dev] = end
         st.busy_time[dev] += seconds

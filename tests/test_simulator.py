@@ -372,3 +372,20 @@ def test_the_adaptive_cache_evicts_domains_that_stop_being_requested():
     assert sum(late) / len(late) == 1.0, f"hit rate on the new domains stays {sum(late) / len(late)}"
     assert sim.state.cache_entries == set(new)
     assert not sim.state.cache_entries & set(old)
+
+
+def test_without_prefetch_a_split_load_reads_the_input_once() -> None:
+    """Each share of a split load read the whole input, at once: three reads of it in the
+    time of one. Each share now reads its part, so the shares' device time over the same
+    placement with prefetch (the read hidden off the devices) is the read, once."""
+    slow_disk = dataclasses.replace(SERVER, disk_bandwidth=2e7)
+    task = Task(32, 8000, 16)
+    split = (((0, 1 / 3), (1, 1 / 3), (2, 1 / 3)), ((1, 1.0),), ((1, 1.0),))
+
+    def busy(depth: int) -> float:
+        sim = simulator(hardware=slow_disk, config=SimConfig(prefetch_depth=depth))
+        return sum(sim.run(task, split).busy)
+
+    io_time = simulator(hardware=slow_disk).stages[0].work(task, GLM).io_bytes / 2e7
+    assert io_time > 0.1
+    assert busy(0) - busy(1) == pytest.approx(io_time, rel=1e-9)
