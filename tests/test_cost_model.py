@@ -168,3 +168,17 @@ def test_a_simulated_cache_hit_loads_faster_than_direct_and_a_miss_slower(device
     direct = load_time("glm-5.3")
     assert load_time("glm-5.3-flash", cached_domains=(3,)) < direct
     assert load_time("glm-5.3-flash", cached_domains=(4,)) > direct
+
+
+def test_gated_prefill_launches_the_window_kernels_only_in_the_layers_it_keeps() -> None:
+    """Past gate_tokens, the open layers ran dynamic attention, but the window part still
+    launched its kernels in every layer (80 + 60 launches instead of 60 + 60)."""
+    model = get_model("glm-9b")
+    gated = GatedAttention(gate_tokens=8192, open_fraction=0.25)
+    launches = [p.launches for p in gated.work(Task(4, 12000, 64), model).parts
+                if p.tag == "attention"]                      # window part, dynamic part
+    window = WindowAttention()
+    full = [p.launches for p in window.work(Task(4, 12000, 64), model).parts
+            if p.tag == "attention"][0]
+    assert sum(launches) == pytest.approx(full * 0.75 + 6.0 * model.n_layers * 0.25)
+    assert min(launches) == pytest.approx(full * 0.75)     # the window's, in 3 of 4 layers

@@ -93,7 +93,7 @@ def _window_part(b: int, n: int, c: WorkCoefficients, window: int,
     tiles = -(-n // QUERY_TILE)
     nbytes = b * (2 * n * c.layer_token_bytes + tiles * min(n, window) * c.kv_bytes) * layer_fraction
     return new_record(WorkPart, ("attention", ATTENTION, SEQUENTIAL, flops, nbytes, 0.0,
-                                 2.0 * c.n_layers))
+                                 2.0 * c.n_layers * layer_fraction))
 
 
 def _dynamic_part(b: int, n: int, c: WorkCoefficients, layer_fraction: float = 1.0) -> WorkPart:
@@ -189,7 +189,8 @@ class GatedAttention:
       * otherwise on when the window attention is *spread out* -- its mean normalised entropy
         (entropy / log(visible keys), in [0, 1]) is >= `spread`. Flat window weights suggest the
         relevant keys lie beyond the window; peaked ones say the window already has them.
-    The gate costs O(n * w), like window attention itself.
+    Here the gate's probe costs O(n * w), like window attention itself; the cost model
+    (`work`) prices a gate of one score per hidden element, O(n * hidden) per layer.
 
     Args:
         window: window of the gate-off branch (and of the gate's own probe).
