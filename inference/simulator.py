@@ -13,8 +13,10 @@ Mechanisms (each a documented ``SimConfig`` field or hardware figure):
   * transfers: a stage's output crosses a link when the next stage runs elsewhere;
   * weight residency: a device that computes prefill/decode without the weights
     first copies them over the fastest link (then keeps them);
-  * prefetch: with ``prefetch_depth`` k >= 1 the disk reads a task's input while
-    the devices work, up to k tasks ahead; with 0 reading blocks the load device;
+  * prefetch: with ``prefetch_depth`` k >= 1 the disk reads a task's input off the
+    devices' time, once task i - k has finished loading (k = 1: the read of a task
+    overlaps the previous one's prefill and decode, not its loading; k = 2 overlaps
+    that too); with 0 reading blocks the load device;
   * contention: devices in one memory domain share its bandwidth while they overlap;
   * re-placement overhead: a device that takes a stage it did not run for the
     previous task is first set up for it (graph capture / compilation, allocator,
@@ -65,7 +67,7 @@ class SimConfig:
     """Cluster-level parameters of the simulator.
 
     Attributes:
-        prefetch_depth: tasks the disk may read ahead of the devices (0 = synchronous I/O).
+        prefetch_depth: the read of task i may start once task i - k has loaded (0 = synchronous I/O).
         replacement_overhead_s: seconds, beside the device's own ``setup_s``, a device spends
             being set up for a stage it did not run for the previous task (static placements
             never pay it).
