@@ -1,0 +1,22 @@
+"""Shared test set-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests that drive SB3 models directly (not through SB3Agent.learn, which logs nowhere)
+    would leave an empty SB3-<date> folder in the system temp dir per learn(); SB3 puts them
+    under $SB3_LOGDIR instead, here pytest's own temp folder."""
+    old = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3_logs"))
+    yield
+    if old is None:
+        os.environ.pop("SB3_LOGDIR", None)
+    else:
+        os.environ["SB3_LOGDIR"] = old
