@@ -71,7 +71,16 @@ def check_fixed_policy_name(name: str, what: str) -> None:
     """Refuse a learner where a fixed policy is needed, naming the valid ones."""
     if isinstance(name, str) and name.strip().lower().removeprefix("gated-") in SB3_NAMES:
         raise ValueError(f"{what} {name!r} is a learning agent; it needs a fixed "
-                                f"policy: {valid_names(learners=False)}")
+                         f"policy: {valid_names(learners=False)}")
+
+
+def runs_on(name: str, devices: tuple[str, ...]) -> bool:
+    """Whether hardware with `devices` can run the policy `name`: an all-<kind> policy (gated
+    or not) needs a device of that name. A name that is no device kind (all-gpus) counts as
+    runnable, for make_policy to refuse."""
+    key = name.strip().lower().removeprefix("gated-")
+    device = key[len("all-"):] if key.startswith("all-") else None
+    return device not in DEVICE_KINDS or device in devices
 
 
 def _sb3(function: str, name: str) -> Any:

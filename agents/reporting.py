@@ -42,11 +42,12 @@ from agents.registry import (
     load_policy,
     make_policy,
     policy_env_id,
+    runs_on,
     valid_names,
 )
 from envs import ENV_IDS
 from envs.scenario import load_scenario
-from inference.hardware import DEVICE_KINDS, PRESET_DIR
+from inference.hardware import PRESET_DIR, load_hardware
 from inference.variants import variant_label
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
@@ -222,9 +223,9 @@ def section_of(cfg: EvalConfig, ctx: Context, others: list[Context] | None = Non
     _, own_hardware, own_variant = Context(ctx.scenario, cfg.hardware, None).key()
     extra = []
     if hardware != own_hardware:
-        stems = {Path(o.key()[1]).stem: o.key()[1] for o in others or [] if o.key()[1] != hardware}
         name = Path(hardware).stem
-        extra.append(f"hardware {hardware if name in stems else name}")
+        clash = any(Path(o.key()[1]).stem == name and o.key()[1] != hardware for o in others or [])
+        extra.append(f"hardware {hardware if clash else name}")
     if variant != own_variant:
         extra.append(f"variant {variant}")
     return f"{scenario} ({', '.join(extra)})" if extra else scenario
@@ -238,17 +239,15 @@ def _env_in(ctx: Context, env_id: str, cfg: EvalConfig) -> Any:
     return make_env(env_id, ctx.scenario, ctx.hardware, ctx.variant, cfg.episode_tasks)
 
 
+@lru_cache(maxsize=64)
+def _devices(ctx: Context) -> tuple[str, ...]:
+    """The device names of the context's hardware (its resolved file, read once)."""
+    return load_hardware(ctx.key()[1]).device_names
+
+
 def runnable_baselines(cfg: EvalConfig, ctx: Context) -> list[str]:
-    """The baselines the context's hardware can run: all-<kind> (gated or not) needs a device
-    of that name. A name that is no device kind (all-gpus) is left to make_policy to refuse."""
-    devices = _env_in(ctx, DEFAULT_ENV, cfg).unwrapped.device_names
-
-    def runnable(name: str) -> bool:
-        key = name.strip().lower().removeprefix("gated-")
-        device = key[len("all-"):] if key.startswith("all-") else None
-        return device not in DEVICE_KINDS or device in devices
-
-    return [name for name in cfg.baselines if runnable(name)]
+    """The baselines the context's hardware can run (``registry.runs_on``)."""
+    return [name for name in cfg.baselines if runs_on(name, _devices(ctx))]
 
 
 def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[str]:
@@ -273,7 +272,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             except ValueError as exc:
                 raise ConfigError(f"{exc} (evaluate a trained model with --models)") from None
             if name not in runnable:
-                devices = ", ".join(env_of[DEFAULT_ENV].unwrapped.device_names)
+                devices = ", ".join(_devices(ctx))
                 notes.append(f"{section_of(cfg, ctx, contexts)}: skipping baseline {name} (the hardware "
                              f"has no such device; it has {devices})")
                 continue

@@ -58,6 +58,7 @@ from agents.registry import (
     load_policy,
     make_policy,
     policy_env_id,
+    runs_on,
     valid_names,
 )
 from agents.sb3_factory import (
@@ -463,7 +464,7 @@ def table_baselines(cfg: TrainConfig) -> list[str]:
     """The table's baselines that the run's hardware and env can run: all-gpu only where a
     device is called gpu, and heft-split (the baseline to beat there) in the Split env."""
     devices = env_for(cfg, episode_tasks=1).unwrapped.device_names
-    names = [n for n in TABLE_BASELINES if not n.startswith("all-") or n[len("all-"):] in devices]
+    names = [n for n in TABLE_BASELINES if runs_on(n, devices)]
     return names + (["heft-split"] if policy_env_id("heft-split") == cfg.env_id else [])
 
 

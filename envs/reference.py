@@ -56,23 +56,11 @@ def dispatch(shares: Shares, masks: Any, busy: Any) -> tuple[Shares, int]:
     return tuple(out), failed
 
 
-def memory_masks(env: InferenceAllocEnv, tasks: Any) -> list[tuple[tuple[bool, ...], ...]]:
-    """Per task, which device may hold each stage (every device online), as the env masks it:
-    the stage's footprint, and the weights where it needs them, within the device's memory;
-    where none can, the device with the most memory."""
-    weights = env.model.weight_bytes
-    memory = [d.memory for d in env.hardware.devices]
-    largest = max(range(len(memory)), key=memory.__getitem__)
-    out = []
-    for task in tasks:
-        rows = []
-        for stage in env.sim.stages:
-            work = stage.work(task, env.model)
-            need = work.footprint + (weights if work.needs_weights else 0.0)
-            row = tuple(need <= m for m in memory)
-            rows.append(row if any(row) else tuple(d == largest for d in range(len(memory))))
-        out.append(tuple(rows))
-    return out
+def memory_masks(env: InferenceAllocEnv, tasks: Any) -> list[Any]:
+    """Per task, which device may hold each stage, every device online: the env's own masks
+    (``_fitting_masks``) of the task's work records."""
+    online = [True] * env.n_devices
+    return [env._fitting_masks(env._task_works(task), online) for task in tasks]
 
 
 def mean_latency(sim: Simulator, tasks: Any, placement: tuple[int, ...],
