@@ -175,15 +175,30 @@ class EvalConfig:
         _require(not (self.online and self.reproduce_article),
                  "--online and --reproduce-article are separate studies: run one at a time")
         _require(not (self.online and self.no_online), "--online and --no-online contradict")
-        study = "--online" if self.online else "--reproduce-article" if self.reproduce_article \
-            else None
-        if study is not None:
-            _require(not self.models, f"{study} trains its own agents from scratch; --models "
-                                      f"is not used there (evaluate models without {study})")
-        _require(not (self.reproduce_article and self.scenarios),
-                 "--reproduce-article runs the article scenario; --scenarios is not used there")
+        defaults = EvalConfig()
+        for name, why in self._unused_options().items():
+            _require(getattr(self, name) == getattr(defaults, name),
+                     f"{_flag(name)} is not used there: {why}; drop {_flag(name)}")
         _require(not (self.online and len(set(self.scenarios)) > 1),
                  "--online runs on one scenario; give one --scenarios value per invocation")
+
+    def _unused_options(self) -> dict[str, str]:
+        """The options this invocation ignores, and why: given anyway, they are a mistake."""
+        evaluation = ("models", "runs", "baselines", "episodes", "episode_tasks")
+        if self.online:
+            why = "--online trains its own agents from scratch and runs no baselines"
+            return dict.fromkeys((*evaluation, "no_online", "article_clients"), why)
+        if self.reproduce_article:
+            why = "--reproduce-article trains its own agents on the article scenario and server"
+            return dict.fromkeys((*evaluation, "scenarios", "hardware", "no_online",
+                                  "online_samples", "online_seeds"), why)
+        unused = {"article_clients": "only --reproduce-article runs the article job"}
+        if self.models:
+            unused["runs"] = "--models names the models, so no run folder is searched"
+        if self.no_online:
+            unused |= dict.fromkeys(("online_samples", "online_seeds"),
+                                    "--no-online skips the online study")
+        return unused
 
 
 def _require(ok: bool, message: str) -> None:
