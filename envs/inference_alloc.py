@@ -259,8 +259,10 @@ class InferenceAllocEnv(gym.Env):
         return tuple(((int(i), 1.0),) for i in ids)
 
     def stage_masks(self) -> np.ndarray:
-        """(3, D) bool: may stage s run on device d for the current task?"""
-        self._require_reset("stage_masks")
+        """(3, D) bool: may stage s run on device d for the current task? After the episode's
+        last step, the masks of the task the final observation shows (the last one): a
+        vector env that resets on the next step asks for them with that observation."""
+        self._require_reset("stage_masks", ended_ok=True)
         self._masks(self._current_task())
         memo = self._mask_memo
         assert memo is not None
@@ -337,7 +339,7 @@ class InferenceAllocEnv(gym.Env):
 
     def action_masks(self) -> np.ndarray:
         """Flat mask over [stage0 devices, stage1 devices, stage2 devices] for MaskablePPO."""
-        self._require_reset("action_masks")
+        self._require_reset("action_masks", ended_ok=True)
         return self.stage_masks().reshape(-1)
 
     def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
@@ -435,11 +437,12 @@ class InferenceAllocEnv(gym.Env):
                           [b - now for b in st.busy_until], st.online,
                           last[1].breakdown() if last else None)
 
-    def _require_reset(self, caller: str = "step") -> None:
+    def _require_reset(self, caller: str = "step", ended_ok: bool = False) -> None:
+        """Raise unless reset() has given a task stream and, unless `ended_ok`, a task is left."""
         if self._episode is None:
             raise RuntimeError(f"call reset() before {caller}(): the environment has no task "
                                f"stream yet")
-        if self._index >= len(self._episode.tasks):
+        if not ended_ok and self._index >= len(self._episode.tasks):
             raise RuntimeError("the episode is over (truncated); call reset() to start a new one")
 
     def _closed_loop(self, episode: Episode) -> Episode:

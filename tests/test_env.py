@@ -435,6 +435,28 @@ def test_action_masks_shape_and_dtype(env_id: str) -> None:
     assert masks.all()    # article: every device online and able to hold every stage
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_masks_of_the_final_observation(env_id: str) -> None:
+    """A gymnasium vector env resets a finished env on its next step, so a loop asks for the
+    masks of the final observation (the last task, NPU offline in tasks 60-119 of `faults`)."""
+    vec = gym.vector.SyncVectorEnv([lambda: make(env_id, scenario="faults", episode_tasks=70)])
+    vec.reset(seed=0)
+    for step in range(71):   # the 71st step resets the env
+        masks = np.stack(vec.call("action_masks"))
+        assert masks.shape == (1, 9)
+        truncated = vec.step(vec.action_space.sample())[3]
+        assert truncated[0] == (step == 69)
+    raw = make(env_id, scenario="faults", episode_tasks=70).unwrapped
+    obs, _ = raw.reset(seed=0)
+    for _ in range(70):
+        obs = raw.step(raw.action_space.sample())[0]
+    npu = raw.device_names.index("npu")
+    assert obs[6 + 4 * npu] == 0.0                    # the final observation: the NPU offline
+    assert not raw.stage_masks()[:, npu].any() and raw.stage_masks()[:, :npu].all()
+    with pytest.raises(RuntimeError, match="episode is over"):
+        raw.step(raw.action_space.sample())
+
+
 def test_npu_masked_for_a_batch_it_cannot_hold(tmp_path: Path) -> None:
     env = make(V0, scenario=str(big_batch_scenario(tmp_path)))
     raw = env.unwrapped
