@@ -100,14 +100,18 @@ class InferenceAllocEnv(gym.Env):
     devices busy, set-ups included: its cost in throughput), `placement` (device label per stage),
     `cache_hit` (None without a loader cache), `utilisation` and `share` (per device),
     `failed_dispatch` (masked picks this step), `attention_s`, `kv_wait_s`, `speed_ratio`
-    (the measured ratios the observation shows, unscaled) and `task`. With `reference=True`
-    (or `reward="relative"`): `static_latency` and `static_placement`; with `reference=True`
-    also `oracle_latency` and `oracle_placement`.
+    (the measured ratios the observation shows, unscaled) and `task` (batch, prompt_tokens,
+    output_tokens, domain, arrival of the task this step placed: the observation returned
+    with it shows the next task). With `reference=True` (or `reward="relative"`):
+    `static_latency` and `static_placement`; with `reference=True` also `oracle_latency` and
+    `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
 
     ## Episode End
 
     The episode is truncated after `episode_tasks` tasks, or when a replayed
-    trace runs out; it never terminates.
+    trace runs out; it never terminates. The final observation shows the last
+    task again, with the devices as it left them (`action_masks()` gives its masks);
+    `step()` then needs a `reset()`.
 
     ## Arguments
 

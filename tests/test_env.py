@@ -283,10 +283,19 @@ def test_observation_and_info_over_an_episode(env_id: str, scenario: str) -> Non
     assert obs.dtype == np.float32 and space.contains(obs)
     assert set(info["task"]) == {"batch", "prompt_tokens", "output_tokens", "domain", "arrival"}
     steps, truncated = 0, False
+    def shown(obs: np.ndarray) -> tuple[int, int, int]:   # the task sizes an observation shows
+        return round(obs[0] * 64), round(obs[1] * 32768), round(obs[2] * 2048)
+
+    def sizes(task: dict[str, Any]) -> tuple[int, int, int]:
+        return task["batch"], task["prompt_tokens"], task["output_tokens"]
+
+    assert shown(obs) == sizes(info["task"])            # reset's info: the first task to place
     while not truncated:
+        to_place = shown(obs)
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
         steps += 1
         assert not terminated
+        assert sizes(info["task"]) == to_place             # a step's info: the task it placed
         assert obs.dtype == np.float32 and space.contains(obs), obs
         latency = info["latency"]
         assert latency > 0 and reward == -latency
@@ -309,6 +318,7 @@ def test_observation_and_info_over_an_episode(env_id: str, scenario: str) -> Non
             assert oracle <= latency + 1e-9, (oracle, latency, info["placement"])
         assert len(info["oracle_placement"]) == 3 and len(info["static_placement"]) == 3
     assert steps == n_tasks
+    assert shown(obs) == sizes(info["task"])    # the final observation: the last task again
 
 
 def test_device_seconds_count_the_set_up_of_a_re_placement() -> None:
