@@ -29,6 +29,7 @@ from inference import (  # noqa: E402
     get_model,
     load_hardware,
 )
+from inference.__main__ import parse_placement  # noqa: E402
 
 TARGET_TASKS_PER_S = 50_000.0
 ARTICLE_TASK = Task(batch=16, prompt_tokens=5000, output_tokens=256)
@@ -49,7 +50,8 @@ def reference_rate(runs: int, repeats: int) -> float:
     return statistics.median(rates)
 
 
-def simulator_rate(variant: str, placement: tuple[str, ...], runs: int, repeats: int) -> float:
+def simulator_rate(variant: str, placement: tuple[str | int, ...], runs: int,
+                   repeats: int) -> float:
     """Median simulated tasks/s of `runs` bookings through Simulator.run (fresh state per repeat)."""
     sim = Simulator(load_hardware("server"), get_model("glm-9b"), build_stages(variant))
     shares = sim.shares(placement)
@@ -66,16 +68,24 @@ def simulator_rate(variant: str, placement: tuple[str, ...], runs: int, repeats:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20_000, help="bookings per repeat")
-    parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")
-    parser.add_argument("--placement", default="cpu,gpu,gpu", help="device per stage")
+    parser.add_argument("--runs", type=int, default=20_000,
+                        help="bookings per repeat (default 20000)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="repeats; the median is reported (default 5)")
+    parser.add_argument("--placement", default="cpu,gpu,gpu", metavar="DEV,DEV,DEV",
+                        help="device name or id for load, prefill, decode (default cpu,gpu,gpu)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.repeats < 1:
         parser.error("--runs and --repeats must be >= 1")
-    placement = tuple(args.placement.split(","))
+    try:    # a typo'd device is a usage error, before anything is timed
+        placement = parse_placement(args.placement)
+        Simulator(load_hardware("server"), get_model("glm-9b"),
+                  build_stages("glm-5.3")).shares(placement)
+    except ValueError as exc:
+        parser.error(str(exc))
     ref = reference_rate(args.runs, args.repeats)
     print(f"simulator throughput, article task (batch 16, 5000 prompt, 256 output tokens) on "
-          f"server, placement {','.join(placement)}")
+          f"server, placement {args.placement}")
     print(f"median of {args.repeats} repeats x {args.runs} runs; Python {sys.version.split()[0]}")
     print(f"reference: {ref:,.0f} trivial function calls/s\n")
     print(f"{'variant':<20}{'tasks/s':>12}{'trivial calls/task':>22}{'target':>10}")
