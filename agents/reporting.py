@@ -437,8 +437,12 @@ def reproduce_article(cfg: EvalConfig) -> Any:
 
 def fmt_summary(rows: list[dict[str, Any]]) -> str:
     """A short console table: agent, scenario, mean latency and ratio to best static."""
-    lines = [f"{'scenario':<14s} {'agent':<24s} {'mean (s)':>9s} {'vs static':>9s}"]
+    # columns as wide as their longest entry: section labels such as
+    # "article (variant glm-5.3)" and run names outgrow any fixed width
+    s = max([len("scenario")] + [len(str(r["scenario"])) for r in rows])
+    a = max([len("agent")] + [len(str(r["agent"])) for r in rows])
+    lines = [f"{'scenario':<{s}s} {'agent':<{a}s} {'mean (s)':>9s} {'vs static':>9s}"]
     for r in rows:
-        lines.append(f"{r['scenario']:<14s} {r['agent']:<24s} {r['mean_latency_s']:>9.2f} "
+        lines.append(f"{r['scenario']:<{s}s} {r['agent']:<{a}s} {r['mean_latency_s']:>9.2f} "
                      f"{r['vs_best_static']:>9.3f}")
     return "\n".join(lines)

@@ -10,7 +10,13 @@ import pytest
 import yaml
 
 from agents.config import ConfigError, EvalConfig, TrainConfig, to_yaml
-from agents.reporting import check_inputs, discover_models, evaluate_agents, scenarios_of
+from agents.reporting import (
+    check_inputs,
+    discover_models,
+    evaluate_agents,
+    fmt_summary,
+    scenarios_of,
+)
 from agents.sb3_factory import make_sb3
 from agents.training import env_for
 from inference.hardware import PRESET_DIR
@@ -155,3 +161,15 @@ def test_the_cdf_has_a_panel_per_section(tmp_path: Path, monkeypatch: pytest.Mon
                           no_online=True, out=str(tmp_path / "results"), progress_bar=False),
                   report=lambda _: None)
     assert panels == {"article (hardware edge)": ["best-static", "ppo"]}
+
+
+def test_the_console_table_keeps_its_columns_under_long_section_and_run_names() -> None:
+    rows = [{"scenario": s, "agent": a, "mean_latency_s": m, "vs_best_static": v}
+            for s, a, m, v in (("article", "best-static", 43.65, 1.0),
+                               ("article (variant glm-5.3)", "ppo", 26.82, 1.985),
+                               ("article (hardware edge)", "ppo-warm-conservative-seed-12",
+                                6377.63, 1.335))]
+    lines = fmt_summary(rows).splitlines()
+    # every number column ends where its heading does
+    assert len({len(line) for line in lines}) == 1, lines
+    assert lines[0].index("mean (s)") + len("mean (s)") == lines[2].index("26.82") + len("26.82")
