@@ -9,7 +9,8 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
   VecNormalize statistics, and for DQN the latest replay buffer);
-* ``model.zip`` once training ends, and ``vecnormalize.pkl`` with ``normalize``.
+* ``model.zip`` once training ends, for DQN with ``replay_buffer.pkl`` (a resume from
+  ``model.zip`` continues with it), and ``vecnormalize.pkl`` with ``normalize``.
 
 What a failed run leaves: the folder is created only once the env and the agent are built
 (warm-up cloning included), so bad options never leave one. If training then fails (or is

@@ -373,6 +373,11 @@ def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
     out = capsys.readouterr().out
     assert "128 steps (32 new)" in out and "| agent |" not in out
     assert load_from_pkl(run / "replay_buffer.pkl").size() == 128    # 96 kept + 32 new
+    # agents/training.py's docstring (where train.py --help sends a reader) names every file
+    import agents.training
+    for f in run.iterdir():
+        name = "events.out.tfevents.*" if f.name.startswith("events.out.tfevents.") else f.name
+        assert f"``{name}``" in agents.training.__doc__, name
 
 
 def test_the_train_table_runs_only_baselines_the_hardware_and_env_can(tmp_path: Path) -> None:
