@@ -219,7 +219,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
 
 def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                     scenario: str) -> str:
-    from agents.online import EARLY_SAMPLES, WINDOW, OnlineResult
+    from agents.online import EARLY_SAMPLES, STEADY_SAMPLES, WINDOW, OnlineResult
 
     names = list(next(iter(study.metrics.values()))[0]) if study.metrics else []
     lines = ["# Online stabilisation", "",
@@ -237,9 +237,16 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
         lines.append(f"| {agent} | " + " | ".join(cells) + " |")
     doc = (OnlineResult.metrics.__doc__ or "").strip().splitlines()
     lines += ["", "## Definitions", "",
-              f"(early = the first {EARLY_SAMPLES} samples, window = {WINDOW} samples; "
+              f"(early = the first {min(EARLY_SAMPLES, n_samples)} samples, window = "
+              f"{min(WINDOW, n_samples)} samples; "
               "static = best-static on the same tasks; the oracle is the myopic per-step "
               "reference; '-': undefined for every seed, e.g. never reached; (k/n seeds): the mean of "
               "the k seeds where it is defined.)", ""]
+    if n_samples < max(EARLY_SAMPLES, STEADY_SAMPLES):
+        # the metrics clamp each span to the run (OnlineResult.metrics)
+        lines += [f"With {n_samples} samples per run, the spans below are clamped to the run: "
+                  f"samples 1..`early` are the first {min(EARLY_SAMPLES, n_samples)}, and "
+                  f"'the last {STEADY_SAMPLES} samples' are the last "
+                  f"{min(STEADY_SAMPLES, n_samples)}.", ""]
     lines += [line.strip() if not line.startswith("  ") else line[8:] for line in doc[2:]]
     return "\n".join(lines).rstrip() + "\n"

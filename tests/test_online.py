@@ -196,3 +196,20 @@ def test_a_learner_deployed_twice_on_one_seed_repeats_itself(name, warmup):
     assert all(torch.equal(a, b) for a, b in zip(w_a, w_b, strict=True))
     assert not np.array_equal(lat_a, lat_c)
     assert not all(torch.equal(a, c) for a, c in zip(w_a, w_c, strict=True))
+
+
+@pytest.mark.parametrize("n", [60, 600])
+def test_stabilization_md_states_the_spans_its_metrics_used(n):
+    """With --online-samples 60 the metrics average samples 1..60 (early) and the last 60
+    (steady), but stabilization.md said the first 200 and the last 200."""
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy()
+    study.add("best-static", OnlineResult(np.full(n, 9.0), np.full(n, 9.0), np.full(n, 8.0)))
+    text = online_markdown(study, [10000], n, "article")
+    if n == 600:
+        assert "early = the first 200 samples, window = 50 samples" in text
+        assert "clamped" not in text
+    else:
+        assert "early = the first 60 samples, window = 50 samples" in text
+        assert "'the last 200 samples' are the last 60" in text
