@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from envs.scenario import Distribution, Scenario, Workload
-from envs.traces import batch_requests
+from envs.traces import TRACES, batch_requests
 from inference.task import Task
 
 
@@ -52,9 +53,27 @@ def _draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
     return np.clip(np.rint(values), dist.min, dist.max).astype(np.int64)
 
 
+def _file_version(trace: str) -> tuple[object, ...]:
+    """What identifies the file a trace name or path reads now: its absolute path, inode, size
+    and change times (a stat, not a read: it runs on every reset). A cache keyed by the bare
+    string replayed a CSV as it was when first read, after it had been rewritten or deleted, or
+    (a relative path) after the working directory changed."""
+    path = TRACES.get(trace, Path(trace))
+    try:
+        st = path.stat()
+    except OSError:
+        return (trace,)   # read_trace names what is wrong with it
+    return (str(path.absolute()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @lru_cache(maxsize=8)
-def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: int) -> tuple[Task, ...]:
+def _cached_batches(trace: str, version: tuple[object, ...], time_scale: float, window_s: float,
+                    max_batch: int) -> tuple[Task, ...]:
     return tuple(batch_requests(trace, time_scale=time_scale, window_s=window_s, max_batch=max_batch))
+
+
+def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: int) -> tuple[Task, ...]:
+    return _cached_batches(trace, _file_version(trace), time_scale, window_s, max_batch)
 
 
 @dataclass(frozen=True)

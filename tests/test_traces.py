@@ -287,3 +287,34 @@ def test_token_count_above_int64_names_file_line_and_field(
 def test_token_count_of_int64_max_is_accepted(tmp_path: Path) -> None:
     trace = read_trace(write_csv(tmp_path, GOOD, f"2023-11-16 18:17:04.0,{INT64_MAX},0{INT64_MAX}"))
     assert trace.context_tokens[1] == trace.generated_tokens[1] == INT64_MAX
+
+
+
+def test_env_replays_a_rewritten_trace_as_it_is_now(tmp_path: Path, monkeypatch) -> None:
+    """The parsed batches are cached per file version (path, inode, size, times), not per path
+    string: a CSV rewritten or deleted, or a relative path read from another folder, is read
+    again rather than replayed as it was when first read."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the env ids)
+
+    def first_task(trace: str) -> dict:
+        env = gym.make("InferenceAlloc-v0", trace=trace)
+        env.reset(seed=0)
+        return env.step([0, 1, 1])[4]["task"]
+
+    path = write_csv(tmp_path, "2023-11-16 18:17:03,1000,5")
+    assert first_task(str(path))["prompt_tokens"] == 1000
+    write_csv(tmp_path, "2023-11-16 18:17:03,20000,5")
+    assert first_task(str(path))["prompt_tokens"] == 20000
+    path.unlink()
+    with pytest.raises(ValueError, match="trace.csv"):
+        first_task(str(path))
+    other = tmp_path / "other"
+    other.mkdir()
+    write_csv(other, "2023-11-16 18:17:03,4000,5")
+    write_csv(tmp_path, "2023-11-16 18:17:03,50000,5")
+    monkeypatch.chdir(tmp_path)
+    assert first_task("trace.csv")["prompt_tokens"] == 50000
+    monkeypatch.chdir(other)
+    assert first_task("trace.csv")["prompt_tokens"] == 4000
