@@ -112,6 +112,8 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     path = Path(name_or_path)
     if path.is_file():
         return str(path), path
+    if path.is_dir():
+        raise ValueError(f"trace file {path} is a folder, not a CSV file")
     looks_like_path = (
         not isinstance(name_or_path, str)
         or "/" in name_or_path

@@ -318,3 +318,11 @@ def test_env_replays_a_rewritten_trace_as_it_is_now(tmp_path: Path, monkeypatch)
     assert first_task("trace.csv")["prompt_tokens"] == 50000
     monkeypatch.chdir(other)
     assert first_task("trace.csv")["prompt_tokens"] == 4000
+
+
+def test_a_folder_is_named_as_a_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "runs.csv"
+    folder.mkdir()
+    for spec in (folder, str(folder), str(tmp_path)):
+        with pytest.raises(ValueError, match="is a folder, not a CSV file"):
+            read_trace(spec)
