@@ -173,6 +173,8 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     """
     name, path = _resolve(name_or_path)
     data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":   # gzip's magic number: it failed as "not UTF-8 text (byte 0x8b)"
+        raise ValueError(f"{path}: a gzip-compressed file; decompress it first (gunzip -k)")
     try:
         lines = data.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as error:  # its own message names neither the file nor the line
@@ -184,7 +186,8 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     while lines and not lines[-1].strip():   # blank lines at the end, as editors leave them
         lines.pop()
     if not lines or [f.strip() for f in lines[0].split(",")] != list(HEADER):
-        raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1")
+        got = repr(lines[0][:80]) if lines else "an empty file"   # columns renamed, reordered, added
+        raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
     n = len(lines) - 1
     if n == 0:
         raise ValueError(f"{path}: empty trace (a header and no requests)")

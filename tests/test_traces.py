@@ -326,3 +326,19 @@ def test_a_folder_is_named_as_a_folder(tmp_path: Path) -> None:
     for spec in (folder, str(folder), str(tmp_path)):
         with pytest.raises(ValueError, match="is a folder, not a CSV file"):
             read_trace(spec)
+
+
+def test_a_gzip_file_is_named_as_compressed(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "trace.csv.gz"
+    path.write_bytes(gzip.compress(f"{HEADER}\n{GOOD}\n".encode()))
+    with pytest.raises(ValueError, match="gzip-compressed.*decompress"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("header", ["ContextTokens,TIMESTAMP,GeneratedTokens", f"{HEADER},Extra", ""])
+def test_wrong_header_shows_the_header_found(tmp_path: Path, header: str) -> None:
+    path = write_csv(tmp_path, GOOD, header=header)
+    with pytest.raises(ValueError, match=f"got {header!r}"):
+        read_trace(path)
