@@ -67,7 +67,8 @@ class InferenceAllocEnv(gym.Env):
     0 cpu, 1 gpu, 2 npu) for the load, prefill and decode stage. An action that
     picks a masked device (see `action_masks`) is not an error: the dispatch
     fails, `failed_dispatch_s` of the scenario is charged as overhead, and the
-    stage falls back to the available device with the smallest backlog.
+    stage falls back to the available device with the smallest backlog (on a tie, the one
+    listed first in the hardware file: so reordering its devices can change a run).
 
     ## Observation Space
 

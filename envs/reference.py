@@ -37,8 +37,9 @@ def as_shares(placement: tuple[int, ...]) -> Shares:
 
 def dispatch(shares: Shares, masks: Any, busy: Any) -> tuple[Shares, int]:
     """The env's failed-dispatch rule: a share on a masked device moves to the allowed device
-    with the smallest backlog (`busy`: each device's busy-until time). Returns the shares run
-    and how many failed."""
+    with the smallest backlog (`busy`: each device's busy-until time; a tie goes to the lowest
+    device id, i.e. the device listed first in the hardware). Returns the shares run and how
+    many failed."""
     failed = 0
     out: list[tuple[tuple[int, float], ...]] = []
     for s, stage_shares in enumerate(shares):

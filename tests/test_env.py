@@ -593,3 +593,14 @@ def test_a_throttled_device_computes_one_over_factor_slower_in_the_fault_window(
         assert seconds == pytest.approx(expected, rel=1e-9), (
             f"task {i} ({'throttled' if throttled else 'healthy'}): {seconds} s, "
             f"expected {expected} s")
+
+
+def test_failed_dispatch_ties_go_to_the_device_listed_first() -> None:
+    """The documented tie rule of the fallback: equal backlogs -> the lowest device id, so the
+    order of a hardware file's devices matters (all-npu on cpu,gpu,npu vs gpu,cpu,npu)."""
+    from envs.reference import dispatch
+
+    masks = ((True, True, False),) * 3
+    shares = (((2, 1.0),),) * 3
+    assert dispatch(shares, masks, [0.0, 0.0, 0.0]) == ((((0, 1.0),),) * 3, 3)
+    assert dispatch(shares, masks, [1.0, 0.0, 0.0]) == ((((1, 1.0),),) * 3, 3)
