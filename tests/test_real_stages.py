@@ -251,6 +251,10 @@ def test_adaptive_cache_follows_a_distribution_shift(tmp_path):
         (lambda d: PrefetchedDecode(block_size=-1), "block_size"),
         (lambda d: PrefetchedDecode(lookahead=0), "lookahead"),
         (lambda d: AdaptiveLoad(d, capacity=0), "capacity"),
+        (lambda d: HierarchicalDecode(seed=None), "seed"),
+        (lambda d: PrefetchedDecode(seed=1.5), "seed"),
+        (lambda d: HierarchicalDecode(seed=2**64 + 1), "seed"),
+        (lambda d: TinyTransformer(TINY, seed=None), "seed"),
     ],
 )
 def test_bad_parameters_name_the_field(make, field, tmp_path):
