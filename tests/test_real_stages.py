@@ -289,3 +289,25 @@ def test_bad_max_new_tokens_and_missing_files(model, tmp_path):
     for loader in (DirectLoad(), CachedLoad(tmp_path / "c1"), AdaptiveLoad(tmp_path / "c2", 2)):
         with pytest.raises(FileNotFoundError, match="nope.txt"):
             loader.run(missing)
+
+
+def test_gate_decides_once_per_batch():
+    """Window and dynamic attention treat each sequence alone; the gate pools the batch, so a
+    sequence batched with another can take the other branch (as documented)."""
+    model = TinyTransformer(TINY, seed=3)
+    tokens = prompt(2, 12, seed=0)
+    gated = GatedAttention(window=4, spread=0.8, threshold=0.3)
+    for stage in (WindowAttention(4), DynamicAttention(0.3)):
+        alone = torch.cat([stage.run(model, tokens[i:i + 1]).logits for i in range(2)])
+        assert torch.allclose(stage.run(model, tokens).logits, alone, atol=1e-5)
+    batched = gated.run(model, tokens).logits
+    batch_log = list(gated.gate_log)
+    alone_logs = []
+    for i in range(2):
+        gated.run(model, tokens[i:i + 1])
+        alone_logs.append(list(gated.gate_log))
+    assert len(batch_log) == TINY.n_layers and alone_logs[0] != alone_logs[1]
+    assert batch_log != alone_logs[1]
+    alone = torch.cat([GatedAttention(window=4, spread=0.8, threshold=0.3).run(
+        model, tokens[i:i + 1]).logits for i in range(2)])
+    assert not torch.allclose(batched, alone, atol=1e-3)

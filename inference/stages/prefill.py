@@ -184,7 +184,9 @@ class DynamicAttention:
 class GatedAttention:
     """Window attention, switched per layer to dynamic attention where that pays (Flash-opt).
 
-    Gate (mode "auto"), evaluated per layer on that layer's q and k:
+    Gate (mode "auto"), evaluated per layer on that layer's q and k, once for the whole batch
+    (the entropy is averaged over every sequence): unlike the window and dynamic variants, a
+    sequence's output can then depend on the other sequences batched with it:
       * off when the sequence fits in the window (n <= window): window attention is then exact;
       * otherwise on when the window attention is *spread out* -- its mean normalised entropy
         (entropy / log(visible keys), in [0, 1]) is >= `spread`. Flat window weights suggest the
