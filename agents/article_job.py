@@ -26,7 +26,7 @@ from agents.online import rollout
 from agents.registry import make_policy, policy_env_id
 from agents.sb3_factory import make_sb3
 from agents.warmup import WarmupConfig
-from envs.scenario import load_scenario
+from envs.scenario import Scenario, load_scenario
 
 JOB_TASKS = 1000
 JOB_CLIENTS = 3          # K > 0: K closed-loop clients; 0: open loop at JOB_TIME_SCALE x the live rate
@@ -91,7 +91,7 @@ class _Collect(BaseCallback):
         return True
 
 
-def job_scenario(time_scale: float = JOB_TIME_SCALE, clients: int = JOB_CLIENTS):
+def job_scenario(time_scale: float = JOB_TIME_SCALE, clients: int = JOB_CLIENTS) -> Scenario:
     """The article scenario, its requests sent `time_scale` times faster than its live rate
     (open loop) or, with `clients` > 0, by that many closed-loop clients."""
     sc = load_scenario("article")

@@ -251,7 +251,8 @@ class WarmDQN(DQN):
         # The controller (and its conservative policy) belong to this process, not the model.
         return [*super()._excluded_save_params(), "warmup", "flatten"]
 
-    def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1):
+    def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
+                       ) -> tuple[np.ndarray, np.ndarray]:
         ctl = self.warmup
         if ctl is not None and ctl.use_conservative():
             multi = ctl.actions(self._last_obs)  # type: ignore[arg-type]

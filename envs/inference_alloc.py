@@ -352,7 +352,8 @@ class InferenceAllocEnv(gym.Env):
         return dispatch(shares, masks, self.sim.state.busy_until)
 
     # ------------------------------------------------------------------ gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
         if self._clients:
@@ -370,7 +371,7 @@ class InferenceAllocEnv(gym.Env):
         task = self._current_task()
         return self._observation(task), {"task": self._task_info(task)}
 
-    def step(self, action: Any):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         episode, index = self._episode, self._index
         if episode is None or index >= len(episode.tasks):
             self._require_reset()   # raises: no task stream yet, or the episode is over
