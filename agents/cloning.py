@@ -124,5 +124,5 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     result = {"train_agreement": _agreement(agent, data["obs"][train], targets[train]),
               "heldout_agreement": _agreement(agent, data["obs"][held], targets[held]),
               "samples": float(n)}
-    agent.clone_stats = result  # type: ignore[attr-defined]
+    agent.clone_stats = result
     return result

@@ -30,11 +30,18 @@ from gymnasium import spaces
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy
 from agents.files import zip_target
-from agents.warmup import WarmDQN, WarmupConfig, attach_warmup, warm_policy_class
+from agents.warmup import (
+    WarmDQN,
+    WarmupConfig,
+    WarmupController,
+    attach_warmup,
+    warm_policy_class,
+)
 from envs import ENV_IDS
 from inference.yamlio import describe_yaml_error, safe_load
 
@@ -140,6 +147,11 @@ class SB3Agent(Policy):
         self.model = model
         self.env = env
         self._nvec = _dqn_nvec(model, env) if name == "dqn" else None
+        # Set by agents.warmup.attach_warmup: the controller, its callback for learn() and,
+        # when it clones, behaviour_clone's agreement figures.
+        self.warmup: WarmupController | None = None
+        self.callbacks: list[BaseCallback] = []
+        self.clone_stats: dict[str, float] | None = None
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
@@ -165,7 +177,7 @@ class SB3Agent(Policy):
             # (its logger always has a folder); train.py sets its own, others need none.
             outputs: list[KVWriter] = [HumanOutputFormat(sys.stdout)] if self.model.verbose >= 1 else []
             self.model.set_logger(Logger(None, outputs))
-        callbacks = list(getattr(self, "callbacks", []))
+        callbacks: list[Any] = list(self.callbacks)
         if callback is not None:
             callbacks.extend(callback if isinstance(callback, list) else [callback])
         self.model.learn(total_timesteps=total_timesteps, callback=callbacks or None, **kwargs)

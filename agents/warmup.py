@@ -282,8 +282,8 @@ def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | N
         model.flatten = lambda a: int(np.ravel_multi_index(tuple(int(x) for x in a), nvec))
     else:
         setattr(model.policy, "warmup", controller)  # noqa: B010  (a Warm* policy class)
-    agent.warmup = controller  # type: ignore[attr-defined]
-    agent.callbacks = [WarmupCallback(controller)]  # type: ignore[attr-defined]
+    agent.warmup = controller
+    agent.callbacks = [WarmupCallback(controller)]
     if config.clone:
         from agents.cloning import behaviour_clone
 

@@ -52,6 +52,15 @@ def test_dqn_clones_under_the_latency_reward_too():
     assert agent.clone_stats["heldout_agreement"] >= 0.4
 
 
+def test_an_agent_without_warmup_has_the_warmup_attributes_empty():
+    """attach_warmup sets them, learn() and the online harness read them: declared, not patched."""
+    agent = make_sb3("ppo", _env("edge", 50), seed=0)
+    assert (agent.warmup, agent.callbacks, agent.clone_stats) == (None, [], None)
+    warm = make_sb3("ppo", _env("edge", 50), seed=0, warmup=WarmupConfig(
+        conservative="heft", steps=5, clone=False, guard=False))
+    assert warm.warmup is not None and len(warm.callbacks) == 1 and warm.clone_stats is None
+
+
 def test_an_uncloned_learner_does_not_agree_by_chance():
     env = _env("edge", 200)
     from agents.cloning import _agreement, collect
