@@ -266,6 +266,11 @@ def _near(value: str, base_dir: Path | None, preset: bool) -> str:
     return str(candidate) if candidate.is_file() else value
 
 
+def _distribution(section: dict[str, Any], key: str, default: Distribution) -> Distribution:
+    """``section[key]`` parsed, or the dataclass's default when the key is absent."""
+    return Distribution.parse(section[key], f"workload.{key}") if key in section else default
+
+
 def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> Scenario:
     """Validate a parsed YAML mapping into a Scenario; errors name the offending field.
 
@@ -280,11 +285,12 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
     w = Workload()
     burst = None
     if w_raw.get("burst") is not None:
+        db = Burst()
         b = _section(w_raw["burst"], "workload.burst", {"period", "length", "rate_multiplier"})
         burst = Burst(
-            _int(b.get("period", 40), "workload.burst.period"),
-            _int(b.get("length", 10), "workload.burst.length"),
-            _number(b.get("rate_multiplier", 5.0), "workload.burst.rate_multiplier",
+            _int(b.get("period", db.period), "workload.burst.period"),
+            _int(b.get("length", db.length), "workload.burst.length"),
+            _number(b.get("rate_multiplier", db.rate_multiplier), "workload.burst.rate_multiplier",
                     low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         )
         if burst.length > burst.period:
@@ -299,16 +305,16 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
                              low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
         burst=burst,
-        batch=Distribution.parse(w_raw.get("batch", 16), "workload.batch"),
-        prompt_tokens=Distribution.parse(w_raw.get("prompt_tokens", 4096), "workload.prompt_tokens"),
-        output_tokens=Distribution.parse(w_raw.get("output_tokens", 128), "workload.output_tokens"),
+        batch=_distribution(w_raw, "batch", w.batch),
+        prompt_tokens=_distribution(w_raw, "prompt_tokens", w.prompt_tokens),
+        output_tokens=_distribution(w_raw, "output_tokens", w.output_tokens),
         domains=_int(w_raw.get("domains", w.domains), "workload.domains", high=MAX_DOMAINS),
         zipf=_number(w_raw.get("zipf", w.zipf), "workload.zipf", strict=False),
         trace=trace,
-        trace_time_scale=_number(w_raw.get("trace_time_scale", 1.0), "workload.trace_time_scale",
+        trace_time_scale=_number(w_raw.get("trace_time_scale", w.trace_time_scale), "workload.trace_time_scale",
                                  low=MIN_RATE, strict=False, high=1 / MIN_RATE),
-        trace_window_s=_number(w_raw.get("trace_window_s", 0.5), "workload.trace_window_s", strict=False),
-        trace_max_batch=_int(w_raw.get("trace_max_batch", 32), "workload.trace_max_batch"),
+        trace_window_s=_number(w_raw.get("trace_window_s", w.trace_window_s), "workload.trace_window_s", strict=False),
+        trace_max_batch=_int(w_raw.get("trace_max_batch", w.trace_max_batch), "workload.trace_max_batch"),
     )
     c_raw = _section(top.get("cache"), "cache", {f.name for f in fields(CacheSpec)})
     c = CacheSpec()
@@ -321,12 +327,13 @@ def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> S
     if cache.decay > 1:
         raise ValueError(f"scenario field cache.decay must be in (0, 1], got {cache.decay}")
     s_raw = _section(top.get("simulator"), "simulator", {f.name for f in fields(SimulatorSpec)})
+    s = SimulatorSpec()
     sim = SimulatorSpec(
-        prefetch_depth=_int(s_raw.get("prefetch_depth", 1), "simulator.prefetch_depth", strict=False),
-        replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", 0.0),
+        prefetch_depth=_int(s_raw.get("prefetch_depth", s.prefetch_depth), "simulator.prefetch_depth", strict=False),
+        replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", s.replacement_overhead_s),
                                        "simulator.replacement_overhead_s", strict=False,
                                        high=MAX_SECONDS),
-        contention=_number(s_raw.get("contention", 1.0), "simulator.contention", strict=False,
+        contention=_number(s_raw.get("contention", s.contention), "simulator.contention", strict=False,
                            high=MAX_CONTENTION),
     )
     faults = []

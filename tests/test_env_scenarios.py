@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from typing import Any
@@ -412,3 +413,12 @@ def test_best_static_is_priced_with_the_tasks_its_devices_cannot_hold() -> None:
     # each failed task pays at least the penalty on its own latency
     assert mean_latency(sim, tasks, placement, masks, 1e3) - charged >= \
         bad * (1e3 - env.scenario.failed_dispatch_s) / len(tasks) * 0.999
+
+
+def test_a_scenario_without_sections_takes_the_dataclass_defaults() -> None:
+    """scenario_from_dict's fallbacks are the dataclasses' own defaults, not a second copy."""
+    from envs.scenario import Burst, CacheSpec, SimulatorSpec, Workload
+
+    sc = scenario_from_dict({"workload": {"burst": {}}}, "x")
+    assert sc.workload == dataclasses.replace(Workload(), burst=Burst())
+    assert (sc.cache, sc.simulator) == (CacheSpec(), SimulatorSpec())
