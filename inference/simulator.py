@@ -37,7 +37,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -47,19 +47,6 @@ from inference.task import STAGES, Task
 from inference.work import StageWork
 
 Shares = tuple[tuple[tuple[int, float], ...], ...]   # per stage: ((device, fraction), ...)
-
-
-class StageImpl(Protocol):
-    stage: str
-    name: str
-
-    def work(self, task: Task, model: ModelConfig) -> StageWork: ...
-
-
-class LoadImpl(StageImpl, Protocol):
-    cache_kind: str | None   # None (no cache), "precomputed" or "adaptive"
-
-    def load_work(self, task: Task, model: ModelConfig, hit: bool | None) -> StageWork: ...
 
 
 @dataclass(frozen=True)
