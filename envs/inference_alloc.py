@@ -389,7 +389,7 @@ class InferenceAllocEnv(gym.Env):
         works = self._run_works(task)
         refs = None
         if self.reference or self.reward_kind == "relative":
-            refs = self.planner.references(task, noise, masks, penalty, works)
+            refs = self.planner.references(task, noise, masks, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
         if not math.isfinite(res.latency):   # only a Scenario or Hardware built past the loaders
             raise RuntimeError(

@@ -114,10 +114,10 @@ class ReferencePlanner:
             self._static = search_best_static(self.env)
         return self._static
 
-    def references(self, task: Any, noise: Any, masks: Any, penalty: float,
-                   works: Any = None) -> dict[str, Any]:
+    def references(self, task: Any, noise: Any, masks: Any, works: Any = None) -> dict[str, Any]:
         """`masks`: the env's stage masks (rows of per-device bools); `works`: the task's work
-        records for this state (see `Simulator.run`), shared by all the runs priced here."""
+        records for this state (see `Simulator.run`), shared by all the runs priced here.
+        The static placement is charged its own failed dispatches (none of the agent's)."""
         env = self.env
         sim = env.sim
         static_shares, failed = env._dispatch(as_shares(self.best_static), masks)

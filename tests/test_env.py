@@ -351,7 +351,7 @@ def test_oracle_placement_reproduces_the_oracle_latency() -> None:
     env.reset(seed=5)
     for _ in range(30):
         ref = raw.planner.references(raw._current_task(), raw._episode.noise[raw._index],
-                                     raw.stage_masks(), 0.0)
+                                     raw.stage_masks())
         action = np.array([raw.device_names.index(d) for d in ref["oracle_placement"]])
         info = env.step(action)[-1]
         assert info["latency"] == info["oracle_latency"] == ref["oracle_latency"]

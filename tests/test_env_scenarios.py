@@ -29,7 +29,7 @@ MAX_TOP_SHARE = 0.60       # ... and no single placement is its choice for > 60%
 def oracle_action(raw: Any) -> np.ndarray:
     """The per-step oracle's placement for the env's current task, state and noise."""
     ref = raw.planner.references(raw._current_task(), raw._episode.noise[raw._index],
-                                 raw.stage_masks(), 0.0)
+                                 raw.stage_masks())
     return np.array([raw.device_names.index(d) for d in ref["oracle_placement"]])
 
 
