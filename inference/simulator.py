@@ -528,6 +528,11 @@ class Simulator:
             resident[dev] = True
         free = busy[dev]
         start = free if free > ready else ready
+        if not prefetch and st.disk_free > start:
+            # Synchronous reads share the one disk: a share of a split load reads its part once
+            # the other shares' reads are done (a single share never waits here: `ready` is
+            # already past the disk's previous reads).
+            start = st.disk_free
         if self._contended[dev]:
             base = self._stage_time(work, dev, frac, start, st)[0]
         else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`

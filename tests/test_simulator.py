@@ -389,3 +389,23 @@ def test_without_prefetch_a_split_load_reads_the_input_once() -> None:
     io_time = simulator(hardware=slow_disk).stages[0].work(task, GLM).io_bytes / 2e7
     assert io_time > 0.1
     assert busy(0) - busy(1) == pytest.approx(io_time, rel=1e-9)
+
+
+def test_without_prefetch_the_shares_of_a_split_load_read_the_one_disk_in_turn() -> None:
+    """Synchronous reads of a split load share one disk: the shares' parts are read one after
+    the other, so the whole input takes the disk's full read time, as with prefetch; it used
+    to be read in parallel, at twice the disk's bandwidth with two shares."""
+    slow_disk = dataclasses.replace(SERVER, disk_bandwidth=1e6)
+    task = Task(32, 8000, 16)
+    split = (((GPU, 0.5), (NPU, 0.5)), ((GPU, 1.0),), ((GPU, 1.0),))
+    sim = simulator(hardware=slow_disk, config=SimConfig(prefetch_depth=0))
+    io_time = sim.stages[0].work(task, GLM).io_bytes / slow_disk.disk_bandwidth
+    result = sim.run(task, split)
+    assert sim.state.disk_free == pytest.approx(io_time, rel=1e-12)   # the reads end to end
+    assert result.queue + result.load >= io_time                        # the load waits for them
+    assert parts_sum(result) == pytest.approx(result.latency, rel=1e-12)
+    # ... and a single share's read is unchanged: the whole input, then the preprocessing
+    alone = simulator(hardware=slow_disk, config=SimConfig(prefetch_depth=0))
+    whole = alone.run(task, (((GPU, 1.0),),) * 3)
+    assert alone.state.disk_free == pytest.approx(io_time, rel=1e-12)
+    assert whole.queue == 0.0
