@@ -125,7 +125,8 @@ class InferenceAllocEnv(gym.Env):
     - `reward`: `latency` or `relative`.
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
       trace format; replaces the scenario's synthetic task sizes and arrivals.
-    - `noise`: sigma of the multiplicative log-normal stage-time noise (0 .. 2).
+    - `noise`: sigma of the multiplicative log-normal stage-time noise (0 .. 2): median
+      factor 1, mean exp(sigma**2 / 2), so noise also lengthens the mean latency.
     - `reference`: if True, `info` also carries the best-static and per-step oracle
       latencies for the same state (costs ~D**3 simulations per step).
     - `render_mode`: `None`, `ansi` (a line per task: placement, latency, breakdown) or

@@ -8,7 +8,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
     variant: glm-5.3-flash           # recipe name or {load:, prefill:, decode:}
     model: glm-9b
     episode_tasks: 200
-    noise: 0.05                      # sigma of the multiplicative log-normal stage noise
+    noise: 0.05                      # sigma of the multiplicative log-normal stage noise (median 1)
     failed_dispatch_s: 0.5           # charged when an action picks a masked device
     workload:
       arrival_rate: 0.12             # tasks per second (Poisson)

@@ -25,7 +25,9 @@ Mechanisms (each a documented ``SimConfig`` field or hardware figure):
   * caches: a ``cached`` loader hits when the task's domain is in the precomputed
     set; an ``adaptive`` loader keeps the ``capacity`` most requested domains
     (exponentially decayed counts);
-  * noise: a multiplicative factor per stage, drawn by the caller's Generator.
+  * noise: a multiplicative factor per stage, drawn by the caller's Generator; ``execute``
+    draws it log-normal with median 1, so its mean e^(sigma^2 / 2) > 1 lengthens stages on
+    average (+0.1% at sigma 0.05, +13% at 0.5, +65% at 1).
 
 Placements are either a device id per stage or, per stage, the fraction of the
 batch each device takes (the stage ends when its slowest share does).
@@ -253,7 +255,8 @@ class Simulator:
 
     def execute(self, task: Task, placement: Any, rng: np.random.Generator | None = None,
                 noise_sigma: float = 0.0) -> TaskResult:
-        """Book `task` under `placement` (validated), drawing stage noise from `rng`."""
+        """Book `task` under `placement` (validated), drawing stage noise from `rng`: a factor
+        exp(N(0, noise_sigma)) per stage, median 1 and mean exp(noise_sigma**2 / 2)."""
         noise: Sequence[float] = (1.0, 1.0, 1.0)
         if rng is not None and noise_sigma > 0:
             noise = np.exp(rng.normal(0.0, noise_sigma, 3)).tolist()
