@@ -60,7 +60,10 @@ class SimConfig:
         replacement_overhead_s: seconds, beside the device's own ``setup_s``, a device spends
             being set up for a stage it did not run for the previous task (static placements
             never pay it).
-        contention: fraction of memory bandwidth lost per fully overlapping peer in one memory domain.
+        contention: memory-time slowdown per overlapping peer in one memory domain: a stage's
+            memory time is multiplied by 1 + contention x (sum over the peers busy when it starts
+            of min(1, their remaining busy time / its own memory time)); 1 = a peer busy
+            throughout doubles it (halves the bandwidth), 0 = no contention.
         precomputed_domains: data domains the precomputed (``cached``) loading cache holds.
         cache_capacity: entries the ``adaptive`` cache holds.
         cache_decay: per-request decay of the adaptive cache's domain counts (runtime tracking).
