@@ -24,7 +24,7 @@ YAML schema (see ``inference/presets/server.yaml`` for a full example)::
         true_figures: {peak_flops: ...}  # optional: true figures that differ
         source: "..."                # where the figures come from
     links:
-      - {between: [cpu, gpu], bandwidth: 6.4e10, latency: 1.0e-5}
+      - {between: [cpu, gpu], bandwidth: 6.4e10, latency: 1.0e-5}   # bytes/s, seconds
 
 A key the schema does not list, at any level, is an error (ValueError naming it).
 
@@ -94,6 +94,8 @@ class DeviceProfile:
 
 @dataclass(frozen=True)
 class Link:
+    """A link between two devices: ``bandwidth`` in bytes/s, ``latency`` in seconds."""
+
     bandwidth: float
     latency: float
 
