@@ -409,3 +409,64 @@ def test_without_prefetch_the_shares_of_a_split_load_read_the_one_disk_in_turn()
     whole = alone.run(task, (((GPU, 1.0),),) * 3)
     assert alone.state.disk_free == pytest.approx(io_time, rel=1e-12)
     assert whole.queue == 0.0
+
+
+@FEW
+@given(variant=st.sampled_from(list(VARIANTS)), hardware=st.sampled_from([SERVER, EDGE]),
+       placement=placements, batch=st.integers(1, 64), n=st.integers(1, 20000),
+       m=st.integers(1, 1000), shift=st.sampled_from([1.0, 1e3, 1e6]), prefetch=st.integers(0, 2))
+def test_an_idle_cluster_prices_a_task_the_same_whenever_it_arrives(variant, hardware, placement,
+                                                                    batch, n, m, shift, prefetch):
+    config = SimConfig(prefetch_depth=prefetch)
+    early = simulator(variant, hardware, config).execute(Task(batch, n, m), placement)
+    late = simulator(variant, hardware, config).execute(Task(batch, n, m, arrival=shift), placement)
+    assert late.latency == pytest.approx(early.latency, rel=1e-6)
+    for part, seconds in early.breakdown().items():
+        assert late.breakdown()[part] == pytest.approx(seconds, rel=1e-6, abs=1e-9), part
+
+
+@FEW
+@given(variant=st.sampled_from(list(VARIANTS)),
+       steps=st.lists(st.tuples(placements, st.integers(1, 32), st.integers(1, 12000),
+                                st.integers(1, 600), st.floats(0, 5)), min_size=1, max_size=4),
+       device=st.integers(0, 2), figure=st.sampled_from(["peak_flops", "mem_bandwidth", "link",
+                                                          "disk"]),
+       prefetch=st.integers(0, 2))
+def test_faster_hardware_never_ends_a_task_later(variant, steps, device, figure, prefetch):
+    """On the server (no shared memory domain, so no contention) doubling a device's FLOP/s or
+    bandwidth, every link's bandwidth or the disk's never makes a task of a stream end later."""
+    from inference.hardware import Hardware, Link
+
+    if figure == "link":
+        links = {k: Link(2 * v.bandwidth, v.latency) for k, v in SERVER.links.items()}
+        fast = Hardware(SERVER.name, SERVER.devices, links, SERVER.disk_bandwidth)
+    elif figure == "disk":
+        fast = dataclasses.replace(SERVER, disk_bandwidth=2 * SERVER.disk_bandwidth)
+    else:
+        dev = SERVER.devices[device]
+        fast = SERVER.with_device(dev.name, **{figure: 2 * getattr(dev, figure)})
+    config = SimConfig(prefetch_depth=prefetch, resident=("cpu",))
+    slow_sim, fast_sim = simulator(variant, SERVER, config), simulator(variant, fast, config)
+    arrival = 0.0
+    for placement, batch, n, m, gap in steps:
+        arrival += gap
+        task = Task(batch, n, m, arrival=arrival)
+        before = slow_sim.execute(task, placement).finish
+        assert fast_sim.execute(task, placement).finish <= before * (1 + 1e-12)
+
+
+@FEW
+@given(capacity=st.integers(1, 8), decay=st.sampled_from([0.5, 0.9, 0.98, 1.0]),
+       domains=st.lists(st.integers(0, 20), min_size=1, max_size=200))
+def test_a_bigger_adaptive_cache_never_hits_less_often(capacity, decay, domains):
+    """The adaptive cache holds the `capacity` domains with the largest decayed counts, and
+    those of a smaller cache are among them: on the same stream it hits at least as often."""
+    def hits(size: int) -> int:
+        sim = simulator("glm-5.3-flash-opt", config=SimConfig(cache_capacity=size, cache_decay=decay))
+        shares = sim.shares(("cpu", "gpu", "gpu"))
+        for i, d in enumerate(domains):
+            sim.run(Task(1, 16, 1, domain=d, arrival=float(i)), shares)
+        assert sim.state.lookups == len(domains)
+        return sim.state.hits
+
+    assert hits(capacity) <= hits(capacity + 1) <= hits(capacity + 4)
