@@ -60,10 +60,10 @@ class SimConfig:
         replacement_overhead_s: seconds, beside the device's own ``setup_s``, a device spends
             being set up for a stage it did not run for the previous task (static placements
             never pay it).
-        contention: memory-time slowdown per overlapping peer in one memory domain: a stage's
-            memory time is multiplied by 1 + contention x (sum over the peers busy when it starts
-            of min(1, their remaining busy time / its own memory time)); 1 = a peer busy
-            throughout doubles it (halves the bandwidth), 0 = no contention.
+        contention: bandwidth sharing in one memory domain: while n peers are busy, a stage's
+            memory traffic progresses at 1 / (1 + contention x n) of its own rate (full rate
+            once they are done); 1 = a peer busy throughout doubles its memory time (halves
+            the bandwidth), 0 = no contention. A peer counts as busy until its booked work ends.
         precomputed_domains: data domains the precomputed (``cached``) loading cache holds.
         cache_capacity: entries the ``adaptive`` cache holds.
         cache_decay: per-request decay of the adaptive cache's domain counts (runtime tracking).
@@ -601,15 +601,11 @@ class Simulator:
         parts = work.parts
         slow = 1.0
         if self._contended[dev]:
-            # Overlapping peers in the memory domain take a share of its bandwidth.
             est = 0.0
             for _tag, _op, pattern, _flops, nbytes, fixed_bytes, _launches in parts:
                 est += (nbytes * frac + fixed_bytes) * inv_b[pattern]
             if est > 0:
-                for q in self._peers[dev]:
-                    overlap = st.busy_until[q] - start
-                    if overlap > 0:
-                        slow += self.config.contention * min(1.0, overlap / est)
+                slow = self._contended_slowdown(est, start, [st.busy_until[q] for q in self._peers[dev]])
         total = stall = attn = kv = 0.0
         whole = frac == 1.0 and slow == 1.0   # x * 1.0 == x exactly: skip those products
         for tag, op, pattern, flops, nbytes, fixed_bytes, launches in parts:
@@ -630,6 +626,28 @@ class Simulator:
             if tag == "attention":
                 attn += t
         return total, stall, attn, kv
+
+    def _contended_slowdown(self, est: float, start: float, peers_until: list[float]) -> float:
+        """(contended / uncontended) memory time of a stage needing `est` seconds of memory
+        traffic alone, from `start`, while each peer is busy until its `peers_until`.
+
+        A fluid share of the domain's bandwidth: with n peers busy the stage's memory traffic
+        progresses at 1 / (1 + contention x n) of its own rate, and at full rate once they are
+        done. Integrating that rate, rather than charging each peer's overlap with the start,
+        keeps the simulator monotone: a stage that starts earlier, or a device that is faster,
+        never finishes later (a per-overlap charge grew by contention x n per second of earlier
+        start, so with contention x n > 1 an earlier start finished later).
+        """
+        c = self.config.contention
+        ends = sorted(u for u in peers_until if u > start)
+        left, t, busy = est, start, len(ends)
+        for end in ends:
+            rate = 1.0 / (1.0 + c * busy)
+            if (end - t) * rate >= left:
+                break
+            left -= (end - t) * rate
+            t, busy = end, busy - 1
+        return (t + left * (1.0 + c * busy) - start) / est
 
     def _migration_time(self, st: ClusterState, dev: int) -> float:
         """Copy the weights to `dev` over the fastest link from a holder, else from disk."""

@@ -280,8 +280,8 @@ def _own_stage_seconds(work, device, slow: float = 1.0) -> float:
 @pytest.mark.parametrize("contention", [1.0, 0.5])
 def test_memory_domain_peers_contend_for_bandwidth_while_they_overlap(contention):
     """Edge SoC: one memory domain. A long decode on the gpu is still running when a short task
-    decodes on the npu, so the npu's memory-bound decode loses bandwidth to its peer: each part's
-    memory time grows by (1 + contention * overlap fraction), here a full overlap."""
+    decodes on the npu, so the npu's memory-bound decode loses bandwidth to its peer throughout:
+    each part's memory time grows by (1 + contention)."""
     from inference.hardware import PRESET_DIR, hardware_from_dict
     from inference.yamlio import load_yaml_file
 
@@ -470,3 +470,32 @@ def test_a_bigger_adaptive_cache_never_hits_less_often(capacity, decay, domains)
         return sim.state.hits
 
     assert hits(capacity) <= hits(capacity + 1) <= hits(capacity + 4)
+
+
+def test_contention_shares_bandwidth_as_a_fluid_while_peers_stay_busy():
+    """With n peers busy a stage's memory traffic runs at 1 / (1 + c n) of its rate, full rate
+    after: 1 s of traffic alone, c = 1, peers done 0.5 s and 1 s in: 1/6 s of it in the first
+    half second, 1/4 s in the next, the last 7/12 s alone, so 19/12 s in all."""
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    assert sim._contended_slowdown(1.0, 10.0, [10.5, 11.0, 9.0]) == pytest.approx(19 / 12)
+    assert sim._contended_slowdown(1.0, 10.0, [20.0]) == pytest.approx(2.0)   # busy throughout
+    assert sim._contended_slowdown(1.0, 10.0, [10.0, 3.0]) == 1.0             # none still busy
+
+
+def test_under_contention_a_faster_device_or_an_earlier_start_never_ends_later():
+    """Edge SoC, one memory domain, default contention 1: two peers busy. Charging each peer's
+    overlap with the start grew a stage by 2 s per second it started earlier, so doubling the
+    cpu's FLOP/s (its load ends sooner) ended the task 21 s later (audit repro)."""
+    edge = EDGE
+    cpu = edge.devices[edge.device_id("cpu")]
+    first, second = Task(17, 2332, 247), Task(2, 1072, 639)
+
+    def third_ends(hardware, arrival: float = 0.0) -> float:
+        sim = simulator("glm-5.3-flash-opt", hardware, SimConfig(contention=1.0))
+        sim.execute(first, ("npu", "npu", "npu"))
+        sim.execute(second, ("gpu", "gpu", "gpu"))
+        return sim.execute(Task(7, 1513, 760, arrival=arrival), ("cpu", "cpu", "cpu")).finish
+
+    assert third_ends(edge.with_device("cpu", peak_flops=cpu.peak_flops * 2)) <= third_ends(edge)
+    ends = [third_ends(edge, a) for a in np.linspace(0.0, 200.0, 41)]
+    assert all(b >= a - 1e-9 for a, b in zip(ends, ends[1:], strict=False))
