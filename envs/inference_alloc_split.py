@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envs.inference_alloc import InferenceAllocEnv, holds_bool
+from envs.inference_alloc import InferenceAllocEnv, Masks, holds_bool
+from envs.reference import dispatch
 from inference.simulator import Shares
 
 
@@ -34,9 +35,29 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     non-numeric (string, bool) or non-finite entry, or an entry outside
     [-1, 1], is an error (ValueError). The box is symmetric so that
     Stable-Baselines3's Gaussian policies fit it without rescaling.
-    Shares on a masked device fail to dispatch and move to the fallback device
-    (as in `InferenceAlloc-v0`), charged once per masked share.
+    ## Memory and masks
+
+    A share is checked against the memory of its own device: a fraction f of a
+    stage needs f times the stage's footprint (KV cache, activations, loader
+    buffers: all proportional to the batch) plus the whole weights (for prefill
+    and decode). Devices in one memory domain (the edge SoC's CPU, GPU and NPU)
+    share one memory, so there the fractions of the stage's shares on the
+    domain's devices are summed, and the weights counted once. A share that
+    does not fit, or whose device is offline, fails to dispatch and moves to
+    the allowed device with the smallest backlog (as in `InferenceAlloc-v0`),
+    charged `failed_dispatch_s` once per failed share; only a device that may
+    hold the whole stage receives it.
+    `action_masks()` and `stage_masks()` keep the whole-batch meaning of
+    `InferenceAlloc-v0`: may the whole stage run on the device? So a device
+    masked for a stage can still take a share of it that fits.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        domains = [profile.memory_domain for profile in self.hardware.devices]
+        # Per device: the devices whose memory it shares (itself included).
+        self._memory_peers = tuple(tuple(j for j, other in enumerate(domains) if other == mine)
+                                   for mine in domains)
 
     def _make_action_space(self) -> spaces.Space:
         return spaces.Box(-1.0, 1.0, (3 * self.n_devices,), np.float32)
@@ -61,3 +82,39 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
         sums = weights.sum(axis=1)
         fractions = weights / sums[:, None]
         return tuple(tuple((d, float(f)) for d, f in enumerate(row) if f > 0) for row in fractions)
+
+    def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
+        """As `InferenceAlloc-v0`'s, with the masks' whole-batch check relaxed per share: a
+        share on an online device that the masks refuse runs there if it fits (see the class
+        docstring). A failed share moves only to a device the masks allow."""
+        return dispatch(shares, self._share_masks(shares, masks), self.sim.state.busy_until,
+                        masks)
+
+    def _share_masks(self, shares: Shares, masks: Masks | np.ndarray) -> Masks | np.ndarray:
+        """`masks` with, in each stage, a device the masks refuse allowed when it is online and
+        its share fits its memory (its memory domain's shares summed); `masks` itself when no
+        share lies on a refused device."""
+        rows: list[Any] | None = None
+        works = None
+        online = self.sim.state.online
+        memory = self._device_memory
+        peers = self._memory_peers
+        for s, stage_shares in enumerate(shares):
+            row = masks[s]
+            if all(row[dev] for dev, _ in stage_shares):
+                continue
+            if works is None:
+                works = self._task_works(self._current_task())
+                rows = list(masks)
+            assert rows is not None
+            work = works[s]
+            weights = self._weight_bytes if work.needs_weights else 0.0
+            frac_on = dict(stage_shares)
+            relaxed = [bool(allowed) for allowed in row]
+            for dev, _ in stage_shares:
+                if relaxed[dev] or not online[dev]:
+                    continue
+                held = sum(frac_on.get(peer, 0.0) for peer in peers[dev])
+                relaxed[dev] = held * work.footprint + weights <= memory[dev]
+            rows[s] = relaxed
+        return masks if rows is None else tuple(tuple(row) for row in rows)

@@ -35,11 +35,14 @@ def as_shares(placement: tuple[int, ...]) -> Shares:
     return tuple(((int(dev), 1.0),) for dev in placement)
 
 
-def dispatch(shares: Shares, masks: Any, busy: Any) -> tuple[Shares, int]:
+def dispatch(shares: Shares, masks: Any, busy: Any, targets: Any = None) -> tuple[Shares, int]:
     """The env's failed-dispatch rule: a share on a masked device moves to the allowed device
     with the smallest backlog (`busy`: each device's busy-until time; a tie goes to the lowest
     device id, i.e. the device listed first in the hardware). Returns the shares run and how
-    many failed."""
+    many failed. `targets` (default `masks`): per stage, the devices a failed share may move
+    to, where they differ from the devices a share may run on (the Split env's per-share
+    check allows a device a share that fits it, but moves failed shares only to a device
+    that holds the whole stage)."""
     failed = 0
     out: list[tuple[tuple[int, float], ...]] = []
     for s, stage_shares in enumerate(shares):
@@ -47,11 +50,12 @@ def dispatch(shares: Shares, masks: Any, busy: Any) -> tuple[Shares, int]:
         if len(stage_shares) == 1 and row[stage_shares[0][0]]:
             out.append(stage_shares)   # the common case: a whole stage on an allowed device
             continue
+        to = row if targets is None else targets[s]
         fixed: dict[int, float] = {}
         for dev, frac in stage_shares:
             if not row[dev]:
                 failed += 1
-                dev = min((i for i in range(len(row)) if row[i]), key=lambda i: (busy[i], i))
+                dev = min((i for i in range(len(to)) if to[i]), key=lambda i: (busy[i], i))
             fixed[dev] = fixed.get(dev, 0.0) + frac
         out.append(tuple(sorted(fixed.items())))
     return tuple(out), failed

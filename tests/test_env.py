@@ -512,6 +512,83 @@ def test_masked_pick_is_a_failed_dispatch_not_an_error(env_id: str, tmp_path: Pa
     assert info["breakdown"]["overhead"] == 0.0
 
 
+def split_action(weights: Any) -> np.ndarray:
+    """A Split action from a (3, D) matrix of per-stage weights in [0, 1]."""
+    return (2.0 * np.asarray(weights, dtype=np.float32) - 1.0).reshape(-1)
+
+
+def small_gpu_hardware(tmp_path: Path, gpu_memory: float) -> Path:
+    """The server preset with a smaller GPU memory (its own memory domain, as in the preset)."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    raw["devices"][1]["memory"] = gpu_memory
+    path = tmp_path / "small-gpu.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_split_share_that_fits_runs_where_the_whole_batch_would_not(tmp_path: Path) -> None:
+    """Half of a big batch's prefill and decode fits the NPU (half the footprint plus the weights)
+    though the whole batch does not: the share runs there, no failed dispatch. The masks keep
+    their whole-batch meaning."""
+    env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path)))
+    raw = env.unwrapped
+    env.reset(seed=0)
+    works = raw._task_works(raw._current_task())
+    npu = raw.device_names.index("npu")
+    memory, weights = raw._device_memory[npu], raw._weight_bytes
+    for work in works[1:]:
+        assert work.footprint + weights > memory >= 0.5 * work.footprint + weights
+    masks = raw.stage_masks()
+    assert not masks[1, npu] and not masks[2, npu]      # whole batch: still masked
+    info = env.step(split_action([[1, 0, 0], [0, 1, 1], [0, 1, 1]]))[-1]
+    assert info["failed_dispatch"] == 0
+    assert info["placement"][1:] == ("gpu:0.50+npu:0.50",) * 2
+    assert info["breakdown"]["overhead"] == 0.0
+
+
+def test_split_share_too_big_for_its_device_still_fails_over(tmp_path: Path) -> None:
+    env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path, failed_dispatch_s=0.75)))
+    env.reset(seed=0)
+    info = env.step(split_action([[1, 0, 0], [0, 0.1, 0.9], [0, 1, 0]]))[-1]
+    assert info["failed_dispatch"] == 1              # 0.9 of the prefill does not fit the NPU
+    assert "npu" not in info["placement"][1]
+    assert info["breakdown"]["overhead"] == 0.75
+
+
+def test_split_shares_in_one_memory_domain_are_summed(tmp_path: Path) -> None:
+    """On the edge SoC the devices share one memory: half the batch on the GPU and half on the
+    NPU hold the whole batch in it, which does not fit, so both shares fail over."""
+    env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path)), hardware="edge")
+    raw = env.unwrapped
+    env.reset(seed=0)
+    work, weights = raw._task_works(raw._current_task())[1], raw._weight_bytes
+    assert 0.5 * work.footprint + weights <= min(raw._device_memory) < work.footprint + weights
+    info = env.step(split_action([[1, 0, 0], [0, 1, 1], [1, 0, 0]]))[-1]
+    assert info["failed_dispatch"] == 2
+    assert info["placement"][1] == "cpu"             # the fallback: the device listed first
+
+
+def test_failed_split_share_moves_to_a_device_that_holds_the_whole_stage(tmp_path: Path) -> None:
+    """A share that fails over goes to a device that may hold the whole stage, not to one that
+    only holds its own small share (which the moved share would overfill)."""
+    env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path)),
+               hardware=str(small_gpu_hardware(tmp_path, 3.0e10)))
+    raw = env.unwrapped
+    env.reset(seed=0)
+    gpu = raw.device_names.index("gpu")
+    work, weights = raw._task_works(raw._current_task())[1], raw._weight_bytes
+    assert 0.3 * work.footprint + weights <= raw._device_memory[gpu] < work.footprint + weights
+    assert raw.stage_masks()[1].tolist() == [True, False, False]
+    raw.sim.state.busy_until[0] = 1e3      # the CPU has the longest backlog, the GPU none
+    info = env.step(split_action([[1, 0, 0], [0, 0.3, 0.7], [1, 0, 0]]))[-1]
+    assert info["failed_dispatch"] == 1
+    assert info["placement"][1] == "cpu:0.70+gpu:0.30"
+
+
 # --- measurements the agent observes -----------------------------------------------------------
 
 
