@@ -32,7 +32,6 @@ import numpy as np
 from agents.base import Policy
 from agents.heft import BATCH_SCALE, OUTPUT_SCALE, PROMPT_SCALE
 from agents.static import is_split, placement_action, unwrap_env
-from envs.reference import all_placements, as_shares
 
 
 class OraclePolicy(Policy):
@@ -48,8 +47,6 @@ class OraclePolicy(Policy):
         self.env = unwrap_env(env, live=True)
         self.split = is_split(env)
         self.n_devices = self.env.n_devices
-        self._placements = all_placements(self.n_devices)
-        self._shares = [as_shares(p) for p in self._placements]
 
     def placement(self, obs: Any = None) -> tuple[int, int, int]:
         """The latency-minimising placement for the env's current task (checks `obs` if given)."""
@@ -58,19 +55,11 @@ class OraclePolicy(Policy):
         task = env._current_task()
         if obs is not None:
             self._check(np.asarray(obs, dtype=np.float32).reshape(-1), task)
-        assert env._episode is not None
-        noise = env._episode.noise[env._index]
-        masks = env.stage_masks()
-        sim = env.sim
-        best, best_placement = float("inf"), None
-        for placement, shares in zip(self._placements, self._shares, strict=True):
-            if not (masks[0, placement[0]] and masks[1, placement[1]] and masks[2, placement[2]]):
-                continue
-            latency = sim.run(task, shares, noise, commit=False).latency
-            if latency < best:
-                best, best_placement = latency, placement
-        assert best_placement is not None   # stage_masks() allows >= 1 device per stage
-        return best_placement
+        # The env's own search (`info["oracle_placement"]`), on the records the env prices the
+        # task with and the noise as the floats its step uses: the same figures, built once.
+        _, best = env.planner.oracle(task, env._noise[env._index], env._masks(task)[0],
+                                     env._run_works(task))
+        return best
 
     def _check(self, obs: np.ndarray, task: Any) -> None:
         expected = np.array([min(task.batch / BATCH_SCALE, 1.0),

@@ -111,35 +111,57 @@ class ReferencePlanner:
     def __init__(self, env: InferenceAllocEnv) -> None:
         self.env = env
         self._static: tuple[int, ...] | None = None
+        self._static_shares: Shares = ()          # ... its shares and device names, set with it
+        self._static_names: tuple[str, ...] = ()
+        # Every one-device-per-stage placement with its shares, in `all_placements` order, built
+        # once: the oracle tries them all on every step.
+        self._candidates = tuple((p, as_shares(p)) for p in all_placements(env.sim.n_devices))
 
     @property
     def best_static(self) -> tuple[int, ...]:
         if self._static is None:
-            self._static = search_best_static(self.env)
+            self._search()
+        assert self._static is not None
         return self._static
+
+    def _search(self) -> None:
+        static = search_best_static(self.env)
+        self._static_shares = as_shares(static)
+        self._static_names = tuple(self.env.device_names[d] for d in static)
+        self._static = static
 
     def references(self, task: Any, noise: Any, masks: Any, works: Any = None) -> dict[str, Any]:
         """`masks`: the env's stage masks (rows of per-device bools); `works`: the task's work
         records for this state (see `Simulator.run`), shared by all the runs priced here.
         The static placement is charged its own failed dispatches (none of the agent's)."""
         env = self.env
-        sim = env.sim
-        static_shares, failed = env._dispatch(as_shares(self.best_static), masks)
+        if self._static is None:
+            self._search()
+        static_shares, failed = env._dispatch(self._static_shares, masks)
         overhead = failed * env.scenario.failed_dispatch_s
-        static = sim.run(task, static_shares, noise, commit=False, extra_overhead=overhead,
-                         works=works).latency
-        out: dict[str, Any] = {"static_latency": static,
-                               "static_placement": tuple(env.device_names[d] for d in self.best_static)}
+        static = env.sim.run(task, static_shares, noise, commit=False, extra_overhead=overhead,
+                             works=works).latency
+        out: dict[str, Any] = {"static_latency": static, "static_placement": self._static_names}
         if env.reference:
-            best, best_placement = float("inf"), None
-            for placement in all_placements(env.n_devices):
-                if not all(masks[s][d] for s, d in enumerate(placement)):
-                    continue
-                latency = sim.run(task, as_shares(placement), noise, commit=False,
-                                  works=works).latency
-                if latency < best:
-                    best, best_placement = latency, placement
-            assert best_placement is not None
+            best, best_placement = self.oracle(task, noise, masks, works)
             out["oracle_latency"] = best
             out["oracle_placement"] = tuple(env.device_names[d] for d in best_placement)
         return out
+
+    def oracle(self, task: Any, noise: Any, masks: Any, works: Any = None
+               ) -> tuple[float, tuple[int, int, int]]:
+        """(latency, placement) of the per-step oracle: every allowed placement (`masks`: rows
+        of per-stage device bools) run on a copy of the current state with the true figures
+        and the task's `noise`; a tie goes to the first in `all_placements` order. `works`:
+        the task's work records for this state, as in `references`."""
+        run = self.env.sim.run
+        best, best_placement = float("inf"), None
+        for placement, shares in self._candidates:
+            a, b, c = placement
+            if not (masks[0][a] and masks[1][b] and masks[2][c]):
+                continue
+            latency = run(task, shares, noise, commit=False, works=works).latency
+            if latency < best:
+                best, best_placement = latency, placement
+        assert best_placement is not None   # the masks allow >= 1 device per stage
+        return best, best_placement

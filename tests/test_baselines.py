@@ -376,6 +376,31 @@ def test_oracle_is_a_per_step_lower_bound_on_every_static_placement() -> None:
     assert masked > 0     # some big tasks do not fit the NPU: the masked branch was exercised
 
 
+def test_the_oracle_prices_each_task_once_as_the_env_does(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    # The oracle's 27 trial runs share the task's work records, which the env builds once per
+    # task (masks, run, references): it used to rebuild them in every trial run.
+    env = InferenceAllocEnv("article", episode_tasks=30, reference=True)
+    oracle = OraclePolicy(env)
+    obs, _ = env.reset(seed=3)
+    assert env.planner.best_static    # its search, once per process, prices tasks of its own
+    calls = 0
+    decode = env.sim.stages[2]
+    work = decode.work
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return work(*args, **kwargs)
+
+    monkeypatch.setattr(decode, "work", counted)
+    for _ in range(30):
+        choice = oracle.placement(obs)
+        obs, _, _, _, info = env.step(np.array(choice))
+        assert info["oracle_placement"] == tuple(env.device_names[d] for d in choice)
+    assert calls == 30     # once per task, by the env, whatever the oracle tries
+
+
 def test_the_acting_oracle_beats_best_static_on_the_same_stream() -> None:
     means = {}
     for name in ("oracle", "best-static"):
