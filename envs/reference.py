@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import TYPE_CHECKING, Any
 
@@ -88,10 +89,11 @@ def mean_latency(sim: Simulator, tasks: Any, placement: tuple[int, ...],
 
 def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
     """The best static placement for the env's configuration, by nominal simulation."""
-    key = repr((env.scenario, env.hardware.name, env.variant))
+    # The search reads the scenario with no noise and its own number of tasks: envs that
+    # differ only in noise or episode length share it (the key held both, and searched again).
+    scenario = dataclasses.replace(env.scenario, noise=0.0, episode_tasks=CALIBRATION_TASKS)
+    key = repr((scenario, env.hardware.name, env.variant))
     if key not in _BEST_STATIC:
-        calib = dict(noise=0.0)
-        scenario = env.scenario.__class__(**{**env.scenario.__dict__, **calib})
         tasks = generate_episode(scenario, np.random.default_rng(CALIBRATION_SEED), CALIBRATION_TASKS).tasks
         sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
         # Priced as the env runs it: a task a stage's device cannot hold fails over and pays

@@ -415,6 +415,26 @@ def test_best_static_is_priced_with_the_tasks_its_devices_cannot_hold() -> None:
         bad * (1e3 - env.scenario.failed_dispatch_s) / len(tasks) * 0.999
 
 
+def test_best_static_is_searched_once_whatever_the_episode_length_or_noise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search runs on its own noiseless calibration tasks, so an env that differs only in
+    `episode_tasks` or `noise` reuses it (train.py's training and held-out envs searched twice)."""
+    from envs import reference
+
+    monkeypatch.setattr(reference, "_BEST_STATIC", {})
+    searches = []
+    real = reference.mean_latency
+    monkeypatch.setattr(reference, "mean_latency",
+                        lambda *args, **kwargs: searches.append(1) or real(*args, **kwargs))
+    first = envs.InferenceAllocEnv("edge").planner.best_static
+    assert len(searches) == 27
+    for kwargs in ({"episode_tasks": 1000}, {"noise": 0.3}, {"episode_tasks": 7, "noise": 0.0}):
+        assert envs.InferenceAllocEnv("edge", **kwargs).planner.best_static == first
+    assert len(searches) == 27
+    assert envs.InferenceAllocEnv("edge", variant="glm-5.3-flash").planner.best_static
+    assert len(searches) == 54      # another pipeline is searched on its own
+
+
 def test_a_scenario_without_sections_takes_the_dataclass_defaults() -> None:
     """scenario_from_dict's fallbacks are the dataclasses' own defaults, not a second copy."""
     from envs.scenario import Burst, CacheSpec, SimulatorSpec, Workload
