@@ -73,7 +73,34 @@ def load_hyperparams(agent: str, env_id: str) -> dict[str, Any]:
             + (" (DQN and MaskablePPO need discrete actions: use InferenceAlloc-v0)"
                if agent in ("dqn", "maskable-ppo") else "")
         )
-    return dict(table[env_id])
+    params = table[env_id]
+    if not isinstance(params, dict):
+        raise ValueError(f"{path}: {env_id} must map hyper-parameter names to values, "
+                         f"got {params!r}")
+    # checked here, not by SB3: a typo'd key was a bare TypeError traceback, and a value of
+    # the wrong type (gamma: abc) failed only once training had started
+    try:
+        check_keys(agent, params)
+        check_override_types(agent, {}, params)
+    except ValueError as exc:
+        raise ValueError(f"{path}, {env_id}: {exc}") from None
+    return dict(params)
+
+
+# set by make_sb3 itself (train.py's --seeds and the CPU device), never by hyper-parameters
+RESERVED = ("env", "seed", "device", "verbose", "tensorboard_log", "_init_setup_model")
+
+
+def check_keys(name: str, params: dict[str, Any]) -> None:
+    """Every key a keyword the agent's constructor takes (and not one make_sb3 sets)."""
+    known = [k for k in inspect.signature(ALGORITHMS[name].__init__).parameters
+             if k != "self" and k not in RESERVED]
+    for key in params:
+        if key in RESERVED:
+            raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
+                             + (" (train.py --seeds)" if key == "seed" else ""))
+        if key not in known:
+            raise ValueError(f"unknown {name} hyper-parameter {key!r}; known: {', '.join(known)}")
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -246,6 +273,7 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None) -
     drop activation_fn (and log_std_init), so the net trained with ReLU unannounced."""
     params = load_hyperparams(name, env_id)
     if overrides:
+        check_keys(name, overrides)
         check_override_types(name, params, overrides)
         overrides = dict(overrides)
         if isinstance(overrides.get("policy_kwargs"), dict):

@@ -194,6 +194,25 @@ def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys)
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(("entry", "expected"), [
+    ("n_epoch: 10", "ppo.yaml, InferenceAlloc-v0: unknown ppo hyper-parameter 'n_epoch'"),
+    ("gamma: abc", "ppo.yaml, InferenceAlloc-v0: hyper-parameter gamma must be a number"),
+    ("seed: 3", "hyper-parameter seed is set by the trainer"),
+])
+def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, tmp_path, capsys,
+                                                               monkeypatch) -> None:
+    """A typo'd key in agents/hyperparams/ppo.yaml was a bare TypeError traceback, and a value
+    of the wrong type failed only once training had started (--hp was checked, the YAML not)."""
+    import agents.sb3_factory as factory
+    (tmp_path / "ppo.yaml").write_text(f"InferenceAlloc-v0:\n  n_steps: 16\n  {entry}\n")
+    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path)
+    main = load_main("train.py")
+    assert main(["--warmup", "none", "--log-dir", str(tmp_path / "runs"), "--timesteps", "32"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_bad_input_exits_cleanly_from_the_command_line(tmp_path: Path) -> None:
     done = script("train.py", "--agents", "qlearning", "--log-dir", str(tmp_path / "runs"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
