@@ -255,10 +255,12 @@ def build_parser(cls: type, description: str | None = None) -> argparse.Argument
         origin = typing.get_origin(tp)
         if tp is bool:
             kwargs["action"] = meta.pop("action", argparse.BooleanOptionalAction)
+        # a list or mapping flag given twice adds to itself: argparse's default kept the
+        # last only, so "--hp a=1 --hp b=2" trained without a=1, unannounced
         elif origin is list:
-            kwargs.update(nargs="+", type=typing.get_args(tp)[0], metavar="X")
+            kwargs.update(nargs="+", type=typing.get_args(tp)[0], metavar="X", action="extend")
         elif origin is dict:
-            kwargs.update(nargs="+", metavar="KEY=VALUE")
+            kwargs.update(nargs="+", metavar="KEY=VALUE", action="extend")
         else:
             kwargs["type"] = tp
         kwargs.update(meta)   # nargs/const given in the field's metadata

@@ -373,6 +373,17 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
         parse_config(TrainConfig, ["--config", str(path)])
 
 
+def test_a_list_or_mapping_flag_given_twice_adds_to_itself() -> None:
+    """argparse kept the last of a repeated flag: --hp gamma=0.5 --hp n_steps=64 trained with
+    the YAML's gamma, and --agents ppo --agents a2c trained a2c alone."""
+    config, _ = parse_config(TrainConfig, ["--hp", "gamma=0.5", "--hp", "n_steps=64",
+                                           "--agents", "ppo", "--agents", "a2c"])
+    assert config.hp == {"gamma": 0.5, "n_steps": 64}
+    assert config.agents == ["ppo", "a2c"]
+    config, _ = parse_config(TrainConfig, ["--hp", "gamma=0.5", "--hp", "gamma=0.7"])
+    assert config.hp == {"gamma": 0.7}                                  # the later value wins
+
+
 def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
         tmp_path: Path, capsys) -> None:
     """Resuming from model.zip used to start DQN from an empty buffer (only checkpoints saved
