@@ -19,6 +19,11 @@ kept without ``model.zip`` and ``--resume`` continues it. Every file is written 
 file and renamed, so none is ever half-written. An existing folder is never reused for a
 new run: a clash in the same second gets a ``-1``, ``-2``... suffix.
 
+A resume is reproducible (the same resume twice gives the same model) but not the model a
+straight run to the same total gives: SB3 saves neither the envs' state nor the random
+generators', so the resumed run starts new episodes, its envs seeded ``seed + steps``
+(``seed`` would replay the task stream it has already seen). Compare runs trained straight.
+
 Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
 conservative phase counts decisions per vector step (``steps`` x ``n_envs`` tasks).
 Rewards are the env's ``relative`` ones (``1 - latency / static latency``); ``normalize``
