@@ -13,6 +13,16 @@
 | ``devices/<d>_share``        | share of the stages placed on device d (``info["share"]``), mean over `window` |
 | ``charts/SPS``               | environment steps per second of this ``learn`` call           |
 
+``HeldOutEval`` writes, every ``--eval-interval`` steps (and at step 0 of a fresh run), the
+current policy's deterministic run of the held-out episode (``--eval-tasks`` tasks of
+``--eval-seed``; the learned policy alone, without warm-up, as the final comparison runs it):
+
+| tag                          | value                                                         |
+|------------------------------|---------------------------------------------------------------|
+| ``eval/latency_mean``        | its mean task latency (s)                                     |
+| ``eval/latency_p95``         | the 95th percentile of the same                               |
+| ``eval/vs_best_static``      | its mean over best-static's on the same episode               |
+
 ``RunInfo`` writes the resolved config as text (``config``) and the hyper-parameters to
 TensorBoard's HPARAMS view (SB3's ``HParam``), whose metric columns are the final
 metrics the trainer writes at the end of a run (``FINAL_METRICS``) and the last values
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -102,6 +113,47 @@ class LatencyMetrics(BaseCallback):
         elapsed = time.perf_counter() - self._t0
         if elapsed > 0:
             self.logger.record("charts/SPS", int((self.num_timesteps - self._steps0) / elapsed))
+
+
+class HeldOutEval(BaseCallback):
+    """The ``eval/`` tags of the table above. `evaluate` runs the current policy on the
+    held-out episode and returns its per-task latencies; it must leave the training's random
+    state alone (deterministic actions, its own env), so a run is the same with or without it.
+    """
+
+    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
+                 interval: int) -> None:
+        super().__init__()
+        if interval < 1:
+            raise ValueError(f"HeldOutEval interval must be >= 1, got {interval}")
+        self.evaluate = evaluate
+        self.static_mean = static_mean
+        self.interval = interval
+        self.writer: Any = None
+        self._next = 0
+
+    def _on_training_start(self) -> None:
+        self.writer = tensorboard_writer(self.logger)
+        if self.num_timesteps == 0:          # the policy before any update: where curves start
+            self._write()
+        self._next = (self.num_timesteps // self.interval + 1) * self.interval
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self._next:
+            self._write()
+            self._next = (self.num_timesteps // self.interval + 1) * self.interval
+        return True
+
+    def _write(self) -> None:
+        if self.writer is None:
+            return
+        latency = self.evaluate()
+        mean = float(latency.mean())
+        step = self.num_timesteps
+        self.writer.add_scalar("eval/latency_mean", mean, step)
+        self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
+        self.writer.add_scalar("eval/vs_best_static", mean / self.static_mean, step)
+        self.writer.flush()
 
 
 class RunInfo(BaseCallback):

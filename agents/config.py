@@ -84,7 +84,10 @@ class TrainConfig:
     eval_seed: int = field(default=HELDOUT_SEED, metadata=_help(
         "workload seed of the held-out episode of the comparison table"))
     eval_tasks: int = field(default=1000, metadata=_help(
-        "tasks of the held-out episode (0: no comparison table)"))
+        "tasks of the held-out episode (0: no comparison table, no eval/ curves)"))
+    eval_interval: int = field(default=10_000, metadata=_help(
+        "steps between runs of the current policy on the held-out episode, logged as eval/ "
+        "in TensorBoard (0: none)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar while training"))
 
     def validate(self) -> None:
@@ -100,6 +103,7 @@ class TrainConfig:
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
+        _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
         _require(self.clone_samples is None or self.clone_samples >= 10,
                  "--clone-samples must be >= 10")
         _require(self.episode_tasks is None or 1 <= self.episode_tasks <= MAX_EPISODE_TASKS,

@@ -53,7 +53,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from agents.callbacks import FINAL_METRICS, LatencyMetrics, RunInfo
+from agents.callbacks import FINAL_METRICS, HeldOutEval, LatencyMetrics, RunInfo
 from agents.config import ConfigError, TrainConfig, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env
 from agents.files import atomic_path, write_text
@@ -81,7 +81,7 @@ WARMUP_PARTS = ("conservative", "clone", "guard")
 CHECKPOINT_PREFIX = "model"
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_tasks", "eval_seed",
-             "metrics_window"}
+             "eval_interval", "metrics_window"}
 
 
 class RunFailed(RuntimeError):
@@ -346,6 +346,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
             name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
             save_vecnormalize=cfg.normalize))
+    if cfg.eval_interval and cfg.eval_tasks:
+        callbacks.append(_held_out_eval(agent, cfg))
     start, t0 = model.num_timesteps, time.perf_counter()
     try:
         if fresh:
@@ -383,6 +385,15 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     finally:
         logger.close()
     return result
+
+
+def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
+    """The eval/ curves: the learned model alone (no warm-up), on the comparison's episode."""
+    env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
+    policy = SB3Agent(agent.name, agent.model, env)
+    static = baseline_latency(_env_key(cfg), "best-static")
+    return HeldOutEval(lambda: episode_latencies(policy, env, cfg.eval_seed),
+                       float(static.mean()), cfg.eval_interval)
 
 
 def _final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:

@@ -49,7 +49,8 @@ def events(run_dir: Path) -> EventAccumulator:
 def trained(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     runs = tmp_path_factory.mktemp("train") / "runs"
     done = script("train.py", "--timesteps", "256", "--seeds", "0", "1", "--warmup", "none",
-                  "all", "--checkpoint-interval", "128", "--log-dir", str(runs), *TINY)
+                  "all", "--checkpoint-interval", "128", "--eval-interval", "100",
+                  "--log-dir", str(runs), *TINY)
     assert done.returncode == 0, done.stderr
     return runs, done
 
@@ -85,6 +86,40 @@ def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
         assert per_sample == list(range(256))
         assert "config/text_summary" in acc.Tags()["tensors"]
         assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")
+        # the held-out curve: step 0 (before any update), then each --eval-interval crossed
+        means = acc.Scalars("eval/latency_mean")
+        assert [e.step for e in means] == [0, 100, 200]
+        ratios = [e.value for e in acc.Scalars("eval/vs_best_static")]
+        statics = [m.value / r for m, r in zip(means, ratios, strict=True)]   # best-static's
+        assert statics == pytest.approx([statics[0]] * 3, rel=1e-5) and statics[0] > 0
+        p95 = [e.value for e in acc.Scalars("eval/latency_p95")]
+        assert all(p >= m.value for p, m in zip(p95, means, strict=True))
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn"])
+def test_held_out_evaluation_leaves_training_unchanged(agent: str, tmp_path: Path) -> None:
+    """eval/ runs the model on its own env with deterministic actions: the same run with and
+    without it trains the same weights, to the bit."""
+    import torch
+
+    from agents.registry import load_policy
+    from agents.training import env_for
+
+    main = load_main("train.py")
+    weights = []
+    for interval in ("0", "50"):
+        runs = tmp_path / f"every{interval}"
+        assert main(["--agents", agent, "--warmup", "none", "--timesteps", "160",
+                     "--eval-interval", interval, "--checkpoint-interval", "0",
+                     "--log-dir", str(runs), "--episode-tasks", "40", "--eval-tasks", "40",
+                     "--no-progress-bar", "--hp", "learning_starts=32" if agent == "dqn"
+                     else "n_steps=32"]) == 0
+        (run,) = runs.iterdir()
+        assert ("eval/latency_mean" in events(run).Tags()["scalars"]) == (interval != "0")
+        env = env_for(TrainConfig(agents=[agent]))
+        policy = load_policy(run / "model.zip", env)
+        weights.append([t.detach().clone() for t in policy.model.policy.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
 
 
 def test_evaluate_writes_every_result(trained, tmp_path: Path) -> None:
