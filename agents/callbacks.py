@@ -9,7 +9,7 @@
 | ``latency/vs_static``        | their total latency over the best static placement's on the same tasks (``info["static_latency"]``, present with ``reward="relative"``) |
 | ``latency/per_sample``       | every task's latency against its sample index (from 0): the online curve where the ~200-sample stabilisation shows |
 | ``cache/hit_rate``           | loader cache hits over the last `window` lookups               |
-| ``devices/<d>_utilisation``  | device d's busy share of the episode so far, mean over `window` |
+| ``devices/<d>_utilisation``  | device d's busy share of the time booked so far (``info``), mean over `window` |
 | ``devices/<d>_share``        | share of the stages placed on device d (``info["share"]``), mean over `window` |
 | ``charts/SPS``               | environment steps per second of this ``learn`` call           |
 

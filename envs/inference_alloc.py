@@ -99,7 +99,9 @@ class InferenceAllocEnv(gym.Env):
     Per step: `latency` (s), `breakdown` (overhead, queue, load, transfer, compute,
     memory_stall: they add up to the latency), `device_s` (device-seconds the task kept its
     devices busy, set-ups included: its cost in throughput), `placement` (device label per stage),
-    `cache_hit` (None without a loader cache), `utilisation` and `share` (per device),
+    `cache_hit` (None without a loader cache), `utilisation` (per device: its busy time over
+    the time booked so far, from the episode start to the end of the last work booked on any
+    device), `share` (per device),
     `failed_dispatch` (masked picks this step), `attention_s`, `kv_wait_s`, `speed_ratio`
     (the measured ratios the observation shows, unscaled) and `task` (batch, prompt_tokens,
     output_tokens, domain, arrival of the task this step placed: the observation returned
@@ -579,13 +581,17 @@ class InferenceAllocEnv(gym.Env):
 
     def _step_info(self, task: Task, res: TaskResult, facts: PlacementFacts,
                    failed: int) -> dict[str, Any]:
-        elapsed = 1e-9 if res.finish < 1e-9 else res.finish   # max(res.finish, 1e-9)
+        # Utilisation over the time booked so far: busy time includes work booked past this
+        # task's finish (earlier tasks still queued or decoding), so dividing by the finish
+        # alone exceeded 1 under a backlog and had to be clamped, hiding idle gaps.
+        state = self.sim.state
+        horizon = max(res.finish, max(state.busy_until), 1e-9)
         names = self.device_names
         placement, share, _ = facts
         utilisation = {}
-        for name, busy in zip(names, self.sim.state.busy_time):  # noqa: B905 (see _observation)
-            used = busy / elapsed
-            utilisation[name] = 1.0 if used > 1.0 else used      # min(used, 1.0)
+        for name, busy in zip(names, state.busy_time):  # noqa: B905 (see _observation)
+            used = busy / horizon
+            utilisation[name] = 1.0 if used > 1.0 else used   # only float rounding reaches 1
         return {
             "latency": res.latency,
             "breakdown": res.breakdown(),

@@ -681,3 +681,25 @@ def test_failed_dispatch_ties_go_to_the_device_listed_first() -> None:
     shares = (((2, 1.0),),) * 3
     assert dispatch(shares, masks, [0.0, 0.0, 0.0]) == ((((0, 1.0),),) * 3, 3)
     assert dispatch(shares, masks, [1.0, 0.0, 0.0]) == ((((1, 1.0),),) * 3, 3)
+
+
+def test_utilisation_is_busy_time_over_the_time_booked_not_clamped() -> None:
+    """Under a backlog a device's booked work runs past the task just finished: busy time over
+    that task's finish exceeded 1 and was clamped to 1, hiding idle gaps. Over the time booked
+    so far it is a measured share, below 1 where the device sat idle."""
+    env = gym.make(V0, scenario="bursty", episode_tasks=200)
+    env.reset(seed=0)
+    base = env.unwrapped
+    unclamped = 0
+    for i in range(200):
+        # prefill and decode alternate between gpu and npu: each backs up behind the other
+        _, _, _, truncated, info = env.step([0, 1, 1] if i % 2 else [0, 2, 2])
+        state = base.sim.state
+        finish = info["task"]["arrival"] + info["latency"]
+        horizon = max(state.busy_until)
+        for busy, used in zip(state.busy_time, info["utilisation"].values(), strict=True):
+            assert used == pytest.approx(busy / horizon, rel=1e-12) and 0.0 <= used <= 1.0
+            unclamped += busy / finish > 1.0 and used < 1.0   # the clamp reported 1.0 here
+        if truncated:
+            break
+    assert unclamped > 10
