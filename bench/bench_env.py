@@ -55,14 +55,15 @@ def profile(steps: int, episode_tasks: int, top: int = 25) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--duration", type=float, default=5.0,
-                        help="seconds to time each env (default 5)")
+                        help="seconds to time each env")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="alternating measurements per env; the best counts (default 3)")
+                        help="alternating measurements per env; the best counts")
     parser.add_argument("--episode-tasks", type=int, default=100_000,
                         help="InferenceAlloc-v0 episode length; long, so resets are rare")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="workload seed of the episodes")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N InferenceAlloc-v0 steps with cProfile")
     args = parser.parse_args(argv)

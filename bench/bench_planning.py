@@ -59,7 +59,8 @@ def trace_seconds(repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tasks", type=int, default=200, help="decisions per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")
     args = parser.parse_args(argv)

@@ -67,13 +67,14 @@ def simulator_rate(variant: str, placement: tuple[str | int, ...], runs: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000,
-                        help="bookings per repeat (default 20000)")
+                        help="bookings per repeat")
     parser.add_argument("--repeats", type=int, default=5,
-                        help="repeats; the median is reported (default 5)")
+                        help="repeats; the median is reported")
     parser.add_argument("--placement", default="cpu,gpu,gpu", metavar="DEV,DEV,DEV",
-                        help="device name or id for load, prefill, decode (default cpu,gpu,gpu)")
+                        help="device name or id for load, prefill, decode")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.repeats < 1:
         parser.error("--runs and --repeats must be >= 1")
