@@ -640,6 +640,8 @@ class Simulator:
         """
         c = self.config.contention
         ends = sorted(u for u in peers_until if u > start)
+        if not ends:   # exactly 1: the formula below rounds (start + est - start) / est off it
+            return 1.0
         left, t, busy = est, start, len(ends)
         for end in ends:
             rate = 1.0 / (1.0 + c * busy)

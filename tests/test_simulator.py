@@ -499,3 +499,18 @@ def test_under_contention_a_faster_device_or_an_earlier_start_never_ends_later()
     assert third_ends(edge.with_device("cpu", peak_flops=cpu.peak_flops * 2)) <= third_ends(edge)
     ends = [third_ends(edge, a) for a in np.linspace(0.0, 200.0, 41)]
     assert all(b >= a - 1e-9 for a, b in zip(ends, ends[1:], strict=False))
+
+
+def test_contention_with_no_peer_busy_leaves_the_memory_time_exact():
+    """No peer still busy: the slowdown is exactly 1 (the uncontended time to the bit), not
+    (start + est - start) / est, which rounds off 1 for most starts and sizes, so a contended
+    device with idle peers priced a stage a few ulp off `stage_seconds` (sometimes faster)."""
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    for est, start in [(0.3, 12345.678), (1e-3, 1e6), (7.1, 0.1), (2.5, 99.9)]:
+        assert sim._contended_slowdown(est, start, []) == 1.0
+        assert sim._contended_slowdown(est, start, [start - 1.0, 0.0]) == 1.0
+    work = sim.stages[2].work(Task(8, 2048, 128), sim.model)
+    st = sim.initial_state()
+    st.busy_until[:] = [3.0] * len(st.busy_until)   # every peer done before the start
+    npu = EDGE.device_id("npu")
+    assert sim._stage_time(work, npu, 1.0, 1234.567, st)[0] == sim.stage_seconds(work, npu)
