@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -99,3 +100,13 @@ def get_model(name: str) -> ModelConfig:
         return MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS))}") from None
+
+
+def check_seed(seed: object) -> int:
+    """`seed` as the int the real stages hand to torch's ``manual_seed``, checked at
+    construction (torch refused a bad one only inside ``run()``): an integer, numpy's
+    included, in [-2**63, 2**64); bools are refused."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) \
+            or not -2**63 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
+    return int(seed)

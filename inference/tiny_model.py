@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from inference.model_config import ModelConfig
+from inference.model_config import ModelConfig, check_seed
 
 #: An attention kernel: q, k, v [batch, heads, seq, head_dim] -> output [batch, heads, seq_q, head_dim].
 #: k and v already have one head per query head (grouped-query heads are expanded first).
@@ -96,8 +96,7 @@ class TinyTransformer:
     def __init__(self, config: ModelConfig, seed: int = 0, rope: bool = True) -> None:
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
+        seed = check_seed(seed)
         if rope and config.head_dim % 2:
             raise ValueError(f"rope needs an even head_dim, got head_dim={config.head_dim}")
         self.config = config

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -255,11 +256,22 @@ def test_adaptive_cache_follows_a_distribution_shift(tmp_path):
         (lambda d: PrefetchedDecode(seed=1.5), "seed"),
         (lambda d: HierarchicalDecode(seed=2**64 + 1), "seed"),
         (lambda d: TinyTransformer(TINY, seed=None), "seed"),
+        (lambda d: TinyTransformer(TINY, seed=True), "seed"),
+        (lambda d: HierarchicalDecode(seed=np.bool_(True)), "seed"),
     ],
 )
 def test_bad_parameters_name_the_field(make, field, tmp_path):
     with pytest.raises(ValueError, match=field):
         make(tmp_path)
+
+
+def test_a_numpy_integer_seed_is_a_seed():
+    """torch's manual_seed takes a numpy integer (e.g. drawn by rng.integers), so the checks at
+    construction do too, and it seeds as the same Python int would."""
+    a, b = TinyTransformer(TINY, seed=np.int64(3)), TinyTransformer(TINY, seed=3)
+    assert torch.equal(a.embedding, b.embedding)
+    assert HierarchicalDecode(seed=np.uint32(7)).seed == 7
+    assert type(PrefetchedDecode(seed=np.int64(7)).seed) is int
 
 
 @pytest.mark.parametrize(

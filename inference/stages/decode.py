@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inference.model_config import ModelConfig
+from inference.model_config import ModelConfig, check_seed
 from inference.stages.prefill import PrefillResult
 from inference.task import Task
 from inference.work import (
@@ -148,10 +148,7 @@ class HierarchicalDecode:
 
     def __init__(self, block_size: int = 4, seed: int = 0) -> None:
         self.block_size = _check_positive("block_size", block_size)
-        # checked here, like the other arguments: torch's manual_seed refused it only at run()
-        if isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.block_reads = self.scattered_reads = 0
 
     def _cache(self, prefill: PrefillResult, max_new_tokens: int) -> BlockCache:
