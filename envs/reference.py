@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envs.workload import generate_episode
+from envs.workload import file_version, generate_episode
 from inference.simulator import Shares, Simulator
 
 if TYPE_CHECKING:
@@ -92,7 +92,11 @@ def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
     # The search reads the scenario with no noise and its own number of tasks: envs that
     # differ only in noise or episode length share it (the key held both, and searched again).
     scenario = dataclasses.replace(env.scenario, noise=0.0, episode_tasks=CALIBRATION_TASKS)
-    key = repr((scenario, env.hardware.name, env.variant))
+    # ... and it reads what the scenario's names point to now: the hardware's figures (a name
+    # or path gives other figures once its file is edited) and the replayed trace's version
+    # (a CSV rewritten in the same process; see `generate_episode`'s own trace cache).
+    trace = scenario.workload.trace
+    key = repr((scenario, trace and file_version(trace), env.hardware, env.variant))
     if key not in _BEST_STATIC:
         tasks = generate_episode(scenario, np.random.default_rng(CALIBRATION_SEED), CALIBRATION_TASKS).tasks
         sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)

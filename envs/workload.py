@@ -53,7 +53,7 @@ def _draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
     return np.clip(np.rint(values), dist.min, dist.max).astype(np.int64)
 
 
-def _file_version(trace: str) -> tuple[object, ...]:
+def file_version(trace: str) -> tuple[object, ...]:
     """What identifies the file a trace name or path reads now: its absolute path, inode, size
     and change times (a stat, not a read: it runs on every reset). A cache keyed by the bare
     string replayed a CSV as it was when first read, after it had been rewritten or deleted, or
@@ -73,7 +73,7 @@ def _cached_batches(trace: str, version: tuple[object, ...], time_scale: float, 
 
 
 def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: int) -> tuple[Task, ...]:
-    return _cached_batches(trace, _file_version(trace), time_scale, window_s, max_batch)
+    return _cached_batches(trace, file_version(trace), time_scale, window_s, max_batch)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -442,3 +443,36 @@ def test_a_scenario_without_sections_takes_the_dataclass_defaults() -> None:
     sc = scenario_from_dict({"workload": {"burst": {}}}, "x")
     assert sc.workload == dataclasses.replace(Workload(), burst=Burst())
     assert (sc.cache, sc.simulator) == (CacheSpec(), SimulatorSpec())
+
+
+def test_best_static_is_searched_again_when_the_trace_or_hardware_file_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process memo keys the search by what it reads: a trace CSV rewritten in the same
+    process (heavier requests: another static placement) or a
+    hardware file edited under the same name is searched again, not answered from the memo."""
+    from envs import reference
+
+    monkeypatch.setattr(reference, "_BEST_STATIC", {})
+    trace = tmp_path / "t.csv"
+
+    def write(context: int, generated: int) -> None:
+        rows = [f"2023-11-16 18:17:{i // 10:02d}.{i % 10}000000,{context},{generated}"
+                for i in range(200)]
+        trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+
+    write(100, 4)
+    light = envs.InferenceAllocEnv(trace=str(trace)).planner.best_static
+    write(30000, 1500)
+    heavy = envs.InferenceAllocEnv(trace=str(trace)).planner.best_static
+    monkeypatch.setattr(reference, "_BEST_STATIC", {})
+    assert heavy == envs.InferenceAllocEnv(trace=str(trace)).planner.best_static != light
+
+    hw = tmp_path / "hw.yaml"
+    server = (PRESET_DIR / "server.yaml").read_text(encoding="utf-8")
+    hw.write_text(server, encoding="utf-8")
+    assert 1 in envs.InferenceAllocEnv(hardware=str(hw)).planner.best_static   # the gpu
+    slow_gpu = server.replace("peak_flops: 3.12e14", "peak_flops: 3.12e11") \
+        .replace("mem_bandwidth: 2.039e12", "mem_bandwidth: 2.039e9")
+    assert slow_gpu != server
+    hw.write_text(slow_gpu, encoding="utf-8")
+    assert 1 not in envs.InferenceAllocEnv(hardware=str(hw)).planner.best_static
