@@ -1,8 +1,9 @@
 """The figures of ``evaluate.py`` (matplotlib, Agg backend), each saved atomically as PNG.
 
 * ``latency_cdf``: empirical CDF of per-task latency, one line per agent, a panel per scenario;
-* ``learning_curves``: a TensorBoard scalar (``latency/vs_static``) against the step, one
-  line per run, read from the runs' event files with tensorboard's EventAccumulator;
+* ``learning_curves``: TensorBoard scalars against the step, a panel per curve (the training
+  stream's ``latency/vs_static``, the held-out ``eval/vs_best_static``), one line per run,
+  read from the runs' event files with tensorboard's EventAccumulator;
 * ``stabilization``: online per-sample latency from sample 0 (rolling mean), mean and a
   95% band over seeds per agent, and a vertical line at sample 200.
 """
@@ -78,19 +79,32 @@ def latency_cdf(latencies: Mapping[str, Mapping[str, np.ndarray]], target: str |
     return _finish(fig, axes[0][:len(scenarios)], target)
 
 
+# The learning-curve panels: (tag, title, moving-average window in logs; None: `smooth`).
+CURVE_PANELS = (
+    ("latency/vs_static", "training stream: latency / best-static's", None),
+    ("eval/vs_best_static", "held-out episode (eval/): mean latency / best-static's", 1),
+)
+
+
 def learning_curves(runs: Sequence[tuple[str, Path]], target: str | Path,
-                    tag: str = "latency/vs_static", smooth: int = 10) -> Path:
-    """One line per run (label, run folder): `tag` against the training step."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for label, run_dir in runs:
-        steps, values = read_scalars(run_dir, tag)
-        if len(steps):
-            ax.plot(steps, _smooth(values, smooth), label=label, lw=1.2)
-    if tag == "latency/vs_static":
+                    smooth: int = 10) -> Path:
+    """A panel per curve of ``CURVE_PANELS`` the runs hold (the training stream's always),
+    one line per run (label, run folder), against the training step; 1 is best-static."""
+    curves = {tag: [(label, *read_scalars(run_dir, tag)) for label, run_dir in runs]
+              for tag, _, _ in CURVE_PANELS}
+    panels = [panel for i, panel in enumerate(CURVE_PANELS)
+              if i == 0 or any(len(steps) for _, steps, _ in curves[panel[0]])]
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 4.5), squeeze=False,
+                             sharey=True)
+    for ax, (tag, title, window) in zip(axes[0], panels, strict=True):
+        for label, steps, values in curves[tag]:
+            if len(steps):
+                ax.plot(steps, _smooth(values, window or smooth), label=label, lw=1.2,
+                        marker="o" if window == 1 else None, ms=3)
         ax.axhline(1.0, color="k", ls=":", lw=1, label="best static")
-    ax.set(title=f"learning curves ({tag}, moving average of {smooth} logs)",
-           xlabel="environment step", ylabel=tag)
-    return _finish(fig, [ax], target)
+        average = "" if window == 1 else f", moving average of {window or smooth} logs"
+        ax.set(title=f"{title}{average}", xlabel="environment step", ylabel=tag)
+    return _finish(fig, list(axes[0]), target)
 
 
 def stabilization(curves: Mapping[str, Sequence[np.ndarray]], target: str | Path,

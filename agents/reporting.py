@@ -6,7 +6,8 @@ Outputs (each written via temp file + rename, so a failure leaves no half-writte
   ratio to best static and gap to the oracle, each with a 95% t-interval over held-out
   seeds (see ``agents.evaluation`` for the definitions);
 * ``latency_cdf.png``: per-task latency CDF per agent (a panel per scenario);
-* ``learning_curves.png``: ``latency/vs_static`` against the step of every run (TensorBoard);
+* ``learning_curves.png``: ``latency/vs_static`` (training stream) and ``eval/vs_best_static``
+  (held-out episode) against the step of every run (TensorBoard);
 * ``stabilization.png`` / ``stabilization.md``: the online study (``agents.online.deploy``).
 """
 

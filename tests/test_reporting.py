@@ -173,3 +173,38 @@ def test_the_console_table_keeps_its_columns_under_long_section_and_run_names() 
     # every number column ends where its heading does
     assert len({len(line) for line in lines}) == 1, lines
     assert lines[0].index("mean (s)") + len("mean (s)") == lines[2].index("26.82") + len("26.82")
+
+
+def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """learning_curves.png showed the training stream alone; runs that log eval/ (train.py's
+    held-out episode) get a second panel, with a line for each run that has the curve."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from agents import plots
+
+    runs = []
+    for name, with_eval in (("a", True), ("b", False)):
+        writer = SummaryWriter(str(tmp_path / name))
+        for step in range(0, 50, 10):
+            writer.add_scalar("latency/vs_static", 1.5 - step / 100, step)
+            if with_eval:
+                writer.add_scalar("eval/vs_best_static", 1.2 - step / 100, step)
+        writer.close()
+        runs.append((name, tmp_path / name))
+    seen: list[tuple[str, list[str]]] = []
+    finish = plots._finish
+
+    def capture(fig, axes, target):
+        seen.extend((ax.get_ylabel(), sorted(line.get_label() for line in ax.get_lines()))
+                    for ax in axes)
+        return finish(fig, axes, target)
+
+    monkeypatch.setattr(plots, "_finish", capture)
+    assert plots.learning_curves(runs, tmp_path / "two.png").is_file()
+    assert seen == [("latency/vs_static", ["a", "b", "best static"]),
+                    ("eval/vs_best_static", ["a", "best static"])]
+    seen.clear()
+    plots.learning_curves(runs[1:], tmp_path / "one.png")
+    assert seen == [("latency/vs_static", ["b", "best static"])]
