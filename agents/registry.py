@@ -74,6 +74,23 @@ def check_fixed_policy_name(name: str, what: str) -> None:
                          f"policy: {valid_names(learners=False)}")
 
 
+def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -> Policy:
+    """`make_policy` where a fixed policy is needed (a baseline, the conservative policy):
+    a learner, an unknown name and a name the env cannot take are each one ValueError
+    naming `what` (`learner_hint` follows the learner's)."""
+    try:
+        check_fixed_policy_name(name, what)
+    except ValueError as exc:
+        raise ValueError(f"{exc}{learner_hint}") from None
+    try:
+        return make_policy(name, env)
+    except UnknownPolicyName:
+        raise ValueError(f"unknown {what} {name!r}; valid names: "
+                         f"{valid_names(learners=False)}") from None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 def runs_on(name: str, devices: tuple[str, ...]) -> bool:
     """Whether hardware with `devices` can run the policy `name`: an all-<kind> policy (gated
     or not) needs a device of that name. A name that is no device kind (all-gpus) counts as

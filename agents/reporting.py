@@ -38,13 +38,11 @@ from agents.evaluation import (
 )
 from agents.files import write_text
 from agents.registry import (
-    UnknownPolicyName,
-    check_fixed_policy_name,
     load_policy,
+    make_fixed_policy,
     make_policy,
     policy_env_id,
     runs_on,
-    valid_names,
 )
 from envs import ENV_IDS
 from envs.scenario import load_scenario
@@ -268,22 +266,16 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             raise ConfigError(str(exc)) from None
         runnable = runnable_baselines(cfg, ctx)
         for name in cfg.baselines:
-            try:
-                check_fixed_policy_name(name, "baseline")
-            except ValueError as exc:
-                raise ConfigError(f"{exc} (evaluate a trained model with --models)") from None
-            if name not in runnable:
+            if name not in runnable:    # an all-<device> policy: never a learner's name
                 devices = ", ".join(_devices(ctx))
                 notes.append(f"{section_of(cfg, ctx, contexts)}: skipping baseline {name} (the hardware "
                              f"has no such device; it has {devices})")
                 continue
             try:
-                make_policy(name, env_of[policy_env_id(name)])
-            except UnknownPolicyName:
-                raise ConfigError(f"unknown baseline {name!r}; valid names: "
-                                  f"{valid_names(learners=False)}") from None
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"baseline: {exc}") from None
+                make_fixed_policy(name, env_of[policy_env_id(name)], "baseline",
+                                  learner_hint=" (evaluate a trained model with --models)")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
     for entry in entries:
         for scenario in scenarios:    # each: a later scenario's hardware may not fit the model
             try:

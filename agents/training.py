@@ -59,9 +59,8 @@ from agents.evaluation import episode_latencies, make_env
 from agents.files import atomic_path, write_text
 from agents.registry import (
     SB3_NAMES,
-    UnknownPolicyName,
-    check_fixed_policy_name,
     load_policy,
+    make_fixed_policy,
     make_policy,
     policy_env_id,
     runs_on,
@@ -159,16 +158,9 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     env = env_for(config)
     if any(w != "none" for w in specs):
         try:
-            check_fixed_policy_name(config.conservative, "--conservative")
+            make_fixed_policy(config.conservative, env, "--conservative policy")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        try:
-            make_policy(config.conservative, env)
-        except UnknownPolicyName:
-            raise ConfigError(f"--conservative: unknown policy {config.conservative!r}; valid "
-                              f"names: {valid_names(learners=False)}") from None
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"--conservative: {exc}") from None
     for agent in dict.fromkeys(agents):
         try:
             load_hyperparams(agent, config.env_id)
