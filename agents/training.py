@@ -6,7 +6,8 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``events.out.tfevents.*``: SB3's scalars and ours (``agents.callbacks``), the config as
   text and the hyper-parameters in the HPARAMS view; a resumed run appends a new events
   file beside the old ones, with the step count continuing;
-* ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back);
+* ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
+  its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
   VecNormalize statistics, and for DQN the latest replay buffer);
 * ``model.zip`` once training ends, for DQN with ``replay_buffer.pkl`` (a resume from
@@ -278,8 +279,11 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
                      vec_env=venv)
     run_dir = new_run_dir(config.log_dir, run_name(config, spec))
+    # hp: every hyper-parameter the run used, the YAML's with the overrides on top, so the
+    # run's config.yaml reproduces it after agents/hyperparams/ changes
     run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
-                                     seeds=[spec.seed], resume=None)
+                                     seeds=[spec.seed], resume=None,
+                                     hp=hyperparams_with(spec.agent, config.env_id, config.hp))
     return _run(agent, run_dir, run_config, spec, first, fresh=True)
 
 

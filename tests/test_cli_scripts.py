@@ -15,10 +15,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from agents.config import ConfigError, TrainConfig, parse_config
 from agents.files import leftover_temp_files
 from agents.plots import read_scalars
+from agents.sb3_factory import load_hyperparams
 from agents.training import saved_steps
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["--hp", "n_steps=16", "batch_size=16", "n_epochs=2", "--episode-tasks", "40",
+TINY_HP = {"n_steps": 16, "batch_size": 16, "n_epochs": 2}
+TINY = ["--hp", *(f"{k}={v}" for k, v in TINY_HP.items()), "--episode-tasks", "40",
         "--clone-samples", "50", "--eval-tasks", "40", "--no-progress-bar"]
 RUN_NAME = re.compile(r"^InferenceAlloc-v0__ppo(-warm)?__[01]__\d+(-\d+)?$")
 OUR_TAGS = ("latency/mean", "latency/p95", "latency/vs_static", "latency/per_sample",
@@ -65,6 +67,9 @@ def test_train_makes_a_run_folder_per_agent_warmup_and_seed(trained) -> None:
             "model_128_steps.zip", "model_256_steps.zip"]
         config, _ = parse_config(TrainConfig, ["--config", str(run / "config.yaml")])
         assert config.timesteps == 256 and len(config.agents) == len(config.seeds) == 1
+        # every hyper-parameter the run used, not only the overrides: the config reproduces
+        # the run after the YAML changes
+        assert config.hp == {**load_hyperparams("ppo", config.env_id), **TINY_HP}
     assert leftover_temp_files(runs) == []
     table = done.stdout[done.stdout.index("| agent |"):]
     for row in ("| ppo (seed 0) |", "| ppo-warm (seed 1) |", "| best-static |", "| all-gpu |",
