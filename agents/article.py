@@ -25,6 +25,7 @@ the same tasks; ``ROWS`` says when a row is "in".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,14 +221,19 @@ def bootstrap_interval(onlines: list[Any], key: str, resamples: int = BOOTSTRAP_
 
 def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
                     online_samples: int = ONLINE_SAMPLES, time_scale: float = JOB_TIME_SCALE,
-                    clients: int = JOB_CLIENTS) -> list[dict[str, Any]]:
-    """Run every seed and return one dict per row: figure, seed value, ours (mean, CI), in."""
+                    clients: int = JOB_CLIENTS,
+                    tick: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Run every seed and return one dict per row: figure, seed value, ours (mean, CI), in.
+
+    `tick` is called once per seed measured (a progress bar's update)."""
     per_seed: dict[str, list[float]] = {}     # every per-seed number: rows and notes
     onlines = []
     tasks = None
     for seed in seeds:
         values, online = measure_seed(seed, n_tasks, online_samples, time_scale, clients)
         onlines.append(online)
+        if tick is not None:
+            tick()
         for key, value in values.items():
             if not isinstance(value, dict):
                 per_seed.setdefault(key, []).append(float(value))
@@ -309,11 +315,12 @@ def job_description(time_scale: float = JOB_TIME_SCALE, clients: int = JOB_CLIEN
 
 def reproduce(out_dir: Any, seeds: Any, n_tasks: int | None = None,
               online_samples: int = ONLINE_SAMPLES,
-              clients: int = JOB_CLIENTS) -> list[dict[str, Any]]:
+              clients: int = JOB_CLIENTS,
+              tick: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run the reproduction, print the table and write it to ``out_dir/article.md``.
 
     `clients`: the job's closed-loop clients (0: the open-loop job); `n_tasks` defaults to
-    JOB_TASKS closed-loop, OPEN_LOOP_TASKS open-loop.
+    JOB_TASKS closed-loop, OPEN_LOOP_TASKS open-loop; `tick`: called once per seed.
     """
     from pathlib import Path
 
@@ -322,7 +329,7 @@ def reproduce(out_dir: Any, seeds: Any, n_tasks: int | None = None,
     if n_tasks is None:
         n_tasks = JOB_TASKS if clients else OPEN_LOOP_TASKS
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    table = reproduce_table(seed_list, n_tasks, online_samples, clients=clients)
+    table = reproduce_table(seed_list, n_tasks, online_samples, clients=clients, tick=tick)
     text = ("# The article's figures, reproduced\n\n"
             f"Job: {n_tasks} requests of the `article` scenario, "
             f"{job_description(clients=clients)}; "

@@ -410,22 +410,17 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
 
 
 def reproduce_article(cfg: EvalConfig) -> Any:
-    """Hand over to ``agents.article.reproduce(out_dir, seeds)`` (imported only when asked)."""
-    import importlib
+    """``agents.article.reproduce`` on the held-out seeds, a progress bar ticking per seed
+    (imported only when asked: the article job is the one user of its module)."""
+    from tqdm.auto import tqdm
 
-    try:
-        article = importlib.import_module("agents.article")
-    except ModuleNotFoundError as exc:
-        if exc.name != "agents.article":
-            raise
-        raise ConfigError("--reproduce-article needs agents/article.py (agents.article."
-                          "reproduce), which is not available yet") from None
-    reproduce = getattr(article, "reproduce", None)
-    if reproduce is None:
-        raise ConfigError("agents.article has no reproduce(out_dir, seeds)")
-    if cfg.article_clients is None:
-        return reproduce(Path(cfg.out), heldout_seeds(cfg))
-    return reproduce(Path(cfg.out), heldout_seeds(cfg), clients=cfg.article_clients)
+    from agents.article import reproduce
+
+    seeds = heldout_seeds(cfg)
+    clients = {} if cfg.article_clients is None else {"clients": cfg.article_clients}
+    with tqdm(total=len(seeds), desc="article", unit="seed", disable=not cfg.progress_bar,
+              leave=False) as bar:
+        return reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
 
 
 def fmt_summary(rows: list[dict[str, Any]]) -> str:

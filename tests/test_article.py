@@ -203,10 +203,41 @@ def planted_table():
         return values, onlines[seed]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(article, "measure_seed", fake_measure_seed)
-        mp.setattr(article, "cost_model_rows", lambda tasks: dict(COST_MODEL))
-        table = reproduce_table(seeds, n_tasks=10, online_samples=600)
+        plant(mp, fake_measure_seed)
+        ticks: list[int] = []
+        table = reproduce_table(seeds, n_tasks=10, online_samples=600,
+                                tick=lambda: ticks.append(len(ticks)))
+    assert len(ticks) == len(seeds)     # a progress bar's update per seed
     return table, seeds, [onlines[s] for s in seeds]
+
+
+def plant(mp: pytest.MonkeyPatch, fake_measure_seed) -> None:
+    mp.setattr(article, "measure_seed", fake_measure_seed)
+    mp.setattr(article, "cost_model_rows", lambda tasks: dict(COST_MODEL))
+
+
+@pytest.mark.parametrize("bar", [True, False])
+def test_reproduce_article_ticks_a_progress_bar_per_seed(bar, tmp_path, monkeypatch, capsys):
+    """The minute-long article job showed nothing while it ran, and took --no-progress-bar
+    without a bar to turn off."""
+    from evaluate import main
+
+    seen = []
+
+    def fake_measure_seed(seed, *args, **kwargs):
+        seen.append(seed)
+        values = {ROWS[i].figure: _planted(i, 0) for i in range(len(ROWS))
+                  if i not in COST_ROWS and i not in CURVE_ROWS}
+        values.update({"_loss_in_job": 0.1, "_small_device_time": 1.3,
+                       "_makespans": {"glm": 1.0}, "_controlled": {"glm": 2.0}})
+        return values, _stepped(150)
+
+    plant(monkeypatch, fake_measure_seed)
+    flags = [] if bar else ["--no-progress-bar"]
+    assert main(["--reproduce-article", "--seeds", "2", "--out", str(tmp_path), *flags]) == 0
+    err = capsys.readouterr().err
+    assert seen == [10000, 10001] and (tmp_path / "article.md").is_file()
+    assert ("article:   0%|          | 0/2" in err) is bar, err   # a bar over the seeds
 
 
 def test_reproduce_table_puts_each_rows_own_value_in_its_row(planted_table):
