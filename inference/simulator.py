@@ -63,7 +63,8 @@ class SimConfig:
         contention: bandwidth sharing in one memory domain: while n peers are busy, a stage's
             memory traffic progresses at 1 / (1 + contention x n) of its own rate (full rate
             once they are done); 1 = a peer busy throughout doubles its memory time (halves
-            the bandwidth), 0 = no contention. A peer counts as busy until its booked work ends.
+            the bandwidth), 0 = no contention. A peer counts as busy while it runs booked
+            work, not while it idles before it (e.g. waiting for its input).
         precomputed_domains: data domains the precomputed (``cached``) loading cache holds.
         cache_capacity: entries the ``adaptive`` cache holds.
         cache_decay: per-request decay of the adaptive cache's domain counts (runtime tracking).
@@ -137,13 +138,16 @@ class ClusterState:
     busy_time: list[float] = field(default_factory=list)
     lookups: int = 0
     hits: int = 0
+    # Per device in a shared memory domain: its booked (start, end) spans not yet over, in
+    # order; a peer contends only inside them, not while it idles before booked work.
+    booked: list[list[tuple[float, float]]] = field(default_factory=list)
 
     def copy(self) -> ClusterState:
         return ClusterState(
             list(self.busy_until), list(self.resident), list(self.online), list(self.throttle),
             self.disk_free, deque(self.load_done, self.load_done.maxlen), self.prev_shares,
             set(self.cache_entries), dict(self.cache_counts), self.cache_increment,
-            list(self.busy_time), self.lookups, self.hits,
+            list(self.busy_time), self.lookups, self.hits, [list(b) for b in self.booked],
         )
 
 
@@ -187,6 +191,7 @@ class Simulator:
         self._link_bandwidth = [[link.bandwidth for link in row] for row in self._link]
         # Devices whose bandwidth the memory-domain peers can take (see `_stage_time`).
         self._contended = [bool(peers) and bool(self.config.contention) for peers in self._peers]
+        self._contended_ids = [d for d, c in enumerate(self._contended) if c]
         self._disk_bw = hardware.disk_bandwidth
         self.state = self.initial_state()
 
@@ -202,7 +207,7 @@ class Simulator:
             busy_until=[0.0] * self.n_devices, resident=resident,
             online=[True] * self.n_devices, throttle=[1.0] * self.n_devices,
             load_done=deque(maxlen=max(self.config.prefetch_depth, 1)),
-            busy_time=[0.0] * self.n_devices,
+            busy_time=[0.0] * self.n_devices, booked=[[] for _ in range(self.n_devices)],
         )
         load = self.stages[0]
         if getattr(load, "cache_kind", None) == "precomputed":
@@ -284,6 +289,13 @@ class Simulator:
         res = TaskResult(self.n_devices)
         t = task.arrival + extra_overhead
         res.overhead = extra_overhead
+        for d in self._contended_ids:   # spans over before the task arrives contend with none of it
+            spans = st.booked[d]
+            done = 0
+            while done < len(spans) and spans[done][1] <= t:
+                done += 1
+            if done:
+                del spans[:done]
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
         hit = None
@@ -335,6 +347,7 @@ class Simulator:
                      read_end: float, io_time: float) -> float:
         busy, throttle, resident, busy_time = st.busy_until, st.throttle, st.resident, st.busy_time
         task_busy, stage_time, stage_base = res.busy, res.stage_time, res.stage_base
+        contended = self._contended
         stage_device, stage_fraction = res.stage_device, res.stage_fraction
         # set_ups[s]: the set-up the device of stage s pays, when it ran no share of the stage
         # for the previous task.
@@ -388,6 +401,8 @@ class Simulator:
             seconds += set_up
             end = start + seconds
             busy[dev] = end
+            if contended[dev]:
+                st.booked[dev].append((start, end))
             busy_time[dev] += seconds
             task_busy[dev] += seconds
             stall = stall_s * noise_s / speed
@@ -412,6 +427,7 @@ class Simulator:
                      read_end: float, io_time: float) -> float:
         busy, throttle, resident = st.busy_until, st.throttle, st.resident
         busy_time, task_busy = st.busy_time, res.busy
+        contended = self._contended
         stage_device, stage_fraction = res.stage_device, res.stage_fraction
         # `moved_from[s]`: the devices that ran stage s for the previous task, when the stage
         # moved (its shares differ) and set-up is charged; None when no device pays a set-up.
@@ -487,6 +503,8 @@ class Simulator:
                 seconds += set_up
                 end = start + seconds
                 busy[dev] = end
+                if contended[dev]:
+                    st.booked[dev].append((start, end))
                 busy_time[dev] += seconds
                 task_busy[dev] += seconds
                 if end > stage_end:
@@ -552,6 +570,8 @@ class Simulator:
                 st.disk_free = start + read
         end = start + seconds
         busy[dev] = end
+        if self._contended[dev]:
+            st.booked[dev].append((start, end))
         st.busy_time[dev] += seconds
         res.busy[dev] += seconds
         # All of the read without prefetch (it is inside `seconds`), else what was left of it
@@ -605,7 +625,7 @@ class Simulator:
             for _tag, _op, pattern, _flops, nbytes, fixed_bytes, _launches in parts:
                 est += (nbytes * frac + fixed_bytes) * inv_b[pattern]
             if est > 0:
-                slow = self._contended_slowdown(est, start, [st.busy_until[q] for q in self._peers[dev]])
+                slow = self._contended_slowdown(est, start, [st.booked[q] for q in self._peers[dev]])
         total = stall = attn = kv = 0.0
         whole = frac == 1.0 and slow == 1.0   # x * 1.0 == x exactly: skip those products
         for tag, op, pattern, flops, nbytes, fixed_bytes, launches in parts:
@@ -627,28 +647,40 @@ class Simulator:
                 attn += t
         return total, stall, attn, kv
 
-    def _contended_slowdown(self, est: float, start: float, peers_until: list[float]) -> float:
+    def _contended_slowdown(self, est: float, start: float,
+                            peers_booked: Sequence[Sequence[tuple[float, float]]]) -> float:
         """(contended / uncontended) memory time of a stage needing `est` seconds of memory
-        traffic alone, from `start`, while each peer is busy until its `peers_until`.
+        traffic alone, from `start`, beside peers busy in their booked (start, end) spans.
 
         A fluid share of the domain's bandwidth: with n peers busy the stage's memory traffic
-        progresses at 1 / (1 + contention x n) of its own rate, and at full rate once they are
-        done. Integrating that rate, rather than charging each peer's overlap with the start,
-        keeps the simulator monotone: a stage that starts earlier, or a device that is faster,
-        never finishes later (a per-overlap charge grew by contention x n per second of earlier
-        start, so with contention x n > 1 an earlier start finished later).
+        progresses at 1 / (1 + contention x n) of its own rate, and at full rate while none is.
+        Integrating that rate, rather than charging each peer's overlap with the start, keeps
+        the simulator monotone: a stage that starts earlier, or a device that is faster, never
+        finishes later (a per-overlap charge grew by contention x n per second of earlier
+        start, so with contention x n > 1 an earlier start finished later). A peer idle before
+        its booked work (waiting for its input) takes no bandwidth until that work starts.
         """
         c = self.config.contention
-        ends = sorted(u for u in peers_until if u > start)
-        if not ends:   # exactly 1: the formula below rounds (start + est - start) / est off it
+        events = []     # (time, +1 a peer starts / -1 it ends), from `start` on
+        for spans in peers_booked:
+            for begin, end in spans:
+                if end > start:
+                    events.append((begin if begin > start else start, 1))
+                    events.append((end, -1))
+        left, t, busy, slowed = est, start, 0, False
+        for when, delta in sorted(events):   # at one time, an end (-1) before a start (+1)
+            if when > t:
+                rate = 1.0 / (1.0 + c * busy)
+                if (when - t) * rate >= left:
+                    break
+                left -= (when - t) * rate
+                slowed = slowed or busy > 0
+                t = when
+            busy += delta
+        if not slowed and busy == 0:
+            # no peer busy while the stage ran: exactly 1, which the formula below rounds
+            # (start + est - start) / est off
             return 1.0
-        left, t, busy = est, start, len(ends)
-        for end in ends:
-            rate = 1.0 / (1.0 + c * busy)
-            if (end - t) * rate >= left:
-                break
-            left -= (end - t) * rate
-            t, busy = end, busy - 1
         return (t + left * (1.0 + c * busy) - start) / est
 
     def _migration_time(self, st: ClusterState, dev: int) -> float:

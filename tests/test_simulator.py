@@ -477,9 +477,43 @@ def test_contention_shares_bandwidth_as_a_fluid_while_peers_stay_busy():
     after: 1 s of traffic alone, c = 1, peers done 0.5 s and 1 s in: 1/6 s of it in the first
     half second, 1/4 s in the next, the last 7/12 s alone, so 19/12 s in all."""
     sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
-    assert sim._contended_slowdown(1.0, 10.0, [10.5, 11.0, 9.0]) == pytest.approx(19 / 12)
-    assert sim._contended_slowdown(1.0, 10.0, [20.0]) == pytest.approx(2.0)   # busy throughout
-    assert sim._contended_slowdown(1.0, 10.0, [10.0, 3.0]) == 1.0             # none still busy
+    slowdown = sim._contended_slowdown
+    assert slowdown(1.0, 10.0, [[(0, 10.5)], [(9, 11.0)], [(0, 9.0)]]) == pytest.approx(19 / 12)
+    assert slowdown(1.0, 10.0, [[(5, 20.0)]]) == pytest.approx(2.0)      # busy throughout
+    assert slowdown(1.0, 10.0, [[(9, 10.0)], [(0, 3.0)]]) == 1.0         # none still busy
+
+
+def test_a_peer_idle_before_its_booked_work_takes_no_bandwidth():
+    """A peer contends only inside its booked spans: before, it counted as busy from the
+    stage's start until its last booked work ended, even while it sat idle waiting for input.
+    1 s of traffic alone from t = 10, c = 1: a peer busy only over [10.5, 11] takes half the
+    bandwidth there, 1/4 s of traffic done in it; 0.5 + 0.5 + 0.25 = 1.25 s in all. A peer
+    whose work starts after the stage would have ended alone leaves it exactly alone."""
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    slowdown = sim._contended_slowdown
+    assert slowdown(1.0, 10.0, [[(10.5, 11.0)]]) == pytest.approx(1.25)
+    assert slowdown(1.0, 10.0, [[(11.0, 30.0)], [(12.0, 13.0)]]) == 1.0
+    # one peer's two spans with a gap, busy over [10, 10.5] and [11, 12]: 1/4 s of traffic in
+    # the first half second, 1/2 s in the gap, the last 1/4 s takes half a second: 1.5 s
+    assert slowdown(1.0, 10.0, [[(8.0, 10.5), (11.0, 12.0)]]) == pytest.approx(1.5)
+
+
+def test_a_stage_beside_a_peer_waiting_for_its_input_runs_alone():
+    """On the edge SoC (one memory domain): the npu booked over [500, 600] s (busy until 600)
+    idles until 500, so a short task on the cpu now runs as on an idle SoC; over [0, 600] it
+    takes bandwidth from the task."""
+    def cpu_task_latency(npu_booked: tuple[float, float] | None) -> float:
+        sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+        if npu_booked is not None:
+            npu = EDGE.device_id("npu")
+            sim.state.booked[npu].append(npu_booked)
+            sim.state.busy_until[npu] = npu_booked[1]
+        return sim.execute(Task(4, 512, 16), ("cpu", "cpu", "cpu")).latency
+
+    alone = cpu_task_latency(None)
+    assert alone < 500.0
+    assert cpu_task_latency((500.0, 600.0)) == alone
+    assert cpu_task_latency((0.0, 600.0)) > alone * 1.05
 
 
 def test_under_contention_a_faster_device_or_an_earlier_start_never_ends_later():
@@ -508,9 +542,9 @@ def test_contention_with_no_peer_busy_leaves_the_memory_time_exact():
     sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
     for est, start in [(0.3, 12345.678), (1e-3, 1e6), (7.1, 0.1), (2.5, 99.9)]:
         assert sim._contended_slowdown(est, start, []) == 1.0
-        assert sim._contended_slowdown(est, start, [start - 1.0, 0.0]) == 1.0
+        assert sim._contended_slowdown(est, start, [[(0.0, start - 1.0)], [(0.0, 0.0)]]) == 1.0
     work = sim.stages[2].work(Task(8, 2048, 128), sim.model)
     st = sim.initial_state()
-    st.busy_until[:] = [3.0] * len(st.busy_until)   # every peer done before the start
+    st.booked[:] = [[(1.0, 3.0)]] * len(st.booked)   # every peer done before the start
     npu = EDGE.device_id("npu")
     assert sim._stage_time(work, npu, 1.0, 1234.567, st)[0] == sim.stage_seconds(work, npu)
