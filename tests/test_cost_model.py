@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from inference.hardware import load_hardware
@@ -11,10 +13,10 @@ from inference.model_config import get_model
 from inference.simulator import SimConfig, Simulator
 from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
-from inference.stages.prefill import GatedAttention, WindowAttention
+from inference.stages.prefill import QUERY_TILE, GatedAttention, WindowAttention
 from inference.task import Task
 from inference.variants import COST_PARAMS, IMPLEMENTATIONS, VARIANTS, build_stages
-from inference.work import StageWork
+from inference.work import TOKEN_ID_BYTES, StageWork, causal_pairs
 
 GLM = get_model("glm-9b")
 SERVER = load_hardware("server")
@@ -87,6 +89,7 @@ def test_window_attention_equals_full_attention_cost_when_the_window_covers_the_
 
 @FEW
 @given(n=st.integers(1, 8192), batch=st.integers(1, 32))
+@example(n=8192, batch=1)   # at the gate: still window attention only
 def test_gated_equals_window_below_the_gate(n, batch):
     task = prompt(n, batch)
     gated, window = cost_instance("gated").work(task, GLM), cost_instance("window").work(task, GLM)
@@ -182,3 +185,97 @@ def test_gated_prefill_launches_the_window_kernels_only_in_the_layers_it_keeps()
             if p.tag == "attention"][0]
     assert sum(launches) == pytest.approx(full * 0.75 + 6.0 * model.n_layers * 0.25)
     assert min(launches) == pytest.approx(full * 0.75)     # the window's, in 3 of 4 layers
+
+
+# --- the formulas against their definitions ------------------------------------------------
+
+
+@FEW
+@given(n=st.integers(1, 300), window=st.one_of(st.none(), st.integers(1, 400)))
+def test_causal_pairs_counts_the_keys_each_query_sees(n, window):
+    """Query i (1-based) sees its i causal keys, at most `window` of them."""
+    seen = [i if window is None else min(i, window) for i in range(1, n + 1)]
+    assert causal_pairs(n, window) == sum(seen)
+
+
+@pytest.mark.parametrize("model", [GLM, get_model("tiny")], ids=lambda m: m.name)
+def test_flops_are_two_per_multiply_add(model):
+    """Dense work: 2 FLOPs per weight a token meets (every weight but the embedding table, the
+    LM head only for the prompt's last token); attention: QK^T and AV, 2 x head_dim each, per
+    (query, key) pair, head and layer."""
+    b, n, m = 3, 200, 5
+    matmul_weights = model.n_params - model.vocab * model.hidden   # the embedding is a lookup
+    head = model.vocab * model.hidden
+    full = WindowAttention(window=n).work(Task(b, n, m), model)
+    assert full.part("dense").flops == pytest.approx(
+        2 * b * (n * (matmul_weights - head) + head), rel=1e-12)
+    pair = 4 * model.head_dim * model.n_heads * model.n_layers
+    assert full.part("attention").flops == pytest.approx(b * n * (n + 1) / 2 * pair, rel=1e-12)
+    decode = SequentialDecode().work(Task(b, n, m), model)
+    assert decode.part("weights").flops == pytest.approx(2 * b * m * matmul_weights, rel=1e-12)
+    contexts = b * sum(n + j for j in range(m))
+    assert decode.part("kv").flops == pytest.approx(contexts * pair, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["sequential", "hierarchical", "prefetched"])
+def test_each_decode_step_reads_the_whole_context_so_far(name):
+    """Step j of m reads the KV cache of the prompt and the j tokens generated before it: one
+    step more reads n + m more tokens' KV, one step reads the prompt's."""
+    decoder, b, n = cost_instance(name), 3, 700
+    per_token = decoder.work(Task(b, n, 1), GLM).part("kv").nbytes / (b * n)
+    assert per_token >= GLM.kv_bytes_per_token    # block variants read tables on top
+    for m in (1, 2, 17):
+        grown = (decoder.work(Task(b, n, m + 1), GLM).part("kv").nbytes
+                 - decoder.work(Task(b, n, m), GLM).part("kv").nbytes)
+        assert grown == pytest.approx(b * (n + m) * per_token, rel=1e-12)
+    assert SequentialDecode().work(Task(b, n, 1), GLM).part("kv").nbytes == \
+        b * n * GLM.kv_bytes_per_token
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_stage_hands_on_and_holds_what_its_successor_reads(variant):
+    """Load hands on the prompts' token ids, prefill their KV cache (which it holds while it
+    runs), decode the generated ids; decode holds the KV cache of the full sequences; prefill
+    streams the weights once, decode once per generated token."""
+    b, n, m = 3, 900, 40
+    task = Task(b, n, m)
+    load, prefill, decode = build_stages(variant)
+    for hit in (False, True):
+        assert load.load_work(task, GLM, hit).output_bytes == b * n * TOKEN_ID_BYTES
+    pre = prefill.work(task, GLM)
+    assert pre.output_bytes == b * n * GLM.kv_bytes_per_token
+    assert pre.footprint > pre.output_bytes
+    assert pre.part("dense").fixed_bytes == GLM.weight_bytes
+    dec = decode.work(task, GLM)
+    assert dec.output_bytes == b * m * TOKEN_ID_BYTES
+    assert dec.footprint == b * (n + m) * GLM.kv_bytes_per_token
+    assert dec.part("weights").fixed_bytes == m * GLM.weight_bytes
+
+
+@pytest.mark.parametrize("name", ["cached", "adaptive"])
+def test_a_cached_loader_does_the_direct_work_on_a_miss_and_reads_the_entry_on_a_hit(name):
+    """A miss validates, then preprocesses as the direct loader does, holding its intermediates
+    beside the direct loader's buffers; a hit reads the entry (the token ids) beside the source.
+    Only the adaptive loader tracks requests, on hits and misses alike."""
+    task, loader = Task(5, 3000, 8), cost_instance(name)
+    direct = DirectLoad().load_work(task, GLM)
+    miss, hit = loader.load_work(task, GLM, False), loader.load_work(task, GLM, True)
+    assert miss.part("preprocess") == direct.part("preprocess")
+    assert miss.footprint == direct.footprint + miss.part("intermediates").nbytes
+    assert miss.io_bytes == direct.io_bytes
+    assert hit.io_bytes == direct.io_bytes + hit.output_bytes
+    tracks = name == "adaptive"
+    for work in (hit, miss):
+        assert ("track" in [p.tag for p in work.parts]) == tracks
+
+
+@pytest.mark.parametrize("n", [1, QUERY_TILE, QUERY_TILE + 1, 5 * QUERY_TILE])
+def test_fused_attention_streams_the_keys_once_per_tile_of_queries(n):
+    """Window attention reads Q and writes O of every token in every layer, and streams the
+    window's K/V once per started tile of QUERY_TILE queries (a short prompt: once)."""
+    b, window = 2, 4 * QUERY_TILE
+    tiles = math.ceil(n / QUERY_TILE)
+    qo = 2 * n * GLM.hidden * GLM.dtype_bytes * GLM.n_layers
+    kv = tiles * min(n, window) * GLM.kv_bytes_per_token
+    part = WindowAttention(window=window).work(Task(b, n, 1), GLM).part("attention")
+    assert part.nbytes == pytest.approx(b * (qo + kv), rel=1e-12)
