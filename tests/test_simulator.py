@@ -543,8 +543,130 @@ def test_contention_with_no_peer_busy_leaves_the_memory_time_exact():
     for est, start in [(0.3, 12345.678), (1e-3, 1e6), (7.1, 0.1), (2.5, 99.9)]:
         assert sim._contended_slowdown(est, start, []) == 1.0
         assert sim._contended_slowdown(est, start, [[(0.0, start - 1.0)], [(0.0, 0.0)]]) == 1.0
+        assert sim._contended_slowdown(est, start, [[(0.0, start)]]) == 1.0   # done as it starts
     work = sim.stages[2].work(Task(8, 2048, 128), sim.model)
     st = sim.initial_state()
     st.booked[:] = [[(1.0, 3.0)]] * len(st.booked)   # every peer done before the start
     npu = EDGE.device_id("npu")
     assert sim._stage_time(work, npu, 1.0, 1234.567, st)[0] == sim.stage_seconds(work, npu)
+
+
+def test_a_device_fits_the_weights_and_a_footprint_up_to_its_memory_exactly():
+    """`fits` is weights + footprint <= memory; by default the weights start on every device
+    they fit on, a device exactly their size included."""
+    weights = GLM.weight_bytes
+    tight = SERVER.with_device("gpu", memory=float(weights + 1000)).with_device(
+        "npu", memory=float(weights - 1))
+    sim = simulator(hardware=tight)
+    assert sim.fits(GPU, 1000.0) and not sim.fits(GPU, 1001.0)
+    assert sim.fits(GPU, 0.0) and not sim.fits(NPU, 0.0)
+    assert sim.state.resident == [True, True, False]
+    exact = simulator(hardware=SERVER.with_device("npu", memory=float(weights)))
+    assert exact.state.resident[NPU] and not exact.fits(NPU, 1.0)
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_with_a_slow_disk_the_prefetched_reads_go_back_to_back(depth):
+    """The disk, not loading, is the bottleneck: with depth >= 2 every read starts when the
+    previous one ends, never earlier, though the loads `depth` tasks back are long done (depth
+    1 also waits for the previous task's loading, which follows its read)."""
+    slow_disk = dataclasses.replace(SERVER, disk_bandwidth=1e5)
+    sim = simulator(hardware=slow_disk, config=SimConfig(prefetch_depth=depth))
+    task = Task(4, 2000, 4)
+    work = sim.stages[0].work(task, GLM)
+    io_time = work.io_bytes / slow_disk.disk_bandwidth
+    assert sim.stage_seconds(work, CPU) < 0.5 * io_time     # the loading itself is quick
+    for i in range(6):
+        sim.execute(task, ("cpu", "gpu", "gpu"))
+        assert sim.state.disk_free == pytest.approx((i + 1) * io_time, rel=1e-12)
+
+
+def test_stage_noise_is_log_normal_with_median_one():
+    """`execute` scales each stage by exp(N(0, sigma)): the log of a stage's time over its
+    noiseless time has mean 0 and standard deviation sigma (no throttle or set-up here)."""
+    sim, rng, sigma = simulator(), np.random.default_rng(0), 0.5
+    logs = []
+    for _ in range(300):
+        sim.reset()
+        result = sim.execute(ARTICLE, ("cpu", "gpu", "npu"), rng, noise_sigma=sigma)
+        logs += [np.log(result.stage_time[s] / result.stage_base[s]) for s in (1, 2)]
+    assert abs(np.mean(logs)) < 0.05
+    assert np.std(logs) == pytest.approx(sigma, rel=0.1)
+
+
+def test_each_share_of_a_split_stage_sends_its_part_of_the_output():
+    """Prefill split evenly over gpu and npu, load and decode on the cpu, one link figure
+    everywhere: each prefill share receives half the token ids and sends half the KV cache,
+    so the task's transfer is two latencies plus half of each over the bandwidth."""
+    from inference.hardware import Hardware, Link
+
+    link = Link(5e8, 1e-3)
+    uniform = Hardware(SERVER.name, SERVER.devices, dict.fromkeys(SERVER.links, link),
+                       SERVER.disk_bandwidth)
+    split = np.zeros((3, 3))
+    split[0, CPU], split[1, GPU], split[1, NPU], split[2, CPU] = 1.0, 0.5, 0.5, 1.0
+    sim = simulator(hardware=uniform)
+    tokens = sim.stages[0].work(ARTICLE, GLM).output_bytes
+    kv = sim.stages[1].work(ARTICLE, GLM).output_bytes
+    result = sim.execute(ARTICLE, split)
+    expected = 2 * link.latency + 0.5 * (tokens + kv) / link.bandwidth
+    assert result.transfer == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_read_the_device_waits_for_counts_as_loading_the_rest_as_queueing():
+    """Prefetch (depth 2): a task whose device is free waits for the disk to finish the read
+    before its own (queueing), then for its own read (loading); a task whose device is still
+    busy when its read is done loads in its stage's own time and queues the rest."""
+    slow_disk = dataclasses.replace(SERVER, disk_bandwidth=1e8)
+    sim = simulator(hardware=slow_disk, config=SimConfig(prefetch_depth=2))
+    io_time = sim.stages[0].work(ARTICLE, GLM).io_bytes / slow_disk.disk_bandwidth
+    load_on = {d: sim.stage_seconds(sim.stages[0].work(ARTICLE, GLM), d) for d in (CPU, NPU)}
+    sim.execute(ARTICLE, ("gpu", "gpu", "gpu"))
+    second = sim.execute(ARTICLE, ("npu", "npu", "npu"))     # the disk reads the first's input
+    assert second.queue == pytest.approx(io_time, rel=1e-9)
+    assert second.load == pytest.approx(io_time + load_on[NPU], rel=1e-9)
+    busy = simulator(config=SimConfig(prefetch_depth=2))
+    first = busy.execute(ARTICLE, ("cpu", "cpu", "cpu"))
+    small = busy.execute(Task(1, 100, 1), ("cpu", "gpu", "gpu"))   # its read ends long before
+    small_load = busy.stage_seconds(busy.stages[0].work(Task(1, 100, 1), GLM), CPU)
+    assert small.load == pytest.approx(small_load, rel=1e-9)
+    assert small.queue == pytest.approx(first.finish, rel=1e-9)
+
+
+def test_the_weights_come_from_a_memory_domain_peer_a_link_or_the_disk():
+    """Edge SoC, one memory domain: a device whose peer holds the weights reads them in place
+    (no copy). With no holder at all they are read off the disk, once."""
+    on_gpu = ("gpu", "gpu", "gpu")
+    peer_holds = simulator(hardware=EDGE, config=SimConfig(resident=("cpu",)))
+    every = simulator(hardware=EDGE)
+    assert peer_holds.execute(ARTICLE, on_gpu).latency == every.execute(ARTICLE, on_gpu).latency
+    assert peer_holds.state.resident[GPU]
+    nowhere = simulator(config=SimConfig(resident=()))
+    first = nowhere.execute(ARTICLE, on_gpu)
+    assert first.transfer == pytest.approx(GLM.weight_bytes / SERVER.disk_bandwidth, rel=1e-12)
+    assert nowhere.state.resident == [False, True, False]
+    assert nowhere.execute(dataclasses.replace(ARTICLE, arrival=1e4), on_gpu).transfer == 0
+
+
+def test_on_a_tie_the_adaptive_cache_keeps_the_domain_it_holds():
+    """Plain frequencies (decay 1), one entry: a new domain requested as often as the cached
+    one does not displace it (no churn), so the cached domain's next request hits."""
+    sim = simulator("glm-5.3-flash-opt", config=SimConfig(cache_capacity=1, cache_decay=1.0))
+    shares = sim.shares(("cpu", "gpu", "gpu"))
+    hits = [sim.run(Task(1, 16, 1, domain=d), shares).cache_hit for d in (0, 1, 0, 1, 1)]
+    assert hits == [False, False, True, False, False]
+    assert sim.state.cache_entries == {1}     # 1 now requested more often than 0
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_attention_time_is_the_attention_parts_own_time(variant):
+    """`attention` is the time of the parts tagged attention, compute- or memory-bound."""
+    from inference.work import StageWork
+
+    sim = simulator(variant)
+    gpu = SERVER.devices[GPU]
+    result = sim.execute(ARTICLE, ("gpu", "gpu", "gpu"))
+    parts = [p for w in result.works for p in w.parts if p.tag == "attention"]
+    assert parts
+    assert result.attention == pytest.approx(_own_stage_seconds(StageWork(tuple(parts)), gpu),
+                                             rel=1e-12)
