@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,10 @@ def test_unknown_names_are_refused_with_the_known_ones():
     (lambda r: r["links"][0].update(between=[["cpu"], "gpu"]), "unknown device"),  # unhashable
     (lambda r: r["links"].append(dict(r["links"][0])), r"links\[3\] links .* again"),
     (lambda r: device(r, "gpu").update(source=[1]), r"devices\[gpu\]\.source must be a string"),
+    (lambda r: r["links"].append({"between": ["gpu", "gpu"], "bandwidth": 1e9, "latency": 1e-6}),
+     r"links\[3\]\.between must name two different devices"),
+    (lambda r: device(r, "npu").update(memory_domain=""),
+     r"devices\[npu\]\.memory_domain must be a non-empty string"),
 ])
 def test_a_bad_profile_names_the_offending_field(change, field):
     with pytest.raises(ValueError, match=field):
@@ -154,6 +159,7 @@ def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
 @pytest.mark.parametrize(("placement", "message"), [
     (("cpu", "gpu"), "one device per stage"),
     ((0, 1, 7), "not a device id"),
+    ((-1, 1, 1), "not a device id"),      # would index the last device
     ((0, 1, 1.5), "device id or name"),
     (np.ones((3, 2)), "shape"),
     (np.array([[1, 0, 0], [0, 0, 0], [0, 1, 0]]), "'prefill' is all zero"),
@@ -231,3 +237,14 @@ def test_links_not_written_as_a_list_of_mappings_say_so(links, message):
     with pytest.raises(ValueError, match=message) as info:
         hardware_from_dict(edited(lambda r: r.update(links=links)), "test")
     assert ".between" not in str(info.value)   # it used to blame links[0].between
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"n_layers": 0}, "n_layers must be a positive integer"),
+    ({"vocab": 2.5}, "vocab must be a positive integer"),
+    ({"hidden": 4100}, r"hidden \(4100\) must be divisible by n_heads \(32\)"),
+    ({"n_kv_heads": 3}, r"n_heads \(32\) must be divisible by n_kv_heads \(3\)"),
+])
+def test_a_bad_model_shape_names_the_field(change, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(get_model("glm-9b"), **change)

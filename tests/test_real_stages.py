@@ -323,3 +323,16 @@ def test_gate_decides_once_per_batch():
     alone = torch.cat([GatedAttention(window=4, spread=0.8, threshold=0.3).run(
         model, tokens[i:i + 1]).logits for i in range(2)])
     assert not torch.allclose(batched, alone, atol=1e-3)
+
+
+def test_the_cost_models_shape_counts_what_the_real_model_holds(model):
+    """`n_params` is the real tiny model's matrices (embedding, Q/K/V/O, gated MLP, LM head;
+    the norm vectors aside) and `kv_bytes_per_token` the K and V its prefill caches per token."""
+    matrices = [model.embedding, model.lm_head]
+    for layer in model.layers:
+        matrices += [layer.wq, layer.wk, layer.wv, layer.wo, layer.w_gate, layer.w_up, layer.w_down]
+    assert TINY.n_params == sum(w.numel() for w in matrices)
+    batch, n = 2, 5
+    cache = WindowAttention().run(model, prompt(batch, n)).kv_cache
+    kv_elements = sum(k.numel() + v.numel() for k, v in cache)
+    assert TINY.kv_bytes_per_token == kv_elements / (batch * n) * TINY.dtype_bytes
