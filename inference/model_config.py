@@ -38,7 +38,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for field in ("n_layers", "hidden", "ffn", "n_heads", "n_kv_heads", "vocab", "dtype_bytes"):
             value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{field} must be a positive integer, got {value!r}")
         if self.hidden % self.n_heads:
             raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")

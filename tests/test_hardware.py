@@ -242,6 +242,7 @@ def test_links_not_written_as_a_list_of_mappings_say_so(links, message):
 @pytest.mark.parametrize(("change", "message"), [
     ({"n_layers": 0}, "n_layers must be a positive integer"),
     ({"vocab": 2.5}, "vocab must be a positive integer"),
+    ({"dtype_bytes": True}, "dtype_bytes must be a positive integer"),   # not 1 byte, as Task
     ({"hidden": 4100}, r"hidden \(4100\) must be divisible by n_heads \(32\)"),
     ({"n_kv_heads": 3}, r"n_heads \(32\) must be divisible by n_kv_heads \(3\)"),
 ])
