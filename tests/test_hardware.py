@@ -19,7 +19,7 @@ from inference.hardware import (
 from inference.model_config import get_model
 from inference.simulator import SimConfig, Simulator
 from inference.task import Task
-from inference.variants import build_stages, resolve_variant
+from inference.variants import build_stages, resolve_variant, variant_label
 from inference.yamlio import safe_load
 
 SERVER_RAW = safe_load((PRESET_DIR / "server.yaml").read_text())
@@ -249,3 +249,26 @@ def test_links_not_written_as_a_list_of_mappings_say_so(links, message):
 def test_a_bad_model_shape_names_the_field(change, message):
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(get_model("glm-9b"), **change)
+
+
+def test_true_figures_are_charged_and_the_nominal_view_restores_every_spec_figure():
+    """A device's `true_figures` replace its spec-sheet FLOP/s, bandwidth and launch overhead;
+    `nominal_view` gives all three back, and nothing else changes."""
+    gpu = device(SERVER_RAW, "gpu")
+    true = {"peak_flops": gpu["peak_flops"] * 0.8, "mem_bandwidth": gpu["mem_bandwidth"] * 0.7,
+            "launch_overhead": gpu["launch_overhead"] * 3}
+    hardware = hardware_from_dict(edited(lambda r: device(r, "gpu").update(true_figures=true)))
+    charged = hardware.devices[hardware.device_id("gpu")]
+    assert {k: getattr(charged, k) for k in true} == pytest.approx(true)
+    assert charged.speed_ratio == pytest.approx(0.8)
+    believed = hardware.nominal_view().devices[hardware.device_id("gpu")]
+    assert {k: getattr(believed, k) for k in true} == pytest.approx({k: gpu[k] for k in true})
+    assert believed.speed_ratio == 1.0
+    assert dataclasses.replace(believed, **true) == charged
+
+
+def test_a_variant_label_is_the_recipe_name_or_the_implementations_joined():
+    assert variant_label({"load": "cached", "prefill": "dynamic", "decode": "hierarchical"}) \
+        == "glm-5.3-flash"
+    assert variant_label({"decode": "prefetched", "load": "direct", "prefill": "gated"}) \
+        == "direct+gated+prefetched"

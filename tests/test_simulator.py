@@ -106,12 +106,16 @@ def test_breakdown_parts_add_up_to_the_latency(variant, hardware, steps, overhea
     sim = simulator(variant, hardware, config)
     rng = np.random.default_rng(seed)
     arrival = 0.0
+    used = np.zeros(sim.n_devices)
     for placement, batch, n, m, gap in steps:
         arrival += gap
         result = sim.execute(Task(batch, n, m, arrival=arrival), placement, rng, noise_sigma=0.1)
         assert result.latency > 0
         assert parts_sum(result) == pytest.approx(result.latency, rel=1e-9)
         assert min(result.breakdown().values()) >= 0
+        used += result.busy
+    # the cluster's device time is its tasks' (noise, set-up and synchronous reads included)
+    assert sim.state.busy_time == pytest.approx(used.tolist(), rel=1e-9)
 
 
 def test_true_and_nominal_figures_differ_where_the_profile_says():
@@ -670,3 +674,26 @@ def test_the_attention_time_is_the_attention_parts_own_time(variant):
     assert parts
     assert result.attention == pytest.approx(_own_stage_seconds(StageWork(tuple(parts)), gpu),
                                              rel=1e-12)
+
+
+def test_an_extra_overhead_delays_the_task_and_counts_as_overhead():
+    """The environment charges a failed dispatch as `extra_overhead` seconds before the task
+    starts: on an idle cluster the latency grows by exactly that, all of it overhead."""
+    plain = simulator().execute(ARTICLE, ("cpu", "gpu", "npu"))
+    sim = simulator()
+    delayed = sim.run(ARTICLE, sim.shares(("cpu", "gpu", "npu")), extra_overhead=2.5)
+    assert delayed.overhead == 2.5
+    assert delayed.latency == pytest.approx(plain.latency + 2.5, rel=1e-12)
+    assert parts_sum(delayed) == pytest.approx(delayed.latency, rel=1e-12)
+
+
+def test_the_adaptive_cache_still_tracks_with_a_vanishing_decay():
+    """decay 1e-150: each request outweighs all before it, so a one-entry cache holds the last
+    domain requested; the counts are renormalised before they overflow to inf (and then NaN)."""
+    sim = simulator("glm-5.3-flash-opt", config=SimConfig(cache_capacity=1, cache_decay=1e-150))
+    shares = sim.shares(("cpu", "gpu", "gpu"))
+    stream = [0, 1, 1, 0, 0, 2, 2, 1]
+    hits = [sim.run(Task(1, 16, 1, domain=d), shares).cache_hit for d in stream]
+    assert hits == [False, False, True, False, True, False, True, False]
+    assert sim.state.cache_entries == {1}
+    assert all(np.isfinite(list(sim.state.cache_counts.values())))
