@@ -54,6 +54,22 @@ def big_batch_scenario(tmp_path: Path, failed_dispatch_s: float = 0.75) -> Path:
     return path
 
 
+def server_with_memory(tmp_path: Path, **memory: float) -> Path:
+    """The server preset with other device memories, by device name (each device keeps its own
+    memory domain, as in the preset)."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    for device in raw["devices"]:
+        device["memory"] = memory.pop(device["name"], device["memory"])
+    assert not memory, f"no such device: {memory}"
+    path = tmp_path / "server-memory.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
 # --- API conformance ---------------------------------------------------------------------------
 
 
@@ -142,6 +158,7 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     (V0, np.array([0, 1]), "shape"),
     (V0, np.zeros((3, 3), dtype=np.int64), "shape"),
     (V0, np.array([0.0, np.nan, 1.0]), "integer device ids"),
+    (V0, np.array([0.0, 1.5, 1.0]), "integer device ids"),     # not device 1
     # bools used to run as device ids 0/1; strings failed with numpy's own message
     (V0, np.array([True, False, True]), "action must hold integer device ids, not booleans"),
     (V0, [True, False, True], "action must hold integer device ids, not booleans"),
@@ -357,6 +374,34 @@ def test_oracle_placement_reproduces_the_oracle_latency() -> None:
         assert info["latency"] == info["oracle_latency"] == ref["oracle_latency"]
 
 
+def test_oracle_ties_go_to_the_first_allowed_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented tie rule: among placements of equal latency, the first allowed one in
+    `all_placements` order (cpu before gpu before npu, the load stage's device varying last)."""
+    from types import SimpleNamespace
+
+    raw = make(V0, episode_tasks=3).unwrapped
+    raw.reset(seed=0)
+    monkeypatch.setattr(raw.sim, "run", lambda *args, **kwargs: SimpleNamespace(latency=2.0))
+    task, noise = raw._current_task(), raw._episode.noise[0]
+    allowed = ((True,) * 3,) * 3
+    assert raw.planner.oracle(task, noise, allowed) == (2.0, (0, 0, 0))
+    no_cpu_decode = ((True,) * 3, (True,) * 3, (False, True, True))
+    assert raw.planner.oracle(task, noise, no_cpu_decode) == (2.0, (0, 0, 1))
+
+
+def test_the_oracle_keeps_to_the_masks(tmp_path: Path) -> None:
+    """Big batches the NPU cannot hold for prefill or decode: the oracle never places those
+    stages there, though the simulator would price the placement."""
+    env = make(V0, scenario=str(big_batch_scenario(tmp_path)), reference=True)
+    raw = env.unwrapped
+    env.reset(seed=0)
+    for _ in range(6):
+        masks = raw.stage_masks()
+        info = env.step(np.array([0, 1, 1]))[-1]
+        placement = [raw.device_names.index(name) for name in info["oracle_placement"]]
+        assert all(masks[stage, dev] for stage, dev in enumerate(placement)), placement
+
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_render_ansi_names_placement_and_latency(env_id: str) -> None:
     env = make(env_id, episode_tasks=3, render_mode="ansi")
@@ -400,6 +445,27 @@ def test_render_rgb_array_draws_placement_queues_and_latency(env_id: str) -> Non
     assert filled == pytest.approx(min(info["latency"] / HORIZON_S, 1.0) * WIDTH, abs=3)
 
 
+def test_rgb_frame_greys_an_offline_device_and_caps_a_queue_past_the_horizon() -> None:
+    from envs.render import (
+        DEVICE_COLOURS,
+        GAP,
+        HORIZON_S,
+        OFFLINE,
+        PANEL_GAP,
+        ROW,
+        TRACK,
+        WIDTH,
+        draw_frame,
+    )
+
+    frame = draw_frame(3, None, [-5.0, 0.5 * HORIZON_S, 1.5 * HORIZON_S], [True, False, True], None)
+    top = PANEL_GAP + 3 * (ROW + GAP) + PANEL_GAP + ROW // 2
+    idle, offline, long = (frame[top + d * (ROW + GAP)] for d in range(3))
+    assert (idle == TRACK).all()                                  # no negative queue drawn
+    assert (offline[:WIDTH // 2] == OFFLINE).all() and (offline[WIDTH // 2:] == TRACK).all()
+    assert (long[:WIDTH - 4] == DEVICE_COLOURS[2]).all() and (long[WIDTH - 4:] == 255).all()
+
+
 def test_sb3_make_vec_env_builds_the_env_by_id() -> None:
     """SB3's make_vec_env asks for render_mode="rgb_array" when given an env id."""
     from stable_baselines3.common.env_util import make_vec_env
@@ -431,6 +497,19 @@ def test_relative_reward_of_the_static_placement_is_zero() -> None:
     for _ in range(20):
         reward = env.step(placement)[1]
         assert reward == 0.0
+
+
+def test_static_reference_pays_its_own_failed_dispatches(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A static placement a task does not fit fails over and pays the penalty, as an agent
+    acting with it does: acting with it still scores exactly the static reference."""
+    monkeypatch.setattr("envs.reference.search_best_static", lambda env: (0, 2, 2))
+    env = make(V0, scenario=str(big_batch_scenario(tmp_path)), reward="relative")
+    env.reset(seed=0)
+    for _ in range(6):
+        _, reward, _, _, info = env.step(np.array([0, 2, 2]))
+        assert info["failed_dispatch"] == 2 and info["static_placement"] == ("cpu", "npu", "npu")
+        assert info["static_latency"] == info["latency"] and reward == 0.0
 
 
 # --- masks -------------------------------------------------------------------------------------
@@ -478,6 +557,25 @@ def test_npu_masked_for_a_batch_it_cannot_hold(tmp_path: Path) -> None:
     assert masks[1, gpu] and masks[2, gpu]
 
 
+@pytest.mark.parametrize(("offline", "fallback"), [(None, "gpu"), ("gpu", "npu")])
+def test_a_stage_no_device_can_hold_may_run_on_the_online_device_with_most_memory(
+        tmp_path: Path, offline: str | None, fallback: str) -> None:
+    """Big batches whose prefill and decode (weights included) fit no memory, 30/33/32 GB on
+    cpu/gpu/npu: those stages may run only on the online device with the most memory."""
+    path = big_batch_scenario(tmp_path)
+    if offline:
+        path.write_text(path.read_text() + f"faults: [{{device: {offline}, kind: offline, "
+                        "start_task: 0, end_task: 6}]\n", encoding="utf-8")
+    hardware = server_with_memory(tmp_path, cpu=3.0e10, gpu=3.3e10, npu=3.2e10)
+    env = make(V0, scenario=str(path), hardware=str(hardware))
+    raw = env.unwrapped
+    env.reset(seed=0)
+    masks = raw.stage_masks()
+    only = [name == fallback for name in raw.device_names]
+    assert masks[0].tolist() == [name != offline for name in raw.device_names]
+    assert masks[1].tolist() == only and masks[2].tolist() == only
+
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_masked_pick_is_a_failed_dispatch_not_an_error(env_id: str, tmp_path: Path) -> None:
     env = make(env_id, scenario=str(big_batch_scenario(tmp_path, failed_dispatch_s=0.75)))
@@ -517,24 +615,22 @@ def split_action(weights: Any) -> np.ndarray:
     return (2.0 * np.asarray(weights, dtype=np.float32) - 1.0).reshape(-1)
 
 
-def small_gpu_hardware(tmp_path: Path, gpu_memory: float) -> Path:
-    """The server preset with a smaller GPU memory (its own memory domain, as in the preset)."""
-    import yaml
-
-    from inference.hardware import PRESET_DIR
-
-    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
-    raw["devices"][1]["memory"] = gpu_memory
-    path = tmp_path / "small-gpu.yaml"
-    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    return path
-
-
-def test_split_share_that_fits_runs_where_the_whole_batch_would_not(tmp_path: Path) -> None:
+@pytest.mark.parametrize("exact", [False, True])
+def test_split_share_that_fits_runs_where_the_whole_batch_would_not(tmp_path: Path,
+                                                                   exact: bool) -> None:
     """Half of a big batch's prefill and decode fits the NPU (half the footprint plus the weights)
     though the whole batch does not: the share runs there, no failed dispatch. The masks keep
-    their whole-batch meaning."""
-    env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path)))
+    their whole-batch meaning. `exact`: the NPU's memory is exactly what the larger half needs
+    (a share that fills a memory fits it, as a whole stage does)."""
+    scenario = str(big_batch_scenario(tmp_path))
+    hardware = {}
+    if exact:
+        probe = make(SPLIT, scenario=scenario).unwrapped
+        probe.reset(seed=0)
+        need = max(work.footprint for work in probe._task_works(probe._current_task())[1:])
+        hardware["hardware"] = str(server_with_memory(
+            tmp_path, npu=0.5 * need + probe._weight_bytes))
+    env = make(SPLIT, scenario=scenario, **hardware)
     raw = env.unwrapped
     env.reset(seed=0)
     works = raw._task_works(raw._current_task())
@@ -576,7 +672,7 @@ def test_failed_split_share_moves_to_a_device_that_holds_the_whole_stage(tmp_pat
     """A share that fails over goes to a device that may hold the whole stage, not to one that
     only holds its own small share (which the moved share would overfill)."""
     env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path)),
-               hardware=str(small_gpu_hardware(tmp_path, 3.0e10)))
+               hardware=str(server_with_memory(tmp_path, gpu=3.0e10)))
     raw = env.unwrapped
     env.reset(seed=0)
     gpu = raw.device_names.index("gpu")
@@ -617,6 +713,35 @@ def test_measured_speed_ratio_approaches_true_over_nominal() -> None:
     assert ratio["cpu"] == pytest.approx(1.0, abs=1e-9), ratio    # true = nominal as well
     for d, name in enumerate(names):
         assert obs[7 + 4 * d] == pytest.approx(min(ratio[name] / 2.0, 1.0), abs=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["glm-5.3", "glm-5.3-flash"])   # no loader cache, a cache
+def test_observation_entries_follow_the_docstring_table(variant: str) -> None:
+    """Each per-device entry and the cache and previous-placement entries, recomputed from the
+    state the observed task finds, by the table of `InferenceAllocEnv`'s docstring."""
+    env = make(V0, scenario="bursty", variant=variant, episode_tasks=40)
+    env.action_space.seed(1)
+    raw = env.unwrapped
+    d_count = raw.n_devices
+    weights = raw.model.weight_bytes
+    obs, _ = env.reset(seed=2)
+    queued = 0
+    for _ in range(39):
+        obs, *_, info = env.step(env.action_space.sample())
+        task, state = raw._current_task(), raw.sim.state
+        cached = raw.sim.stages[0].cache_kind is not None
+        assert obs[3] == ((task.domain in state.cache_entries) if cached else 0.5)
+        for d, profile in enumerate(raw.hardware.devices):
+            backlog = max(state.busy_until[d] - task.arrival, 0.0)
+            queued += backlog > 0
+            free = 1.0 - weights / profile.memory if state.resident[d] else 1.0
+            assert obs[4 + 4 * d: 7 + 4 * d] == pytest.approx(
+                [backlog / (backlog + 60.0), free, float(state.online[d])], abs=1e-6)
+        previous = np.zeros((3, d_count))
+        for stage, name in enumerate(info["placement"]):
+            previous[stage, raw.device_names.index(name)] = 1.0
+        assert np.array_equal(obs[5 + 4 * d_count:], previous.reshape(-1))
+    assert queued > 10                                     # the backlogs were not all zero
 
 
 def test_recent_cache_hit_rate_is_the_ema_of_the_loaders_hits() -> None:
