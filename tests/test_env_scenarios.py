@@ -146,6 +146,21 @@ def test_trace_replays_a_whole_episode_with_the_trace_sizes(trace: str, seed: in
     assert abs(env_median / trace_median - 1.0) <= 0.25, (env_median, trace_median)
 
 
+
+def test_each_seed_replays_its_own_window_of_the_trace() -> None:
+    """The window's start is drawn from the episode's generator: held-out seeds are other
+    stretches of the trace, not the same tasks with other domains and noise."""
+    batches = batch_requests("azure-code")
+    sizes = [(b.batch, b.prompt_tokens, b.output_tokens) for b in batches]
+    starts = set()
+    for seed in range(4):
+        tasks = _episode({"trace": "azure-code"}, n=50, seed=seed).tasks
+        start = sizes.index((tasks[0].batch, tasks[0].prompt_tokens, tasks[0].output_tokens))
+        assert [(t.batch, t.prompt_tokens, t.output_tokens) for t in tasks] == \
+            sizes[start:start + 50]
+        starts.add(start)
+    assert len(starts) == 4
+
 # --- faults ------------------------------------------------------------------------------------
 
 
@@ -265,6 +280,13 @@ def test_every_shipped_scenario_loads(name: str) -> None:
     ({"hardware": None}, "hardware must be a string, got None"),
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 0, "end_task": 5,
                   "factor": 0.5}]}, "faults[0].factor is for kind: throttle"),
+    # the edges of each documented range
+    ({"cache": {"decay": 0}}, "cache.decay must be > 0.0"),
+    ({"cache": {"decay": 1.5}}, "cache.decay must be in (0, 1]"),
+    ({"workload": {"burst": {"period": 4, "length": 5, "rate_multiplier": 2}}},
+     "burst.length must be <= workload.burst.period"),
+    ({"faults": [{"device": "npu", "kind": "offline", "start_task": 5, "end_task": 5}]},
+     "need start_task < end_task"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -327,6 +349,64 @@ def test_each_dist_draws_with_its_own_parameters() -> None:
     }}, "test").workload
     assert (w.batch.values, w.prompt_tokens.mean, w.prompt_tokens.std, w.output_tokens.high) == (
         (4.0, 8.0), 5000.0, 800.0, 200.0)
+
+
+
+def _episode(workload: dict[str, Any], n: int = 20000, seed: int = 0, **top: Any) -> Any:
+    """A synthetic episode of `n` tasks drawn from a scenario with this workload section."""
+    from envs.workload import generate_episode
+
+    scenario = scenario_from_dict({"workload": workload, **top}, "test")
+    return generate_episode(scenario, np.random.default_rng(seed), n)
+
+
+def test_each_dist_draws_from_its_documented_law() -> None:
+    """Large samples of each dist match its parameters (choice weights, normal mean and std,
+    lognormal median and sigma), sizes are rounded to the nearest integer, and the stage noise
+    has median 1 and mean exp(sigma**2 / 2), as the env's docstring says."""
+    episode = _episode({
+        "batch": {"dist": "choice", "values": [4, 8], "weights": [1, 3]},
+        "prompt_tokens": {"dist": "normal", "mean": 5000, "std": 800},
+        "output_tokens": {"dist": "lognormal", "median": 160, "sigma": 0.6},
+    }, noise=0.5)
+    batch, prompt, output = (np.array([getattr(t, k) for t in episode.tasks])
+                             for k in ("batch", "prompt_tokens", "output_tokens"))
+    assert set(batch) == {4, 8} and np.mean(batch == 8) == pytest.approx(0.75, abs=0.02)
+    assert np.mean(prompt) == pytest.approx(5000, abs=30)
+    assert np.std(prompt) == pytest.approx(800, rel=0.03)
+    assert np.median(output) == pytest.approx(160, rel=0.03)
+    assert np.std(np.log(output)) == pytest.approx(0.6, rel=0.03)
+    assert np.median(episode.noise) == pytest.approx(1.0, abs=0.02)
+    assert np.mean(episode.noise) == pytest.approx(math.exp(0.5 ** 2 / 2), rel=0.02)
+    # uniform on [10, 11]: rounding to the nearest size draws 10 and 11 about equally often
+    sizes = np.array([t.batch for t in _episode({"batch": {"dist": "uniform", "low": 10,
+                                                             "high": 11}}).tasks])
+    assert set(sizes) == {10, 11} and np.mean(sizes == 11) == pytest.approx(0.5, abs=0.02)
+
+
+def test_arrival_gaps_scale_with_one_over_the_rate_and_bursts_multiply_it() -> None:
+    """Poisson arrivals: on the same seed, doubling the rate halves every gap, and inside a
+    burst (the first `length` tasks of each `period`) the rate is multiplied."""
+    def gaps(**workload: Any) -> np.ndarray:
+        return np.diff([t.arrival for t in _episode(workload, n=100).tasks])
+
+    plain = gaps(arrival_rate=0.1)
+    assert np.mean(plain) == pytest.approx(10.0, rel=0.3)
+    assert np.allclose(gaps(arrival_rate=0.2), plain / 2, rtol=1e-12)
+    burst = gaps(arrival_rate=0.1, burst={"period": 10, "length": 3, "rate_multiplier": 4.0})
+    in_burst = np.arange(1, 100) % 10 < 3          # gap i leads to task i + 1
+    assert np.allclose(burst, np.where(in_burst, plain / 4, plain), rtol=1e-12)
+
+
+def test_domains_follow_zipf_and_the_precomputed_cache_holds_the_shifted_ranking() -> None:
+    from envs.workload import domain_popularity, precomputed_domains
+
+    scenario = scenario_from_dict({"workload": {"domains": 4, "zipf": 1.0},
+                                   "cache": {"precomputed_size": 3, "train_shift": 2}}, "test")
+    harmonic = 1 + 1 / 2 + 1 / 3 + 1 / 4
+    assert np.allclose(domain_popularity(scenario.workload),
+                       [1 / harmonic, 1 / 2 / harmonic, 1 / 3 / harmonic, 1 / 4 / harmonic])
+    assert precomputed_domains(scenario) == (2, 3, 0)     # ranks 2, 3, 4 (mod 4) of training
 
 
 HEADER_AND_ROWS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
