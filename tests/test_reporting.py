@@ -1,4 +1,5 @@
-"""evaluate.py's model discovery: labels, run settings, checkpoints, per-setting baselines."""
+"""evaluate.py's model discovery: labels, run settings, checkpoints, per-setting baselines; the
+summary's statistics (per-seed metrics, t-intervals) and how they are written."""
 
 from __future__ import annotations
 
@@ -10,14 +11,25 @@ import pytest
 import yaml
 
 from agents.config import ConfigError, EvalConfig, TrainConfig, to_yaml
+from agents.evaluation import (
+    episode_latencies,
+    episode_metrics,
+    fmt_ci,
+    make_env,
+    mean_ci,
+    summary_csv,
+)
+from agents.registry import make_policy
 from agents.reporting import (
     check_inputs,
     discover_models,
     evaluate_agents,
     fmt_summary,
+    heldout_seeds,
     scenarios_of,
 )
 from agents.sb3_factory import make_sb3
+from agents.stats import mean_ci95, t95
 from agents.training import env_for
 from inference.hardware import PRESET_DIR
 
@@ -208,3 +220,56 @@ def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path,
     seen.clear()
     plots.learning_curves(runs[1:], tmp_path / "one.png")
     assert seen == [("latency/vs_static", ["b", "best static"])]
+
+
+# --- the summary's statistics ------------------------------------------------------------------
+
+
+def test_the_t_interval_by_hand() -> None:
+    """t(0.975, n - 1) * sd / sqrt(n), sd with n - 1: 1, 2, 3 has sd 1 and t(0.975, 2) 4.303."""
+    assert (t95(1), t95(2), t95(30), t95(31)) == (12.706, 4.303, 2.042, 1.96)
+    mean, half = mean_ci95([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.303 / np.sqrt(3), rel=1e-12)
+    mean, half = mean_ci95([5.0])
+    assert mean == 5.0 and np.isnan(half)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t95(0)
+
+
+def test_a_metric_undefined_on_some_seeds_is_the_mean_of_the_others() -> None:
+    assert mean_ci([1.0, float("nan"), 3.0]) == mean_ci95([1.0, 3.0])
+    assert all(np.isnan(v) for v in mean_ci([float("nan")]))
+
+
+def test_episode_metrics_by_hand() -> None:
+    latency = np.array([1.0, 2.0, 3.0, 4.0])
+    m = episode_metrics(latency, np.array([2.0, 2.0, 2.0, 6.0]), np.full(4, 1.0))
+    # numpy's default (linear) percentiles of 1..4: 1 + 3 q / 100
+    assert m == pytest.approx({"mean_latency_s": 2.5, "p50_latency_s": 2.5,
+                               "p95_latency_s": 3.85, "p99_latency_s": 3.97,
+                               "vs_best_static": 2.5 / 3, "gap_to_oracle": 1.5}, rel=1e-12)
+
+
+def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> None:
+    rows = [{"agent": "a,b", "mean_latency_s": 12.3456789, "mean_latency_s_ci95": float("nan")}]
+    assert summary_csv(rows) == 'agent,mean_latency_s,mean_latency_s_ci95\n"a,b",12.3457,\n'
+    assert fmt_ci(1.23456, 0.1) == "1.235 ± 0.100"
+    assert fmt_ci(1.23456, float("nan")) == "1.235"
+    assert fmt_ci(float("nan"), 0.1) == "-"
+
+
+def test_the_episodes_of_a_seed_follow_on_from_one_another() -> None:
+    """`episodes` consecutive episodes of one stream: the first is the seed's one-episode run,
+    the next ones other tasks (not the first episode again)."""
+    env = make_env(episode_tasks=10)
+    policy = make_policy("best-static", env)
+    two = episode_latencies(policy, env, seed=3, episodes=2)
+    assert len(two) == 20
+    assert np.array_equal(two[:10], episode_latencies(policy, env, seed=3))
+    assert not np.array_equal(two[10:], two[:10])
+
+
+def test_held_out_seeds_count_from_the_seed_base() -> None:
+    cfg = cfg_for(seed_base=500, seeds=3)
+    assert heldout_seeds(cfg) == [500, 501, 502]
+    assert heldout_seeds(cfg, 2) == [500, 501]      # the online study's own count
