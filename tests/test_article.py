@@ -19,7 +19,7 @@ from agents.article import (
     reproduce_table,
     table_markdown,
 )
-from agents.article_job import job_scenario, run_job
+from agents.article_job import JobRun, job_scenario, run_job
 from agents.online import OnlineResult, rollout
 from agents.registry import make_policy
 from agents.stats import mean_ci95
@@ -90,6 +90,26 @@ def test_loss_reduction_is_measured_in_performance():
     assert loss_reduction(1.0, 2.0, 2.0) == 0.0       # ... or none of it
     # the learner halves performance (loss 0.5), static leaves 1 / 1.6 of it (loss 0.375)
     assert loss_reduction(1.0, 1.6, 2.0) == pytest.approx(1.0 - 0.375 / 0.5)
+
+
+def test_attention_share_is_of_the_5k_tasks_processing_time():
+    """Attention seconds over load + compute + memory stall of the tasks with 4K-6K-token
+    prompts (bounds included): queueing, transfers and overheads are not processing."""
+    def info(prompt, attention, load, compute, stall):
+        return {"task": {"prompt_tokens": prompt}, "attention_s": attention,
+                "breakdown": {"load": load, "compute": compute, "memory_stall": stall,
+                              "queue": 50.0, "transfer": 3.0, "overhead": 2.0}}
+
+    run = JobRun([info(4000, 1.0, 1.0, 2.0, 1.0), info(6000, 2.0, 0.0, 3.0, 1.0),
+                  info(3999, 9.0, 0.0, 9.0, 0.0), info(6001, 9.0, 0.0, 9.0, 0.0)])
+    assert article._attention_share(run) == pytest.approx(3.0 / 8.0)
+
+
+def test_values_print_in_their_rows_unit():
+    assert format_value(0.4567, 0.0123, "%") == "45.7% ± 1.2"
+    assert format_value(212.4, 30.6, "n") == "212 ± 31"
+    assert format_value(2.1234, 0.056, "x") == "2.12x ± 0.06"
+    assert format_value(0.4567, float("nan"), "%") == "45.7%"
 
 
 def test_a_closed_loop_job_measures_the_split_allocators_throughput():
@@ -189,31 +209,54 @@ def _planted(i: int, seed: int) -> float:
     return centre + (0.01 if seed else -0.01) * width
 
 
-@pytest.fixture(scope="module")
-def planted_table():
-    seeds = [4, 7]          # seed % 2: 0 and 1
-    onlines = {4: _stepped(150), 7: _stepped(300, level=1.5)}
-
+def _plant(mp: pytest.MonkeyPatch, onlines, value_of, cost_model, seen=None) -> None:
+    """Make the article job measure planted values: row i's value on a seed `value_of(i,
+    seed)`, its online run `onlines[seed]`, the cost-model rows `cost_model`; each seed
+    measured is appended to `seen`."""
     def fake_measure_seed(seed, *args, **kwargs):
-        values = {ROWS[i].figure: _planted(i, seed % 2) for i in range(len(ROWS))
+        if seen is not None:
+            seen.append(seed)
+        values = {ROWS[i].figure: value_of(i, seed) for i in range(len(ROWS))
                   if i not in COST_ROWS and i not in CURVE_ROWS}
         values.update({"_loss_in_job": 0.11 + 0.02 * (seed % 2),
                        "_small_device_time": 1.3 + 0.2 * (seed % 2),
                        "_makespans": {"glm": 1.0}, "_controlled": {"glm": 2.0}})
         return values, onlines[seed]
 
+    mp.setattr(article, "measure_seed", fake_measure_seed)
+    mp.setattr(article, "cost_model_rows", lambda tasks: dict(cost_model))
+
+
+def _table_of(onlines, value_of, cost_model):
+    """reproduce_table over the seeds of `onlines` (seed -> its online run), on planted values
+    (see `_plant`)."""
     with pytest.MonkeyPatch.context() as mp:
-        plant(mp, fake_measure_seed)
+        _plant(mp, onlines, value_of, cost_model)
         ticks: list[int] = []
-        table = reproduce_table(seeds, n_tasks=10, online_samples=600,
+        table = reproduce_table(list(onlines), n_tasks=10, online_samples=600,
                                 tick=lambda: ticks.append(len(ticks)))
-    assert len(ticks) == len(seeds)     # a progress bar's update per seed
+    assert len(ticks) == len(onlines)     # a progress bar's update per seed
+    return table
+
+
+@pytest.fixture(scope="module")
+def planted_table():
+    seeds = [4, 7]          # seed % 2: 0 and 1
+    onlines = {4: _stepped(150), 7: _stepped(300, level=1.5)}
+    table = _table_of(onlines, lambda i, seed: _planted(i, seed % 2), COST_MODEL)
     return table, seeds, [onlines[s] for s in seeds]
 
 
-def plant(mp: pytest.MonkeyPatch, fake_measure_seed) -> None:
-    mp.setattr(article, "measure_seed", fake_measure_seed)
-    mp.setattr(article, "cost_model_rows", lambda tasks: dict(COST_MODEL))
+def test_a_value_on_a_tolerance_bound_is_in():
+    """The tolerance band includes its bounds: each row planted on its low or its high."""
+    def bound(i):
+        return ROWS[i].low if i % 2 else ROWS[i].high
+
+    table = _table_of({4: _stepped(150)}, lambda i, seed: bound(i),
+                      {key: bound(i) for i, key in COST_ROWS.items()})
+    for i, entry in enumerate(table):
+        if i not in CURVE_ROWS:
+            assert entry["ours"] == bound(i) and entry["in"] is True, ROWS[i].figure
 
 
 @pytest.mark.parametrize("bar", [True, False])
@@ -222,17 +265,9 @@ def test_reproduce_article_ticks_a_progress_bar_per_seed(bar, tmp_path, monkeypa
     without a bar to turn off."""
     from evaluate import main
 
-    seen = []
-
-    def fake_measure_seed(seed, *args, **kwargs):
-        seen.append(seed)
-        values = {ROWS[i].figure: _planted(i, 0) for i in range(len(ROWS))
-                  if i not in COST_ROWS and i not in CURVE_ROWS}
-        values.update({"_loss_in_job": 0.1, "_small_device_time": 1.3,
-                       "_makespans": {"glm": 1.0}, "_controlled": {"glm": 2.0}})
-        return values, _stepped(150)
-
-    plant(monkeypatch, fake_measure_seed)
+    seen: list[int] = []
+    _plant(monkeypatch, {10000: _stepped(150), 10001: _stepped(150)},
+           lambda i, seed: _planted(i, 0), COST_MODEL, seen)
     flags = [] if bar else ["--no-progress-bar"]
     assert main(["--reproduce-article", "--seeds", "2", "--out", str(tmp_path), *flags]) == 0
     err = capsys.readouterr().err

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.online import OnlineResult, deploy, rolling_mean
+from agents.online import OnlineResult, deploy, rolling_mean, rollout
 from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
 from agents.warmup import WarmupConfig
@@ -34,6 +34,23 @@ def test_metrics_on_a_planted_learning_curve():
     assert m["samples_to_0.9_static"] == 250
     assert m["steady_vs_static"] == pytest.approx(0.9)
     assert m["steady_vs_oracle"] == pytest.approx(9 / 8)
+
+
+def test_worst_window_and_steady_ratios_compare_the_same_samples():
+    """Each ratio is the agent's over its reference's on the same samples: a stretch slow for
+    both is no worse than static, and the oracle's early samples do not count as steady."""
+    n = 400
+    static = np.where(np.arange(n) < 50, 20.0, 10.0)     # the first 50 tasks slow for static too
+    agent = static.copy()
+    agent[100:150] = 12.0                                 # one window 20% worse than static
+    oracle = np.where(np.arange(n) < 200, 5.0, 8.0)
+    m = OnlineResult(agent, static, oracle).metrics()
+    assert m["worst_window"] == pytest.approx(1.2)
+    # samples 1..200: 50 x 20 + 50 x 12 + 100 x 10 for the agent, 50 x 20 + 150 x 10 for static
+    assert m["early_degradation"] == pytest.approx(2600 / 2500)
+    assert m["early_drop"] == pytest.approx(1 - 2500 / 2600)
+    assert m["steady_vs_static"] == pytest.approx(1.0)
+    assert m["steady_vs_oracle"] == pytest.approx(10 / 8)
 
 
 def test_metrics_of_a_run_shorter_than_a_window_stay_inside_it():
@@ -147,6 +164,14 @@ def test_deploy_runs_the_learner_on_its_references_tasks(monkeypatch, learn):
     runs.clear()                                    # another seed is another stream
     deploy(agent, env, n, learn=learn, seed=8)
     assert [info["task"] for info in runs[2]] != tasks[2]
+
+
+def test_a_rollout_acts_deterministically():
+    """Without learning, a stochastic policy acts by its mode: two rollouts of one stream agree."""
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=30)
+    agent = make_sb3("ppo", env, seed=0)
+    first, second = (rollout(agent, env, 30, seed=1) for _ in range(2))
+    assert [i["placement"] for i in first] == [i["placement"] for i in second]
 
 
 def test_deploy_needs_a_long_enough_episode():
