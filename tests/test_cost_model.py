@@ -212,31 +212,37 @@ def test_flops_are_two_per_multiply_add(model):
     pair = 4 * model.head_dim * model.n_heads * model.n_layers
     assert full.part("attention").flops == pytest.approx(b * n * (n + 1) / 2 * pair, rel=1e-12)
     decode = SequentialDecode().work(Task(b, n, m), model)
-    assert decode.part("weights").flops == pytest.approx(2 * b * m * matmul_weights, rel=1e-12)
-    contexts = b * sum(n + j for j in range(m))
+    # the first token comes from the prefill's logits: m - 1 steps, step j over n + j keys
+    assert decode.part("weights").flops == pytest.approx(2 * b * (m - 1) * matmul_weights,
+                                                         rel=1e-12)
+    contexts = b * sum(n + j for j in range(1, m))
     assert decode.part("kv").flops == pytest.approx(contexts * pair, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", ["sequential", "hierarchical", "prefetched"])
 def test_each_decode_step_reads_the_whole_context_so_far(name):
-    """Step j of m reads the KV cache of the prompt and the j tokens generated before it: one
-    step more reads n + m more tokens' KV, one step reads the prompt's."""
+    """The first token comes from the prefill's logits; step j (1 .. m - 1) appends token j
+    and reads the KV cache of the prompt and the j tokens so far: one token more reads n + m
+    more tokens' KV, and one token alone runs no step."""
     decoder, b, n = cost_instance(name), 3, 700
-    per_token = decoder.work(Task(b, n, 1), GLM).part("kv").nbytes / (b * n)
+    per_token = decoder.work(Task(b, n, 2), GLM).part("kv").nbytes / (b * (n + 1))
     assert per_token >= GLM.kv_bytes_per_token    # block variants read tables on top
     for m in (1, 2, 17):
         grown = (decoder.work(Task(b, n, m + 1), GLM).part("kv").nbytes
                  - decoder.work(Task(b, n, m), GLM).part("kv").nbytes)
         assert grown == pytest.approx(b * (n + m) * per_token, rel=1e-12)
-    assert SequentialDecode().work(Task(b, n, 1), GLM).part("kv").nbytes == \
-        b * n * GLM.kv_bytes_per_token
+    one = decoder.work(Task(b, n, 1), GLM)
+    assert one.part("kv").nbytes == one.part("weights").fixed_bytes == 0.0
+    assert SequentialDecode().work(Task(b, n, 2), GLM).part("kv").nbytes == \
+        b * (n + 1) * GLM.kv_bytes_per_token
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_each_stage_hands_on_and_holds_what_its_successor_reads(variant):
     """Load hands on the prompts' token ids, prefill their KV cache (which it holds while it
-    runs), decode the generated ids; decode holds the KV cache of the full sequences; prefill
-    streams the weights once, decode once per generated token."""
+    runs), decode the generated ids; decode holds the KV cache of the sequences it extends to
+    (the last token is never fed back); prefill streams the weights once, decode once per
+    token after the first (which the prefill's logits give)."""
     b, n, m = 3, 900, 40
     task = Task(b, n, m)
     load, prefill, decode = build_stages(variant)
@@ -248,8 +254,8 @@ def test_each_stage_hands_on_and_holds_what_its_successor_reads(variant):
     assert pre.part("dense").fixed_bytes == GLM.weight_bytes
     dec = decode.work(task, GLM)
     assert dec.output_bytes == b * m * TOKEN_ID_BYTES
-    assert dec.footprint == b * (n + m) * GLM.kv_bytes_per_token
-    assert dec.part("weights").fixed_bytes == m * GLM.weight_bytes
+    assert dec.footprint == b * (n + m - 1) * GLM.kv_bytes_per_token
+    assert dec.part("weights").fixed_bytes == (m - 1) * GLM.weight_bytes
 
 
 @pytest.mark.parametrize("name", ["cached", "adaptive"])

@@ -21,6 +21,7 @@ from inference.stages.prefill import (
     PrefillResult,
     WindowAttention,
 )
+from inference.task import Task
 from inference.tiny_model import TinyTransformer, full_causal_attention
 
 TINY = get_model("tiny")
@@ -336,3 +337,28 @@ def test_the_cost_models_shape_counts_what_the_real_model_holds(model):
     cache = WindowAttention().run(model, prompt(batch, n)).kv_cache
     kv_elements = sum(k.numel() + v.numel() for k, v in cache)
     assert TINY.kv_bytes_per_token == kv_elements / (batch * n) * TINY.dtype_bytes
+
+
+@pytest.mark.parametrize("m", [1, 2, 6])
+def test_the_cost_model_prices_the_steps_the_real_decode_runs(model, m, monkeypatch):
+    """The real decode takes its first token from the prefill's logits and runs m - 1 steps,
+    each reading the cache so far; the cost model charged m steps (one weights stream and one
+    context too many per task). Its KV bytes and weight streams are the real loop's reads."""
+    batch, n = 2, 5
+    reads: list[int] = []     # keys each step reads in layer 0
+    real_read = kv_cache.ContiguousCache.read
+
+    def read(self, layer, q):
+        keys, values = real_read(self, layer, q)
+        if layer == 0:
+            reads.append(keys.shape[2])
+        return keys, values
+
+    monkeypatch.setattr(kv_cache.ContiguousCache, "read", read)
+    tokens = SequentialDecode().run(model, WindowAttention().run(model, prompt(batch, n)), m)
+    assert tokens.shape == (batch, m)
+    assert reads == [n + j for j in range(1, m)]
+    work = SequentialDecode().work(Task(batch, n, m), TINY)
+    assert work.part("weights").fixed_bytes == len(reads) * TINY.weight_bytes
+    assert work.part("kv").nbytes == batch * sum(reads) * TINY.kv_bytes_per_token
+    assert work.footprint == batch * (n + len(reads)) * TINY.kv_bytes_per_token

@@ -61,18 +61,21 @@ def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
     for every task, and each Python call layer is a sizeable share of its cost."""
     b, n, m = task.batch, task.prompt_tokens, task.output_tokens
     c = model.work_coefficients   # the model's factors: see inference/work.py
-    # Every generated token streams all weights once (decode is memory bound).
+    # The first of the m tokens comes from the prefill's logits, so decode runs m - 1 steps;
+    # each streams all weights once (decode is memory bound).
+    steps = m - 1
     weights = new_record(WorkPart, ("weights", DENSE, SEQUENTIAL,
-                                    b * m * (c.dense_flops + c.head_flops), 0.0,
-                                    m * c.weight_bytes, 10.0 * c.n_layers * m))
-    # KV traffic over the m steps: context lengths summed over steps and sequences.
-    contexts = b * (m * n + m * (m - 1) / 2.0)
+                                    b * steps * (c.dense_flops + c.head_flops), 0.0,
+                                    steps * c.weight_bytes, 10.0 * c.n_layers * steps))
+    # KV traffic over the steps: step j (1..m-1) appends token n + j and attends over n + j
+    # keys; context lengths summed over steps and sequences.
+    contexts = b * (steps * n + steps * m / 2.0)
     # A decode step's attention is a batched matrix-vector product: memory bound, so it is
     # priced as streaming (dense) work, not as the prefill's attention kernels.
     kv = new_record(WorkPart, ("kv", DENSE, pattern, contexts * c.pair_flops_all,
                                contexts * c.kv_bytes * (1 + overhead), 0.0,
-                               kv_launch * c.n_layers * m))
-    footprint = b * (n + m) * c.kv_bytes
+                               kv_launch * c.n_layers * steps))
+    footprint = b * (n + steps) * c.kv_bytes   # the cache after the last step
     # (parts, io_bytes, output_bytes, footprint, needs_weights): see work.py on `new_record`
     output = b * m * TOKEN_ID_BYTES
     return new_record(StageWork, ((weights, kv), 0.0, output, footprint, True))
