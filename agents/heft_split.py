@@ -24,9 +24,9 @@ below ``MIN_SHARE`` are dropped, unless the subset has a single device. The
 earliest F wins, and the next stage starts from it. A subset of one device is
 HEFT's own choice: heft-split only divides a stage where that finishes it earlier.
 
-Decode streams every weight for each generated token on each device it runs
-on, so its ``a_d`` is large: decode is rarely split. Prefill is compute bound
-and splits well.
+Decode streams every weight once per step (per generated token after the first)
+on each device it runs on, so its ``a_d`` is large: decode is rarely split.
+Prefill is compute bound and splits well.
 """
 
 from __future__ import annotations

@@ -67,8 +67,9 @@ def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,
     weights = new_record(WorkPart, ("weights", DENSE, SEQUENTIAL,
                                     b * steps * (c.dense_flops + c.head_flops), 0.0,
                                     steps * c.weight_bytes, 10.0 * c.n_layers * steps))
-    # KV traffic over the steps: step j (1..m-1) appends token n + j and attends over n + j
-    # keys; context lengths summed over steps and sequences.
+    # KV traffic over the steps: step j (1..m-1) feeds back generated token j, whose K and V
+    # join the cache, and attends over the n + j keys cached then; summed over steps and
+    # sequences.
     contexts = b * (steps * n + steps * m / 2.0)
     # A decode step's attention is a batched matrix-vector product: memory bound, so it is
     # priced as streaming (dense) work, not as the prefill's attention kernels.
