@@ -38,7 +38,7 @@ def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> d
         episode += 1
         rewards: list[float] = []
         done = False
-        while not done and len(obs_list) + len(rewards) < n_samples:
+        while not done and len(obs_list) < n_samples:
             action, _ = policy.predict(obs, deterministic=True)
             obs_list.append(obs)
             act_list.append(np.asarray(action))

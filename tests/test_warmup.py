@@ -70,6 +70,74 @@ def test_an_uncloned_learner_does_not_agree_by_chance():
     assert _agreement(agent, data["obs"], data["actions"]) < 0.6
 
 
+def test_cloning_collects_whole_episodes_and_their_discounted_returns():
+    """n samples of episodes of n / 2 tasks are two whole episodes (seeds `seed`, `seed` + 1),
+    each sample's return its reward plus gamma times the next one's, to the episode's end.
+    (The loop counted the current episode's decisions twice, so each later episode stopped
+    halfway to n: 40 samples were episodes of 20, 10, 5, 3, 1 and 1 tasks.)"""
+    from agents.cloning import collect
+
+    env = _env("edge", 20)
+    policy = make_policy("heft", env)
+    data = collect(env, policy, 40, 0.9, seed=5)
+    base = env.unwrapped
+    obs, rewards, masks = [], [], []
+    for seed in (5, 6):
+        o, _ = base.reset(seed=seed)
+        episode = []
+        for _ in range(20):
+            obs.append(o)
+            masks.append(base.action_masks())
+            o, r, terminated, truncated, _ = base.step(policy.predict(o)[0])
+            episode.append(r)
+        assert terminated or truncated
+        returns = np.zeros(20)
+        for t in reversed(range(20)):
+            returns[t] = episode[t] + (0.9 * returns[t + 1] if t < 19 else 0.0)
+        rewards.extend(returns)
+    np.testing.assert_array_equal(data["obs"], np.asarray(obs, dtype=np.float32))
+    np.testing.assert_array_equal(data["masks"], np.asarray(masks))
+    np.testing.assert_allclose(data["returns"], rewards, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "fit"), [("ppo", 0.25), ("dqn", 0.75)])
+def test_cloning_fits_the_critic_to_the_returns_earned(name, fit):
+    """The critic (DQN: the Q-value of the cloned action) learns the discounted return the
+    conservative policy earned: its squared error on the cloning samples falls."""
+    from agents.cloning import CLONE_SEED_OFFSET, behaviour_clone, collect
+
+    env = _env("edge", 100)
+    agent = make_sb3(name, env, seed=0)
+    heft = make_policy("heft", env)
+    data = collect(env, heft, 300, agent.model.gamma, seed=CLONE_SEED_OFFSET)   # clone's own
+    obs = torch.as_tensor(data["obs"])
+    flat = [np.ravel_multi_index(tuple(a), (3, 3, 3)) for a in data["actions"]]
+
+    def error() -> float:
+        with torch.no_grad():
+            if name == "dqn":
+                values = agent.model.q_net(obs).gather(1, torch.as_tensor(flat).view(-1, 1))
+            else:
+                values = agent.model.policy.predict_values(obs)
+        return float(np.mean((values.flatten().numpy() - data["returns"]) ** 2))
+
+    before = error()
+    behaviour_clone(agent, env, heft, WarmupConfig(conservative="heft", steps=0, clone_samples=300,
+                                                   clone_epochs=10, guard=False), seed=0)
+    assert error() < fit * before
+
+
+def test_warmup_actions_in_the_split_env_are_one_hot_in_its_box():
+    from agents.static import placement_action
+    from agents.warmup import as_env_actions
+
+    space = _env(env_id="InferenceAllocSplit-v0", tasks=5).unwrapped.action_space
+    out = as_env_actions(np.array([[0, 1, 2], [2, 2, 0]]), space)
+    expected = [placement_action(p, 3, split=True) for p in ((0, 1, 2), (2, 2, 0))]
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(as_env_actions(out, space), out)   # Box actions pass as is
+
+
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_the_first_k_decisions_are_the_conservative_policys(name):
     k = 40
@@ -162,12 +230,24 @@ def test_overrides_are_parsed_as_yaml_not_evaluated():
     ({"n_steps": "abc"}, "n_steps must be an integer"),
     ({"gamma": "abc"}, "gamma must be a number"),
     ({"normalize_advantage": 1}, "normalize_advantage must be true or false"),
+    ({"n_steps": True}, "n_steps must be an integer"),         # a bool is no integer here
+    ({"n_epoch": 10}, "unknown ppo hyper-parameter 'n_epoch'"),
+    ({"seed": 3}, "hyper-parameter seed is set by the trainer"),
 ])
 def test_an_override_of_the_wrong_type_is_refused_before_the_model_is_built(overrides, message):
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
     with pytest.raises(ValueError, match=message):
         make_sb3("ppo", env, seed=0, overrides=overrides)
     assert make_sb3("ppo", env, seed=0, overrides={"gamma": 1, "n_steps": 32}).model.n_steps == 32
+
+
+def test_dqn_ranges_are_checked_to_their_bounds_inclusive():
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
+    with pytest.raises(ValueError, match=r"exploration_fraction must be in \[0.0, 1.0\], got 1.5"):
+        make_sb3("dqn", env, seed=0, overrides={"exploration_fraction": 1.5})
+    bounds = {"exploration_fraction": 1.0, "exploration_final_eps": 0.0, "learning_starts": 0,
+              "gamma": 1.0, "tau": 0.0}
+    assert make_sb3("dqn", env, seed=0, overrides=bounds).model.exploration_fraction == 1.0
 
 
 def test_warmup_parts_parse():
@@ -359,10 +439,13 @@ def test_with_a_device_offline_the_masked_conservative_action_is_never_sent():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"conservative": "ppo"}, "'ppo' is a learning agent"),     # cloned an untrained PPO
+    ({"conservative": "gated-ppo"}, "'gated-ppo' is a learning agent"),   # gated or not
     ({"conservative": None}, "conservative must be a policy name"),
     ({"clone": "no"}, "clone must be True or False"),           # "no" counted as True
     ({"guard_margin": True}, "guard_margin must be a number"),
     ({"guard_margin": "x"}, "guard_margin must be a number"),   # was a bare TypeError
+    ({"guard_margin": 10}, r"guard_margin must be in \[0, 10\)"),
+    ({"guard_margin": -0.01}, r"guard_margin must be in \[0, 10\)"),
 ])
 def test_a_bad_warmup_config_is_a_value_error(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
