@@ -3,6 +3,7 @@ the registry and saved policy files."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -15,13 +16,14 @@ import pytest
 
 from agents.base import POLICY_FILE, Policy
 from agents.gated import GatedScheduling
-from agents.heft import HeftPolicy, decode_observation
+from agents.heft import HeftPolicy, _StageCosts, decode_observation
 from agents.oracle import OraclePolicy
 from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import BACKLOG_SCALE_S, InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.reference import all_placements, as_shares
+from envs.scenario import load_scenario
 from inference.task import Task
 
 CPU, GPU, NPU = 0, 1, 2
@@ -341,6 +343,92 @@ def test_heft_acts_in_the_split_env() -> None:
     assert info["placement"] == tuple(env.device_names[d] for d in placement)
 
 
+def test_heft_prices_a_stages_input_and_weights_as_its_docstring_says() -> None:
+    """ready(s, d) = finish of stage s-1 (+ moving its output over the link if it ran
+    elsewhere, + copying the weights if d does not hold them and the stage needs them), the
+    load waiting for the disk read (prefetch) or paying it on its device (synchronous I/O):
+    each term computed by hand from the hardware's links, disk and weights."""
+    article = InferenceAllocEnv("article", episode_tasks=5)
+    heft = HeftPolicy(article)
+    hw, weights = article.hardware, float(article.model.weight_bytes)
+    disk = weights / hw.disk_bandwidth
+    link = hw.links[(CPU, GPU)]
+    costs = heft._stage_costs(8, 2048, 256, False)
+    assert costs.io_time > 0 and costs.output_bytes[1] > 0 and costs.needs_weights[1]
+    held = [True] * 3
+    # prefill's input (prefill's output bytes, here) crosses the CPU -> GPU link; a share
+    # that ran on the GPU itself sends nothing, and the slowest share decides
+    kv = costs.output_bytes[1]
+    moved = link.latency + 0.25 * kv / link.bandwidth     # finished at 0: the transfer alone
+    assert heft._ready(1, GPU, ((CPU, 0.25),), 0.0, kv, costs, held) == pytest.approx(moved)
+    assert heft._ready(1, GPU, ((GPU, 1.0),), 0.0, kv, costs, held) == 0.0
+    assert heft._ready(1, GPU, ((GPU, 0.75), (CPU, 0.25)), 0.0, kv, costs, held) == \
+        pytest.approx(moved)
+    assert heft._ready(1, GPU, ((GPU, 1.0),), 10.0, kv, costs, held) == 10.0
+    # the weights: from the disk when nobody holds them, else the quicker of that and a copy
+    assert heft._migration(GPU, [False] * 3) == pytest.approx(disk)
+    copy = link.latency + weights / link.bandwidth
+    assert heft._migration(GPU, [True, False, False]) == pytest.approx(min(disk, copy))
+    assert copy < disk
+    assert heft._ready(1, GPU, ((GPU, 1.0),), 10.0, kv, costs, [True, False, False]) == \
+        pytest.approx(10.0 + copy)
+    # with prefetch the load starts once the disk read is done; without, it pays the read
+    assert heft._ready(0, CPU, (), 0.0, 0.0, costs, held) == pytest.approx(costs.io_time)
+    assert heft._plus_fixed(1.0, 0, CPU, [0.0] * 9, False, costs) == 1.0
+    sync = load_scenario("article")
+    sync = dataclasses.replace(sync, simulator=dataclasses.replace(sync.simulator,
+                                                                   prefetch_depth=0))
+    blocking = HeftPolicy(InferenceAllocEnv(sync, episode_tasks=5))
+    assert blocking._ready(0, CPU, (), 0.0, 0.0, costs, held) == 0.0
+    assert blocking._plus_fixed(1.0, 0, CPU, [0.0] * 9, False, costs) == \
+        pytest.approx(1.0 + costs.io_time)
+    # devices of one memory domain (the edge SoC) share the weights: nothing to copy
+    edge = HeftPolicy(InferenceAllocEnv("article", hardware="edge", episode_tasks=5))
+    assert edge._migration(GPU, [True, False, False]) == 0.0
+    assert edge._migration(GPU, [False] * 3) > 0.0
+
+
+def hand_made_costs(policy: HeftPolicy, monkeypatch: pytest.MonkeyPatch,
+                    times: tuple[tuple[float, ...], ...],
+                    fixed: tuple[tuple[float, ...], ...] | None = None,
+                    speed: tuple[float, ...] = (1.0, 1.0, 1.0),
+                    allowed: list[list[int]] | None = None,
+                    needs_weights: tuple[bool, bool, bool] = (True, True, True)) -> None:
+    """Give `policy` hand-made stage costs for any observation: idle devices, no weights held
+    anywhere, no previous task, no disk read before the load, links with no latency and
+    stages with no output, so only the times given and copying the weights decide."""
+    d = policy.n_devices
+    zero = tuple((0.0,) * d for _ in range(3))
+    costs = _StageCosts(times=times, fixed=fixed or zero, output_bytes=(0.0, 0.0, 0.0),
+                        needs_weights=needs_weights, fits=((True,) * d,) * 3, io_time=0.0)
+    rows = allowed or [list(range(d))] * 3
+    monkeypatch.setattr(policy, "_context", lambda obs, masks: (
+        costs, [0.0] * d, [False] * d, list(speed), rows, [0.0] * (3 * d)))
+    monkeypatch.setattr(policy, "_lat", [[0.0] * d for _ in range(d)])
+
+
+def test_heft_knows_the_weights_are_where_it_put_an_earlier_stage(
+        article: InferenceAllocEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load (on the CPU, the only device allowed) reads the weights there, so prefill on
+    the CPU needs no copy; the GPU, faster by less than copying them over, loses it."""
+    heft = HeftPolicy(article)
+    copy = float(article.model.weight_bytes) / article.hardware.links[(CPU, GPU)].bandwidth
+    hand_made_costs(heft, monkeypatch, times=((1.0,) * 3, (1.0, 1.0 - copy / 2, 9.0), (1.0,) * 3),
+                    allowed=[[CPU], [CPU, GPU, NPU], [GPU]])
+    assert heft.placement(None) == (CPU, CPU, GPU)
+
+
+def test_heft_considers_every_device_for_a_stage_whose_given_mask_row_is_all_false(
+        article: InferenceAllocEnv, episode_obs: np.ndarray) -> None:
+    heft = HeftPolicy(article)
+    for raw in episode_obs[:10]:
+        masks = np.ones((3, 3), dtype=bool)
+        masks[0, GPU] = False
+        expected = heft.placement(raw, masks)
+        masks[1] = False
+        assert heft.placement(raw, masks) == expected
+
+
 # ----------------------------------------------------------------------------- oracle
 def test_oracle_is_a_per_step_lower_bound_on_every_static_placement() -> None:
     env = InferenceAllocEnv("article", episode_tasks=100, reference=True)
@@ -531,6 +619,22 @@ def test_gate_keeps_the_previous_fractions_in_the_split_env() -> None:
             if truncated:
                 break
         assert kept >= 5
+
+
+def test_gate_passes_the_masks_to_the_inner_policy_and_its_threshold_survives_a_save(
+        article: InferenceAllocEnv, episode_obs: np.ndarray, tmp_path: Path) -> None:
+    heft = HeftPolicy(article)
+    masks = np.ones((3, 3), dtype=bool)
+    masks[:, GPU] = False
+    large = _with(episode_obs[0], 48, (1, 1, 1))
+    gated = make_policy("gated-heft", article, threshold=8)
+    assert gated.predict(large, action_masks=masks.reshape(-1))[0].tolist() == \
+        heft.predict(large, action_masks=masks.reshape(-1))[0].tolist()
+    assert GPU not in gated.predict(large, action_masks=masks.reshape(-1))[0].tolist()
+    loaded = load_policy(gated.save(tmp_path / "gated.zip"), article)
+    assert isinstance(loaded, GatedScheduling) and loaded.threshold == 8
+    medium = _with(episode_obs[0], 12, (0, 0, 0))     # below the default 16, not below 8
+    assert loaded.predict(medium)[0].tolist() == heft.predict(medium)[0].tolist() != [0, 0, 0]
 
 
 # ----------------------------------------------------------------------------- registry + files

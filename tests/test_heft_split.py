@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_baselines import idle_obs  # the same idle state HEFT is tested in
+from test_baselines import hand_made_costs, idle_obs  # as HEFT is tested
 
 from agents.heft_split import MIN_SHARE, HeftSplitPolicy
 from agents.online import rollout
@@ -59,6 +59,30 @@ def test_idle_devices_share_the_prefill_by_speed(split_env: InferenceAllocSplitE
     used = [dev for dev in range(3) if prefill[dev] > 0]
     faster_first = sorted(used, key=lambda dev: times[dev])
     assert list(prefill[faster_first]) == sorted(prefill[used], reverse=True)
+
+
+def test_shares_finish_together_by_the_docstrings_formula(
+        split_env: InferenceAllocSplitEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A share f of prefill on d takes a_d + f b_d after d can start at c_d (a_d the fixed part,
+    b_d the rest, both over the measured speed): the shares chosen finish at one time, and the
+    NPU, whose share would be dust, gets none. Hand-made costs: the load runs on the CPU,
+    which then holds the weights; the GPU (measured twice as fast) and the NPU must copy them."""
+    policy = HeftSplitPolicy(split_env)
+    weights = float(split_env.model.weight_bytes)
+    load_end = weights / split_env.hardware.disk_bandwidth + 1.0
+    copy = [0.0] + [weights / split_env.hardware.links[(CPU, d)].bandwidth for d in (GPU, NPU)]
+    hand_made_costs(policy, monkeypatch, times=((1.0,) * 3, (3.0, 3.0, 1000.0), (1.0,) * 3),
+                    fixed=((0.0,) * 3, (0.5, 1.0, 0.0), (0.0,) * 3), speed=(1.0, 2.0, 1.0),
+                    allowed=[[CPU], [CPU, GPU, NPU], [GPU]])
+    f = policy.fractions(None)
+    np.testing.assert_array_equal(f[[0, 2]], [[1, 0, 0], [0, 1, 0]])
+    a, b = np.array([0.5, 0.5, 0.0]), np.array([2.5, 1.0, 1000.0])
+    c = load_end + np.array(copy)
+    assert f[PREFILL, NPU] == 0 and (c[NPU] + a[NPU] < c[:2] + a[:2] + b[:2]).all()
+    assert f[PREFILL, :2].sum() == pytest.approx(1.0) and (f[PREFILL, :2] > MIN_SHARE).all()
+    finish = c[:2] + a[:2] + f[PREFILL, :2] * b[:2]
+    assert finish[0] == pytest.approx(finish[1])
+    assert finish[0] < min(c[:2] + a[:2] + b[:2])     # sooner than either device alone
 
 
 def test_a_busy_device_gets_no_share(split_env: InferenceAllocSplitEnv) -> None:
