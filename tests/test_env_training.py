@@ -223,3 +223,161 @@ def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> No
     assert np.asarray(loaded.predict(obs)[0]).shape == (3,)
     with pytest.raises(ValueError, match="holds a DQN, which acts in InferenceAlloc-v0"):
         load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
+
+
+# ----------------------------------------------------------------------------- train.py's parts
+class _Logger:
+    """Stands in for SB3's logger (records its key -> value) and TensorBoard's writer."""
+
+    def __init__(self) -> None:
+        self.output_formats: list = []
+        self.values: dict[str, float] = {}
+        self.scalars: list[tuple[str, float, int]] = []
+
+    def record(self, key: str, value: float, exclude=None) -> None:
+        self.values[key] = value
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.append((tag, value, step))
+
+    def flush(self) -> None:
+        pass
+
+
+def test_latency_metrics_are_the_tables_statistics_over_the_window(monkeypatch) -> None:
+    """Four tasks through a window of three: each tag is its statistic of the last three,
+    as the callbacks' table defines it; without static latencies no vs_static is written."""
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    metrics = callbacks.LatencyMetrics(("cpu", "gpu"), window=3)
+    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    metrics.on_training_start({}, {})
+    tasks = [(50.0, 1.0, True, 0.9), (1.0, 2.0, False, 0.2), (2.0, 4.0, True, 0.4),
+             (10.0, 4.0, True, 0.6)]               # latency, static latency, cache hit, gpu
+    for latency, static, hit, gpu in tasks:
+        metrics.model.num_timesteps += 1
+        metrics.locals = {"infos": [{"latency": latency, "static_latency": static,
+                                     "cache_hit": hit, "utilisation": {"cpu": 1 - gpu, "gpu": gpu},
+                                     "share": {"gpu": gpu / 2, "tpu": 1.0}}]}
+        metrics.on_step()
+    metrics.on_rollout_end()
+    v = log.values
+    assert v["latency/mean"] == pytest.approx(13 / 3)
+    assert v["latency/p95"] == pytest.approx(2 + 0.9 * 8)      # linear, between 2 and 10
+    assert v["latency/vs_static"] == pytest.approx(13 / 10)    # totals, not mean of ratios
+    assert v["cache/hit_rate"] == pytest.approx(2 / 3)
+    assert v["devices/gpu_utilisation"] == pytest.approx(0.4)
+    assert v["devices/cpu_utilisation"] == pytest.approx(0.6)
+    assert v["devices/gpu_share"] == pytest.approx(0.2)
+    assert "devices/cpu_share" not in v and "devices/tpu_share" not in v
+    assert [(step, value) for tag, value, step in log.scalars if tag == "latency/per_sample"] \
+        == [(i, t[0]) for i, t in enumerate(tasks)]
+    log.values.clear()
+    metrics.locals = {"infos": [{"latency": 3.0}]}      # no static latency: no ratio
+    metrics.model.num_timesteps += 1
+    metrics.on_step()
+    metrics.on_rollout_end()
+    assert "latency/vs_static" not in log.values and log.values["latency/mean"] == 5.0
+
+
+def test_held_out_eval_writes_at_start_and_each_interval_crossed(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    latency = np.array([1.0, 2.0, 3.0, 10.0])
+    held = callbacks.HeldOutEval(lambda: latency, static_mean=2.0, interval=100)
+    held.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    held.on_training_start({}, {})
+    for _ in range(90):                     # 3 envs: 3 steps a call, 270 in all
+        held.model.num_timesteps += 3
+        held.on_step()
+    steps = [step for tag, _, step in log.scalars if tag == "eval/latency_mean"]
+    assert steps == [0, 102, 201]
+    values = {tag: value for tag, value, step in log.scalars if step == 0}
+    assert values == pytest.approx({"eval/latency_mean": 4.0, "eval/vs_best_static": 2.0,
+                                    "eval/latency_p95": 3 + 0.85 * 7})
+    resumed = callbacks.HeldOutEval(lambda: latency, static_mean=2.0, interval=100)
+    log.scalars.clear()
+    resumed.init_callback(SimpleNamespace(logger=log, num_timesteps=150))
+    resumed.on_training_start({}, {})      # a resumed run: no step-0 point, next at 200
+    for _ in range(20):
+        resumed.model.num_timesteps += 3
+        resumed.on_step()
+    assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [201]
+
+
+def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
+    """--checkpoint-interval is in env steps: with two envs a vector step is two of them."""
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, n_envs=2,
+                         checkpoint_interval=32, log_dir=str(tmp_path), episode_tasks=20,
+                         eval_tasks=0, progress_bar=False, hp={"n_steps": 16, "batch_size": 16,
+                                                               "n_epochs": 1})
+    (result,) = train(config, report=lambda line: None)
+    assert sorted(p.name for p in (result.run_dir / "checkpoints").iterdir()) == [
+        "model_32_steps.zip", "model_64_steps.zip"]
+
+
+def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """A run resumed at 64 steps of 2 envs: its envs are seeded seed + 64 (seed would replay
+    the tasks it has seen) and 32 decisions of the conservative phase are done, cloning too."""
+    import json
+
+    import agents.training as training
+    from agents.config import TrainConfig, to_yaml
+
+    run = tmp_path / "InferenceAlloc-v0__ppo-warm__3__1"
+    (run / "checkpoints").mkdir(parents=True)
+    saved = TrainConfig(agents=["ppo"], warmup=["all"], seeds=[3], n_envs=2, timesteps=64,
+                        log_dir=str(tmp_path))
+    (run / "config.yaml").write_text(to_yaml(saved))
+    with zipfile.ZipFile(run / "checkpoints" / "model_64_steps.zip", "w") as zf:
+        zf.writestr("data", json.dumps({"num_timesteps": 64}))
+    seen = {}
+
+    def vec_env(config, agent, seed, vecnormalize=None):
+        seen["seed"] = seed
+        return None, None
+
+    class Stop(Exception):
+        pass
+
+    original = training.warmup_config
+
+    def warm(config, spec, done_steps=0):
+        seen["warmup"] = original(config, spec, done_steps)
+        raise Stop      # the rest (loading the model) is not what this test is about
+
+    monkeypatch.setattr(training, "build_vec_env", vec_env)
+    monkeypatch.setattr(training, "warmup_config", warm)
+    with pytest.raises(Stop):
+        training.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path), timesteps=128),
+                            {"resume", "log_dir", "timesteps"})
+    assert seen["seed"] == 3 + 64
+    default = training.WarmupConfig()
+    assert seen["warmup"].steps == default.steps - 32 and not seen["warmup"].clone
+
+
+@pytest.mark.parametrize(("spec", "canonical", "label"), [
+    ("none", "none", "ppo"), ("", "none", "ppo"), ("all", "all", "ppo-warm"),
+    ("guard, clone, conservative", "all", "ppo-warm"),
+    ("guard,conservative", "conservative,guard", "ppo-warm-conservative+guard"),
+    ("clone", "clone", "ppo-warm-clone"),
+    ("clone, conservative", "conservative,clone", "ppo-warm-conservative+clone"),
+])
+def test_warm_up_specs_have_one_spelling_and_label(spec: str, canonical: str, label: str) -> None:
+    """Run folders and tables read the label: the parts in WARMUP_PARTS order, joined by +."""
+    from agents.training import RunSpec, canonical_warmup
+
+    assert canonical_warmup(spec) == canonical
+    assert RunSpec("ppo", canonical, 0).label == label
