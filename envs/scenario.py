@@ -395,4 +395,8 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
     # against it stay right if the working directory changes before the env reads them.
     yaml_path = Path(origin)
     base_dir = yaml_path.absolute().parent if yaml_path.is_file() else SCENARIO_DIR
-    return scenario_from_dict(raw, origin, base_dir)
+    try:
+        return scenario_from_dict(raw, origin, base_dir)
+    except ValueError as exc:   # "scenario field X ...": which file's
+        message = str(exc)
+        raise ValueError(message if origin in message else f"{origin}: {message}") from None

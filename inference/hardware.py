@@ -264,7 +264,10 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
     devices_raw = raw.get("devices")
     if not isinstance(devices_raw, list) or not devices_raw:
         raise ValueError(f"hardware {origin}: devices must be a non-empty list")
-    devices = tuple(_device(d, i) for i, d in enumerate(devices_raw))
+    try:   # a device's field errors name the field; this names the file too
+        devices = tuple(_device(d, i) for i, d in enumerate(devices_raw))
+    except ValueError as exc:
+        raise ValueError(f"hardware {origin}: {exc}") from None
     names = [d.name for d in devices]
     if len(set(names)) != len(names):
         raise ValueError(f"hardware {origin}: device names must be unique, got {names}")
@@ -289,8 +292,8 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
             if not isinstance(end, str) or end not in index:   # a list is unhashable
                 raise ValueError(f"hardware {origin}: {where}.between names unknown device {end!r}")
         link = Link(
-            _figure(link_raw.get("bandwidth"), f"{where}.bandwidth", "bandwidth"),
-            _figure(link_raw.get("latency"), f"{where}.latency", "latency"),
+            _figure(link_raw.get("bandwidth"), f"hardware {origin}: {where}.bandwidth", "bandwidth"),
+            _figure(link_raw.get("latency"), f"hardware {origin}: {where}.latency", "latency"),
         )
         a, b = index[pair[0]], index[pair[1]]
         if (a, b) in links:   # the second used to replace the first, unnoticed
@@ -304,7 +307,8 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
                     f"hardware {origin}: no link between {names[a]} and {names[b]}; "
                     "every pair of devices needs one"
                 )
-    disk = _figure(raw.get("disk_bandwidth"), "disk_bandwidth", "disk_bandwidth")
+    disk = _figure(raw.get("disk_bandwidth"), f"hardware {origin}: disk_bandwidth",
+                   "disk_bandwidth")
     return Hardware(name, devices, links, disk)
 
 

@@ -287,6 +287,7 @@ def test_every_shipped_scenario_loads(name: str) -> None:
      "burst.length must be <= workload.burst.period"),
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 5, "end_task": 5}]},
      "need start_task < end_task"),
+    ({"faults": {"device": "npu", "kind": "offline"}}, "scenario field faults must be a list"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -311,6 +312,14 @@ def test_a_scenario_file_that_is_not_utf8_names_the_file(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match=f"scenario file {path} is not UTF-8 text"):
         load_scenario(str(path))
 
+
+
+def test_a_bad_scenario_file_value_names_the_file_and_the_field(tmp_path: Any) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("workload:\n  arrival_rate: -1\n")
+    with pytest.raises(ValueError) as info:
+        load_scenario(str(path))
+    assert str(info.value) == f"{path}: scenario field workload.arrival_rate must be >= 1e-06, got -1"
 
 @pytest.mark.parametrize(
     ("field", "spec", "fragments"),

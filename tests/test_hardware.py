@@ -94,8 +94,11 @@ def test_unknown_names_are_refused_with_the_known_ones():
         sim.execute(Task(1, 10, 10), ("cpu", "tpu", "gpu"))
     with pytest.raises(ValueError, match="unknown hardware 'datacenter'.*server"):
         load_hardware("datacenter")
-    with pytest.raises(ValueError, match="does not exist"):
-        load_hardware("no/such/profile.yaml")
+    for path in ("no/such/profile.yaml", "profile.yml"):          # either YAML suffix: a file
+        with pytest.raises(ValueError, match=f"hardware file {path} does not exist"):
+            load_hardware(path)
+    with pytest.raises(ValueError, match=f"hardware file {PRESET_DIR} is a folder"):
+        load_hardware(PRESET_DIR)
     with pytest.raises(ValueError, match="unknown model 'glm-999b'"):
         get_model("glm-999b")
     with pytest.raises(ValueError, match="unknown variant 'glm-6'"):
@@ -138,8 +141,9 @@ def test_unknown_names_are_refused_with_the_known_ones():
      r"devices\[npu\]\.memory_domain must be a non-empty string"),
 ])
 def test_a_bad_profile_names_the_offending_field(change, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=field) as info:
         hardware_from_dict(edited(change), "test")
+    assert str(info.value).startswith("hardware test: ")     # and the file it came from
 
 
 def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
@@ -152,8 +156,9 @@ def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
     assert "\n" not in str(info.value) and "<unicode string>" not in str(info.value)
     missing = tmp_path / "missing.yaml"
     missing.write_text(yaml.safe_dump(edited(lambda r: device(r, "npu").pop("launch_overhead"))))
-    with pytest.raises(ValueError, match=r"devices\[npu\]\.launch_overhead is missing"):
+    with pytest.raises(ValueError, match=r"devices\[npu\]\.launch_overhead is missing") as info:
         load_hardware(missing)
+    assert str(missing) in str(info.value)
 
 
 @pytest.mark.parametrize(("placement", "message"), [
