@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import subprocess
@@ -9,14 +10,27 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from agents.config import ConfigError, TrainConfig, parse_config
-from agents.files import leftover_temp_files
+from agents.config import (
+    MAX_EVAL_SEEDS,
+    MAX_SEED,
+    MIN_ONLINE_SEEDS,
+    ConfigError,
+    EvalConfig,
+    TrainConfig,
+    build_parser,
+    parse_config,
+    read_yaml_options,
+    to_yaml,
+)
+from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
 from agents.sb3_factory import load_hyperparams
 from agents.training import saved_steps
+from envs.scenario import MAX_EPISODE_TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_HP = {"n_steps": 16, "batch_size": 16, "n_epochs": 2}
@@ -400,6 +414,40 @@ def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: P
     assert leftover_temp_files(out) == []
 
 
+def test_an_atomic_write_replaces_the_target_only_once_complete(tmp_path: Path) -> None:
+    target = tmp_path / "new" / "deeper" / "table.md"          # its folders are made
+    with atomic_path(target) as tmp:
+        tmp.write_text("complete")
+        assert tmp.parent == target.parent and not target.exists()
+    assert target.read_text() == "complete"
+    with pytest.raises(OSError, match="disk full"), atomic_path(target) as tmp:
+        tmp.write_text("partial")
+        raise OSError("disk full")
+    assert target.read_text() == "complete"                    # left as it was
+    assert leftover_temp_files(tmp_path) == []
+
+
+def test_leftover_temp_files_finds_every_temp_form_at_any_depth(tmp_path: Path) -> None:
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    temps = [tmp_path / "run" / ".config.yaml.7.tmp",                    # atomic_path's
+             tmp_path / "run" / "checkpoints" / ".model.7.tmp.zip"]      # SB3Agent.save's
+    for path in (*temps, tmp_path / "run" / "model.zip"):
+        path.write_text("")
+    assert leftover_temp_files(tmp_path) == sorted(temps)
+    assert leftover_temp_files(tmp_path / "none") == []
+
+
+def test_a_model_path_gets_zip_appended_as_sb3_names_it(tmp_path: Path) -> None:
+    assert zip_target(tmp_path / "ppo.v1") == tmp_path / "ppo.v1.zip"
+    assert zip_target(tmp_path / "ppo.zip") == tmp_path / "ppo.zip"
+    (tmp_path / "dir.zip").mkdir()
+    with pytest.raises(ValueError, match="it is a folder"):
+        zip_target(tmp_path / "dir")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'f'} is a file, not a folder")):
+        zip_target(tmp_path / "f" / "sub" / "model")
+
+
 def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("timesteps: 5000\nseeds: [3, 4]\nhp: {learning_rate: 0.001}\n")
@@ -422,6 +470,117 @@ def test_a_list_or_mapping_flag_given_twice_adds_to_itself() -> None:
     assert config.agents == ["ppo", "a2c"]
     config, _ = parse_config(TrainConfig, ["--hp", "gamma=0.5", "--hp", "gamma=0.7"])
     assert config.hp == {"gamma": 0.7}                                  # the later value wins
+
+
+@pytest.mark.parametrize(("bad", "flag"), [
+    ({"agents": []}, "--agents"), ({"warmup": []}, "--warmup"), ({"seeds": []}, "--seeds"),
+    ({"timesteps": 0}, "--timesteps"), ({"n_envs": 0}, "--n-envs"),
+    ({"checkpoint_interval": -1}, "--checkpoint-interval"),
+    ({"metrics_window": 0}, "--metrics-window"), ({"eval_tasks": -1}, "--eval-tasks"),
+    ({"eval_interval": -1}, "--eval-interval"), ({"clone_samples": 9}, "--clone-samples"),
+    ({"episode_tasks": 0}, "--episode-tasks"),
+    ({"episode_tasks": MAX_EPISODE_TASKS + 1}, "--episode-tasks"),
+    ({"seeds": [MAX_SEED + 1]}, "--seeds"), ({"eval_seed": MAX_SEED + 1}, "--eval-seed"),
+])
+def test_train_config_refuses_a_value_just_past_each_bound(bad, flag, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape(flag)):
+        TrainConfig(log_dir=str(tmp_path / "runs"), **bad).validate()
+
+
+def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> None:
+    """The edges the --help texts document: 0 turns checkpoints, the table and eval/ off."""
+    for edge in ({"timesteps": 1, "n_envs": 1, "metrics_window": 1, "clone_samples": 10,
+                  "episode_tasks": 1, "seeds": [0], "eval_seed": 0},
+                 {"checkpoint_interval": 0, "eval_tasks": 0, "eval_interval": 0,
+                  "episode_tasks": MAX_EPISODE_TASKS, "seeds": [MAX_SEED], "eval_seed": MAX_SEED}):
+        TrainConfig(log_dir=str(tmp_path / "runs"), **edge).validate()
+
+
+@pytest.mark.parametrize(("bad", "flag"), [
+    ({"seeds": 0}, "--seeds"), ({"seeds": MAX_EVAL_SEEDS + 1}, "--seeds"),
+    ({"online_seeds": 0}, "--online-seeds"), ({"online_seeds": MAX_EVAL_SEEDS + 1}, "--online-seeds"),
+    ({"episodes": 0}, "--episodes"), ({"online_samples": 9}, "--online-samples"),
+    ({"episode_tasks": 1}, "--episode-tasks"),
+    ({"episode_tasks": MAX_EPISODE_TASKS + 1}, "--episode-tasks"),
+    ({"reproduce_article": True, "seeds": 1, "seed_base": MAX_SEED + 1}, "--seed-base"),
+    ({"online": True, "article_clients": 3}, "--article-clients is not used there: --online"),
+    ({"reproduce_article": True, "online_seeds": 5}, "--online-seeds is not used there"),
+    ({"online": True, "scenarios": ["bursty", "bursty", "edge"]}, "one scenario"),
+])
+def test_eval_config_refuses_a_value_just_past_each_bound(bad, flag, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape(flag)):
+        EvalConfig(out=str(tmp_path / "results"), **bad).validate()
+
+
+def test_eval_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> None:
+    out = str(tmp_path / "results")
+    EvalConfig(out=out, seeds=MAX_EVAL_SEEDS, online_seeds=1, episodes=1, online_samples=10,
+               episode_tasks=2, seed_base=0).validate()
+    EvalConfig(out=out, no_online=True, episode_tasks=MAX_EPISODE_TASKS,
+               seed_base=MAX_SEED - 4).validate()
+    # the reproduction runs its own seeds, not the online study's 5: one seed fits at the top
+    EvalConfig(out=out, reproduce_article=True, article_clients=0, seeds=1,
+               seed_base=MAX_SEED).validate()
+    EvalConfig(out=out, online=True, scenarios=["bursty", "bursty"]).validate()   # one scenario
+    assert EvalConfig(online=True, seeds=2).online_seed_count() == MIN_ONLINE_SEEDS
+    assert EvalConfig(online=True, seeds=2, online_seeds=3).online_seed_count() == 3
+    assert EvalConfig(seeds=2).online_seed_count() == 2
+
+
+def test_an_unwritable_output_folder_is_refused_first(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("agents.config.os.access", lambda path, mode: False)   # root writes anywhere
+    with pytest.raises(ConfigError, match=re.escape(f"--out {tmp_path / 'r'}: {tmp_path} is not "
+                                                    "writable")):
+        EvalConfig(out=str(tmp_path / "r")).validate()
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("progress_bar: 'no'\n", "option progress_bar must be true or false, got 'no'"),
+    ("timesteps: true\n", "option timesteps must be an integer, got True"),
+    ("timesteps: 1.5\n", "option timesteps must be an integer, got 1.5"),
+    ("seeds: [0, x]\n", "option seeds must be an integer, got 'x'"),
+    ("hp: 5\n", "option hp must be a mapping of key: value, got 5"),
+    ("scenario:\n", "option scenario must not be empty"),
+    ("- timesteps: 5\n", "must hold a mapping of option: value"),
+])
+def test_a_config_file_value_of_the_wrong_type_names_the_file_and_option(
+        text, message, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        read_yaml_options(TrainConfig, path)
+    assert str(path) in str(info.value)
+    with pytest.raises(ConfigError, match=f"config file {re.escape(str(tmp_path / 'none.yaml'))} "
+                                          "does not exist"):
+        read_yaml_options(TrainConfig, tmp_path / "none.yaml")
+
+
+def test_a_config_file_takes_kebab_keys_scalars_for_lists_and_empty_optionals(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("")
+    assert read_yaml_options(TrainConfig, path) == {}                 # an empty file: no options
+    path.write_text("clone-samples: 20\nseeds: 3\nhardware:\nhp: [gamma=0.5]\nscenario: 7\n")
+    assert read_yaml_options(TrainConfig, path) == {
+        "clone_samples": 20, "seeds": [3], "hardware": None, "hp": {"gamma": 0.5},
+        "scenario": "7"}
+
+
+def test_a_dumped_config_reads_back_in_field_order(tmp_path: Path) -> None:
+    config, _ = parse_config(TrainConfig, ["--seeds", "3", "4", "--hp", "gamma=0.5",
+                                           "--no-progress-bar", "--log-dir", str(tmp_path)])
+    text = to_yaml(config)
+    assert list(yaml.safe_load(text)) == [f.name for f in dataclasses.fields(TrainConfig)]
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    assert parse_config(TrainConfig, ["--config", str(path)])[0] == config
+
+
+def test_help_shows_each_options_default() -> None:
+    text = " ".join(build_parser(TrainConfig).format_help().split())
+    assert "(default: 60000)" in text and "(default: ['ppo'])" in text
+    assert "(default: True)" in text            # --progress-bar/--no-progress-bar
+    assert "(default: WarmupConfig's)" in text and "(default: None)" not in text.split(
+        "--clone-samples")[1].split("--scenario")[0]       # its own words, not appended twice
 
 
 def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
