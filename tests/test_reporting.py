@@ -187,39 +187,116 @@ def test_the_console_table_keeps_its_columns_under_long_section_and_run_names() 
     assert lines[0].index("mean (s)") + len("mean (s)") == lines[2].index("26.82") + len("26.82")
 
 
-def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The axes of every figure agents.plots saves, as its _finish receives them."""
+    from agents import plots
+
+    axes: list = []
+    finish = plots._finish
+
+    def capture(fig, ax_list, target):
+        axes.extend(ax_list)
+        return finish(fig, ax_list, target)
+
+    monkeypatch.setattr(plots, "_finish", capture)
+    return axes
+
+
+def write_scalars(folder: Path, tag: str, values: dict[int, float]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step, value in values.items():
+        writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path, drawn: list
                                                                   ) -> None:
     """learning_curves.png showed the training stream alone; runs that log eval/ (train.py's
     held-out episode) get a second panel, with a line for each run that has the curve."""
-    from torch.utils.tensorboard import SummaryWriter
-
     from agents import plots
 
     runs = []
     for name, with_eval in (("a", True), ("b", False)):
-        writer = SummaryWriter(str(tmp_path / name))
-        for step in range(0, 50, 10):
-            writer.add_scalar("latency/vs_static", 1.5 - step / 100, step)
-            if with_eval:
-                writer.add_scalar("eval/vs_best_static", 1.2 - step / 100, step)
-        writer.close()
+        write_scalars(tmp_path / name, "latency/vs_static", {s: 1.5 - s / 100 for s in range(0, 50, 10)})
+        if with_eval:
+            write_scalars(tmp_path / name, "eval/vs_best_static",
+                          {s: 1.2 - s / 100 for s in range(0, 50, 10)})
         runs.append((name, tmp_path / name))
-    seen: list[tuple[str, list[str]]] = []
-    finish = plots._finish
 
-    def capture(fig, axes, target):
-        seen.extend((ax.get_ylabel(), sorted(line.get_label() for line in ax.get_lines()))
-                    for ax in axes)
-        return finish(fig, axes, target)
+    def seen() -> list[tuple[str, list[str]]]:
+        return [(ax.get_ylabel(), sorted(line.get_label() for line in ax.get_lines()))
+                for ax in drawn]
 
-    monkeypatch.setattr(plots, "_finish", capture)
     assert plots.learning_curves(runs, tmp_path / "two.png").is_file()
-    assert seen == [("latency/vs_static", ["a", "b", "best static"]),
-                    ("eval/vs_best_static", ["a", "best static"])]
-    seen.clear()
+    assert seen() == [("latency/vs_static", ["a", "b", "best static"]),
+                      ("eval/vs_best_static", ["a", "best static"])]
+    drawn.clear()
     plots.learning_curves(runs[1:], tmp_path / "one.png")
-    assert seen == [("latency/vs_static", ["b", "best static"])]
+    assert seen() == [("latency/vs_static", ["b", "best static"])]
+
+
+def test_the_held_out_panel_is_drawn_raw_and_the_training_panel_always(tmp_path: Path,
+                                                                        drawn: list) -> None:
+    from agents import plots
+
+    held_out = {s: float(s % 3) for s in range(0, 240, 10)}        # 24 logs, more than `smooth`
+    write_scalars(tmp_path / "a", "eval/vs_best_static", held_out)
+    plots.learning_curves([("a", tmp_path / "a")], tmp_path / "c.png", smooth=4)
+    training, evaluation = drawn
+    assert [line.get_label() for line in training.get_lines()] == ["best static"]
+    (line, _) = evaluation.get_lines()
+    assert list(line.get_xdata()) == list(held_out) and list(line.get_ydata()) == list(held_out.values())
+
+
+def test_a_resumed_runs_scalars_keep_the_newer_of_each_step(tmp_path: Path) -> None:
+    from agents.plots import read_scalars
+
+    write_scalars(tmp_path, "latency/vs_static", dict.fromkeys(range(5), 1.0))
+    write_scalars(tmp_path, "latency/vs_static", dict.fromkeys(range(3, 6), 2.0))   # resumed at 3
+    steps, values = read_scalars(tmp_path, "latency/vs_static")
+    assert list(steps) == list(range(6)) and list(values) == [1.0] * 3 + [2.0] * 3
+    assert [len(a) for a in read_scalars(tmp_path, "no/such_tag")] == [0, 0]
+
+
+def test_the_latency_cdf_steps_to_1_per_agent_on_a_log_axis(tmp_path: Path, drawn: list) -> None:
+    from agents import plots
+
+    plots.latency_cdf({"article": {"heft": np.array([3.0, 1.0, 2.0]), "ppo": np.array([5.0])},
+                       "bursty": {"heft": np.array([1.0])}}, tmp_path / "cdf.png")
+    assert [ax.get_title() for ax in drawn] == ["latency CDF: article", "latency CDF: bursty"]
+    lines = {line.get_label(): line for line in drawn[0].get_lines()}
+    assert sorted(lines) == ["heft", "ppo"] and drawn[0].get_xscale() == "log"
+    assert list(lines["heft"].get_xdata()) == [1.0, 2.0, 3.0]
+    assert list(lines["heft"].get_ydata()) == pytest.approx([1 / 3, 2 / 3, 1.0])
+
+
+def test_the_stabilization_plot_draws_the_mean_a_t_band_and_sample_200(tmp_path: Path,
+                                                                       drawn: list) -> None:
+    """Two seeds at 1 s and 3 s: mean 2, half-width t95(1) x std / sqrt(2) = t95(1), cut at 0."""
+    from agents import plots
+
+    plots.stabilization({"ppo": [np.full(300, 1.0), np.full(300, 3.0)],
+                         "static": [np.full(300, 2.5)]}, tmp_path / "s.png", window=1)
+    (ax,) = drawn
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["ppo"].get_ydata()) == [2.0] * 300
+    assert any(list(line.get_xdata()) == [plots.STABILIZATION_LINE] * 2 for line in lines.values())
+    (band,) = ax.collections                                 # one seed: no band
+    low, high = band.get_paths()[0].vertices[:, 1].min(), band.get_paths()[0].vertices[:, 1].max()
+    assert (low, high) == pytest.approx((0.0, 2.0 + t95(1)))
+    assert ax.get_ylabel() == "latency (s), rolling mean of 1"
+
+
+def test_the_rolling_mean_starts_at_sample_0() -> None:
+    """Until the window fills, each point is the mean of the samples so far."""
+    from agents.plots import _smooth
+
+    assert _smooth(np.array([2.0, 4.0, 6.0, 8.0]), 3).tolist() == [2.0, 3.0, 4.0, 6.0]
+    assert _smooth(np.array([2.0, 4.0]), 2).tolist() == [2.0, 3.0]
+    assert _smooth(np.array([2.0, 4.0]), 1).tolist() == [2.0, 4.0]
 
 
 # --- the summary's statistics ------------------------------------------------------------------
