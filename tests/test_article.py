@@ -19,7 +19,7 @@ from agents.article import (
     reproduce_table,
     table_markdown,
 )
-from agents.article_job import JobRun, job_scenario, run_job
+from agents.article_job import SPEED_ENTRY, JobRun, NominalBeliefs, job_scenario, run_job
 from agents.online import OnlineResult, rollout
 from agents.registry import make_policy
 from agents.stats import mean_ci95
@@ -127,6 +127,57 @@ def test_the_two_job_forms():
     assert (open_loop.clients, open_loop.arrival_rate) == (0, live.arrival_rate * 3.25)
     arrivals = [i["task"]["arrival"] for i in run_job("glm", "best-static", 0, 30, 3.25, 0).infos]
     assert arrivals[1] > 0.0 and arrivals == sorted(arrivals)    # Poisson, not three at 0
+
+
+def test_a_jobs_makespan_hit_rate_and_npu_ratio_by_hand():
+    """Makespan: last finish (anywhere in the list) minus the first arrival; the hit rate skips
+    tasks that touched no cache (None); the NPU ratio is the last task's."""
+    def info(arrival, latency, hit, npu):
+        return {"task": {"arrival": arrival}, "latency": latency, "cache_hit": hit,
+                "speed_ratio": {"npu": npu}}
+
+    run = JobRun([info(2.0, 1.0, True, 0.5), info(0.0, 5.0, None, 0.6),
+                  info(1.0, 1.0, False, 0.7), info(1.5, 0.5, True, 0.8)])
+    assert run.makespan == 5.0
+    assert run.hit_rate() == pytest.approx(2 / 3)
+    assert run.npu_ratio == 0.8
+    assert np.isnan(JobRun().npu_ratio) and np.isnan(JobRun([info(0.0, 1.0, None, 1.0)]).hit_rate())
+
+
+def test_nominal_beliefs_hide_exactly_the_measured_speed_ratios():
+    env = gym.make("envs:InferenceAlloc-v0", scenario=job_scenario(), episode_tasks=60)
+    names = env.unwrapped.hardware.device_names
+    obs, _ = env.reset(seed=0)
+    for step in range(60):            # every device in turn, until each has measured its speed
+        obs, _, _, _, info = env.step([step % len(names)] * 3)   # a device per stage
+    ratios = [info["speed_ratio"][name] for name in names]
+    assert all(r != 1.0 for r in ratios), ratios
+    hidden = NominalBeliefs(env).observation(obs)
+    speed = [SPEED_ENTRY + 4 * d for d in range(len(names))]
+    assert obs[speed] == pytest.approx([min(r / 2, 1.0) for r in ratios])   # the env's layout
+    assert list(hidden[speed]) == [0.5] * len(names)                        # ratio 1, scaled
+    others = np.ones(len(obs), bool)
+    others[speed] = False
+    assert np.array_equal(hidden[others], obs[others])
+
+
+def test_only_the_cold_learner_sees_nominal_beliefs_and_a_job_keeps_n_tasks(monkeypatch):
+    import agents.article_job as job
+
+    seen = {}
+    make = job.make_sb3
+
+    def spy(name, env, **kwargs):
+        seen[kwargs["warmup"] is None] = isinstance(env, NominalBeliefs)
+        return make(name, env, **kwargs)
+
+    monkeypatch.setattr(job, "make_sb3", spy)
+    assert len(run_job("glm", "ppo-cold", seed=0, n_tasks=20).infos) == 20   # not its rollout's
+    monkeypatch.setattr(job, "make_sb3", lambda name, env, **kwargs: (spy(name, env, **kwargs),
+                                                                       1 / 0))
+    with pytest.raises(ZeroDivisionError):
+        run_job("glm", "ppo-warm", seed=0, n_tasks=20)
+    assert seen == {True: True, False: False}
 
 
 def _stepped(step: int, level: float = 2.0, n: int = 600) -> OnlineResult:
