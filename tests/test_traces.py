@@ -147,6 +147,25 @@ def test_malformed_row_names_file_line_and_field(tmp_path: Path, bad_row: str, f
     assert str(path) in message
 
 
+
+def test_a_bad_field_is_quoted_as_it_stands_in_the_file(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, GOOD, "2023-11-16 18:17:04.0,4808,ten")
+    with pytest.raises(ValueError, match=r"line 3, GeneratedTokens: must be an integer >= 1, "
+                                         r"got 'ten'$"):
+        read_trace(path)
+
+
+def test_blank_lines_at_the_end_are_not_requests(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, GOOD, GOOD)
+    path.write_text(path.read_text() + "\n  \n\n")
+    assert len(read_trace(path)) == 2
+
+
+def test_a_trace_of_unequal_arrays_is_refused() -> None:
+    for context, generated in (([1], [1, 1]), ([1, 1], [1])):
+        with pytest.raises(ValueError, match="'t': arrays must all have the same length"):
+            Trace("t", [0.0, 1.0], context, generated)
+
 # --- batching ----------------------------------------------------------------------------------
 
 
