@@ -261,14 +261,15 @@ def saved_steps(path: Path) -> int | None:
 
 
 def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
-    params = hyperparams_with(spec.agent, config.env_id, config.hp)   # as make_sb3 builds it
+    """The HPARAMS view of a new run; `config` is the run's own, whose ``hp`` holds every
+    hyper-parameter the run uses (``train_run``)."""
     return {"agent": spec.label, "algo": spec.agent, "warmup": spec.warmup, "seed": spec.seed,
             "env_id": config.env_id, "scenario": config.scenario,
             "hardware": config.hardware or "(scenario's)", "variant": config.variant or
             "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
             "normalize": config.normalize, "episode_tasks": config.episode_tasks or 0,
             "conservative": config.conservative if spec.warmup != "none" else "-",
-            **{f"hp/{k}": v for k, v in params.items()}}
+            **{f"hp/{k}": v for k, v in config.hp.items()}}
 
 
 # ----------------------------------------------------------------------------- running

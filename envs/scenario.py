@@ -272,14 +272,22 @@ def _distribution(section: dict[str, Any], key: str, default: Distribution) -> D
 
 
 def scenario_from_dict(raw: Any, origin: str, base_dir: Path | None = None) -> Scenario:
-    """Validate a parsed YAML mapping into a Scenario; errors name the offending field.
+    """Validate a parsed YAML mapping into a Scenario; errors name `origin` (the file it came
+    from) and the offending field.
 
     ``base_dir``: the folder of the YAML file it came from, against which relative ``hardware``
     and ``workload.trace`` paths resolve (see the module docstring); None leaves them as given.
     """
+    try:
+        return _scenario(raw, origin, base_dir)
+    except ValueError as exc:
+        raise ValueError(f"{origin}: {exc}") from None
+
+
+def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     top = _section(raw, "<top level>", {f.name for f in fields(Scenario)} - {"source"})
     if not top and not isinstance(raw, dict):
-        raise ValueError(f"scenario {origin}: top level must be a mapping")
+        raise ValueError("scenario top level must be a mapping")
     d = Scenario(name=str(top.get("name", Path(origin).stem)))
     w_raw = _section(top.get("workload"), "workload", {f.name for f in fields(Workload)})
     w = Workload()
@@ -395,8 +403,4 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
     # against it stay right if the working directory changes before the env reads them.
     yaml_path = Path(origin)
     base_dir = yaml_path.absolute().parent if yaml_path.is_file() else SCENARIO_DIR
-    try:
-        return scenario_from_dict(raw, origin, base_dir)
-    except ValueError as exc:   # "scenario field X ...": which file's
-        message = str(exc)
-        raise ValueError(message if origin in message else f"{origin}: {message}") from None
+    return scenario_from_dict(raw, origin, base_dir)
