@@ -13,9 +13,34 @@ from typing import IO, Any
 
 import yaml
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
 
 class NumberFriendlyLoader(yaml.SafeLoader):
-    """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``."""
+    """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``, and
+    refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # PyYAML keeps the last of two equal keys without a word: a scenario's second
+        # `workload:` block replaced the first whole, its other fields falling back to their
+        # defaults. YAML requires unique keys. The check runs before the merge keys (`<<`) are
+        # flattened in: a key overriding a merged one is allowed.
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=False)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:   # an unhashable key: the base class names it
+                    continue
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key!r} (first given on line "
+                        f"{first.start_mark.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 NumberFriendlyLoader.add_implicit_resolver(

@@ -202,6 +202,24 @@ def test_exponent_only_floats_read_as_numbers_everywhere():
     assert parse_overrides(["learning_rate=3e-4"]) == {"learning_rate": 3e-4}
 
 
+def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path):
+    # PyYAML keeps the last one: the second `workload:` dropped the first's arrival_rate.
+    with pytest.raises(yaml.YAMLError, match=r"duplicate key 'a' \(first given on line 1\)"):
+        safe_load("a: 1\nb: {c: 2}\na: 3\n")
+    with pytest.raises(yaml.YAMLError, match="duplicate key 'c'"):
+        safe_load("b: {c: 1, c: 2}\n")
+    # a key overriding one brought in by a merge key is YAML's way of extending a mapping
+    assert safe_load("base: &b {x: 1, y: 2}\nd: {<<: *b, x: 3}\n")["d"] == {"x": 3, "y": 2}
+    from envs.scenario import load_scenario
+
+    scenario = tmp_path / "twice.yaml"
+    scenario.write_text("name: twice\nworkload:\n  arrival_rate: 0.5\nnoise: 0.0\n"
+                        "workload:\n  batch: 16\n")
+    with pytest.raises(ValueError, match=r"twice\.yaml: malformed YAML at line 5, column 1: "
+                                         r"found duplicate key 'workload'"):
+        load_scenario(str(scenario))
+
+
 def renamed(section: dict, old: str, new: str) -> None:
     section[new] = section.pop(old)
 
