@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import importlib.util
 import re
@@ -173,6 +174,26 @@ def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
     assert main(args) == 0
     assert (out / "summary.csv").read_text().count("\n") == 3
     assert not (out / "learning_curves.png").exists()
+
+
+@pytest.mark.slow
+def test_the_readmes_heft_split_figures_are_what_its_command_measures(tmp_path: Path) -> None:
+    # The README quotes the command beside the figures; a cost-model change moved them once
+    # without the text following (15.1 / 30.3 / 43.0 s against a measured 15.0 / 30.2 / 42.9).
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    quoted = re.search(r"its mean latency is ([\d.]+) s, against ([\d.]+) s for `heft-calibrated` "
+                       r"and ([\d.]+) s for `best-static` \(`python evaluate.py --baselines "
+                       r"heft-split heft-calibrated best-static --no-online --out results/split`",
+                       readme)
+    assert quoted is not None, "the README's heft-split sentence changed: update this test"
+    out = tmp_path / "split"
+    assert load_main("evaluate.py")(["--baselines", "heft-split", "heft-calibrated", "best-static",
+                                     "--no-online", "--out", str(out), "--no-progress-bar",
+                                     "--runs", str(tmp_path / "no-runs")]) == 0
+    rows = {row["agent"]: float(row["mean_latency_s"])
+            for row in csv.DictReader((out / "summary.csv").open(encoding="utf-8"))}
+    measured = [f"{rows[name]:.1f}" for name in ("heft-split", "heft-calibrated", "best-static")]
+    assert list(quoted.groups()) == measured
 
 
 def test_evaluate_rejects_a_negative_client_count(tmp_path: Path, capsys) -> None:
