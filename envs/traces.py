@@ -8,6 +8,9 @@ Format
     CSV with the header ``TIMESTAMP,ContextTokens,GeneratedTokens`` and one request per row, in
     arrival order. ``TIMESTAMP`` looks like ``2023-11-16 18:17:03.9799600`` (7 fractional digits,
     which ``datetime.strptime``'s ``%f`` rejects, so it is parsed here by hand, to the nanosecond).
+    A UTC offset after it (``+00:00``, ``-0500`` or ``Z``, as pandas writes time-zone-aware
+    times, and as later Azure traces do) is taken into account; a file must give one on every row
+    or on none, since a time without one could be in any zone.
     :func:`read_trace` returns a :class:`Trace` of numpy arrays with times in seconds since the
     first request. Both token counts must be integers >= 1: the real traces contain no zero, so a
     zero is treated as a corrupt row and rejected rather than silently patched.
@@ -55,7 +58,8 @@ TRACES: dict[str, Path] = {
 HEADER: tuple[str, str, str] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 _TIMESTAMP = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?", re.ASCII
+    r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(Z|[+-]\d{2}:?\d{2})?", re.ASCII
 )
 _NS_PER_S = 1_000_000_000
 _NS_PER_DAY = 86_400 * _NS_PER_S
@@ -128,8 +132,11 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     )
 
 
-def _parse_timestamp_ns(text: str, day_cache: dict[tuple[int, int, int], int]) -> int:
-    """Nanoseconds since 0001-01-01 for ``YYYY-MM-DD HH:MM:SS[.fffffffff]``; ValueError if not."""
+def _parse_timestamp_ns(
+    text: str, day_cache: dict[tuple[int, int, int], int]
+) -> tuple[int, bool]:
+    """UTC nanoseconds since 0001-01-01 for ``YYYY-MM-DD HH:MM:SS[.fffffffff][offset]``, and
+    whether the text gave a UTC offset; ValueError if it is not such a timestamp."""
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
         raise ValueError("not a timestamp like 2023-11-16 18:17:03.9799600")
@@ -141,7 +148,23 @@ def _parse_timestamp_ns(text: str, day_cache: dict[tuple[int, int, int], int]) -
     if day_ns is None:  # date() validates the calendar; the cache keeps it off the hot path
         day_ns = day_cache[key] = date(year, month, day).toordinal() * _NS_PER_DAY
     fraction_ns = int((match.group(7) or "").ljust(9, "0"))
-    return day_ns + ((hour * 60 + minute) * 60 + second) * _NS_PER_S + fraction_ns
+    local_ns = day_ns + ((hour * 60 + minute) * 60 + second) * _NS_PER_S + fraction_ns
+    offset = match.group(8)
+    if offset is None:
+        return local_ns, False
+    return local_ns - _offset_ns(offset), True
+
+
+def _offset_ns(offset: str) -> int:
+    """``Z``, ``+HH:MM`` or ``-HHMM`` in nanoseconds east of UTC."""
+    if offset == "Z":
+        return 0
+    digits = offset[1:].replace(":", "")
+    hours, minutes = int(digits[:2]), int(digits[2:])
+    if hours > 23 or minutes > 59:
+        raise ValueError(f"UTC offset {offset} out of range")
+    sign = -1 if offset[0] == "-" else 1
+    return sign * (hours * 60 + minutes) * 60 * _NS_PER_S
 
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -197,6 +220,7 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     generated = np.empty(n, dtype=np.int64)
     day_cache: dict[tuple[int, int, int], int] = {}
     previous_ns = -1
+    zoned: bool | None = None     # whether the rows give a UTC offset, set by the first row
     for i, line in enumerate(lines[1:]):
         lineno = i + 2
         fields = line.split(",")
@@ -207,7 +231,13 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
             )
         field = HEADER[0]
         try:
-            now_ns = _parse_timestamp_ns(fields[0].strip(), day_cache)
+            now_ns, has_offset = _parse_timestamp_ns(fields[0].strip(), day_cache)
+            if zoned is None:
+                zoned = has_offset
+            elif has_offset != zoned:
+                raise ValueError("a UTC offset on some rows and not on others (line 2 "
+                                 f"{'has' if zoned else 'has none'}); give it on every row "
+                                 "or on none")
             field = HEADER[1]
             context[i] = _parse_tokens(fields[1].strip())
             field = HEADER[2]

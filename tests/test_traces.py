@@ -155,6 +155,40 @@ def test_a_bad_field_is_quoted_as_it_stands_in_the_file(tmp_path: Path) -> None:
         read_trace(path)
 
 
+def test_utc_offsets_are_converted_to_utc(tmp_path: Path) -> None:
+    """Time-zone-aware times (pandas writes ``+00:00``): the same instant in any zone is 0 s."""
+    path = write_csv(tmp_path,
+                     "2024-05-10 00:00:00.009930+00:00,10,2",
+                     "2024-05-10 02:00:00.509930+02:00,10,2",   # 0.5 s later, in UTC
+                     "2024-05-09T19:00:01.009930-0500,10,2",    # 1 s, the day before locally
+                     "2024-05-10 00:00:01.5Z,10,2")
+    assert read_trace(path).time_s.tolist() == pytest.approx([0.0, 0.5, 1.0, 1.49007])
+
+
+def test_an_offset_makes_a_later_local_time_earlier(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, "2024-05-10 00:00:00+00:00,10,2", "2024-05-10 00:30:00+01:00,10,2")
+    with pytest.raises(ValueError, match="line 3, TIMESTAMP: timestamps go backwards"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("2024-05-10 00:00:00+00:00", "2024-05-10 00:00:01"),
+    ("2024-05-10 00:00:00", "2024-05-10 00:00:01Z"),
+])
+def test_offsets_on_some_rows_only_are_refused(tmp_path: Path, first: str, second: str) -> None:
+    path = write_csv(tmp_path, f"{first},10,2", f"{second},10,2")
+    with pytest.raises(ValueError, match=r"line 3, TIMESTAMP: a UTC offset on some rows and not "
+                                         r"on others"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("offset", ["+24:00", "+01:60", "+1:00", "+01:0", "UTC"])
+def test_a_malformed_utc_offset_is_refused(tmp_path: Path, offset: str) -> None:
+    path = write_csv(tmp_path, "2024-05-10 00:00:00+00:00,10,2", f"2024-05-10 00:00:01{offset},10,2")
+    with pytest.raises(ValueError, match="line 3, TIMESTAMP: "):
+        read_trace(path)
+
+
 def test_blank_lines_at_the_end_are_not_requests(tmp_path: Path) -> None:
     path = write_csv(tmp_path, GOOD, GOOD)
     path.write_text(path.read_text() + "\n  \n\n")
