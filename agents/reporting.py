@@ -214,12 +214,13 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
 
 def section_of(cfg: EvalConfig, ctx: Context, others: list[Context] | None = None) -> str:
     """The summary's section: the scenario (a file's by its name), and the hardware and
-    variant where they are not the scenario's (or --hardware's); a hardware file's name,
-    or its path where two files of one name are evaluated (`others`)."""
+    variant where they are not the scenario's own; a hardware file's name, or its path where
+    two files of one name are evaluated (`others`)."""
     scenario = Path(ctx.scenario).stem if Path(ctx.scenario).suffix in (".yaml", ".yml") \
         else ctx.scenario
     _, hardware, variant = ctx.key()
-    _, own_hardware, own_variant = Context(ctx.scenario, cfg.hardware, None).key()
+    # --hardware is named too: the summary records nothing else of the options it ran with
+    _, own_hardware, own_variant = Context(ctx.scenario, None, None).key()
     extra = []
     if hardware != own_hardware:
         name = Path(hardware).stem

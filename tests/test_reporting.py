@@ -120,6 +120,15 @@ def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> No
         check_inputs(cfg, entries, cfg.scenarios)
 
 
+def test_hardware_given_on_the_command_line_is_named_in_the_section(tmp_path: Path) -> None:
+    """`evaluate.py --hardware edge` left the summary titled "article", as if on the server."""
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware="edge")
+    results = evaluate_agents(cfg, [], ["article"])
+    assert [(r.scenario, r.agent) for r in results] == [("article (hardware edge)", "best-static")]
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware="server")
+    assert [r.scenario for r in evaluate_agents(cfg, [], ["article"])] == ["article"]
+
+
 def test_one_hardware_spelt_two_ways_is_one_section(tmp_path: Path) -> None:
     """`edge` and `.../presets/edge.yaml` were two contexts with one title: the baselines ran
     twice into one row (n doubled); two files named hw.yaml shared a title the other way."""
