@@ -47,6 +47,7 @@ from inference.yamlio import describe_yaml_error, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
+WARM_START = "warm_start"   # the YAML key of a warm-started learner's hyper-parameters
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
 
 
@@ -60,7 +61,10 @@ def env_id_of(env: gym.Env | Any) -> str:
     return ENV_IDS[1] if "Split" in name else ENV_IDS[0]
 
 
-def load_hyperparams(agent: str, env_id: str) -> dict[str, Any]:
+def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[str, Any]:
+    """The YAML's hyper-parameters of `agent` on `env_id`. An env's ``warm_start`` mapping
+    holds the values a learner that starts from a behaviour clone uses instead (see
+    ``starts_warm``); `warm_start` puts them on top."""
     if agent not in ALGORITHMS:
         raise ValueError(f"unknown SB3 agent {agent!r}; known: {', '.join(ALGORITHMS)}")
     path = HYPERPARAMS_DIR / f"{agent}.yaml"
@@ -77,14 +81,29 @@ def load_hyperparams(agent: str, env_id: str) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise ValueError(f"{path}: {env_id} must map hyper-parameter names to values, "
                          f"got {params!r}")
+    params = dict(params)
+    warm = params.pop(WARM_START, None) or {}
+    if not isinstance(warm, dict):
+        raise ValueError(f"{path}: {env_id}.{WARM_START} must map hyper-parameter names to "
+                         f"values, got {warm!r}")
     # checked here, not by SB3: a typo'd key was a bare TypeError traceback, and a value of
     # the wrong type (gamma: abc) failed only once training had started
     try:
         check_keys(agent, params)
         check_override_types(agent, {}, params)
+        check_keys(agent, warm)
+        check_override_types(agent, params, warm)
     except ValueError as exc:
         raise ValueError(f"{path}, {env_id}: {exc}") from None
-    return dict(params)
+    if warm_start:
+        params.update(warm)
+    return params
+
+
+def starts_warm(warmup: WarmupConfig | None) -> bool:
+    """Whether a learner with this warm-up fine-tunes a behaviour clone, and so takes its
+    env's ``warm_start`` hyper-parameters."""
+    return warmup is not None and warmup.clone
 
 
 # set by make_sb3 itself (train.py's --seeds and the CPU device), never by hyper-parameters
@@ -267,11 +286,13 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             raise ValueError(f"hyper-parameter {key} must be {bounds}, got {value!r}")
 
 
-def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """The YAML's hyper-parameters of `name` on `env_id` with `overrides` (checked) on top;
+def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
+                     warm_start: bool = False) -> dict[str, Any]:
+    """The YAML's hyper-parameters of `name` on `env_id` (with its ``warm_start`` ones for a
+    warm-started learner) with `overrides` (checked) on top;
     a policy_kwargs override merges into the YAML's: replacing it, {net_arch: [8]} used to
     drop activation_fn (and log_std_init), so the net trained with ReLU unannounced."""
-    params = load_hyperparams(name, env_id)
+    params = load_hyperparams(name, env_id, warm_start)
     if overrides:
         check_keys(name, overrides)
         check_override_types(name, params, overrides)
@@ -294,7 +315,8 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     warm-up and ``predict`` use.
     """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
-    params = _resolve_kwargs(hyperparams_with(name, env_id_of(env), overrides))
+    params = _resolve_kwargs(hyperparams_with(name, env_id_of(env), overrides,
+                                              warm_start=starts_warm(warmup)))
     policy = params.pop("policy", "MlpPolicy")
     algo = ALGORITHMS[name]
     train_env = vec_env if vec_env is not None else wrap_for(name, env)

@@ -73,6 +73,7 @@ from agents.sb3_factory import (
     hyperparams_with,
     load_hyperparams,
     make_sb3,
+    starts_warm,
     wrap_for,
 )
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
@@ -284,7 +285,8 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     # run's config.yaml reproduces it after agents/hyperparams/ changes
     run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
                                      seeds=[spec.seed], resume=None,
-                                     hp=hyperparams_with(spec.agent, config.env_id, config.hp))
+                                     hp=hyperparams_with(spec.agent, config.env_id, config.hp,
+                                                         warm_start=starts_warm(warm)))
     return _run(agent, run_dir, run_config, spec, first, fresh=True)
 
 

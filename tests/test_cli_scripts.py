@@ -84,7 +84,10 @@ def test_train_makes_a_run_folder_per_agent_warmup_and_seed(trained) -> None:
         assert config.timesteps == 256 and len(config.agents) == len(config.seeds) == 1
         # every hyper-parameter the run used, not only the overrides: the config reproduces
         # the run after the YAML changes
-        assert config.hp == {**load_hyperparams("ppo", config.env_id), **TINY_HP}
+        # (a warm run's: its env's warm_start values, since it fine-tunes a clone)
+        warm = config.warmup == ["all"]
+        assert config.hp == {**load_hyperparams("ppo", config.env_id, warm_start=warm),
+                             **TINY_HP}
     assert leftover_temp_files(runs) == []
     table = done.stdout[done.stdout.index("| agent |"):]
     for row in ("| ppo (seed 0) |", "| ppo-warm (seed 1) |", "| best-static |", "| all-gpu |",
@@ -273,6 +276,11 @@ def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys)
     ("n_epoch: 10", "ppo.yaml, InferenceAlloc-v0: unknown ppo hyper-parameter 'n_epoch'"),
     ("gamma: abc", "ppo.yaml, InferenceAlloc-v0: hyper-parameter gamma must be a number"),
     ("seed: 3", "hyper-parameter seed is set by the trainer"),
+    ("warm_start: {learning_rat: 1.0e-4}",
+     "ppo.yaml, InferenceAlloc-v0: unknown ppo hyper-parameter 'learning_rat'"),
+    ("warm_start: {learning_rate: abc}",
+     "ppo.yaml, InferenceAlloc-v0: hyper-parameter learning_rate must be a number"),
+    ("warm_start: 1.0e-4", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),
 ])
 def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, tmp_path, capsys,
                                                                monkeypatch) -> None:
