@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents.registry import load_policy, make_policy
-from agents.sb3_factory import make_sb3, parse_overrides
+from agents.sb3_factory import load_hyperparams, make_sb3, parse_overrides
 from agents.warmup import WarmupConfig, WarmupController
 
 torch.set_num_threads(1)
@@ -461,3 +461,30 @@ def test_the_guard_warns_when_it_can_only_compare_raw_latencies() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         quiet.learn(32)                                   # relative: ratios, no warning
+
+
+
+def _lr(model) -> float:
+    """The step size an SB3 model trains with: its schedule's, and its optimizer's."""
+    lr = model.lr_schedule(1.0)
+    assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(lr)
+    return lr
+
+
+def test_a_cloned_ppo_fine_tunes_with_a_smaller_learning_rate_than_a_cold_one_learns_with():
+    """At the cold learner's 1e-3, PPO drifted off the clone it started from (the YAML's
+    warm_start; docs/CALIBRATION.md, "Learner")."""
+    env = _env(tasks=50)
+    small = {"clone_samples": 64, "clone_epochs": 1}
+    cold = _lr(make_sb3("ppo", env, seed=0).model)
+    warm = _lr(make_sb3("ppo", env, seed=0, warmup=WarmupConfig(**small)).model)
+    assert warm < cold
+    yaml_lr = load_hyperparams("ppo", "InferenceAlloc-v0", warm_start=True)["learning_rate"]
+    assert warm == pytest.approx(yaml_lr)
+    # without a clone there is nothing to fine-tune: the learner learns at the cold rate
+    uncloned = make_sb3("ppo", env, seed=0, warmup=WarmupConfig.from_parts("conservative,guard"))
+    assert _lr(uncloned.model) == pytest.approx(cold)
+    # an explicit override still wins over the warm-start value
+    model = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(**small),
+                     overrides={"learning_rate": 5e-4}).model
+    assert _lr(model) == pytest.approx(5e-4)
