@@ -488,3 +488,24 @@ def test_a_cloned_ppo_fine_tunes_with_a_smaller_learning_rate_than_a_cold_one_le
     model = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(**small),
                      overrides={"learning_rate": 5e-4}).model
     assert _lr(model) == pytest.approx(5e-4)
+
+
+def test_a_cloned_dqn_fine_tunes_greedily_and_with_a_smaller_learning_rate():
+    """From epsilon 1.0 and at the cold 1e-3, DQN acted at random over the clone it started
+    from and drifted off it (the YAML's warm_start; docs/CALIBRATION.md, "Learner")."""
+    env = _env(tasks=50)
+    cold = make_sb3("dqn", env, seed=0).model
+    warm = make_sb3("dqn", env, seed=0,
+                    warmup=WarmupConfig(clone_samples=64, clone_epochs=1)).model
+    yaml = load_hyperparams("dqn", "InferenceAlloc-v0", warm_start=True)
+    assert _lr(warm) < _lr(cold)
+    assert _lr(warm) == pytest.approx(yaml["learning_rate"])
+    # the clone acts from the first step past the conservative phase: no random start
+    assert cold.exploration_schedule(1.0) == pytest.approx(1.0)
+    assert warm.exploration_schedule(1.0) == pytest.approx(warm.exploration_final_eps)
+    assert warm.exploration_schedule(1.0) == pytest.approx(yaml["exploration_initial_eps"])
+    # without a clone there is nothing to fine-tune: the cold values
+    uncloned = make_sb3("dqn", env, seed=0,
+                        warmup=WarmupConfig.from_parts("conservative,guard")).model
+    assert _lr(uncloned) == pytest.approx(_lr(cold))
+    assert uncloned.exploration_schedule(1.0) == pytest.approx(1.0)
