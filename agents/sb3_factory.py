@@ -198,6 +198,9 @@ class SB3Agent(Policy):
         self.warmup: WarmupController | None = None
         self.callbacks: list[BaseCallback] = []
         self.clone_stats: dict[str, float] | None = None
+        # Set by make_sb3: the hyper-parameters as the YAML spells them (warm_start and
+        # overrides applied), which a run's config.yaml records.
+        self.hyperparams: dict[str, Any] = {}
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
@@ -315,8 +318,9 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     warm-up and ``predict`` use.
     """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
-    params = _resolve_kwargs(hyperparams_with(name, env_id_of(env), overrides,
-                                              warm_start=starts_warm(warmup)))
+    hyperparams = hyperparams_with(name, env_id_of(env), overrides,
+                                   warm_start=starts_warm(warmup))
+    params = _resolve_kwargs(hyperparams)
     policy = params.pop("policy", "MlpPolicy")
     algo = ALGORITHMS[name]
     train_env = vec_env if vec_env is not None else wrap_for(name, env)
@@ -329,6 +333,7 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
                  tensorboard_log=tensorboard_log, **params)
     setattr(model, "infer_agent", name)  # noqa: B010  saved with the model: load_sb3 reads it
     agent = SB3Agent(name, model, env)
+    agent.hyperparams = hyperparams
     if warmup is not None:
         attach_warmup(agent, env, warmup, seed=seed)
     return agent

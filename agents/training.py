@@ -70,10 +70,8 @@ from agents.registry import (
 from agents.sb3_factory import (
     ALGORITHMS,
     SB3Agent,
-    hyperparams_with,
     load_hyperparams,
     make_sb3,
-    starts_warm,
     wrap_for,
 )
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
@@ -281,12 +279,10 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
                      vec_env=venv)
     run_dir = new_run_dir(config.log_dir, run_name(config, spec))
-    # hp: every hyper-parameter the run used, the YAML's with the overrides on top, so the
-    # run's config.yaml reproduces it after agents/hyperparams/ changes
+    # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's, the
+    # overrides), so the run's config.yaml reproduces it after agents/hyperparams/ changes
     run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
-                                     seeds=[spec.seed], resume=None,
-                                     hp=hyperparams_with(spec.agent, config.env_id, config.hp,
-                                                         warm_start=starts_warm(warm)))
+                                     seeds=[spec.seed], resume=None, hp=dict(agent.hyperparams))
     return _run(agent, run_dir, run_config, spec, first, fresh=True)
 
 

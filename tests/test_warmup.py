@@ -463,7 +463,6 @@ def test_the_guard_warns_when_it_can_only_compare_raw_latencies() -> None:
         quiet.learn(32)                                   # relative: ratios, no warning
 
 
-
 def _lr(model) -> float:
     """The step size an SB3 model trains with: its schedule's, and its optimizer's."""
     lr = model.lr_schedule(1.0)
