@@ -212,7 +212,7 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
     return list(out.values())
 
 
-def section_of(cfg: EvalConfig, ctx: Context, others: list[Context] | None = None) -> str:
+def section_of(ctx: Context, others: list[Context] | None = None) -> str:
     """The summary's section: the scenario (a file's by its name), and the hardware and
     variant where they are not the scenario's own; a hardware file's name, or its path where
     two files of one name are evaluated (`others`)."""
@@ -269,7 +269,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
         for name in cfg.baselines:
             if name not in runnable:    # an all-<device> policy: never a learner's name
                 devices = ", ".join(_devices(ctx))
-                notes.append(f"{section_of(cfg, ctx, contexts)}: skipping baseline {name} (the hardware "
+                notes.append(f"{section_of(ctx, contexts)}: skipping baseline {name} (the hardware "
                              f"has no such device; it has {devices})")
                 continue
             try:
@@ -312,7 +312,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
     results: dict[tuple[str, str], AgentResult] = {}
     contexts = contexts_of(cfg, entries, scenarios)
     for ctx in contexts:
-        section = section_of(cfg, ctx, contexts)
+        section = section_of(ctx, contexts)
         env = _env_in(ctx, DEFAULT_ENV, cfg)
         static, oracle = make_policy("best-static", env), make_policy("oracle", env)
         refs = {s: (episode_latencies(static, env, s, cfg.episodes),

@@ -95,9 +95,17 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
         check_override_types(agent, params, warm)
     except ValueError as exc:
         raise ValueError(f"{path}, {env_id}: {exc}") from None
-    if warm_start:
-        params.update(warm)
-    return params
+    return _layered(params, warm) if warm_start else params
+
+
+def _layered(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `params` (a warm start's values, or overrides): a policy_kwargs in `top`
+    merges into the one below. Replacing it, {net_arch: [8]} used to drop activation_fn (and
+    log_std_init), so the net trained with ReLU unannounced."""
+    out = {**params, **top}
+    if isinstance(top.get("policy_kwargs"), dict):
+        out["policy_kwargs"] = {**(params.get("policy_kwargs") or {}), **top["policy_kwargs"]}
+    return out
 
 
 def starts_warm(warmup: WarmupConfig | None) -> bool:
@@ -292,18 +300,12 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
                      warm_start: bool = False) -> dict[str, Any]:
     """The YAML's hyper-parameters of `name` on `env_id` (with its ``warm_start`` ones for a
-    warm-started learner) with `overrides` (checked) on top;
-    a policy_kwargs override merges into the YAML's: replacing it, {net_arch: [8]} used to
-    drop activation_fn (and log_std_init), so the net trained with ReLU unannounced."""
+    warm-started learner) with `overrides` (checked) on top, layered by ``_layered``."""
     params = load_hyperparams(name, env_id, warm_start)
     if overrides:
         check_keys(name, overrides)
         check_override_types(name, params, overrides)
-        overrides = dict(overrides)
-        if isinstance(overrides.get("policy_kwargs"), dict):
-            overrides["policy_kwargs"] = {**(params.get("policy_kwargs") or {}),
-                                          **overrides["policy_kwargs"]}
-        params.update(overrides)
+        params = _layered(params, overrides)
     return params
 
 

@@ -256,59 +256,63 @@ def _device(raw: Any, i: int) -> DeviceProfile:
 
 
 def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
-    """Build and validate a Hardware from the YAML schema in this module's docstring."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"hardware {origin}: top level must be a mapping")
-    _known_keys(raw, _HARDWARE_KEYS, f"hardware {origin}: top level")
-    name = _text(raw.get("name", origin), f"hardware {origin}: name")
-    devices_raw = raw.get("devices")
-    if not isinstance(devices_raw, list) or not devices_raw:
-        raise ValueError(f"hardware {origin}: devices must be a non-empty list")
-    try:   # a device's field errors name the field; this names the file too
-        devices = tuple(_device(d, i) for i, d in enumerate(devices_raw))
+    """Build and validate a Hardware from the YAML schema in this module's docstring; errors
+    name `origin` (the file it came from) and the offending field."""
+    try:
+        return _hardware(raw, origin)
     except ValueError as exc:
         raise ValueError(f"hardware {origin}: {exc}") from None
+
+
+def _hardware(raw: Any, origin: str) -> Hardware:
+    if not isinstance(raw, dict):
+        raise ValueError("top level must be a mapping")
+    _known_keys(raw, _HARDWARE_KEYS, "top level")
+    name = _text(raw.get("name", origin), "name")
+    devices_raw = raw.get("devices")
+    if not isinstance(devices_raw, list) or not devices_raw:
+        raise ValueError("devices must be a non-empty list")
+    devices = tuple(_device(d, i) for i, d in enumerate(devices_raw))
     names = [d.name for d in devices]
     if len(set(names)) != len(names):
-        raise ValueError(f"hardware {origin}: device names must be unique, got {names}")
+        raise ValueError(f"device names must be unique, got {names}")
     index = {n: i for i, n in enumerate(names)}
     links: dict[tuple[int, int], Link] = {}
     links_raw = raw.get("links") or []
     if not isinstance(links_raw, list):
         # A mapping here would be iterated by its keys and reported as a bad `links[0].between`.
-        raise ValueError(f"hardware {origin}: links must be a list of mappings "
+        raise ValueError(f"links must be a list of mappings "
                          f"({{between: [a, b], bandwidth: ..., latency: ...}}), "
                          f"got a {type(links_raw).__name__}")
     for j, link_raw in enumerate(links_raw):
         where = f"links[{j}]"
         if not isinstance(link_raw, dict):
-            raise ValueError(f"hardware {origin}: {where} must be a mapping with keys "
+            raise ValueError(f"{where} must be a mapping with keys "
                              f"{', '.join(_LINK_KEYS)}, got {link_raw!r}")
-        _known_keys(link_raw, _LINK_KEYS, f"hardware {origin}: {where}")
+        _known_keys(link_raw, _LINK_KEYS, where)
         pair = link_raw.get("between")
         if not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]:
-            raise ValueError(f"hardware {origin}: {where}.between must name two different devices")
+            raise ValueError(f"{where}.between must name two different devices")
         for end in pair:
             if not isinstance(end, str) or end not in index:   # a list is unhashable
-                raise ValueError(f"hardware {origin}: {where}.between names unknown device {end!r}")
+                raise ValueError(f"{where}.between names unknown device {end!r}")
         link = Link(
-            _figure(link_raw.get("bandwidth"), f"hardware {origin}: {where}.bandwidth", "bandwidth"),
-            _figure(link_raw.get("latency"), f"hardware {origin}: {where}.latency", "latency"),
+            _figure(link_raw.get("bandwidth"), f"{where}.bandwidth", "bandwidth"),
+            _figure(link_raw.get("latency"), f"{where}.latency", "latency"),
         )
         a, b = index[pair[0]], index[pair[1]]
         if (a, b) in links:   # the second used to replace the first, unnoticed
-            raise ValueError(f"hardware {origin}: {where} links {pair[0]} and {pair[1]} again; "
+            raise ValueError(f"{where} links {pair[0]} and {pair[1]} again; "
                              f"give each pair of devices one link")
         links[(a, b)] = links[(b, a)] = link
     for a in range(len(devices)):
         for b in range(len(devices)):
             if a != b and (a, b) not in links:
                 raise ValueError(
-                    f"hardware {origin}: no link between {names[a]} and {names[b]}; "
+                    f"no link between {names[a]} and {names[b]}; "
                     "every pair of devices needs one"
                 )
-    disk = _figure(raw.get("disk_bandwidth"), f"hardware {origin}: disk_bandwidth",
-                   "disk_bandwidth")
+    disk = _figure(raw.get("disk_bandwidth"), "disk_bandwidth", "disk_bandwidth")
     return Hardware(name, devices, links, disk)
 
 

@@ -508,3 +508,20 @@ def test_a_cloned_dqn_fine_tunes_greedily_and_with_a_smaller_learning_rate():
                         warmup=WarmupConfig.from_parts("conservative,guard")).model
     assert _lr(uncloned) == pytest.approx(_lr(cold))
     assert uncloned.exploration_schedule(1.0) == pytest.approx(1.0)
+
+
+def test_a_warm_start_policy_kwargs_merges_into_the_envs_like_an_override(tmp_path, monkeypatch):
+    """A warm_start {net_arch: ...} replaced the env's policy_kwargs whole, dropping its
+    activation_fn, where the same --hp override merges into them."""
+    import agents.sb3_factory as factory
+    (tmp_path / "ppo.yaml").write_text(
+        "InferenceAlloc-v0:\n  n_steps: 16\n"
+        "  policy_kwargs: {net_arch: [8], activation_fn: tanh}\n"
+        "  warm_start: {policy_kwargs: {net_arch: [4]}}\n")
+    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path)
+    warm = factory.load_hyperparams("ppo", "InferenceAlloc-v0", warm_start=True)
+    assert warm["policy_kwargs"] == {"net_arch": [4], "activation_fn": "tanh"}
+    override = factory.hyperparams_with("ppo", "InferenceAlloc-v0",
+                                        {"policy_kwargs": {"net_arch": [4]}})
+    assert override["policy_kwargs"] == warm["policy_kwargs"]
+    assert factory.load_hyperparams("ppo", "InferenceAlloc-v0")["policy_kwargs"]["net_arch"] == [8]
