@@ -9,8 +9,13 @@ Format
     arrival order. ``TIMESTAMP`` looks like ``2023-11-16 18:17:03.9799600`` (7 fractional digits,
     which ``datetime.strptime``'s ``%f`` rejects, so it is parsed here by hand, to the nanosecond).
     A UTC offset after it (``+00:00``, ``-0500`` or ``Z``, as pandas writes time-zone-aware
-    times, and as later Azure traces do) is taken into account; a file must give one on every row
-    or on none, since a time without one could be in any zone.
+    times) is taken into account; a file must give one on every row or on none, since a time
+    without one could be in any zone.
+    The 2024 Azure traces (``AzureLLMInferenceTrace_{code,conv}_1week.csv``, DynamoLLM) read as
+    they are: the same header, times like ``2024-05-10 00:00:00.009930+00:00`` (a whole second
+    without its fraction), 17-27 million rows a week. The reader streams the file into int64
+    arrays, about 55 bytes a row at its peak (``bench/bench_traces.py``), so such a week takes
+    1-2 GB and a couple of minutes, once per process.
     :func:`read_trace` returns a :class:`Trace` of numpy arrays with times in seconds since the
     first request. Both token counts must be integers >= 1: the real traces contain no zero, so a
     zero is treated as a corrupt row and rejected rather than silently patched.
@@ -38,10 +43,12 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -132,27 +139,46 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     )
 
 
-def _parse_timestamp_ns(
-    text: str, day_cache: dict[tuple[int, int, int], int]
-) -> tuple[int, bool]:
+class _TimestampParser:
     """UTC nanoseconds since 0001-01-01 for ``YYYY-MM-DD HH:MM:SS[.fffffffff][offset]``, and
-    whether the text gave a UTC offset; ValueError if it is not such a timestamp."""
-    match = _TIMESTAMP.fullmatch(text)
-    if match is None:
-        raise ValueError("not a timestamp like 2023-11-16 18:17:03.9799600")
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    if hour > 23 or minute > 59 or second > 59:
-        raise ValueError("time of day out of range")
-    key = (year, month, day)
-    day_ns = day_cache.get(key)
-    if day_ns is None:  # date() validates the calendar; the cache keeps it off the hot path
-        day_ns = day_cache[key] = date(year, month, day).toordinal() * _NS_PER_DAY
-    fraction_ns = int((match.group(7) or "").ljust(9, "0"))
-    local_ns = day_ns + ((hour * 60 + minute) * 60 + second) * _NS_PER_S + fraction_ns
-    offset = match.group(8)
-    if offset is None:
-        return local_ns, False
-    return local_ns - _offset_ns(offset), True
+    whether the text gave a UTC offset; ValueError if it is not such a timestamp.
+
+    A trace's rows come in time order, many to a second (~30 in the 2024 Azure traces), so the
+    last whole second's nanoseconds are kept, and each offset's: working out the calendar on
+    every row was most of the time to read a trace.
+    """
+
+    def __init__(self) -> None:
+        self._second: tuple[str, int] = ("", 0)    # the last "YYYY-MM-DD HH:MM:SS" and its ns
+        self._offsets: dict[str, int] = {}
+
+    def __call__(self, text: str) -> tuple[int, bool]:
+        match = _TIMESTAMP.fullmatch(text)
+        if match is None:
+            raise ValueError("not a timestamp like 2023-11-16 18:17:03.9799600")
+        fraction, offset = match.group(7, 8)
+        key = text[:19]    # the pattern's fields up to the seconds have fixed widths
+        if key == self._second[0]:
+            ns = self._second[1]
+        else:
+            ns = self._whole_second_ns(match)
+            self._second = (key, ns)
+        if fraction is not None:
+            ns += int(fraction.ljust(9, "0"))
+        if offset is None:
+            return ns, False
+        offset_ns = self._offsets.get(offset)
+        if offset_ns is None:
+            offset_ns = self._offsets[offset] = _offset_ns(offset)
+        return ns - offset_ns, True
+
+    @staticmethod
+    def _whole_second_ns(match: re.Match[str]) -> int:
+        year, month, day, hour, minute, second = (int(g) for g in match.group(1, 2, 3, 4, 5, 6))
+        if hour > 23 or minute > 59 or second > 59:
+            raise ValueError("time of day out of range")
+        days = date(year, month, day).toordinal()   # date() validates the calendar
+        return days * _NS_PER_DAY + ((hour * 60 + minute) * 60 + second) * _NS_PER_S
 
 
 def _offset_ns(offset: str) -> int:
@@ -195,34 +221,49 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     the field.
     """
     name, path = _resolve(name_or_path)
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":   # gzip's magic number: it failed as "not UTF-8 text (byte 0x8b)"
-        raise ValueError(f"{path}: a gzip-compressed file; decompress it first (gunzip -k)")
-    try:
-        lines = data.decode("utf-8-sig").splitlines()
-    except UnicodeDecodeError as error:  # its own message names neither the file nor the line
-        # error.object: the bytes decoded, which after a BOM start 3 bytes into the file.
-        lineno = error.object[: error.start].count(b"\n") + 1
-        raise ValueError(
-            f"{path}, line {lineno}: not UTF-8 text (byte {error.object[error.start]:#04x})"
-        ) from None
-    while lines and not lines[-1].strip():   # blank lines at the end, as editors leave them
-        lines.pop()
-    if not lines or [f.strip() for f in lines[0].split(",")] != list(HEADER):
-        got = repr(lines[0][:80]) if lines else "an empty file"   # columns renamed, reordered, added
-        raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
-    n = len(lines) - 1
-    if n == 0:
-        raise ValueError(f"{path}: empty trace (a header and no requests)")
+    with path.open("rb") as file:
+        if file.read(2) == b"\x1f\x8b":  # gzip's magic: it failed as "not UTF-8 text (byte 0x8b)"
+            raise ValueError(f"{path}: a gzip-compressed file; decompress it first (gunzip -k)")
+        file.seek(0)
+        # Row by row from the file, into compact int64 arrays: a week of a 2024 Azure trace is
+        # ~27M rows, which as a list of lines and of Python ints took gigabytes.
+        times_ns, context, generated = _read_rows(path, file)
+    return Trace(name, np.frombuffer(times_ns, dtype=np.int64) / _NS_PER_S,
+                 np.frombuffer(context, dtype=np.int64), np.frombuffer(generated, dtype=np.int64))
 
-    times_ns = [0] * n
-    context = np.empty(n, dtype=np.int64)
-    generated = np.empty(n, dtype=np.int64)
-    day_cache: dict[tuple[int, int, int], int] = {}
-    previous_ns = -1
+
+def _lines(path: Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each line but the blank ones at the end; a blank line
+    before a later line is given as it is, for the row check to refuse."""
+    blank: list[tuple[int, str]] = []
+    for lineno, raw in enumerate(file, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as error:   # its own message names neither file nor line
+            raise ValueError(
+                f"{path}, line {lineno}: not UTF-8 text (byte {error.object[error.start]:#04x})"
+            ) from None
+        line = line.rstrip("\r\n")
+        if not line.strip():   # held back: blank lines at the end, as editors leave them, are no rows
+            blank.append((lineno, line))
+            continue
+        yield from blank
+        blank.clear()
+        yield lineno, line
+
+
+def _read_rows(path: Path, file: BinaryIO) -> tuple[array, array, array]:
+    """The checked rows: UTC nanoseconds since the first row's time, and both token counts."""
+    lines = _lines(path, file)
+    first = next(lines, None)
+    if first is None or [f.strip() for f in first[1].split(",")] != list(HEADER):
+        got = repr(first[1][:80]) if first else "an empty file"   # columns renamed, reordered, added
+        raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
+    times_ns, context, generated = array("q"), array("q"), array("q")
+    parse_timestamp = _TimestampParser()
+    first_ns = previous_ns = None
     zoned: bool | None = None     # whether the rows give a UTC offset, set by the first row
-    for i, line in enumerate(lines[1:]):
-        lineno = i + 2
+    for lineno, line in lines:
         fields = line.split(",")
         if len(fields) != len(HEADER):
             raise ValueError(
@@ -231,7 +272,7 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
             )
         field = HEADER[0]
         try:
-            now_ns, has_offset = _parse_timestamp_ns(fields[0].strip(), day_cache)
+            now_ns, has_offset = parse_timestamp(fields[0].strip())
             if zoned is None:
                 zoned = has_offset
             elif has_offset != zoned:
@@ -239,25 +280,31 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
                                  f"{'has' if zoned else 'has none'}); give it on every row "
                                  "or on none")
             field = HEADER[1]
-            context[i] = _parse_tokens(fields[1].strip())
+            context.append(_parse_tokens(fields[1].strip()))
             field = HEADER[2]
-            generated[i] = _parse_tokens(fields[2].strip())
+            generated.append(_parse_tokens(fields[2].strip()))
         except ValueError as error:
             got = fields[HEADER.index(field)]
             got = got if len(got) <= 40 else f"{got[:20]}...{got[-10:]} ({len(got)} characters)"
             raise ValueError(f"{path}, line {lineno}, {field}: {error}, got {got!r}") from None
-        if now_ns < previous_ns:
+        if previous_ns is not None and now_ns < previous_ns:
             raise ValueError(
                 f"{path}, line {lineno}, {HEADER[0]}: timestamps go backwards "
                 f"({fields[0].strip()} is earlier than the previous row's)"
             )
-        times_ns[i] = previous_ns = now_ns
-
-    # Subtract in exact Python ints first: ns since year 1 overflow int64, and float64 seconds
-    # since year 1 would lose the microseconds.
-    first_ns = times_ns[0]
-    offsets_ns = np.array([t - first_ns for t in times_ns], dtype=np.int64)
-    return Trace(name, offsets_ns / _NS_PER_S, context, generated)
+        if first_ns is None:
+            first_ns = now_ns
+        # Differences from the first row, in exact Python ints: ns since year 1 overflow int64,
+        # and float64 seconds since year 1 would lose the microseconds.
+        since_first_ns = now_ns - first_ns
+        if since_first_ns > _INT64_MAX:
+            raise ValueError(f"{path}, line {lineno}, {HEADER[0]}: more than 292 years after "
+                             "the first row's time")
+        times_ns.append(since_first_ns)
+        previous_ns = now_ns
+    if not times_ns:
+        raise ValueError(f"{path}: empty trace (a header and no requests)")
+    return times_ns, context, generated
 
 
 def _as_trace(trace: Trace | str | os.PathLike[str]) -> Trace:
@@ -296,6 +343,34 @@ def batch_requests(
     Returns:
         Tasks in dispatch order; their ``batch`` sizes add up to the number of requests.
     """
+    columns = batch_columns(trace, time_scale=time_scale, window_s=window_s, max_batch=max_batch)
+    return list(Task.many_trusted(columns.batch.tolist(), columns.prompt_tokens.tolist(),
+                                  columns.output_tokens.tolist(), [0] * len(columns),
+                                  columns.arrival.tolist()))
+
+
+@dataclass(frozen=True, eq=False)
+class BatchColumns:
+    """:func:`batch_requests`'s tasks as parallel arrays (domain 0 for all): what an environment
+    replays from, since a week-long trace's millions of Task objects took gigabytes."""
+
+    batch: np.ndarray           # int64 requests per batch
+    prompt_tokens: np.ndarray   # int64 longest context in the batch
+    output_tokens: np.ndarray   # int64 longest generation in the batch
+    arrival: np.ndarray         # float64 dispatch time, non-decreasing
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+def batch_columns(
+    trace: Trace | str | os.PathLike[str],
+    *,
+    time_scale: float = 1.0,
+    window_s: float = 0.5,
+    max_batch: int = 32,
+) -> BatchColumns:
+    """:func:`batch_requests` as arrays; same arguments, same checks."""
     time_scale = _check_real("time_scale", time_scale, positive=True)
     window_s = _check_real("window_s", window_s, positive=False)
     if isinstance(max_batch, bool) or not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
@@ -304,24 +379,25 @@ def batch_requests(
     trace = _as_trace(trace)
 
     t = trace.time_s / time_scale
-    tasks: list[Task] = []
+    # Each batch's end is found from its start, so the walk is sequential; the padding (the
+    # longest prompt and generation of each batch) is then one reduceat per column.
+    # One searchsorted over the whole trace gives every request's window end up front.
+    window_end = np.searchsorted(t, t + window_s, side="right")
+    starts: list[int] = []
+    dispatch: list[float] = []
     start, n = 0, len(t)
     while start < n:
-        opened = float(t[start])
-        closes = opened + window_s
-        end = min(int(np.searchsorted(t, closes, side="right")), start + max_batch)
-        dispatch = float(t[end - 1]) if end - start == max_batch else closes
-        tasks.append(
-            Task(
-                batch=end - start,
-                prompt_tokens=int(trace.context_tokens[start:end].max()),
-                output_tokens=int(trace.generated_tokens[start:end].max()),
-                domain=0,
-                arrival=dispatch,
-            )
-        )
+        end = min(int(window_end[start]), start + max_batch)
+        starts.append(start)
+        dispatch.append(float(t[end - 1]) if end - start == max_batch else float(t[start]) + window_s)
         start = end
-    return tasks
+    bounds = np.asarray(starts, dtype=np.intp)
+    return BatchColumns(
+        batch=np.diff(np.append(bounds, n)).astype(np.int64),
+        prompt_tokens=np.maximum.reduceat(trace.context_tokens, bounds),
+        output_tokens=np.maximum.reduceat(trace.generated_tokens, bounds),
+        arrival=np.asarray(dispatch, dtype=np.float64),
+    )
 
 
 def trace_percentiles(

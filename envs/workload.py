@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.scenario import Distribution, Scenario, Workload
-from envs.traces import TRACES, batch_requests
+from envs.traces import TRACES, BatchColumns, batch_columns
 from inference.task import Task
 
 
@@ -68,11 +68,11 @@ def file_version(trace: str) -> tuple[object, ...]:
 
 @lru_cache(maxsize=8)
 def _cached_batches(trace: str, version: tuple[object, ...], time_scale: float, window_s: float,
-                    max_batch: int) -> tuple[Task, ...]:
-    return tuple(batch_requests(trace, time_scale=time_scale, window_s=window_s, max_batch=max_batch))
+                    max_batch: int) -> BatchColumns:
+    return batch_columns(trace, time_scale=time_scale, window_s=window_s, max_batch=max_batch)
 
 
-def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: int) -> tuple[Task, ...]:
+def _trace_batches(trace: str, time_scale: float, window_s: float, max_batch: int) -> BatchColumns:
     return _cached_batches(trace, file_version(trace), time_scale, window_s, max_batch)
 
 
@@ -89,12 +89,11 @@ def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int)
         batches = _trace_batches(w.trace, w.trace_time_scale, w.trace_window_s, w.trace_max_batch)
         n = min(n_tasks, len(batches))
         start = int(rng.integers(0, len(batches) - n + 1))
-        chosen = batches[start:start + n]
-        t0 = chosen[0].arrival
-        arrivals = np.array([b.arrival - t0 for b in chosen])
-        batch = np.array([b.batch for b in chosen])
-        prompt = np.array([b.prompt_tokens for b in chosen])
-        output = np.array([b.output_tokens for b in chosen])
+        window = slice(start, start + n)
+        arrivals = batches.arrival[window] - batches.arrival[start]
+        batch = batches.batch[window]
+        prompt = batches.prompt_tokens[window]
+        output = batches.output_tokens[window]
     else:
         n = n_tasks
         rates = np.full(n, w.arrival_rate)

@@ -33,7 +33,7 @@ def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys)
     assert "placement 0,1,1" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["bench_env", "bench_planning", "bench_simulator"])
+@pytest.mark.parametrize("name", ["bench_env", "bench_planning", "bench_simulator", "bench_traces"])
 def test_every_bench_option_shows_its_default(name, capsys):
     with pytest.raises(SystemExit):
         bench_main(name)(["--help"])
@@ -42,3 +42,22 @@ def test_every_bench_option_shows_its_default(name, capsys):
     assert len(entries) >= 3 and entries[0].startswith("help ")
     for entry in entries[1:]:
         assert "(default:" in entry, f"{name}: --{entry}"
+
+
+def test_the_trace_bench_reads_what_it_wrote(capsys):
+    bench_main("bench_traces")(["--rows", "500", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert out.startswith("500 rows") and "read_trace:" in out and "B/row" in out
+
+
+def test_the_trace_bench_writes_the_2024_format_that_read_trace_takes(tmp_path):
+    spec = importlib.util.spec_from_file_location("bt", ROOT / "bench" / "bench_traces.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "t.csv"
+    module.write_trace(path, 50)
+    lines = path.read_text().splitlines()[1:]
+    assert all(line.split(",")[0].endswith("+00:00") for line in lines)
+    assert any("." not in line.split(",")[0] for line in lines)   # whole seconds, no fraction
+    from envs.traces import read_trace
+    assert len(read_trace(path)) == 50

@@ -165,6 +165,50 @@ def test_utc_offsets_are_converted_to_utc(tmp_path: Path) -> None:
     assert read_trace(path).time_s.tolist() == pytest.approx([0.0, 0.5, 1.0, 1.49007])
 
 
+def test_rows_of_one_second_with_and_without_fractions(tmp_path: Path) -> None:
+    """The 2024 Azure traces' own rows: a whole second is written without its fraction, so
+    one second's rows differ in length; the reader's per-second cache must not care."""
+    path = write_csv(tmp_path,
+                     "2024-05-12 00:00:00+00:00,1452,3",
+                     "2024-05-12 00:00:00.001163+00:00,584,3",
+                     "2024-05-12 00:00:00.041683+00:00,862,38",
+                     "2024-05-12T00:00:00.5+00:00,1,1",       # the same second, the other separator
+                     "2024-05-12 00:00:01+00:00,1569,3",
+                     "2024-05-12 00:00:01.25+00:00,617,104",
+                     "2024-05-13 00:00:01+00:00,10,2")        # the same time of day, a day later
+    assert read_trace(path).time_s.tolist() == pytest.approx(
+        [0.0, 0.001163, 0.041683, 0.5, 1.0, 1.25, 86_401.0], abs=1e-9)
+
+
+def test_a_bad_time_is_refused_after_a_good_one_of_the_same_minute(tmp_path: Path) -> None:
+    # The per-second cache is keyed by the text: a new second is checked, not assumed.
+    path = write_csv(tmp_path, "2024-05-12 00:00:59+00:00,1,1", "2024-05-12 00:00:60+00:00,1,1")
+    with pytest.raises(ValueError, match="line 3, TIMESTAMP: time of day out of range"):
+        read_trace(path)
+
+
+def test_a_trace_spanning_more_than_int64_nanoseconds_is_refused(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, "1700-01-01 00:00:00,1,1", "2024-05-12 00:00:00,1,1")
+    with pytest.raises(ValueError, match="line 3, TIMESTAMP: more than 292 years after"):
+        read_trace(path)
+
+
+def test_a_blank_first_line_is_named_as_a_missing_header(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(f"\n{HEADER}\n{GOOD}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="on line 1, got ''"):
+        read_trace(path)
+    path.write_text("\n \n\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="got an empty file"):
+        read_trace(path)
+
+
+def test_windows_line_ends_are_read_as_lines(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_bytes(f"{HEADER}\r\n{GOOD}\r\n{GOOD}\r\n\r\n".encode())
+    assert read_trace(path).context_tokens.tolist() == [4808, 4808]
+
+
 def test_an_offset_makes_a_later_local_time_earlier(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "2024-05-10 00:00:00+00:00,10,2", "2024-05-10 00:30:00+01:00,10,2")
     with pytest.raises(ValueError, match="line 3, TIMESTAMP: timestamps go backwards"):
