@@ -70,8 +70,10 @@ from agents.registry import (
 from agents.sb3_factory import (
     ALGORITHMS,
     SB3Agent,
+    hyperparams_with,
     load_hyperparams,
     make_sb3,
+    starts_warm,
     wrap_for,
 )
 from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
@@ -177,9 +179,11 @@ def plan(config: TrainConfig) -> list[RunSpec]:
 
 
 # ----------------------------------------------------------------------------- building
-def build_vec_env(config: TrainConfig, agent: str, seed: int,
-                  vecnormalize: Path | None = None) -> tuple[Any, Any]:
-    """The training VecEnv (DummyVecEnv of n_envs, optionally VecNormalize) and its first env."""
+def build_vec_env(config: TrainConfig, agent: str, seed: int, vecnormalize: Path | None = None,
+                  *, warm_start: bool = False) -> tuple[Any, Any]:
+    """The training VecEnv (DummyVecEnv of n_envs, optionally VecNormalize) and its first env.
+    `warm_start`: the agent takes its env's ``warm_start`` hyper-parameters (``starts_warm``),
+    whose gamma, if they set one, the reward normaliser discounts with."""
     venv = make_vec_env(lambda: wrap_for(agent, env_for(config)), n_envs=config.n_envs,
                         seed=seed, vec_env_cls=DummyVecEnv)
     first = venv.envs[0]  # type: ignore[attr-defined]
@@ -187,7 +191,8 @@ def build_vec_env(config: TrainConfig, agent: str, seed: int,
         if vecnormalize is not None and vecnormalize.is_file():
             venv = VecNormalize.load(str(vecnormalize), venv)
         else:
-            gamma = {**load_hyperparams(agent, config.env_id), **config.hp}.get("gamma", 0.99)
+            params = hyperparams_with(agent, config.env_id, config.hp, warm_start=warm_start)
+            gamma = params.get("gamma", 0.99)   # SB3's default for every algorithm here
             venv = VecNormalize(venv, norm_obs=False, norm_reward=True, gamma=float(gamma))
     return venv, first
 
@@ -275,7 +280,7 @@ def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
 def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     """Train one run in a new folder (see the module docstring for what it holds)."""
     warm = warmup_config(config, spec.warmup)
-    venv, first = build_vec_env(config, spec.agent, spec.seed)
+    venv, first = build_vec_env(config, spec.agent, spec.seed, warm_start=starts_warm(warm))
     agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
                      vec_env=venv)
     run_dir = new_run_dir(config.log_dir, run_name(config, spec))
@@ -312,6 +317,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     if steps >= cfg.timesteps:
         raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
                           f"above that (the new total) to continue it")
+    # cfg.hp: every hyper-parameter the run was built with, a warm start's included
     venv, first = build_vec_env(cfg, spec.agent, spec.seed + steps,
                                 companion(path, "vecnormalize", steps))
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)

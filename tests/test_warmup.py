@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import gymnasium as gym
@@ -525,3 +526,20 @@ def test_a_warm_start_policy_kwargs_merges_into_the_envs_like_an_override(tmp_pa
                                         {"policy_kwargs": {"net_arch": [4]}})
     assert override["policy_kwargs"] == warm["policy_kwargs"]
     assert factory.load_hyperparams("ppo", "InferenceAlloc-v0")["policy_kwargs"]["net_arch"] == [8]
+
+
+def test_the_reward_normaliser_discounts_with_a_warm_starts_gamma(tmp_path, monkeypatch):
+    """--normalize built VecNormalize with the YAML's cold gamma, beside an agent that a
+    warm_start had given another one: the normalised rewards' scale was for the wrong horizon."""
+    import agents.sb3_factory as factory
+    from agents.config import TrainConfig
+    from agents.training import build_vec_env
+
+    (tmp_path / "ppo.yaml").write_text(
+        "InferenceAlloc-v0:\n  n_steps: 16\n  gamma: 0.9\n  warm_start: {gamma: 0.5}\n")
+    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path)
+    config = TrainConfig(agents=["ppo"], normalize=True, episode_tasks=8)
+    assert build_vec_env(config, "ppo", 0, warm_start=True)[0].gamma == 0.5
+    assert build_vec_env(config, "ppo", 0)[0].gamma == 0.9
+    overridden = dataclasses.replace(config, hp={"gamma": 0.7})
+    assert build_vec_env(overridden, "ppo", 0, warm_start=True)[0].gamma == 0.7
