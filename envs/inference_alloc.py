@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from envs.reference import ReferencePlanner, dispatch
 from envs.render import draw_frame
-from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, Scenario, load_scenario
+from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE, Scenario, load_scenario
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.hardware import load_hardware
 from inference.model_config import get_model
@@ -127,6 +127,12 @@ class InferenceAllocEnv(gym.Env):
     - `reward`: `latency` or `relative`.
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
       trace format; replaces the scenario's synthetic task sizes and arrivals.
+    - `trace_time_scale`: replay the trace's arrivals this many times faster (< 1: slower);
+      default the scenario's `workload.trace_time_scale` (1, the real rate). The Azure
+      traces are a whole service's load: at their real rate they give one `server` 18-66x
+      the `article` scenario's tasks per second, and every policy's queue grows without end
+      (heft-calibrated on azure-conv, 1,000 tasks: 172 s mean latency over the first 100,
+      3,261 s over the last 100). One server keeps up at about 0.05 (3-6 s throughout).
     - `noise`: sigma of the multiplicative log-normal stage-time noise (0 .. 2): median
       factor 1, mean exp(sigma**2 / 2), so noise also lengthens the mean latency.
     - `reference`: if True, `info` also carries the best-static and per-step oracle
@@ -141,7 +147,8 @@ class InferenceAllocEnv(gym.Env):
     def __init__(self, scenario: str | Scenario = "article", hardware: str | None = None,
                  variant: str | dict[str, str] | None = None, episode_tasks: int | None = None,
                  reward: str = "latency", trace: str | None = None, noise: float | None = None,
-                 reference: bool = False, render_mode: str | None = None) -> None:
+                 reference: bool = False, render_mode: str | None = None,
+                 trace_time_scale: float | None = None) -> None:
         sc = load_scenario(scenario)
         if episode_tasks is not None:
             if isinstance(episode_tasks, bool) or not isinstance(episode_tasks, (int, np.integer)) \
@@ -160,6 +167,17 @@ class InferenceAllocEnv(gym.Env):
             if not isinstance(trace, (str, os.PathLike)):
                 raise ValueError(f"trace must be a trace name or a CSV path, got {trace!r}")
             sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=os.fspath(trace)))
+        if trace_time_scale is not None:
+            if sc.workload.trace is None:
+                raise ValueError("trace_time_scale scales a replayed trace; give trace= too "
+                                 "(or a scenario with workload.trace)")
+            if isinstance(trace_time_scale, (bool, np.bool_)) \
+                    or not isinstance(trace_time_scale, numbers.Real) \
+                    or not MIN_RATE <= trace_time_scale <= 1 / MIN_RATE:   # NaN fails it too
+                raise ValueError(f"trace_time_scale must be a number in [{MIN_RATE:g}, "
+                                 f"{1 / MIN_RATE:g}], got {trace_time_scale!r}")
+            sc = dataclasses.replace(sc, workload=dataclasses.replace(
+                sc.workload, trace_time_scale=float(trace_time_scale)))
         if hardware is not None:
             sc = dataclasses.replace(sc, hardware=str(hardware))
         if variant is not None:

@@ -20,7 +20,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
       domains: 64                    # data domains the requests come from
       zipf: 1.1                      # skew of the live domain popularity
       trace: null                    # azure-code | azure-conv | CSV path: replaces the synthetic sizes
-      trace_time_scale: 1.0          # > 1 replays the trace faster (more load)
+      trace_time_scale: 1.0          # > 1 replays the trace faster (more load); ~0.05 for one server
       trace_window_s: 0.5            # batching window (see envs/traces.py)
       trace_max_batch: 32
     cache:

@@ -147,6 +147,36 @@ def test_trace_replays_a_whole_episode_with_the_trace_sizes(trace: str, seed: in
 
 
 
+def test_trace_time_scale_is_an_env_argument_as_in_a_scenario() -> None:
+    """At their real rate the Azure traces overload one server; slowing one down took a
+    scenario YAML. The argument replays exactly what the YAML field does."""
+    sc = load_scenario("article")
+    sc = dataclasses.replace(sc, workload=dataclasses.replace(
+        sc.workload, trace="azure-conv", trace_time_scale=0.05))
+    by_arg = gym.make(f"envs:{V0}", trace="azure-conv", trace_time_scale=0.05, episode_tasks=20)
+    by_yaml = gym.make(f"envs:{V0}", scenario=sc, episode_tasks=20)
+    assert by_arg.unwrapped.scenario == by_yaml.unwrapped.scenario
+    a, info_a = by_arg.reset(seed=4)
+    b, info_b = by_yaml.reset(seed=4)
+    np.testing.assert_array_equal(a, b)
+    real = gym.make(f"envs:{V0}", trace="azure-conv", episode_tasks=20)
+    real.reset(seed=4)
+    slow_gaps = np.diff([t.arrival for t in by_arg.unwrapped._episode.tasks])
+    assert slow_gaps.mean() > 3 * np.diff([t.arrival for t in real.unwrapped._episode.tasks]).mean()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"trace_time_scale": 0.05}, "give trace= too"),
+    ({"trace": "azure-conv", "trace_time_scale": 0}, r"trace_time_scale must be a number in \[1e-06"),
+    ({"trace": "azure-conv", "trace_time_scale": True}, "got True"),
+    ({"trace": "azure-conv", "trace_time_scale": float("nan")}, "got nan"),
+    ({"trace": "azure-conv", "trace_time_scale": "0.05"}, "got '0.05'"),
+])
+def test_a_bad_trace_time_scale_is_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        gym.make(f"envs:{V0}", **kwargs)
+
+
 def test_each_seed_replays_its_own_window_of_the_trace() -> None:
     """The window's start is drawn from the episode's generator: held-out seeds are other
     stretches of the trace, not the same tasks with other domains and noise."""
