@@ -212,13 +212,20 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
     return list(out.values())
 
 
+def _scenario_name(scenario: str) -> str:
+    return Path(scenario).stem if Path(scenario).suffix in (".yaml", ".yml") else scenario
+
+
 def section_of(ctx: Context, others: list[Context] | None = None) -> str:
-    """The summary's section: the scenario (a file's by its name), and the hardware and
-    variant where they are not the scenario's own; a hardware file's name, or its path where
-    two files of one name are evaluated (`others`)."""
-    scenario = Path(ctx.scenario).stem if Path(ctx.scenario).suffix in (".yaml", ".yml") \
-        else ctx.scenario
-    _, hardware, variant = ctx.key()
+    """The summary's section: the scenario, and the hardware and variant where they are not
+    the scenario's own. A scenario or hardware file goes by its name, or by its path where
+    another file (or preset) of that name is evaluated too (`others`): results are pooled by
+    section, and two files of one name were pooled as one scenario."""
+    scenario_key, hardware, variant = ctx.key()
+    scenario = _scenario_name(ctx.scenario)
+    if any(_scenario_name(o.scenario) == scenario and o.key()[0] != scenario_key
+           for o in others or []):
+        scenario = scenario_key
     # --hardware is named too: the summary records nothing else of the options it ran with
     _, own_hardware, own_variant = Context(ctx.scenario, None, None).key()
     extra = []

@@ -153,6 +153,24 @@ def test_one_hardware_spelt_two_ways_is_one_section(tmp_path: Path) -> None:
     assert sections == {f"article (hardware {tmp_path / sub / 'two.yaml'})" for sub in ("x", "y")}
 
 
+def test_two_scenario_files_of_one_name_are_two_sections(tmp_path: Path) -> None:
+    """a/conv.yaml and b/conv.yaml were both titled "conv": their results pooled as one
+    scenario's (n doubled, the means a blend). A file named like a preset is told apart too."""
+    paths = []
+    for sub, rate in (("a", 0.01), ("b", 0.04)):
+        (tmp_path / sub).mkdir()
+        paths.append(tmp_path / sub / "conv.yaml")
+        paths[-1].write_text(f"name: conv\nworkload: {{arrival_rate: {rate}}}\n")
+    (tmp_path / "article.yaml").write_text("name: article\nworkload: {arrival_rate: 0.04}\n")
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], episode_tasks=20)
+    scenarios = [*map(str, paths), "article", str(tmp_path / "article.yaml")]
+    results = evaluate_agents(cfg, [], scenarios)
+    assert [(r.scenario, len(r.samples)) for r in results] == [
+        (str(paths[0]), 1), (str(paths[1]), 1), ("article", 1), (str(tmp_path / "article.yaml"), 1)]
+    alone = evaluate_agents(cfg, [], [str(paths[0])])
+    assert [r.scenario for r in alone] == ["conv"]     # no other of its name: the short one
+
+
 def test_a_misspelt_all_baseline_is_refused_and_a_gated_one_skipped(tmp_path: Path) -> None:
     fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"],
              hardware=str(two_device_hardware(tmp_path)))
