@@ -359,6 +359,10 @@ class BatchColumns:
     output_tokens: np.ndarray   # int64 longest generation in the batch
     arrival: np.ndarray         # float64 dispatch time, non-decreasing
 
+    def __post_init__(self) -> None:
+        for array_ in (self.batch, self.prompt_tokens, self.output_tokens, self.arrival):
+            array_.setflags(write=False)   # the env's cache hands the same arrays to every reset
+
     def __len__(self) -> int:
         return len(self.batch)
 

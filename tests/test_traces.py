@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.traces import TRACES, Trace, batch_requests, read_trace, trace_percentiles
+from envs.traces import TRACES, Trace, batch_columns, batch_requests, read_trace, trace_percentiles
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 SHARED = Path("/work/shared/data/azure-llm-2023")
@@ -439,3 +439,13 @@ def test_wrong_header_shows_the_header_found(tmp_path: Path, header: str) -> Non
     path = write_csv(tmp_path, GOOD, header=header)
     with pytest.raises(ValueError, match=f"got {header!r}"):
         read_trace(path)
+
+
+def test_batch_columns_are_batch_requests_tasks_read_only(traces: dict[str, Trace]) -> None:
+    columns = batch_columns(traces["azure-code"], window_s=2.0, max_batch=8)
+    tasks = batch_requests(traces["azure-code"], window_s=2.0, max_batch=8)
+    assert len(columns) == len(tasks)
+    assert columns.batch.tolist() == [t.batch for t in tasks]
+    assert columns.arrival.tolist() == [t.arrival for t in tasks]
+    with pytest.raises(ValueError):
+        columns.prompt_tokens[0] = 1   # shared by every reset through the env's cache
