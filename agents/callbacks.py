@@ -119,6 +119,12 @@ class HeldOutEval(BaseCallback):
     """The ``eval/`` tags of the table above. `evaluate` runs the current policy on the
     held-out episode and returns its per-task latencies; it must leave the training's random
     state alone (deterministic actions, its own env), so a run is the same with or without it.
+
+    Points: step 0 (before any update), each interval crossed, and the end of training. The
+    last is written once learn() returns, not at its last step: the algorithms update once more
+    after their last step's callback (PPO on the last rollout, DQN its gradient step), and a
+    point taken there was not the saved model that the run's ``final/`` row measures (DQN: up
+    to 0.008 of best-static apart).
     """
 
     def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
@@ -131,25 +137,35 @@ class HeldOutEval(BaseCallback):
         self.interval = interval
         self.writer: Any = None
         self._next = 0
+        self._end: int | None = None        # the step learn() stops at
+        self._written_at: int | None = None
 
     def _on_training_start(self) -> None:
         self.writer = tensorboard_writer(self.logger)
+        # learn()'s own total_timesteps, after _setup_learn made it absolute (a resumed run's
+        # steps included)
+        self._end = self.locals.get("total_timesteps")
         if self.num_timesteps == 0:          # the policy before any update: where curves start
             self._write()
         self._next = (self.num_timesteps // self.interval + 1) * self.interval
 
     def _on_step(self) -> bool:
         if self.num_timesteps >= self._next:
-            self._write()
+            if self._end is None or self.num_timesteps < self._end:
+                self._write()
             self._next = (self.num_timesteps // self.interval + 1) * self.interval
         return True
+
+    def _on_training_end(self) -> None:
+        if self._written_at != self.num_timesteps:
+            self._write()
 
     def _write(self) -> None:
         if self.writer is None:
             return
         latency = self.evaluate()
         mean = float(latency.mean())
-        step = self.num_timesteps
+        step = self._written_at = self.num_timesteps
         self.writer.add_scalar("eval/latency_mean", mean, step)
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
         self.writer.add_scalar("eval/vs_best_static", mean / self.static_mean, step)

@@ -109,12 +109,14 @@ def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
         assert per_sample == list(range(256))
         assert "config/text_summary" in acc.Tags()["tensors"]
         assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")
-        # the held-out curve: step 0 (before any update), then each --eval-interval crossed
+        # the held-out curve: step 0 (before any update), each --eval-interval crossed, and
+        # the saved model at the end, which the run's final/ row measures on the same episode
         means = acc.Scalars("eval/latency_mean")
-        assert [e.step for e in means] == [0, 100, 200]
+        assert [e.step for e in means] == [0, 100, 200, 256]
         ratios = [e.value for e in acc.Scalars("eval/vs_best_static")]
         statics = [m.value / r for m, r in zip(means, ratios, strict=True)]   # best-static's
-        assert statics == pytest.approx([statics[0]] * 3, rel=1e-5) and statics[0] > 0
+        assert statics == pytest.approx([statics[0]] * 4, rel=1e-5) and statics[0] > 0
+        assert ratios[-1] == pytest.approx(acc.Scalars("final/vs_best_static")[-1].value, rel=1e-6)
         p95 = [e.value for e in acc.Scalars("eval/latency_p95")]
         assert all(p >= m.value for p, m in zip(p95, means, strict=True))
 

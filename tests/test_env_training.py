@@ -313,6 +313,34 @@ def test_held_out_eval_writes_at_start_and_each_interval_crossed(monkeypatch) ->
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [201]
 
 
+def test_held_out_evals_last_point_is_the_model_after_its_last_update(monkeypatch) -> None:
+    """PPO and DQN update once more after their last step's callback: the point written there
+    was not the saved model, and DQN's differed from the run's final/ row by up to 0.008."""
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    model = {"latency": np.array([4.0])}
+    held = callbacks.HeldOutEval(lambda: model["latency"], static_mean=2.0, interval=100)
+    held.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    held.on_training_start({"total_timesteps": 300}, {})
+    for _ in range(100):                    # 3 steps a call, to 300 = the end, on an interval
+        held.model.num_timesteps += 3
+        held.on_step()
+    model["latency"] = np.array([3.0])      # the algorithm's last update, after the last step
+    held.on_training_end()
+    points = [(step, value) for tag, value, step in log.scalars if tag == "eval/latency_mean"]
+    assert points == [(0, 4.0), (102, 4.0), (201, 4.0), (300, 3.0)]
+    log.scalars.clear()                     # an end off the intervals gets its point too
+    held.on_training_start({"total_timesteps": 350}, {})
+    held.model.num_timesteps = 350
+    held.on_step()
+    held.on_training_end()
+    assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [350]
+
+
 def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
     """--checkpoint-interval is in env steps: with two envs a vector step is two of them."""
     from agents.config import TrainConfig
