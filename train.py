@@ -19,19 +19,25 @@ import traceback
 
 def main(argv: list[str] | None = None) -> int:
     from agents.config import ConfigError, TrainConfig, parse_config
-    from agents.training import RunFailed, comparison_table, train
+    from agents.training import RunFailed, RunsFailed, comparison_table, train
 
     try:
         config, given = parse_config(TrainConfig, argv, description=__doc__)
-        results = train(config, given)
+        try:
+            results, failed = train(config, given), None
+        except RunsFailed as exc:   # each failure was reported as it happened
+            results, failed = exc.results, exc
         table = comparison_table(config, results) if results else None
         if table is not None:
             print()
             print(table)
+        if failed is not None:
+            print(f"train.py: error: {failed}", file=sys.stderr)
+            return 1
     except ConfigError as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
-    except RunFailed as exc:
+    except RunFailed as exc:   # --resume's one run
         traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 1

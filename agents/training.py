@@ -18,7 +18,10 @@ What a failed run leaves: the folder is created only once the env and the agent 
 interrupted) before the first checkpoint, the folder is removed; after it, the folder is
 kept without ``model.zip`` and ``--resume`` continues it. Every file is written to a temp
 file and renamed, so none is ever half-written. An existing folder is never reused for a
-new run: a clash in the same second gets a ``-1``, ``-2``... suffix.
+new run: a clash in the same second gets a ``-1``, ``-2``... suffix. A failed run is reported
+when it fails and the plan's other runs go on; ``train`` then raises ``RunsFailed`` with the
+results of those that finished (train.py prints their table and exits 1). An interrupt
+(Ctrl-C) stops the whole plan.
 
 A resume is reproducible (the same resume twice gives the same model) but not the model a
 straight run to the same total gives: SB3 saves neither the envs' state nor the random
@@ -40,6 +43,7 @@ import re
 import shutil
 import sys
 import time
+import traceback
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,6 +91,17 @@ RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_tasks", "
 
 class RunFailed(RuntimeError):
     """Training failed after its run folder was made; the message says what was kept."""
+
+
+class RunsFailed(RuntimeError):
+    """Some of a plan's runs failed (`failures`, each a RunFailed, already reported as it
+    happened); the others went on and finished (`results`)."""
+
+    def __init__(self, failures: list[RunFailed], results: list[RunResult]) -> None:
+        super().__init__(f"{len(failures)} of {len(failures) + len(results)} runs failed: "
+                         + "; ".join(str(f) for f in failures))
+        self.failures = failures
+        self.results = results
 
 
 @dataclass(frozen=True)
@@ -461,10 +476,21 @@ def train(config: TrainConfig, given: set[str] | None = None,
         report(finished_line(result))
         return [result]
     config = _absolute_files(config)
-    results = []
+    results: list[RunResult] = []
+    failures: list[RunFailed] = []
     for spec in plan(config):
-        results.append(train_run(config, spec))
+        try:
+            results.append(train_run(config, spec))
+        except RunFailed as exc:
+            # One run's crash (a NaN in its weights, say) is no reason to drop the seeds and
+            # agents still to come: report it now, go on, and fail at the end.
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
+            print(f"train.py: error: {exc}; going on with the other runs", file=sys.stderr)
+            failures.append(exc)
+            continue
         report(finished_line(results[-1]))
+    if failures:
+        raise RunsFailed(failures, results)
     return results
 
 

@@ -426,6 +426,33 @@ def test_a_failed_run_leaves_nothing_half_made(tmp_path: Path, monkeypatch, caps
     assert leftover_temp_files(runs) == []
 
 
+def test_a_failed_run_does_not_stop_the_runs_after_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A seed whose training died (a NaN in the Split env's PPO, seen at 58k steps) ended the
+    whole command: the seeds and agents after it never ran."""
+    from agents.sb3_factory import SB3Agent
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    original, calls = SB3Agent.learn, []
+
+    def first_fails(self, total_timesteps, callback=None, **kwargs):
+        calls.append(self.model.seed)
+        if len(calls) == 1:
+            raise RuntimeError("simulated NaN")
+        return original(self, total_timesteps, callback=callback, **kwargs)
+
+    monkeypatch.setattr(SB3Agent, "learn", first_fails)
+    assert main(["--timesteps", "64", "--warmup", "none", "--seeds", "0", "1",
+                 "--checkpoint-interval", "0", "--log-dir", str(runs), *TINY]) == 1
+    out, err = capsys.readouterr()
+    assert calls == [0, 1]
+    assert "simulated NaN" in err and "going on with the other runs" in err
+    assert err.rstrip().splitlines()[-1].startswith("train.py: error: 1 of 2 runs failed: run ")
+    (run,) = runs.iterdir()                    # seed 1's, finished; seed 0's removed
+    assert "__1__" in run.name and (run / "model.zip").is_file()
+    assert "finished ppo seed 1" in out and "| ppo |" in out    # and its row in the table
+
+
 def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: Path,
                                                             monkeypatch) -> None:
     import matplotlib.figure
