@@ -506,6 +506,20 @@ def test_a_cloned_maskable_ppo_fine_tunes_with_a_smaller_learning_rate():
     assert _lr(uncloned.model) == pytest.approx(cold)
 
 
+def test_a_cloned_split_ppo_stops_an_update_before_the_guards_actions_blow_it_up():
+    """Under the guard, heft-split's off-policy actions blew the Split-env PPO's ratio up
+    (KL peaks 1e18 and more) until one seed died of NaN (the YAML's warm_start;
+    docs/CALIBRATION.md, "Learner"). A cold learner has no such actions, and no limit."""
+    env = gym.make("envs:InferenceAllocSplit-v0", episode_tasks=50, reward="relative")
+    cold = make_sb3("ppo", env, seed=0).model
+    warm = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(
+        conservative="heft-split", clone_samples=64, clone_epochs=1)).model
+    assert cold.target_kl is None
+    assert warm.target_kl == load_hyperparams("ppo", "InferenceAllocSplit-v0",
+                                              warm_start=True)["target_kl"] == 0.03
+    assert _lr(warm) == pytest.approx(_lr(cold))     # the rate stays: 1e-4 was no fix
+
+
 def test_a_cloned_dqn_fine_tunes_greedily_and_with_a_smaller_learning_rate():
     """From epsilon 1.0 and at the cold 1e-3, DQN acted at random over the clone it started
     from and drifted off it (the YAML's warm_start; docs/CALIBRATION.md, "Learner")."""
