@@ -13,8 +13,8 @@
 | ``devices/<d>_share``        | share of the stages placed on device d (``info["share"]``), mean over `window` |
 | ``charts/SPS``               | environment steps per second of this ``learn`` call           |
 
-``HeldOutEval`` writes, every ``--eval-interval`` steps (and at step 0 of a fresh run), the
-current policy's deterministic run of the held-out episode (``--eval-tasks`` tasks of
+``HeldOutEval`` writes, every ``--eval-interval`` steps (and at step 0 of a fresh run, and
+at the end: the saved model), the current policy's deterministic run of the held-out episode (``--eval-tasks`` tasks of
 ``--eval-seed``; the learned policy alone, without warm-up, as the final comparison runs it):
 
 | tag                          | value                                                         |
@@ -26,7 +26,11 @@ current policy's deterministic run of the held-out episode (``--eval-tasks`` tas
 ``RunInfo`` writes the resolved config as text (``config``) and the hyper-parameters to
 TensorBoard's HPARAMS view (SB3's ``HParam``), whose metric columns are the final
 metrics the trainer writes at the end of a run (``FINAL_METRICS``) and the last values
-of ``latency/mean`` and ``latency/vs_static``.
+of ``latency/mean`` and ``latency/vs_static``. For a learner that starts from a behaviour
+clone it also writes, at the run's first step, how well the clone imitates the conservative
+policy (``agents.cloning``): ``warmup/clone_train_agreement`` and
+``warmup/clone_heldout_agreement``, the share of observations (those it was fitted on, and
+20% held out) where it places every stage as the conservative policy does.
 """
 
 from __future__ import annotations
@@ -175,16 +179,22 @@ class HeldOutEval(BaseCallback):
 class RunInfo(BaseCallback):
     """At the start of a fresh run: the config as text and the hyper-parameters (HPARAMS)."""
 
-    def __init__(self, config_text: str, hparams: dict[str, Any]) -> None:
+    def __init__(self, config_text: str, hparams: dict[str, Any],
+                 clone_stats: dict[str, float] | None = None) -> None:
         super().__init__()
         self.config_text = config_text
         self.hparams = {k: _hparam_value(v) for k, v in hparams.items()}
+        self.clone_stats = clone_stats
 
     def _on_training_start(self) -> None:
         text = "```yaml\n" + self.config_text + "```"   # TensorBoard renders text as markdown
         self.logger.record("config", text, exclude=TB_ONLY)
         self.logger.record("hparams", HParam(self.hparams, dict.fromkeys(HPARAM_METRICS, 0.0)),
                            exclude=TB_ONLY)
+        if self.clone_stats is not None:
+            for part in ("train", "heldout"):
+                self.logger.record(f"warmup/clone_{part}_agreement",
+                                   self.clone_stats[f"{part}_agreement"], exclude=TB_ONLY)
         self.logger.dump(self.num_timesteps)
 
     def _on_step(self) -> bool:

@@ -356,7 +356,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     model.set_logger(logger)
     callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window)]
     if fresh:
-        callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec)))
+        callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
     if cfg.checkpoint_interval:
         callbacks.append(AtomicCheckpoint(
             max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),

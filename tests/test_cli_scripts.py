@@ -119,6 +119,15 @@ def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
         assert ratios[-1] == pytest.approx(acc.Scalars("final/vs_best_static")[-1].value, rel=1e-6)
         p95 = [e.value for e in acc.Scalars("eval/latency_p95")]
         assert all(p >= m.value for p, m in zip(p95, means, strict=True))
+        # a cloned learner's imitation of the conservative policy, once, at step 0
+        clone = {t: acc.Scalars(t) for t in scalars if t.startswith("warmup/clone_")}
+        if "-warm__" in run.name:
+            assert sorted(clone) == ["warmup/clone_heldout_agreement",
+                                     "warmup/clone_train_agreement"]
+            assert all(len(v) == 1 and v[0].step == 0 and 0 <= v[0].value <= 1
+                       for v in clone.values())
+        else:
+            assert clone == {}
 
 
 @pytest.mark.parametrize("agent", ["ppo", "dqn"])
