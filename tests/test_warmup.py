@@ -506,6 +506,24 @@ def test_a_cloned_maskable_ppo_fine_tunes_with_a_smaller_learning_rate():
     assert _lr(uncloned.model) == pytest.approx(cold)
 
 
+def test_a_split_clone_gives_no_share_where_heft_split_gives_none():
+    """heft-split leaves most devices out of a stage (weight exactly 0, the box's edge -1).
+    Fitted onto the edge, the Gaussian's mean landed just inside it, so nearly every such
+    device got a sliver share that paid its fixed costs in full (the clone ran at 0.42-0.55x
+    best-static's latency, heft-split at 0.33x); cloning fits those entries below the edge,
+    where the deterministic action is clipped onto it."""
+    from agents.cloning import collect
+
+    env = gym.make("envs:InferenceAllocSplit-v0", episode_tasks=200, reward="relative")
+    agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(
+        conservative="heft-split", steps=0, clone_samples=1000, clone_epochs=20, guard=False))
+    data = collect(env, make_policy("heft-split", env), 300, 0.9, seed=123)   # unseen episodes
+    predicted = agent.predict(data["obs"], deterministic=True)[0]
+    left_out = data["actions"] == -1.0
+    assert left_out.sum() > 300
+    assert np.mean(predicted[left_out] > -1.0) < 0.15      # 0.32 when fitted onto the edge
+
+
 def test_a_cloned_split_ppo_stops_an_update_before_the_guards_actions_blow_it_up():
     """Under the guard, heft-split's off-policy actions blew the Split-env PPO's ratio up
     (KL peaks 1e18 and more) until one seed died of NaN (the YAML's warm_start;
