@@ -14,8 +14,9 @@
 | ``charts/SPS``               | environment steps per second of this ``learn`` call           |
 
 ``HeldOutEval`` writes, every ``--eval-interval`` steps (and at step 0 of a fresh run, and
-at the end: the saved model), the current policy's deterministic run of the held-out episode (``--eval-tasks`` tasks of
-``--eval-seed``; the learned policy alone, without warm-up, as the final comparison runs it):
+at the end: the saved model), the current policy's deterministic run of the held-out
+episode (``--eval-tasks`` tasks of ``--eval-seed``; the learned policy alone, without
+warm-up, as the final comparison runs it):
 
 | tag                          | value                                                         |
 |------------------------------|---------------------------------------------------------------|

@@ -485,7 +485,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
             # One run's crash (a NaN in its weights, say) is no reason to drop the seeds and
             # agents still to come: report it now, go on, and fail at the end.
             traceback.print_exception(exc.__cause__, file=sys.stderr)
-            print(f"train.py: error: {exc}; going on with the other runs", file=sys.stderr)
+            print(f"error: {exc}; going on with the other runs", file=sys.stderr)
             failures.append(exc)
             continue
         report(finished_line(results[-1]))
