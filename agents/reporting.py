@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -212,8 +212,16 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
     return list(out.values())
 
 
-def _scenario_name(scenario: str) -> str:
-    return Path(scenario).stem if Path(scenario).suffix in (".yaml", ".yml") else scenario
+def _short_name(key: str) -> str:
+    """A preset's name, or a YAML file's name without its folder and suffix."""
+    path = Path(key)
+    return path.stem if path.suffix in (".yaml", ".yml") else key
+
+
+def _unique_name(key: str, keys: Iterable[str]) -> str:
+    """`key`'s short name, or `key` itself where another of `keys` has that short name."""
+    name = _short_name(key)
+    return key if any(_short_name(k) == name and k != key for k in keys) else name
 
 
 def section_of(ctx: Context, others: list[Context] | None = None) -> str:
@@ -222,17 +230,13 @@ def section_of(ctx: Context, others: list[Context] | None = None) -> str:
     another file (or preset) of that name is evaluated too (`others`): results are pooled by
     section, and two files of one name were pooled as one scenario."""
     scenario_key, hardware, variant = ctx.key()
-    scenario = _scenario_name(ctx.scenario)
-    if any(_scenario_name(o.scenario) == scenario and o.key()[0] != scenario_key
-           for o in others or []):
-        scenario = scenario_key
+    keys = [o.key() for o in others or []]
+    scenario = _unique_name(scenario_key, (k[0] for k in keys))
     # --hardware is named too: the summary records nothing else of the options it ran with
     _, own_hardware, own_variant = Context(ctx.scenario, None, None).key()
     extra = []
     if hardware != own_hardware:
-        name = Path(hardware).stem
-        clash = any(Path(o.key()[1]).stem == name and o.key()[1] != hardware for o in others or [])
-        extra.append(f"hardware {hardware if clash else name}")
+        extra.append(f"hardware {_unique_name(hardware, (k[1] for k in keys))}")
     if variant != own_variant:
         extra.append(f"variant {variant}")
     return f"{scenario} ({', '.join(extra)})" if extra else scenario
