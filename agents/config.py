@@ -11,6 +11,7 @@ A resolved config dumps back to YAML (``to_yaml``) that ``--config`` reads again
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import types
@@ -223,6 +224,19 @@ def _require_folder(flag: str, folder: str) -> None:
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     _require(existing.is_dir(), f"{flag} {folder}: {existing} is a file, not a folder")
     _require(os.access(existing, os.W_OK | os.X_OK), f"{flag} {folder}: {existing} is not writable")
+    # os.access answers yes to root almost everywhere (a root-squashed NFS share, /proc), so
+    # the missing folders are made here, where a refusal is one line, and removed again: the
+    # run makes them for real once every option has been checked.
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        for created in reversed(missing):
+            created.mkdir()
+    except OSError as exc:
+        _require(False, f"{flag} {folder}: cannot create {created}: {exc.strerror or exc}")
+    finally:
+        for created in missing:
+            with contextlib.suppress(OSError):
+                created.rmdir()
 
 
 # ----------------------------------------------------------------------------- machinery

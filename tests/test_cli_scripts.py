@@ -334,6 +334,21 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path: Path,
+                                                                     capsys) -> None:
+    # os.access says yes to root under /proc (and on a root-squashed share): only mkdir knows
+    for script_name, flag in (("train.py", "--log-dir"), ("evaluate.py", "--out")):
+        assert load_main(script_name)([flag, "/proc/no-such-entry/out"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot create /proc/no-such-entry" in err and "Traceback" not in err
+    # a folder that can be made is checked the same way and not left behind by the check
+    from agents.config import TrainConfig, parse_config
+
+    parse_config(TrainConfig, ["--log-dir", str(tmp_path / "a" / "b")])
+    assert not (tmp_path / "a").exists()
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--seed-base", "-1"], "--seed-base: seeds must lie in 0 .."),
     (["--seeds", "10", "--seed-base", "2147483640"], "2147483640 .. 2147483649"),
