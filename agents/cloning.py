@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional as F
 
-from agents.warmup import WarmupConfig, as_env_actions
+from agents.warmup import WarmupConfig, as_env_actions, box_targets
 
 if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
@@ -24,13 +24,6 @@ if TYPE_CHECKING:
 CLONE_SEED_OFFSET = 7_919_000   # keeps cloning episodes away from evaluation seeds
 HELDOUT_FRACTION = 0.2
 CLONE_LR = 3e-3                  # Adam step size for cloning (a supervised fit: larger than RL)
-# Box actions: a target at the box's lower edge (a split weight of exactly 0: no share on that
-# device) is fitted this far below the edge. The Gaussian's mean fitted onto the edge itself
-# lands a little inside it (about -0.95), and every such entry is a sliver share (median 2% of
-# the stage) that pays the device's fixed set-up, weights and transfer costs: heft-split's
-# clone ran at 0.42-0.55x best-static's latency against heft-split's 0.33x. Below the edge,
-# SB3 clips the deterministic action (and most samples) onto it: 0.35-0.37x.
-BOX_EDGE_MARGIN = 0.5
 
 
 def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> dict[str, np.ndarray]:
@@ -61,13 +54,6 @@ def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> d
         ret_list.extend(reversed(returns))
     return {"obs": np.asarray(obs_list, dtype=np.float32), "actions": np.asarray(act_list),
             "masks": np.asarray(mask_list), "returns": np.asarray(ret_list, dtype=np.float32)}
-
-
-def box_targets(targets: np.ndarray, space: spaces.Box) -> np.ndarray:
-    """The clone's fitting targets for Box actions: entries at the lower edge moved
-    ``BOX_EDGE_MARGIN`` below it (see there), the others as they are."""
-    low = np.broadcast_to(space.low, targets.shape)
-    return np.where(targets <= low, targets - BOX_EDGE_MARGIN, targets).astype(np.float32)
 
 
 def _loss(agent: SB3Agent, obs: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor,

@@ -524,6 +524,44 @@ def test_a_split_clone_gives_no_share_where_heft_split_gives_none():
     assert np.mean(predicted[left_out] > -1.0) < 0.15      # 0.32 when fitted onto the edge
 
 
+def test_a_split_learner_learns_heft_splits_actions_below_the_edge_where_it_gives_no_share():
+    """When heft-split acts for the Split-env PPO, PPO stores that action (unclipped) and
+    updates towards it. Stored on the box's edge (-1), it pulled the clone's mean up from
+    ``BOX_EDGE_MARGIN`` below the edge to just inside it, to sliver shares (eval/ 0.42-0.45x
+    best-static over 60k steps, against 0.34); it is stored where the clone was fitted, and
+    the env still receives heft-split's action, clipped back onto the edge."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from agents.warmup import BOX_EDGE_MARGIN
+
+    env = gym.make("envs:InferenceAllocSplit-v0", episode_tasks=50, reward="relative")
+    agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(
+        conservative="heft-split", steps=1000, clone=False, guard=False), overrides={"n_steps": 32, "batch_size": 32})
+    ctl = agent.warmup
+    chosen, sent = ctl.actions, []
+
+    def spy(obs: np.ndarray) -> np.ndarray:
+        sent.append(chosen(obs).copy())
+        return sent[-1]
+
+    ctl.actions = spy
+    received: list[np.ndarray] = []
+
+    class _Record(BaseCallback):
+        def _on_step(self) -> bool:
+            received.append(np.array(self.locals["clipped_actions"]))
+            return True
+
+    agent.learn(32, callback=_Record())
+    heft = np.concatenate(sent)
+    stored = agent.model.rollout_buffer.actions.reshape(heft.shape)
+    edge = heft == -1.0
+    assert edge.sum() > 32                                # heft-split leaves devices out
+    np.testing.assert_allclose(stored[edge], -1.0 - BOX_EDGE_MARGIN)
+    np.testing.assert_allclose(stored[~edge], heft[~edge])
+    np.testing.assert_array_equal(np.concatenate(received), heft)   # what the env ran
+
+
 def test_a_cloned_split_ppo_stops_an_update_before_the_guards_actions_blow_it_up():
     """Under the guard, heft-split's off-policy actions blew the Split-env PPO's ratio up
     (KL peaks 1e18 and more) until one seed died of NaN (the YAML's warm_start;
