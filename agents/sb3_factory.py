@@ -277,8 +277,8 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     expected = {**defaults, **params}
     for key, value in overrides.items():
         ref = expected.get(key)
-        if isinstance(value, (list, dict)):
-            continue
+        if isinstance(value, (list, dict)) or (value is None and defaults.get(key, 0) is None):
+            continue    # None where SB3's own default is None (target_kl, clip_range_vf): "off"
         if isinstance(ref, bool):
             ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(ref, int):

@@ -186,6 +186,9 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         if config.hp:       # build once (cheap) so a bad --hp fails before any run starts
             try:
                 make_sb3(agent, env, seed=0, overrides=config.hp)
+                # a warm-started run layers them on its warm_start ones, typed apart
+                if any(starts_warm(warmup_config(config, w)) for w in specs):
+                    hyperparams_with(agent, config.env_id, config.hp, warm_start=True)
             except (TypeError, ValueError, AssertionError) as exc:
                 raise ConfigError(f"--hp {config.hp} for {agent}: {exc}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two

@@ -334,6 +334,23 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
 
 
+def test_none_turns_off_what_sb3_lets_be_none_and_a_warm_starts_overrides_fail_up_front(
+        tmp_path, capsys):
+    # the Split env's warm_start sets target_kl 0.03: null (SB3's default, "no limit") must
+    # replace it, and a mistyped value fail before any run, not as a traceback once it starts
+    from agents.sb3_factory import hyperparams_with
+
+    assert hyperparams_with("ppo", "InferenceAllocSplit-v0", {"target_kl": None},
+                            warm_start=True)["target_kl"] is None
+    with pytest.raises(ValueError, match="gamma must be a number"):
+        hyperparams_with("ppo", "InferenceAlloc-v0", {"gamma": None})
+    assert load_main("train.py")(["--env-id", "InferenceAllocSplit-v0", "--conservative", "heft-split",
+                 "--hp", "target_kl=abc", "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "target_kl must be a number" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path: Path,
                                                                      capsys) -> None:
