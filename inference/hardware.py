@@ -329,13 +329,18 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
                          f"got {spec!r}")
     path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    preset = preset_dir / f"{spec}.yaml"
+    # A folder can never be the YAML file meant, so one in the working directory that happens
+    # to share a preset's name (a project's `edge/` folder) must not hide the preset: that
+    # was "hardware file edge is a folder" for `--hardware edge` run from such a directory.
+    shadowed = (isinstance(spec, str) and spec == path.name and path.is_dir()
+                and path.suffix not in (".yaml", ".yml") and preset.is_file())
+    if (path.suffix in (".yaml", ".yml") or path.exists()) and not shadowed:
         if path.is_dir():
             raise ValueError(f"{what} file {path} is a folder, not a YAML file")
         if not path.is_file():
             raise ValueError(f"{what} file {path} does not exist")
         return load_yaml_file(path, f"{what} file"), str(path)
-    preset = preset_dir / f"{spec}.yaml"
     if not preset.is_file():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"unknown {what} {spec!r}: not a preset ({names}) "

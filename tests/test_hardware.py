@@ -107,6 +107,25 @@ def test_unknown_names_are_refused_with_the_known_ones():
         resolve_variant({"load": "direct", "prefill": "window", "decode": "paged"})
 
 
+
+def test_a_folder_named_like_a_preset_does_not_hide_it(tmp_path, monkeypatch):
+    # Run from a directory holding an `edge/` and an `article/` folder (a project's own
+    # folders): the bare preset names still name the presets ("... is a folder" before).
+    from envs import InferenceAllocEnv
+    (tmp_path / "edge").mkdir()
+    (tmp_path / "server").mkdir()
+    (tmp_path / "article").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_hardware("edge") == load_hardware(PRESET_DIR / "edge.yaml")
+    env = InferenceAllocEnv(scenario="edge", episode_tasks=2)
+    assert env.hardware.name == "edge" and env.scenario.name == "edge"
+    assert InferenceAllocEnv(scenario="article", hardware="server").hardware.name == "server"
+    # A folder given as a path is still refused as one.
+    with pytest.raises(ValueError, match="hardware file edge is a folder"):
+        load_hardware(Path("edge"))
+    with pytest.raises(ValueError, match="is a folder"):
+        load_hardware("./edge")
+
 @pytest.mark.parametrize(("change", "field"), [
     (lambda r: r["links"][0].update(bandwidth=0), r"links\[0\]\.bandwidth"),
     (lambda r: device(r, "gpu").update(mem_bandwidth=0.0), r"devices\[gpu\]\.mem_bandwidth"),
