@@ -78,7 +78,8 @@ class Trace:
 
     Attributes:
         name: the trace's name, or the path it was read from.
-        time_s: arrival times in seconds since the first request (float64, non-decreasing, from 0).
+        time_s: arrival times in seconds since the first request (float64, non-decreasing, from 0
+            as `read_trace` gives them; a Trace built by hand needs them finite and >= 0).
         context_tokens: prompt length of each request (int64, >= 1).
         generated_tokens: tokens generated for each request (int64, >= 1).
     """
@@ -95,7 +96,14 @@ class Trace:
             ("context_tokens", np.int64),
             ("generated_tokens", np.int64),
         ):
-            array = np.array(getattr(self, field), dtype=dtype)
+            given = np.asarray(getattr(self, field))
+            if dtype is np.int64 and given.dtype.kind not in "iu" and not (
+                    given.dtype.kind == "f" and np.all(np.isfinite(given))
+                    and np.all(given == np.round(given))):
+                # The cast below truncates: 2.7 tokens became 2 (and NaN or True a number).
+                raise ValueError(f"trace {self.name!r}: {field} must hold integers, got "
+                                 f"dtype {given.dtype}")
+            array = np.array(given, dtype=dtype)
             array.setflags(write=False)
             object.__setattr__(self, field, array)
         n = len(self.time_s)
@@ -103,6 +111,17 @@ class Trace:
             raise ValueError(f"trace {self.name!r} has no requests")
         if len(self.context_tokens) != n or len(self.generated_tokens) != n:
             raise ValueError(f"trace {self.name!r}: arrays must all have the same length")
+        # The invariants the attributes promise, which `read_trace` guarantees row by row but a
+        # Trace built by hand did not: `batch_requests` hands its data to `Task.many_trusted`,
+        # which skips Task's checks, so it returned tasks of 0 or -5 prompt tokens and NaN or
+        # negative arrivals (and unsorted times broke the window search, which bisects).
+        t = self.time_s
+        if not (np.all(np.isfinite(t)) and t[0] >= 0 and np.all(t[1:] >= t[:-1])):
+            raise ValueError(f"trace {self.name!r}: time_s must be finite, >= 0 and "
+                             "non-decreasing")
+        for field in ("context_tokens", "generated_tokens"):
+            if getattr(self, field).min() < 1:
+                raise ValueError(f"trace {self.name!r}: {field} must all be >= 1")
 
     def __len__(self) -> int:
         return len(self.time_s)

@@ -244,6 +244,27 @@ def test_a_trace_of_unequal_arrays_is_refused() -> None:
         with pytest.raises(ValueError, match="'t': arrays must all have the same length"):
             Trace("t", [0.0, 1.0], context, generated)
 
+
+@pytest.mark.parametrize(("time_s", "context", "generated", "message"), [
+    ([0.0, 5.0, 1.0], [1, 1, 1], [1, 1, 1], "time_s must be finite, >= 0 and non-decreasing"),
+    ([0.0, np.nan, 1.0], [1, 1, 1], [1, 1, 1], "time_s must be finite"),
+    ([-3.0, 0.0, 1.0], [1, 1, 1], [1, 1, 1], "time_s must be finite, >= 0"),
+    ([0.0, 1.0, 2.0], [1, 0, 1], [1, 1, 1], "context_tokens must all be >= 1"),
+    ([0.0, 1.0, 2.0], [1, 1, 1], [1, -5, 1], "generated_tokens must all be >= 1"),
+    ([0.0, 1.0, 2.0], [1.9, 2.7, 3.0], [1, 1, 1], "context_tokens must hold integers"),
+    ([0.0, 1.0, 2.0], [1, 1, 1], [True, True, True], "generated_tokens must hold integers"),
+])
+def test_a_trace_built_by_hand_keeps_the_invariants_it_promises(
+    time_s: list[float], context: list[float], generated: list[float], message: str
+) -> None:
+    # batch_requests turns a Trace into tasks without Task's checks (Task.many_trusted): it
+    # returned tasks of 0 or -5 tokens, NaN or negative arrivals, and 2.7 tokens read as 2.
+    with pytest.raises(ValueError, match=f"'t': {message}"):
+        Trace("t", time_s, context, generated)
+    # Integral floats and duplicate times are fine.
+    trace = Trace("t", [0.0, 0.0, 2.0], [1.0, 2.0, 3.0], [1, 1, 1])
+    assert trace.context_tokens.tolist() == [1, 2, 3]
+
 # --- batching ----------------------------------------------------------------------------------
 
 
