@@ -25,8 +25,9 @@ results of those that finished (train.py prints their table and exits 1). An int
 
 A resume is reproducible (the same resume twice gives the same model) but not the model a
 straight run to the same total gives: SB3 saves neither the envs' state nor the random
-generators', so the resumed run starts new episodes, its envs seeded ``seed + steps``
-(``seed`` would replay the task stream it has already seen). Compare runs trained straight.
+generators', so the resumed run starts new episodes, its envs seeded ``resume_seed(seed,
+steps)`` (``seed`` would replay the task stream it has already seen; ``seed + steps`` was
+the held-out seeds themselves for a resume at 10000 steps). Compare runs trained straight.
 
 Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
 conservative phase counts decisions per vector step (``steps`` x ``n_envs`` tasks).
@@ -215,6 +216,21 @@ def build_vec_env(config: TrainConfig, agent: str, seed: int, vecnormalize: Path
     return venv, first
 
 
+# A resumed run's env seeds lie at or above this, away from training seeds (0, 1, ...), the
+# held-out ones (HELDOUT_SEED = 10000 on) and cloning's (CLONE_SEED_OFFSET, 7919000 on).
+RESUME_SEED_OFFSET = 1_000_000_000
+
+
+def resume_seed(seed: int, steps: int) -> int:
+    """The first env seed of `seed`'s run resumed at `steps` (env i gets it + i).
+
+    ``seed + steps`` was a resume at the default checkpoint's 10000 steps training seeds
+    0-4 on held-out seeds 10000-10004: the very episodes (the scenario's length, two per
+    seed) that evaluate.py then scores the run on. Below 2 * 10**9, so that seed + n_envs
+    stays within MAX_SEED."""
+    return RESUME_SEED_OFFSET + (seed + steps) % RESUME_SEED_OFFSET
+
+
 def run_name(config: TrainConfig, spec: RunSpec) -> str:
     return f"{config.env_id}__{spec.label}__{spec.seed}__{int(time.time())}"
 
@@ -336,7 +352,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
         raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
                           f"above that (the new total) to continue it")
     # cfg.hp: every hyper-parameter the run was built with, a warm start's included
-    venv, first = build_vec_env(cfg, spec.agent, spec.seed + steps,
+    venv, first = build_vec_env(cfg, spec.agent, resume_seed(spec.seed, steps),
                                 companion(path, "vecnormalize", steps))
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
     algo = WarmDQN if spec.agent == "dqn" and warm is not None else ALGORITHMS[spec.agent]

@@ -357,8 +357,8 @@ def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
 
 def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
                                                                  monkeypatch) -> None:
-    """A run resumed at 64 steps of 2 envs: its envs are seeded seed + 64 (seed would replay
-    the tasks it has seen) and 32 decisions of the conservative phase are done, cloning too."""
+    """A run resumed at 64 steps of 2 envs: its envs are seeded resume_seed(seed, 64) (seed
+    would replay the tasks it has seen) and 32 decisions of the conservative phase are done, cloning too."""
     import json
 
     import agents.training as training
@@ -391,9 +391,40 @@ def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
     with pytest.raises(Stop):
         training.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path), timesteps=128),
                             {"resume", "log_dir", "timesteps"})
-    assert seen["seed"] == 3 + 64
+    assert seen["seed"] == training.resume_seed(3, 64) != 3
     default = training.WarmupConfig()
     assert seen["warmup"].steps == default.steps - 32 and not seen["warmup"].clone
+
+
+def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkeypatch) -> None:
+    """Resumed envs were seeded seed + steps: seeds 0-4 resumed at the default checkpoint's
+    10000 steps trained on 10000-10004, the very episodes evaluate.py scores them on."""
+    import agents.training as training
+    from agents.config import HELDOUT_SEED, MAX_EVAL_SEEDS, MAX_SEED, TrainConfig, to_yaml
+
+    seeds = []
+
+    class Stop(Exception):
+        pass
+
+    def vec_env(config, agent, seed, vecnormalize=None):
+        seeds.append(seed)
+        raise Stop
+
+    monkeypatch.setattr(training, "build_vec_env", vec_env)
+    monkeypatch.setattr(training, "checkpoints",
+                        lambda run_dir: [(10_000, run_dir / "checkpoints" / "x.zip")])
+    for seed in range(5):
+        run = tmp_path / f"InferenceAlloc-v0__ppo__{seed}__{seed + 1}"
+        run.mkdir()
+        (run / "config.yaml").write_text(to_yaml(TrainConfig(
+            agents=["ppo"], warmup=["none"], seeds=[seed], log_dir=str(tmp_path))))
+        with pytest.raises(Stop):
+            training.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path),
+                                            timesteps=20_000), {"resume", "log_dir", "timesteps"})
+    held_out = range(HELDOUT_SEED, HELDOUT_SEED + MAX_EVAL_SEEDS)
+    assert len(set(seeds)) == 5 and not any(s in held_out or s < 1000 for s in seeds), seeds
+    assert training.resume_seed(MAX_SEED, 10**12) + 64 <= MAX_SEED     # n_envs stay valid
 
 
 @pytest.mark.parametrize(("spec", "canonical", "label"), [
