@@ -154,6 +154,14 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                                       else None))
             else:
                 raise ConfigError(f"model file {p} does not exist")
+        # One model given twice (a run folder and its model.zip, overlapping globs) was
+        # evaluated twice and pooled as two runs: n doubled and the 95% CI narrowed with it.
+        unique: dict[Path, ModelEntry] = {}
+        for entry in entries:
+            first = unique.setdefault(entry.path.resolve(), entry)
+            if first is not entry:
+                notes.append(f"skipping {entry.path}: the same model as {first.path}")
+        entries = list(unique.values())
         _distinct_labels(entries)
         return entries, notes
     root = Path(cfg.runs)

@@ -89,6 +89,21 @@ def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) 
     assert (entry.label, entry.env_id, entry.scenario) == ("a2c@64", SPLIT, "bursty")
 
 
+def test_a_model_given_twice_is_evaluated_once(tmp_path: Path, monkeypatch) -> None:
+    """A run folder and its model.zip (or one path twice) pooled as two runs: n and the
+    95% CI were those of twice the samples."""
+    run = fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    monkeypatch.chdir(tmp_path)
+    cfg = cfg_for(models=[str(run), str(run / "model.zip"), "runs/a/model.zip"],
+                  baselines=["best-static"])
+    entries, notes = discover_models(cfg)
+    assert [e.path for e in entries] == [run / "model.zip"]
+    assert len(notes) == 2 and all("the same model as" in n for n in notes)
+    rows = [r.row() for r in evaluate_agents(cfg, entries, ["article"])]
+    assert [(r["agent"], r["runs"], r["n"]) for r in rows] == [("ppo", 1, 1),
+                                                               ("best-static", 1, 1)]
+
+
 def test_a_model_of_other_hardware_gets_a_section_with_baselines_on_it(tmp_path: Path) -> None:
     """Models ran on their own hardware, the baselines on the scenario's, in one table."""
     two = two_device_hardware(tmp_path)
