@@ -274,6 +274,10 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--hp", "gamma=1.5"], "gamma must be in [0.0, 1.0], got 1.5"),
     (["--hp", "clip_range=-1"], "clip_range must be >= 1e-09, got -1"),
     (["--hp", "n_epochs=0"], "n_epochs must be >= 1, got 0"),
+    # the oracle decides one live env's task: it failed inside the first run, after cloning
+    (["--conservative", "oracle", "--n-envs", "2"], "oracle cannot act for --n-envs 2 envs"),
+    (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "guard"],
+     "use --n-envs 1, or --warmup clone"),
 ])
 def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys) -> None:
     main = load_main("train.py")
@@ -281,6 +285,14 @@ def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys)
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_conservative_that_never_acts_may_be_the_oracle_with_several_envs(tmp_path) -> None:
+    from agents.training import plan
+
+    cfg = TrainConfig(conservative="oracle", n_envs=2, log_dir=str(tmp_path / "runs"))
+    assert len(plan(dataclasses.replace(cfg, warmup=["clone"]))) == 1       # it only clones
+    assert len(plan(dataclasses.replace(cfg, n_envs=1))) == 2
 
 
 @pytest.mark.parametrize(("entry", "expected"), [
