@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import read_policy_file
-from agents.config import ConfigError, EvalConfig, TrainConfig, read_yaml_options
+from agents.config import ConfigError, EvalConfig
 from agents.evaluation import (
     REFERENCES,
     AgentResult,
@@ -82,7 +82,7 @@ def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
 
 
 def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
-    from agents.training import RunSpec, canonical_warmup
+    from agents.training import RunSpec, canonical_warmup, read_run_config
 
     config_file = _run_config_of(path, run_dir)
     if config_file is None:
@@ -91,8 +91,8 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
         return ModelEntry(path.stem if path.stem != "model" else path.parent.name, path,
                           env_id, run_dir=run_dir)
     try:
-        cfg = TrainConfig(**read_yaml_options(TrainConfig, config_file))
-    except (ConfigError, TypeError) as exc:
+        cfg = read_run_config(config_file)
+    except ConfigError as exc:
         raise ConfigError(f"run config {config_file} is unreadable: {exc}") from None
     spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
     label = spec.label

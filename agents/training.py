@@ -340,10 +340,7 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
 def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
     run_dir = find_run(config.log_dir, config.resume or "latest")
-    try:
-        saved = TrainConfig(**read_yaml_options(TrainConfig, run_dir / "config.yaml"))
-    except TypeError as exc:
-        raise ConfigError(f"{run_dir / 'config.yaml'}: {exc}") from None
+    saved = read_run_config(run_dir / "config.yaml")
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
     # (file paths compared absolute, as runs record them)
     given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)
@@ -468,6 +465,27 @@ def baseline_latency(key: tuple, name: str) -> np.ndarray:
     return episode_latencies(make_policy(name, env), env, seed)
 
 
+def read_run_config(path: Path) -> TrainConfig:
+    """A run folder's config.yaml, as ``train_run`` writes it: one agent, warm-up spec and seed.
+
+    Anything else (a hand-edited file, a ``train.py --config`` file of several runs beside a
+    model) is a ConfigError naming the file: its first agent and seed were taken for the run's
+    (a DQN beside ``agents: [ppo, dqn]`` was evaluated as "ppo"), and ``agents: []`` or an
+    unknown agent was a traceback."""
+    try:
+        cfg = TrainConfig(**read_yaml_options(TrainConfig, path))
+    except TypeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if (len(cfg.agents) != 1 or len(cfg.warmup) != 1 or len(cfg.seeds) != 1
+            or cfg.agents[0] not in SB3_NAMES):
+        raise ConfigError(f"{path} is not a run's config: a run folder's names one agent "
+                          f"({', '.join(SB3_NAMES)}), one warm-up spec and one seed, as "
+                          f"train.py writes it; this one has agents {cfg.agents}, warmup "
+                          f"{cfg.warmup}, seeds {cfg.seeds}")
+    canonical_warmup(cfg.warmup[0])     # ConfigError naming the spec
+    return cfg
+
+
 def find_run(log_dir: str | Path, name: str) -> Path:
     """The run folder to resume: the newest under log_dir for "latest", else the named one."""
     root = Path(log_dir)
@@ -549,7 +567,7 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
     cfg = _absolute_files(config)   # as the runs recorded it: baseline_latency's cache hits
     if config.resume is not None and results:
         # the resumed run's own config: its --eval-tasks may be 0 where the command line's is not
-        cfg = TrainConfig(**read_yaml_options(TrainConfig, results[0].run_dir / "config.yaml"))
+        cfg = read_run_config(results[0].run_dir / "config.yaml")
     if not cfg.eval_tasks or all(r.latency is None for r in results):
         return None
     key = _env_key(cfg)

@@ -104,6 +104,29 @@ def test_a_model_given_twice_is_evaluated_once(tmp_path: Path, monkeypatch) -> N
                                                                ("best-static", 1, 1)]
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("agents: [ppo, dqn]\nseeds: [0, 1]\n", "agents ['ppo', 'dqn'], warmup ['none', 'all'], "
+                                             "seeds [0, 1]"),
+    ("agents: []\n", "agents [], "),                  # was an IndexError traceback
+    ("agents: [sac]\nwarmup: [none]\n", "agents ['sac']"),
+    ("seeds: []\nwarmup: [none]\n", "seeds []"),
+])
+def test_a_config_yaml_that_is_no_runs_is_named_not_taken_for_one(text: str, expected: str,
+                                                                  tmp_path: Path) -> None:
+    """A train.py --config file beside a model gave the model its first agent's label (a DQN
+    shown as "ppo"); a hand-edited run config with no agent was a traceback, in evaluate.py and
+    train.py --resume alike."""
+    from agents.training import resume_run
+
+    run = fake_run(tmp_path / "runs", "a", agents=["dqn"], warmup=["none"])
+    (run / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="is not a run's config") as err:
+        discover_models(cfg_for(models=[str(run / "model.zip")]))
+    assert expected in str(err.value)
+    with pytest.raises(ConfigError, match="is not a run's config"):
+        resume_run(TrainConfig(resume="a", log_dir=str(tmp_path / "runs")), {"resume"})
+
+
 def test_a_model_of_other_hardware_gets_a_section_with_baselines_on_it(tmp_path: Path) -> None:
     """Models ran on their own hardware, the baselines on the scenario's, in one table."""
     two = two_device_hardware(tmp_path)
