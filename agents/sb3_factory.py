@@ -261,6 +261,9 @@ HP_RANGES: dict[str, tuple[float | None, float | None]] = {
     "learning_starts": (0, None), "target_update_interval": (1, None), "gradient_steps": (-1, None),
     "exploration_fraction": (0.0, 1.0), "exploration_initial_eps": (0.0, 1.0),
     "exploration_final_eps": (0.0, 1.0),
+    # these two failed only inside each run, after its cloning, with a traceback per run
+    # (stats_window_size=-1: deque's "maxlen must be non-negative"; train_freq=0: an assert)
+    "stats_window_size": (0, None), "train_freq": (1, None),
 }
 
 

@@ -274,6 +274,8 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--hp", "gamma=1.5"], "gamma must be in [0.0, 1.0], got 1.5"),
     (["--hp", "clip_range=-1"], "clip_range must be >= 1e-09, got -1"),
     (["--hp", "n_epochs=0"], "n_epochs must be >= 1, got 0"),
+    (["--hp", "stats_window_size=-1"], "stats_window_size must be >= 0, got -1"),
+    (["--agents", "dqn", "--hp", "train_freq=0"], "train_freq must be >= 1, got 0"),
     # the oracle decides one live env's task: it failed inside the first run, after cloning
     (["--conservative", "oracle", "--n-envs", "2"], "oracle cannot act for --n-envs 2 envs"),
     (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "guard"],
