@@ -68,9 +68,12 @@ class ModelEntry:
     seed: int | None = None
     conservative: str | None = None      # the warm-up's conservative policy, if it has one
 
-    def identity(self) -> tuple[str, str | None, str | None]:
-        """What must match for two entries of one label to pool as seeds of one agent."""
-        return (self.env_id, self.conservative, None if self.run_dir else str(self.path))
+    def identity(self) -> tuple[str | None, ...]:
+        """What must match for two entries of one label to pool as seeds of one agent. The
+        training scenario too: every model runs on every scenario evaluated, and a PPO
+        trained on article and one trained on bursty pooled as two seeds of one "ppo"."""
+        return (self.env_id, self.conservative, self.scenario,
+                None if self.run_dir else str(self.path))
 
 
 def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
@@ -106,7 +109,7 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
 
 def _distinct_labels(entries: list[ModelEntry]) -> None:
     """Entries of one label pool as seeds of one agent; where they differ in env, conservative
-    policy or (bare zips) file, the label names the difference instead."""
+    policy, training scenario or (bare zips) file, the label names the difference instead."""
     groups: dict[str, list[ModelEntry]] = {}
     for entry in entries:
         groups.setdefault(entry.label, []).append(entry)
@@ -114,9 +117,11 @@ def _distinct_labels(entries: list[ModelEntry]) -> None:
         ids = [e.identity() for e in group]
         if len(set(ids)) < 2:
             continue
-        differs = [len({i[k] for i in ids}) > 1 for k in range(3)]
+        differs = [len({i[k] for i in ids}) > 1 for k in range(len(ids[0]))]
         for entry, ident in zip(group, ids, strict=True):
-            parts = [str(v) for v, d in zip(ident, differs, strict=True) if d and v is not None]
+            parts = [f"trained on {_short_name(str(v))}" if k == 2 else str(v)
+                     for k, (v, d) in enumerate(zip(ident, differs, strict=True))
+                     if d and v is not None]
             entry.label = f"{label} ({', '.join(parts)})" if parts else label
 
 

@@ -80,6 +80,20 @@ def test_warm_runs_with_other_conservative_policies_are_apart(tmp_path: Path) ->
                                                 "ppo-warm (heft-calibrated)"]
 
 
+def test_models_trained_on_other_scenarios_are_apart(tmp_path: Path) -> None:
+    """Every model runs on every scenario evaluated: a PPO trained on article and one trained
+    on bursty pooled as two seeds of one "ppo" (runs 2) in each section."""
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["none"], seeds=[1])
+    fake_run(tmp_path / "runs", "c", agents=["ppo"], warmup=["none"], scenario="bursty")
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    rows = [r.row() for r in evaluate_agents(cfg, entries, scenarios_of(cfg, entries))]
+    assert [(r["scenario"], r["agent"], r["runs"]) for r in rows if r["kind"] == "model"] == [
+        ("article", "ppo (trained on article)", 2), ("article", "ppo (trained on bursty)", 1),
+        ("bursty", "ppo (trained on article)", 2), ("bursty", "ppo (trained on bursty)", 1)]
+
+
 def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) -> None:
     run = fake_run(tmp_path, "run", agents=["a2c"], warmup=["none"], env_id=SPLIT,
                    scenario="bursty")
