@@ -107,9 +107,10 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
                       cfg.conservative if spec.warmup != "none" else None)
 
 
-def _distinct_labels(entries: list[ModelEntry]) -> None:
+def _distinct_labels(entries: list[ModelEntry]) -> list[str]:
     """Entries of one label pool as seeds of one agent; where they differ in env, conservative
-    policy, training scenario or (bare zips) file, the label names the difference instead."""
+    policy, training scenario or (bare zips) file, the label names the difference instead, and
+    where two runs share a seed, their run folders. Returns notes saying so for the latter."""
     groups: dict[str, list[ModelEntry]] = {}
     for entry in entries:
         groups.setdefault(entry.label, []).append(entry)
@@ -123,6 +124,23 @@ def _distinct_labels(entries: list[ModelEntry]) -> None:
                      for k, (v, d) in enumerate(zip(ident, differs, strict=True))
                      if d and v is not None]
             entry.label = f"{label} ({', '.join(parts)})" if parts else label
+    # Two runs of one label and seed (train.py run twice into runs/, a sweep of --hp) are not
+    # two seeds: pooled, n and the 95% CI counted one seed twice (identical samples when the
+    # runs were). Each is shown apart, under its run folder's name. (Runs of other hardware
+    # or variants are apart already: each has a section of its own.)
+    seeds: dict[tuple[str, int, str | None, str | None], list[tuple[ModelEntry, Path]]] = {}
+    for entry in entries:
+        if entry.run_dir is not None and entry.seed is not None:
+            key = (entry.label, entry.seed, entry.hardware, entry.variant)
+            seeds.setdefault(key, []).append((entry, entry.run_dir))
+    notes: list[str] = []
+    for (label, seed, _, _), runs in seeds.items():
+        if len(runs) > 1:
+            for entry, run_dir in runs:
+                entry.label = f"{label} ({run_dir.name})"
+            notes.append(f"{len(runs)} runs of {label} with seed {seed}: each evaluated apart, "
+                         f"not pooled as seeds ({', '.join(str(d) for _, d in runs)})")
+    return notes
 
 
 def _zip_env_id(path: Path) -> str:
@@ -167,7 +185,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
             if first is not entry:
                 notes.append(f"skipping {entry.path}: the same model as {first.path}")
         entries = list(unique.values())
-        _distinct_labels(entries)
+        notes += _distinct_labels(entries)
         return entries, notes
     root = Path(cfg.runs)
     runs = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
@@ -177,7 +195,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         elif (d / "config.yaml").is_file():
             notes.append(f"skipping {d.name}: no model.zip (unfinished; python train.py "
                          f"--resume {d} continues it)")
-    _distinct_labels(entries)
+    notes += _distinct_labels(entries)
     entries.sort(key=lambda e: (e.label, e.seed if e.seed is not None else -1, str(e.path)))
     if not entries:
         notes.append(f"no trained models under {root}/: train some with `python train.py` "

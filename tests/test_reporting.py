@@ -94,6 +94,18 @@ def test_models_trained_on_other_scenarios_are_apart(tmp_path: Path) -> None:
         ("bursty", "ppo (trained on article)", 2), ("bursty", "ppo (trained on bursty)", 1)]
 
 
+def test_two_runs_of_one_seed_are_not_pooled_as_two_seeds(tmp_path: Path) -> None:
+    """`python train.py` run twice into runs/ left two identical seed-0 runs: evaluate.py
+    pooled them as two seeds (runs 2), counting one seed's samples twice in n and the CI."""
+    for name in ("a", "b"):
+        fake_run(tmp_path / "runs", name, agents=["ppo"], warmup=["none"])
+    fake_run(tmp_path / "runs", "c", agents=["ppo"], warmup=["none"], seeds=[1])
+    fake_run(tmp_path / "runs", "d", agents=["ppo"], warmup=["none"], seeds=[2])
+    entries, notes = discover_models(cfg_for(runs=str(tmp_path / "runs")))
+    assert sorted(e.label for e in entries) == ["ppo", "ppo", "ppo (a)", "ppo (b)"]
+    assert [n.split(":")[0] for n in notes] == ["2 runs of ppo with seed 0"]
+
+
 def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) -> None:
     run = fake_run(tmp_path, "run", agents=["a2c"], warmup=["none"], env_id=SPLIT,
                    scenario="bursty")
