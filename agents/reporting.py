@@ -188,6 +188,11 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         notes += _distinct_labels(entries)
         return entries, notes
     root = Path(cfg.runs)
+    if (root / "config.yaml").is_file():
+        # its subfolders (checkpoints/) hold no run: it evaluated the baselines alone, saying
+        # there were no trained models, and wrote over --out's summary with them
+        raise ConfigError(f"{root} is a run folder, not a folder of run folders: pass --models "
+                          f"{root} (that run), or --runs {root.parent} (every run beside it)")
     runs = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     for d in runs:
         if (d / "model.zip").is_file():

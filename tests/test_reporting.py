@@ -106,6 +106,18 @@ def test_two_runs_of_one_seed_are_not_pooled_as_two_seeds(tmp_path: Path) -> Non
     assert [n.split(":")[0] for n in notes] == ["2 runs of ppo with seed 0"]
 
 
+def test_a_run_folder_given_as_runs_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    """--runs runs/X (one run) evaluated the baselines alone, saying there were no trained
+    models, and wrote them over --out's summary."""
+    run = fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    (run / "checkpoints").mkdir()
+    with pytest.raises(ConfigError, match=f"{run} is a run folder, not a folder of run folders: "
+                                          f"pass --models {run}"):
+        discover_models(cfg_for(runs=str(run)))
+    entries, _ = discover_models(cfg_for(runs=str(tmp_path / "runs")))
+    assert [e.label for e in entries] == ["ppo"]
+
+
 def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) -> None:
     run = fake_run(tmp_path, "run", agents=["a2c"], warmup=["none"], env_id=SPLIT,
                    scenario="bursty")
