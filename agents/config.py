@@ -184,6 +184,11 @@ class EvalConfig:
         for name, why in self._unused_options().items():
             _require(getattr(self, name) == getattr(defaults, name),
                      f"{_flag(name)} is not used there: {why}; drop {_flag(name)}")
+        # a --runs folder that is not there is a typo (runs/, the default, may not be yet): it
+        # evaluated the baselines alone and wrote them over --out's summary
+        _require(self.runs == defaults.runs or Path(self.runs).is_dir(),
+                 f"--runs {self.runs}: no such folder (train.py's runs are under its --log-dir, "
+                 f"{defaults.runs} by default)")
         _require(not (self.online and len(set(self.scenarios)) > 1),
                  "--online runs on one scenario; give one --scenarios value per invocation")
 

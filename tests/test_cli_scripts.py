@@ -185,6 +185,10 @@ def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
     args = ["--runs", str(tmp_path / "none"), "--out", str(out), "--episodes", "1",
             "--episode-tasks", "20", "--seeds", "1", "--baselines", "best-static", "heft",
             "--no-online", "--no-progress-bar"]
+    # a --runs folder that is not there is a typo, not "no runs yet": one line, nothing written
+    assert main(args) == 2
+    assert not out.exists()
+    (tmp_path / "none").mkdir()
     assert main(args) == 0
     assert (out / "summary.csv").read_text().count("\n") == 3
     assert not (out / "learning_curves.png").exists()
@@ -203,7 +207,7 @@ def test_the_readmes_heft_split_figures_are_what_its_command_measures(tmp_path: 
     out = tmp_path / "split"
     assert load_main("evaluate.py")(["--baselines", "heft-split", "heft-calibrated", "best-static",
                                      "--no-online", "--out", str(out), "--no-progress-bar",
-                                     "--runs", str(tmp_path / "no-runs")]) == 0
+                                     "--runs", str(tmp_path)]) == 0
     rows = {row["agent"]: float(row["mean_latency_s"])
             for row in csv.DictReader((out / "summary.csv").open(encoding="utf-8"))}
     measured = [f"{rows[name]:.1f}" for name in ("heft-split", "heft-calibrated", "best-static")]
@@ -411,7 +415,7 @@ def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected
 
 def test_an_unknown_baseline_is_the_only_line_and_lists_fixed_policies(tmp_path, capsys) -> None:
     main = load_main("evaluate.py")
-    assert main(["--baselines", "nope", "--runs", str(tmp_path / "none"), "--no-online",
+    assert main(["--baselines", "nope", "--runs", str(tmp_path), "--no-online",
                  "--out", str(tmp_path / "results")]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""          # not "no trained models ...; evaluating the baselines"
