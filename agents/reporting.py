@@ -107,6 +107,20 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
                       cfg.conservative if spec.warmup != "none" else None)
 
 
+def _stale_model_notes(run_dir: Path) -> list[str]:
+    """A note when a checkpoint of the run has more steps than its model.zip: a --resume
+    stopped after its first checkpoint leaves the old model.zip, evaluated as the run's."""
+    from agents.training import checkpoints, saved_steps
+
+    final = saved_steps(run_dir / "model.zip")
+    found = checkpoints(run_dir)
+    if final is None or not found or found[-1][0] <= final:
+        return []
+    return [f"{run_dir.name}: evaluating model.zip ({final} steps), but checkpoint "
+            f"{found[-1][1].name} has {found[-1][0]} (an interrupted --resume? python train.py "
+            f"--resume {run_dir} finishes it)"]
+
+
 def _distinct_labels(entries: list[ModelEntry]) -> list[str]:
     """Entries of one label pool as seeds of one agent; where they differ in env, conservative
     policy, training scenario or (bare zips) file, the label names the difference instead, and
@@ -172,6 +186,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                     raise ConfigError(f"run folder {p} has no model.zip (unfinished run? "
                                       f"continue it with: python train.py --resume {p})")
                 entries.append(_entry(p / "model.zip", p))
+                notes += _stale_model_notes(p)
             elif p.is_file():
                 entries.append(_entry(p, p.parent if (p.parent / "config.yaml").is_file()
                                       else None))
@@ -197,6 +212,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
     for d in runs:
         if (d / "model.zip").is_file():
             entries.append(_entry(d / "model.zip", d))
+            notes += _stale_model_notes(d)
         elif (d / "config.yaml").is_file():
             notes.append(f"skipping {d.name}: no model.zip (unfinished; python train.py "
                          f"--resume {d} continues it)")

@@ -118,6 +118,24 @@ def test_a_run_folder_given_as_runs_is_refused_not_read_as_empty(tmp_path: Path)
     assert [e.label for e in entries] == ["ppo"]
 
 
+def test_a_model_zip_older_than_a_checkpoint_is_named_in_a_note(tmp_path: Path) -> None:
+    """A --resume stopped after its first checkpoint leaves the old model.zip, which was
+    evaluated as the run's without a word."""
+    run = fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    _, notes = discover_models(cfg_for(runs=str(tmp_path / "runs")))
+    assert not [n for n in notes if "interrupted" in n]
+    agent = make_sb3("ppo", env_for(TrainConfig(), episode_tasks=10), seed=0)
+    agent.model.learn(32)
+    (run / "checkpoints").mkdir()
+    agent.save(run / "checkpoints" / "model_32_steps.zip")
+    for cfg in (cfg_for(runs=str(tmp_path / "runs")), cfg_for(models=[str(run)])):
+        _, notes = discover_models(cfg)
+        assert [n for n in notes if "interrupted" in n] == [
+            f"a: evaluating model.zip (0 steps), but checkpoint model_32_steps.zip has "
+            f"{agent.model.num_timesteps} (an interrupted --resume? python train.py --resume "
+            f"{run} finishes it)"]
+
+
 def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) -> None:
     run = fake_run(tmp_path, "run", agents=["a2c"], warmup=["none"], env_id=SPLIT,
                    scenario="bursty")
