@@ -425,13 +425,24 @@ def test_the_rolling_mean_starts_at_sample_0() -> None:
 
 def test_the_t_interval_by_hand() -> None:
     """t(0.975, n - 1) * sd / sqrt(n), sd with n - 1: 1, 2, 3 has sd 1 and t(0.975, 2) 4.303."""
-    assert (t95(1), t95(2), t95(30), t95(31)) == (12.706, 4.303, 2.042, 1.96)
+    assert (t95(1), t95(2), t95(30)) == (12.706, 4.303, 2.042)
     mean, half = mean_ci95([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.303 / np.sqrt(3), rel=1e-12)
     mean, half = mean_ci95([5.0])
     assert mean == 5.0 and np.isnan(half)
     with pytest.raises(ValueError, match="degrees of freedom"):
         t95(0)
+
+
+def test_the_t_quantile_past_the_table_is_students_not_the_normals() -> None:
+    """Beyond 30 degrees of freedom t95 was 1.96: t(0.975, 31) is 2.0395, so an interval over
+    32 values was 4% too narrow. Exact quantiles (SciPy's t.ppf) to 4 decimals."""
+    exact = {31: 2.0395, 40: 2.0211, 60: 2.0003, 120: 1.9799, 1000: 1.9623}
+    for dof, value in exact.items():
+        assert t95(dof) == pytest.approx(value, abs=1e-4), dof
+    values = [t95(d) for d in range(1, 2000)]
+    assert all(a > b for a, b in zip(values, values[1:], strict=False))   # no step down at 31
+    assert values[-1] > 1.96
 
 
 def test_a_metric_undefined_on_some_seeds_is_the_mean_of_the_others() -> None:
