@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import math
 import pstats
 import sys
 
@@ -67,8 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N InferenceAlloc-v0 steps with cProfile")
     args = parser.parse_args(argv)
-    if args.duration <= 0 or args.repeats < 1 or args.episode_tasks < 1:
-        parser.error("--duration must be > 0, --repeats and --episode-tasks >= 1")
+    # a NaN or infinite duration passed `<= 0` and then timed forever (benchmark_step stops once
+    # the elapsed time exceeds it); a negative seed was a traceback from gymnasium after the
+    # first timing, and a negative --profile printed an empty profile
+    if not math.isfinite(args.duration) or args.duration <= 0 or args.repeats < 1 \
+            or args.episode_tasks < 1 or args.seed < 0 or args.profile < 0:
+        parser.error("--duration must be a finite number > 0, --repeats and --episode-tasks "
+                     ">= 1, --seed and --profile >= 0")
 
     ours = cartpole = 0.0
     for _ in range(args.repeats):

@@ -28,6 +28,25 @@ def test_a_bad_simulator_placement_is_a_usage_error_before_any_timing(placement,
     assert exit_.value.code == 2 and message in err and out == ""
 
 
+@pytest.mark.parametrize("args", [["--duration", "nan"], ["--duration", "inf"],
+                                  ["--seed", "-1"], ["--profile", "-3"]])
+def test_a_bad_env_bench_option_is_a_usage_error_before_any_timing(args, capsys, monkeypatch):
+    """--duration nan or inf timed forever, --seed -1 failed inside gymnasium after a
+    timing, --profile -3 printed an empty profile."""
+    spec = importlib.util.spec_from_file_location("be", ROOT / "bench" / "bench_env.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def timed(*_args, **_kwargs):
+        raise AssertionError("timed an env")
+
+    monkeypatch.setattr(module, "throughput", timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main([*args, "--repeats", "1"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "--duration must be a finite number" in err and out == ""
+
+
 def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys):
     bench_main("bench_simulator")(["--placement", "0,1,1", "--runs", "2", "--repeats", "1"])
     assert "placement 0,1,1" in capsys.readouterr().out
