@@ -97,7 +97,8 @@ def runs_on(name: str, devices: tuple[str, ...]) -> bool:
     runnable, for make_policy to refuse."""
     key = name.strip().lower().removeprefix("gated-")
     device = key[len("all-"):] if key.startswith("all-") else None
-    return device not in DEVICE_KINDS or device in devices
+    # ignoring case, as make_policy finds the device: a CPU named CPU runs all-cpu
+    return device not in DEVICE_KINDS or device in {d.lower() for d in devices}
 
 
 def _sb3(function: str, name: str) -> Any:
@@ -115,6 +116,16 @@ def _sb3(function: str, name: str) -> Any:
     return fn
 
 
+def _device_name(device: str, names: tuple[str, ...]) -> str:
+    """`device` as the hardware spells it: itself, else the one device name equal to it
+    ignoring case (names are matched lower-cased, but a hardware YAML may name a device
+    ``A100``: ``all-A100`` was an unknown agent, ``static:CPU,...`` an unknown device 'cpu')."""
+    if device in names:
+        return device
+    same = [n for n in names if n.lower() == device.lower()]
+    return same[0] if len(same) == 1 else device
+
+
 def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
     """A fresh policy called `name` for `env` (see the module docstring for names and keywords).
 
@@ -127,18 +138,21 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         return _sb3("make_sb3", key)(key, env, **kwargs)
     if key.startswith("gated-"):
         threshold = kwargs.pop("threshold", DEFAULT_THRESHOLD)
-        inner = make_policy(key[len("gated-"):], env, **kwargs)
+        # the inner name as written: its device names may have capitals (see _device_name)
+        inner = make_policy(name.strip()[len("gated-"):], env, **kwargs)
         return GatedScheduling(inner, threshold=threshold)
     if key.startswith("all-"):
         base = unwrap_env(env)
-        device = key[len("all-"):]
+        device = _device_name(name.strip()[len("all-"):], base.device_names)
         if device in base.device_names:
             return StaticPolicy.for_env(env, [device] * 3, **kwargs)
-        if device in DEVICE_KINDS:   # a valid name, on hardware without that device
+        if device.lower() in DEVICE_KINDS:   # a valid name, on hardware without that device
             raise ValueError(f"{name!r}: the hardware has no device {device!r} (it has "
                              f"{', '.join(base.device_names)})")
     if key.startswith("static:"):
-        devices = [d.strip() for d in key[len("static:"):].split(",")]
+        names = unwrap_env(env).device_names
+        devices = [_device_name(d.strip(), names)
+                   for d in name.strip()[len("static:"):].split(",")]
         if len(devices) != 3:
             raise ValueError(f"{name!r}: a static placement names three devices (load, prefill, "
                              f"decode), e.g. static:cpu,gpu,gpu")

@@ -714,6 +714,37 @@ def test_static_names_give_their_placements(article: InferenceAllocEnv) -> None:
         make_policy("static:cpu,gpu", article)
 
 
+def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None:
+    """A hardware YAML may call a device A100: make_policy lower-cased the whole name, so
+    all-A100 was an unknown agent and static:CPU,A100,npu an unknown device 'cpu'."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    rename = {"cpu": "CPU", "gpu": "A100"}
+    for device in raw["devices"]:
+        device["name"] = rename.get(device["name"], device["name"])
+    for link in raw["links"]:
+        link["between"] = [rename.get(d, d) for d in link["between"]]
+    path = tmp_path / "capitals.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    env = InferenceAllocEnv("article", hardware=str(path), episode_tasks=5)
+    assert env.device_names == ("CPU", "A100", "npu")
+    obs = np.zeros(5 + 7 * env.n_devices, np.float32)
+    for name, placement in (("all-A100", [1, 1, 1]), ("all-a100", [1, 1, 1]),
+                            ("all-CPU", [0, 0, 0]), ("static:CPU,A100,npu", [0, 1, 2]),
+                            ("static:cpu, a100 ,NPU", [0, 1, 2]),
+                            ("gated-static:CPU,A100,A100", [0, 1, 1])):
+        assert make_policy(name, env).predict(obs)[0].tolist() == placement, name
+    assert make_policy("all-A100", env).name == "all-A100"
+    from agents.registry import runs_on  # the evaluation's baselines agree
+    assert [runs_on(n, env.device_names) for n in ("all-cpu", "all-npu", "all-gpu", "all-A100")] \
+        == [True, True, False, True]
+    with pytest.raises(ValueError, match="no device 'GPU'"):     # a kind it lacks, named
+        make_policy("all-GPU", InferenceAllocEnv("article", hardware=str(path), episode_tasks=5))
+
+
 def test_random_is_seeded_and_reproducible(article: InferenceAllocEnv,
                                            episode_obs: np.ndarray) -> None:
     a = make_policy("random", article, seed=5).predict(episode_obs)[0]
