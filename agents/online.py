@@ -69,6 +69,13 @@ class OnlineResult:
                 raise ValueError(f"metrics: {name} must be an integer >= 1, got {value!r}")
         if len(lat) == 0:
             raise ValueError("metrics of an empty run: deploy at least one sample")
+        # every ratio below compares sample i with the references' sample i
+        lengths = {"static": len(static), "oracle": len(oracle)}
+        if self.static_here is not None:
+            lengths["static_here"] = len(self.static_here)
+        if any(n != len(lat) for n in lengths.values()):
+            raise ValueError(f"metrics: the run has {len(lat)} samples but its references "
+                             f"{lengths}: they must be of the same tasks")
         e = min(early, len(lat))
         ratio = rolling_mean(lat, window) / rolling_mean(static, window)
         steady = min(STEADY_SAMPLES, len(lat))
@@ -154,6 +161,14 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
         oracle = run_policy(make_policy("oracle", env), env, n_samples, seed)
     model = getattr(agent, "model", None)
     if learn and model is not None:
+        n_envs = model.get_env().num_envs
+        if n_envs != 1:
+            # learn(n_samples) then stepped each sub-env n_samples / n_envs times and the
+            # recorder kept sub-env 0's: a curve shorter than its references, which metrics()
+            # compared sample by sample with other tasks' (or broadcast a window of one)
+            raise ValueError(f"deploy runs one live task stream, but the agent learns on "
+                             f"{n_envs} envs: build it on the single env (make_sb3 without "
+                             f"vec_env)")
         controller = getattr(agent, "warmup", None)
         recorder = _Recorder(controller)
         model.get_env().seed(seed)

@@ -68,6 +68,28 @@ def test_bad_metrics_inputs_say_what_is_wrong(n: int, kwargs: dict, message: str
         OnlineResult(np.ones(n), np.ones(n), np.ones(n)).metrics(**kwargs)
 
 
+def test_metrics_refuse_references_of_other_lengths() -> None:
+    """A 32-sample curve against 100-sample references compared different tasks (the last
+    32 of each) and broadcast a window of one, with no word."""
+    with pytest.raises(ValueError, match="same tasks"):
+        OnlineResult(np.ones(32), np.ones(100), np.ones(100)).metrics()
+    with pytest.raises(ValueError, match="same tasks"):
+        OnlineResult(np.ones(100), np.ones(100), np.ones(100), static_here=np.ones(32)).metrics()
+
+
+def test_deploy_refuses_an_agent_learning_on_several_envs() -> None:
+    """It learned n_samples steps over 4 sub-envs and recorded sub-env 0's 32 samples as the
+    curve of a 100-sample stream."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    envs = [gym.make("envs:InferenceAlloc-v0", episode_tasks=100, reward="relative")
+            for _ in range(4)]
+    agent = make_sb3("ppo", envs[0], seed=0,
+                     vec_env=DummyVecEnv([lambda e=e: e for e in envs]))
+    with pytest.raises(ValueError, match="one live task stream"):
+        deploy(agent, envs[0], 100, seed=3, references=False)
+
+
 def test_stabilisation_is_measured_against_static_in_the_agents_own_state():
     n = 600
     rng = np.random.default_rng(0)
