@@ -58,6 +58,9 @@ class OnlineResult:
           learn, are then stable from the first window (against static's own run: from
           sample 588 of 600, the queue bursts of two trajectories keeping 50-sample windows
           10-20% apart). On one stream their gain still swings with the load (50-553).
+          A run whose last window is still outside the band gives its length: it has not
+          settled within the run, and the number is a lower bound (censored, not NaN, so
+          that a mean over seeds counts it as late rather than dropping it).
         - samples_to_0.9_static: the first sample at which the rolling mean ratio to static
           reaches 0.9 (NaN if never).
         - steady_vs_static / steady_vs_oracle: mean latency over the last 200 samples over

@@ -36,6 +36,15 @@ def test_metrics_on_a_planted_learning_curve():
     assert m["steady_vs_oracle"] == pytest.approx(9 / 8)
 
 
+def test_a_run_that_has_not_settled_by_its_end_reports_its_length():
+    n = 600
+    static = np.full(n, 10.0)
+    agent = np.where(np.arange(n) < 560, 9.0, 14.0)      # settled, then a late excursion
+    assert OnlineResult(agent, static, static).metrics()["samples_to_stabilise"] == n
+    settled = np.where(np.arange(n) < 100, 14.0, 9.0)
+    assert OnlineResult(settled, static, static).metrics()["samples_to_stabilise"] < n
+
+
 def test_worst_window_and_steady_ratios_compare_the_same_samples():
     """Each ratio is the agent's over its reference's on the same samples: a stretch slow for
     both is no worse than static, and the oracle's early samples do not count as steady."""
