@@ -20,26 +20,42 @@ class NumberFriendlyLoader(yaml.SafeLoader):
     """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``, and
     refuses a key given twice in one mapping."""
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        # A mapping's pairs as written, for the mappings `flatten_mapping` has rewritten.
+        self._written_pairs: dict[yaml.Node, list[tuple[yaml.Node, yaml.Node]]] = {}
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # PyYAML merges `<<` sources into node.value in place, and flattens a merge source when
+        # the mapping that merges it is constructed -- before the source itself is, if it is
+        # aliased again later. Keep the pairs as written for the duplicate check.
+        self._written_pairs.setdefault(node, list(node.value))
+        super().flatten_mapping(node)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         # PyYAML keeps the last of two equal keys without a word: a scenario's second
         # `workload:` block replaced the first whole, its other fields falling back to their
-        # defaults. YAML requires unique keys. The check runs before the merge keys (`<<`) are
-        # flattened in: a key overriding a merged one is allowed.
+        # defaults. YAML requires unique keys. The check reads the pairs as written, before the
+        # merge keys (`<<`) are flattened in: a key overriding a merged one is allowed. Keys are
+        # compared by value only: both uses of an alias are one node, so a node identity test
+        # let `*k : 1` then `*k : 4` through (the lines named are then the anchor's).
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, yaml.Node] = {}
-            for key_node, _ in node.value:
+            pairs = self._written_pairs.get(node) or node.value   # [] was [] as written too
+            for key_node, _ in pairs:
                 if key_node.tag == MERGE_TAG:
                     continue
                 key = self.construct_object(key_node, deep=False)
                 try:
-                    first = seen.setdefault(key, key_node)
+                    first = seen.get(key)
                 except TypeError:   # an unhashable key: the base class names it
                     continue
-                if first is not key_node:
+                if first is not None:
                     raise yaml.constructor.ConstructorError(
                         "while constructing a mapping", node.start_mark,
                         f"found duplicate key {key!r} (first given on line "
                         f"{first.start_mark.line + 1})", key_node.start_mark)
+                seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
 

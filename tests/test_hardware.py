@@ -239,6 +239,20 @@ def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path):
         load_scenario(str(scenario))
 
 
+
+def test_the_duplicate_key_check_sees_aliased_keys_and_not_merged_ones():
+    # A key given twice through an alias is still given twice: the check compared key nodes
+    # by identity, and both uses of an alias are the anchored node, so the last one won.
+    with pytest.raises(yaml.YAMLError, match="found duplicate key 'batch'"):
+        safe_load("key: &k batch\nworkload:\n  *k : 1\n  *k : 4\n")
+    with pytest.raises(yaml.YAMLError, match="found duplicate key 'x'"):
+        safe_load("&x x: 1\n*x : 2\n")
+    # A merge source with its own merge key, aliased again: PyYAML flattens the source in
+    # place when the first mapping merges it, so the check (reading the node's pairs) saw the
+    # merged-in `x` beside the source's own `x` and refused this valid document.
+    text = "c:\n  <<: &b\n    <<: {x: 1}\n    x: 2\n  y: 0\nd: *b\n"
+    assert safe_load(text) == yaml.safe_load(text) == {"c": {"x": 2, "y": 0}, "d": {"x": 2}}
+
 def renamed(section: dict, old: str, new: str) -> None:
     section[new] = section.pop(old)
 
