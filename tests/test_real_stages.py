@@ -235,6 +235,23 @@ def test_adaptive_cache_follows_a_distribution_shift(tmp_path):
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
 
 
+
+def test_a_failed_adaptive_request_leaves_the_statistics_alone(tmp_path):
+    # A source that is not UTF-8 text is read, then refused by the preprocess; its requests
+    # used to count, so it took the only slot (it can never be cached) and kept out a source
+    # that loads.
+    good = write(tmp_path / "good.txt", "good")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\xff\xfe")
+    loader = AdaptiveLoad(tmp_path / "cache", capacity=1, decay=1.0)
+    for _ in range(3):
+        with pytest.raises(ValueError, match="not valid UTF-8"):
+            loader.run(bad)
+    loader.run(good)
+    assert loader.cached_sources() == {good.resolve()}
+    assert loader.run(good).cache_hit is True
+    assert bad.resolve() not in loader.scores
+
 # --- validation ----------------------------------------------------------------------------
 
 

@@ -272,17 +272,20 @@ class AdaptiveLoad(_CacheLoader):
     def run(self, path: StrPath) -> LoadResult:
         cache = self.cache
         source = Path(path).resolve()
-        read_from_disk(source)  # unknown paths must not enter the statistics
+        raw = read_from_disk(source)
+        # Load before counting the request: one that fails (an unknown path, a source that is
+        # not UTF-8 text) must not enter the statistics, where it would rank among the most
+        # requested and hold a slot it can never fill, keeping out a source that loads.
+        if source in self.cached:
+            tokens, raw, hit = _lookup(cache, source)
+        else:
+            cache.misses += 1
+            tokens, hit = tokenize(preprocess(raw, source)), False
         for known in self.scores:
             self.scores[known] *= self.decay
         self.scores[source] = self.scores.get(source, 0.0) + 1.0
-        if source in self.cached:
-            tokens, raw, hit = _lookup(cache, source)
-            if hit:
-                return LoadResult(tokens, True, Path(path))
-        else:
-            cache.misses += 1
-            tokens, raw = full_preprocess(source)
+        if hit:
+            return LoadResult(tokens, True, Path(path))
         top = self._top()
         for evicted in self.cached - top:
             cache.entry_path(evicted).unlink(missing_ok=True)
