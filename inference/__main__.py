@@ -87,7 +87,7 @@ def parse_variants(text: str) -> list[dict[str, str]]:
     recipes = []
     for spec in (s.strip() for s in text.split(",")):
         if "+" in spec:
-            parts = spec.split("+")
+            parts = [p.strip() for p in spec.split("+")]   # as around the commas
             if len(parts) != len(STAGES):
                 raise ValueError(f"variant mix {spec!r} needs one implementation per stage "
                                  f"({'+'.join(STAGES)})")

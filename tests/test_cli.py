@@ -23,6 +23,7 @@ def test_flash_is_slower_than_glm_on_the_article_task():
 
 def test_the_table_names_every_variant_and_metric(capsys):
     assert main(["--variants", "glm-5.3,cached+window+sequential", "--cache-hit"]) == 0
+    assert main(["--variants", "glm-5.3, cached + window + sequential"]) == 0
     out = capsys.readouterr().out
     for text in ("glm-5.3", "cached+window+sequential", "memory stall", "attention share",
                  "KV wait", "vs glm-5.3", "hit", "load=cached (CachedLoad)"):
