@@ -325,6 +325,10 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"option {name} must be a number, got {value!r}")
         return float(value)
     if base is str:
+        # str() turned a list or mapping into its repr and true into "True": `out: [results]`
+        # wrote to a folder named "['results']", `resume: true` looked for a run named True
+        if isinstance(value, (list, dict, bool)):
+            raise ConfigError(f"option {name} must be text (a name or path), got {value!r}")
         return str(value)
     return value
 

@@ -657,6 +657,11 @@ def test_an_unwritable_output_folder_is_refused_first(tmp_path: Path, monkeypatc
     ("seeds: [0, x]\n", "option seeds must be an integer, got 'x'"),
     ("hp: 5\n", "option hp must be a mapping of key: value, got 5"),
     ("scenario:\n", "option scenario must not be empty"),
+    # a list, mapping or boolean for a text option was its repr: a folder named "['runs']"
+    ("log_dir: [runs]\n", "option log_dir must be text (a name or path), got ['runs']"),
+    ("agents: [ppo, [dqn]]\n", "option agents must be text (a name or path), got ['dqn']"),
+    ("hardware: {name: edge}\n", "option hardware must be text (a name or path), got {'name'"),
+    ("resume: true\n", "option resume must be text (a name or path), got True"),
     ("- timesteps: 5\n", "must hold a mapping of option: value"),
 ])
 def test_a_config_file_value_of_the_wrong_type_names_the_file_and_option(
