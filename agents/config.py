@@ -353,6 +353,11 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
         if name not in names:
             raise ConfigError(f"config file {p}: unknown option {key!r}; options: "
                               f"{', '.join(sorted(names))}")
+        if name in out:
+            # episode-tasks and episode_tasks are one option: the YAML loader's duplicate-key
+            # check sees two keys, and the later one silently replaced the earlier
+            raise ConfigError(f"config file {p}: option {name} is given twice "
+                              f"({_flag(name)[2:]} and {name} are one option)")
         try:
             out[name] = _coerce(name, value, hints[name])
         except ConfigError as exc:

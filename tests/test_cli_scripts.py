@@ -687,6 +687,15 @@ def test_a_config_file_takes_kebab_keys_scalars_for_lists_and_empty_optionals(
         "scenario": "7"}
 
 
+def test_an_option_given_in_both_spellings_in_a_config_file_is_refused(tmp_path: Path) -> None:
+    # the YAML loader refuses a key given twice, but these are two keys of one option: the
+    # later one replaced the earlier without a word
+    path = tmp_path / "c.yaml"
+    path.write_text("episode-tasks: 5\nepisode_tasks: 7\n")
+    with pytest.raises(ConfigError, match="option episode_tasks is given twice"):
+        read_yaml_options(TrainConfig, path)
+
+
 def test_a_dumped_config_reads_back_in_field_order(tmp_path: Path) -> None:
     config, _ = parse_config(TrainConfig, ["--seeds", "3", "4", "--hp", "gamma=0.5",
                                            "--no-progress-bar", "--log-dir", str(tmp_path)])
