@@ -383,8 +383,11 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
         for entry in (e for e in entries if _in_context(cfg, e, ctx)):
             env = _model_env(cfg, entry, ctx.scenario)
             policy = load_policy(entry.path, env)
-            result = results.setdefault((entry.label, section),
-                                        AgentResult(entry.label, section, "model", runs=0))
+            # a model named as a baseline (a saved policy zip all-cpu.zip or oracle.zip) shared
+            # the baseline's row: its samples and the baseline's pooled, n doubled, CI narrowed
+            label = f"{entry.label} (model)" if entry.label in cfg.baselines else entry.label
+            result = results.setdefault((label, section),
+                                        AgentResult(label, section, "model", runs=0))
             result.runs += 1
             for seed in seeds:
                 latency = episode_latencies(policy, env, seed, cfg.episodes)

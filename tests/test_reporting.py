@@ -160,6 +160,19 @@ def test_a_model_given_twice_is_evaluated_once(tmp_path: Path, monkeypatch) -> N
                                                                ("best-static", 1, 1)]
 
 
+def test_a_model_named_as_a_baseline_is_not_pooled_with_it(tmp_path: Path) -> None:
+    """A saved policy zip named all-cpu.zip shared the all-cpu baseline's row: n was twice
+    the seeds and the 95% CI that of the doubled samples."""
+    make_policy("all-cpu", make_env(episode_tasks=10)).save(tmp_path / "all-cpu.zip")
+    cfg = cfg_for(models=[str(tmp_path / "all-cpu.zip")], seeds=2,
+                  baselines=["all-cpu", "best-static"])
+    entries, _ = discover_models(cfg)
+    rows = [r.row() for r in evaluate_agents(cfg, entries, ["article"])]
+    assert [(r["agent"], r["kind"], r["n"]) for r in rows] == [
+        ("all-cpu (model)", "model", 2), ("all-cpu", "baseline", 2), ("best-static", "baseline", 2)]
+    assert rows[0]["mean_latency_s"] == rows[1]["mean_latency_s"]     # the same policy
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("agents: [ppo, dqn]\nseeds: [0, 1]\n", "agents ['ppo', 'dqn'], warmup ['none', 'all'], "
                                              "seeds [0, 1]"),
