@@ -123,7 +123,11 @@ def _csv_cell(value: Any) -> str:
     if isinstance(value, float):
         return "" if math.isnan(value) else f"{value:.6g}"
     text = str(value)
-    return f'"{text}"' if "," in text or '"' in text else text
+    if any(c in text for c in ',"\n\r'):
+        # RFC 4180: a quote inside a quoted cell is doubled; left single, a label such as
+        # my "best" ppo (a model file's name) read back as 'my best" ppo"'
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def fmt_ci(mean: float, ci: float, digits: int = 3) -> str:

@@ -3,7 +3,9 @@ summary's statistics (per-seed metrics, t-intervals) and how they are written.""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
@@ -475,6 +477,10 @@ def test_episode_metrics_by_hand() -> None:
 def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> None:
     rows = [{"agent": "a,b", "mean_latency_s": 12.3456789, "mean_latency_s_ci95": float("nan")}]
     assert summary_csv(rows) == 'agent,mean_latency_s,mean_latency_s_ci95\n"a,b",12.3457,\n'
+    # every label reads back as written (a model file's name may hold quotes)
+    labels = ['my "best" ppo', "a,b", 'x"', "plain"]
+    text = summary_csv([{"agent": a, "n": 1} for a in labels])
+    assert [r[0] for r in csv.reader(io.StringIO(text))] == ["agent", *labels]
     assert fmt_ci(1.23456, 0.1) == "1.235 ± 0.100"
     assert fmt_ci(1.23456, float("nan")) == "1.235"
     assert fmt_ci(float("nan"), 0.1) == "-"
