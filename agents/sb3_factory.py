@@ -103,7 +103,8 @@ def _layered(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     merges into the one below. Replacing it, {net_arch: [8]} used to drop activation_fn (and
     log_std_init), so the net trained with ReLU unannounced."""
     out = {**params, **top}
-    if isinstance(top.get("policy_kwargs"), dict):
+    if isinstance(top.get("policy_kwargs"), dict) and isinstance(
+            params.get("policy_kwargs") or {}, dict):
         out["policy_kwargs"] = {**(params.get("policy_kwargs") or {}), **top["policy_kwargs"]}
     return out
 
@@ -142,7 +143,9 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML "
                              f"({describe_yaml_error(exc)})") from None
-        out[key.strip()] = parsed
+        # layered as a warm start's values are: "--hp policy_kwargs={net_arch: [8]} --hp
+        # policy_kwargs={activation_fn: relu}" kept only the second, net_arch dropped
+        out = _layered(out, {key.strip(): parsed})
     return out
 
 

@@ -573,6 +573,16 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
     assert (config.timesteps, config.seeds) == (5000, [7])
     assert config.hp == {"learning_rate": 0.001, "n_steps": 64}     # flags merge over the file
     assert {"timesteps", "seeds", "hp"} <= given
+    # policy_kwargs merges as the hyper-parameters' layers do: a flat merge dropped the
+    # file's net_arch for the flag's activation_fn (and the first --hp's for the second's)
+    path.write_text("hp: {policy_kwargs: {net_arch: [8]}, gamma: 0.5}\n")
+    config, _ = parse_config(TrainConfig, ["--config", str(path), "--hp",
+                                           "policy_kwargs={activation_fn: relu}"])
+    assert config.hp == {"policy_kwargs": {"net_arch": [8], "activation_fn": "relu"},
+                         "gamma": 0.5}
+    config, _ = parse_config(TrainConfig, ["--hp", "policy_kwargs={net_arch: [8]}", "--hp",
+                                           "policy_kwargs={activation_fn: relu}"])
+    assert config.hp == {"policy_kwargs": {"net_arch": [8], "activation_fn": "relu"}}
     path.write_text("timestep: 5\n")
     with pytest.raises(ValueError, match="unknown option 'timestep'"):
         parse_config(TrainConfig, ["--config", str(path)])
