@@ -43,7 +43,7 @@ from agents.warmup import (
     warm_policy_class,
 )
 from envs import ENV_IDS
-from inference.yamlio import describe_yaml_error, safe_load
+from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
@@ -68,8 +68,11 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     if agent not in ALGORITHMS:
         raise ValueError(f"unknown SB3 agent {agent!r}; known: {', '.join(ALGORITHMS)}")
     path = HYPERPARAMS_DIR / f"{agent}.yaml"
-    with open(path, encoding="utf-8") as fh:
-        table = safe_load(fh) or {}
+    # a ValueError naming the file, as every check below: an edit that broke the YAML (a key
+    # given twice, a tab) was a yaml traceback out of train.py, and a list there a TypeError
+    table = load_yaml_file(path, "hyper-parameter file") or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{path} must map env ids to hyper-parameters, got {table!r}")
     if env_id not in table:
         raise ValueError(
             f"no {agent} hyper-parameters for env {env_id!r} in {path}; "

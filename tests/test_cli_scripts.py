@@ -310,6 +310,9 @@ def test_a_conservative_that_never_acts_may_be_the_oracle_with_several_envs(tmp_
     ("warm_start: {learning_rate: abc}",
      "ppo.yaml, InferenceAlloc-v0: hyper-parameter learning_rate must be a number"),
     ("warm_start: 1.0e-4", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),
+    # a broken edit was a yaml traceback: one line naming the file and the line
+    ("n_steps: 32", "ppo.yaml: malformed YAML at line 3, column 3: found duplicate key"),
+    ("\tgamma: 0.9", "ppo.yaml: malformed YAML at line 3"),
 ])
 def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, tmp_path, capsys,
                                                                monkeypatch) -> None:
