@@ -456,9 +456,7 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             cdf = {s: {r.agent: np.concatenate(r.latencies) for r in results if r.scenario == s}
                    for s in sections}
             written.append(plots.latency_cdf(cdf, out / "latency_cdf.png"))
-            # one curve per run folder: a run's checkpoints share its events
-            runs = list({e.run_dir: (f"{e.label} s{e.seed}", e.run_dir)
-                         for e in entries if e.run_dir is not None}.values())
+            runs = curve_runs(entries)
             if runs:
                 written.append(plots.learning_curves(runs, out / "learning_curves.png"))
             else:
@@ -474,6 +472,19 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             written.append(write_text(out / "stabilization.md", online_markdown(
                 study, seeds, cfg.online_samples, scenarios[0])))
     return written
+
+
+def curve_runs(entries: list[ModelEntry]) -> list[tuple[str, Path]]:
+    """(label, run folder) of each run folder's learning curve: one per folder, as a run's
+    checkpoints share its events, named after the run. The label of whichever entry of the
+    folder came last named the whole run's curve: "ppo@128 s0" where the final model.zip and
+    a checkpoint were both evaluated, and "ppo sNone" for a folder without a run config."""
+    runs: dict[Path, tuple[str, Path]] = {}
+    for e in entries:
+        if e.run_dir is not None and e.run_dir not in runs:
+            label = re.sub(r"@\d+", "", e.label, count=1)   # a checkpoint's step
+            runs[e.run_dir] = (label if e.seed is None else f"{label} s{e.seed}", e.run_dir)
+    return list(runs.values())
 
 
 def reproduce_article(cfg: EvalConfig) -> Any:

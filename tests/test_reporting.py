@@ -24,6 +24,7 @@ from agents.evaluation import (
 from agents.registry import make_policy
 from agents.reporting import (
     check_inputs,
+    curve_runs,
     discover_models,
     evaluate_agents,
     fmt_summary,
@@ -145,6 +146,19 @@ def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) 
     (run / "model.zip").rename(run / "checkpoints" / "model_64_steps.zip")
     [entry], _ = discover_models(cfg_for(models=[str(run / "checkpoints" / "model_64_steps.zip")]))
     assert (entry.label, entry.env_id, entry.scenario) == ("a2c@64", SPLIT, "bursty")
+
+
+def test_a_runs_learning_curve_is_named_after_the_run_not_a_checkpoint(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, "run", agents=["ppo"], warmup=["none"], seeds=[3])
+    (run / "checkpoints").mkdir()
+    make_sb3("ppo", make_env(episode_tasks=10), seed=0).save(run / "checkpoints" / "model_64_steps")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    make_sb3("ppo", make_env(episode_tasks=10), seed=0).save(bare / "model.zip")
+    entries, _ = discover_models(cfg_for(models=[str(run), str(bare),
+                                                 str(run / "checkpoints" / "model_64_steps.zip")]))
+    assert [e.label for e in entries] == ["ppo", "bare", "ppo@64"]
+    assert curve_runs(entries) == [("ppo s3", run), ("bare", bare)]
 
 
 def test_a_model_given_twice_is_evaluated_once(tmp_path: Path, monkeypatch) -> None:
