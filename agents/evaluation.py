@@ -149,7 +149,9 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episo
                   "|---|---|---|---|---|---|---|---|"]
         for r in (r for r in rows if r["scenario"] == scenario):
             cells = [fmt_ci(r[m], r[f"{m}_ci95"]) for m in METRICS]
-            lines.append(f"| {r['agent']} | {r['n']} | " + " | ".join(cells) + " |")
+            # a "|" in a label (a model file's name) split its cell: the row gained a column
+            agent = str(r["agent"]).replace("|", "\\|")
+            lines.append(f"| {agent} | {r['n']} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Definitions", "", (__doc__ or "").split("Definitions used in every table:")[-1]
               .strip(), ""]

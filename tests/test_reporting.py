@@ -14,12 +14,14 @@ import yaml
 
 from agents.config import ConfigError, EvalConfig, TrainConfig, to_yaml
 from agents.evaluation import (
+    METRICS,
     episode_latencies,
     episode_metrics,
     fmt_ci,
     make_env,
     mean_ci,
     summary_csv,
+    summary_markdown,
 )
 from agents.registry import make_policy
 from agents.reporting import (
@@ -495,6 +497,11 @@ def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> No
     labels = ['my "best" ppo', "a,b", 'x"', "plain"]
     text = summary_csv([{"agent": a, "n": 1} for a in labels])
     assert [r[0] for r in csv.reader(io.StringIO(text))] == ["agent", *labels]
+    nan = float("nan")
+    row = {"scenario": "article", "agent": "ppo|v2", "n": 1,
+           **{k: v for m in METRICS for k, v in ((m, 1.0), (f"{m}_ci95", nan))}}
+    [line] = [x for x in summary_markdown([row], [0], 1).splitlines() if "ppo" in x]
+    assert line.startswith(r"| ppo\|v2 | 1 |") and line.replace(r"\|", "").count("|") == 9
     assert fmt_ci(1.23456, 0.1) == "1.235 ± 0.100"
     assert fmt_ci(1.23456, float("nan")) == "1.235"
     assert fmt_ci(float("nan"), 0.1) == "-"
