@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agents.sb3_factory import _layered, parse_overrides
+from agents.sb3_factory import layer_hyperparams, parse_overrides
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.yamlio import describe_yaml_error, safe_load
 
@@ -392,7 +392,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
     for name, value in given.items():   # a mapping option (hp) merges over the file's
         # layered as the hyper-parameters are (policy_kwargs merged too): a flat merge let
         # --hp policy_kwargs={activation_fn: relu} drop the file's policy_kwargs net_arch
-        values[name] = _layered(values.get(name, {}), value) if isinstance(value, dict) else value
+        values[name] = layer_hyperparams(values.get(name, {}), value) if isinstance(value, dict) else value
     config = cls(**values)
     validate = getattr(config, "validate", None)
     if validate is not None:

@@ -98,10 +98,10 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
         check_override_types(agent, params, warm)
     except ValueError as exc:
         raise ValueError(f"{path}, {env_id}: {exc}") from None
-    return _layered(params, warm) if warm_start else params
+    return layer_hyperparams(params, warm) if warm_start else params
 
 
-def _layered(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def layer_hyperparams(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     """`top` over `params` (a warm start's values, or overrides): a policy_kwargs in `top`
     merges into the one below. Replacing it, {net_arch: [8]} used to drop activation_fn (and
     log_std_init), so the net trained with ReLU unannounced."""
@@ -148,7 +148,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
                              f"({describe_yaml_error(exc)})") from None
         # layered as a warm start's values are: "--hp policy_kwargs={net_arch: [8]} --hp
         # policy_kwargs={activation_fn: relu}" kept only the second, net_arch dropped
-        out = _layered(out, {key.strip(): parsed})
+        out = layer_hyperparams(out, {key.strip(): parsed})
     return out
 
 
@@ -309,12 +309,12 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
                      warm_start: bool = False) -> dict[str, Any]:
     """The YAML's hyper-parameters of `name` on `env_id` (with its ``warm_start`` ones for a
-    warm-started learner) with `overrides` (checked) on top, layered by ``_layered``."""
+    warm-started learner) with `overrides` (checked) on top, layered by ``layer_hyperparams``."""
     params = load_hyperparams(name, env_id, warm_start)
     if overrides:
         check_keys(name, overrides)
         check_override_types(name, params, overrides)
-        params = _layered(params, overrides)
+        params = layer_hyperparams(params, overrides)
     return params
 
 
