@@ -110,11 +110,11 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
 def _stale_model_notes(run_dir: Path) -> list[str]:
     """A note when a checkpoint of the run has more steps than its model.zip: a --resume
     stopped after its first checkpoint leaves the old model.zip, evaluated as the run's."""
-    from agents.training import checkpoints, saved_steps
+    from agents.training import checkpoints
 
-    final = saved_steps(run_dir / "model.zip")
-    found = checkpoints(run_dir)
-    if final is None or not found or found[-1][0] <= final:
+    found = checkpoints(run_dir)   # model.zip among them, each zip read once
+    final = next((steps for steps, path in found if path.name == "model.zip"), None)
+    if final is None or found[-1][0] <= final:
         return []
     return [f"{run_dir.name}: evaluating model.zip ({final} steps), but checkpoint "
             f"{found[-1][1].name} has {found[-1][0]} (an interrupted --resume? python train.py "

@@ -24,6 +24,7 @@ import gymnasium as gym  # noqa: E402
 
 from agents.heft import HeftPolicy  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
+from bench.bench_traces import median_seconds  # noqa: E402
 from envs.traces import read_trace  # noqa: E402
 
 TARGET_DECISION_S = 2e-3
@@ -49,15 +50,6 @@ def decision_seconds(tasks: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def trace_seconds(repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        read_trace("azure-conv")
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -67,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.tasks < 1 or args.repeats < 1:
         parser.error("--tasks and --repeats must be >= 1")
     ref = reference_rate(20_000, args.repeats)      # trivial calls per second
-    decision, trace = decision_seconds(args.tasks, args.repeats), trace_seconds(args.repeats)
+    decision = decision_seconds(args.tasks, args.repeats)
+    trace = median_seconds(lambda: read_trace("azure-conv"), args.repeats)
     rows = (("heft-calibrated decision", decision, TARGET_DECISION_S),
             ("read azure-conv trace", trace, TARGET_TRACE_S))
     print(f"median of {args.repeats} repeats; Python {sys.version.split()[0]}; "
