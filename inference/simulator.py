@@ -80,18 +80,33 @@ class SimConfig:
     resident: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.prefetch_depth, int) or self.prefetch_depth < 0:
+        # Bools are refused where a number is meant (True ran as a prefetch depth of 1), and a
+        # value of the wrong type is a ValueError naming the field, not a TypeError from inside
+        # a comparison.
+        def integer(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def number(value: Any) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        if not integer(self.prefetch_depth) or self.prefetch_depth < 0:
             raise ValueError(f"SimConfig.prefetch_depth must be an integer >= 0, got {self.prefetch_depth!r}")
         for name in ("replacement_overhead_s", "contention"):
             value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
+            if not number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"SimConfig.{name} must be finite and >= 0, got {value!r}")
-        if not isinstance(self.cache_capacity, int) or self.cache_capacity < 1:
+        if not integer(self.cache_capacity) or self.cache_capacity < 1:
             raise ValueError(f"SimConfig.cache_capacity must be an integer >= 1, got {self.cache_capacity!r}")
-        if not 0 < self.cache_decay <= 1:
+        if not number(self.cache_decay) or not 0 < self.cache_decay <= 1:
             raise ValueError(f"SimConfig.cache_decay must be in (0, 1], got {self.cache_decay!r}")
-        if any(not isinstance(d, int) or d < 0 for d in self.precomputed_domains):
-            raise ValueError("SimConfig.precomputed_domains must be non-negative integers")
+        if not isinstance(self.precomputed_domains, (tuple, list)) or any(
+                not integer(d) or d < 0 for d in self.precomputed_domains):
+            raise ValueError(f"SimConfig.precomputed_domains must be a tuple of integers >= 0, "
+                             f"got {self.precomputed_domains!r}")
+        if self.resident is not None and (not isinstance(self.resident, (tuple, list)) or any(
+                not isinstance(name, str) for name in self.resident)):
+            raise ValueError(f"SimConfig.resident must be None or a tuple of device names, "
+                             f"got {self.resident!r}")
 
 
 class TaskResult:

@@ -697,3 +697,36 @@ def test_the_adaptive_cache_still_tracks_with_a_vanishing_decay():
     assert hits == [False, False, True, False, True, False, True, False]
     assert sim.state.cache_entries == {1}
     assert all(np.isfinite(list(sim.state.cache_counts.values())))
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"prefetch_depth": True}, "prefetch_depth"),
+    ({"cache_capacity": True}, "cache_capacity"),
+    ({"replacement_overhead_s": True}, "replacement_overhead_s"),
+    ({"replacement_overhead_s": "0.2"}, "replacement_overhead_s"),
+    ({"replacement_overhead_s": None}, "replacement_overhead_s"),
+    ({"contention": False}, "contention"),
+    ({"contention": [1.0]}, "contention"),
+    ({"cache_decay": True}, "cache_decay"),
+    ({"cache_decay": "0.98"}, "cache_decay"),
+    ({"cache_decay": None}, "cache_decay"),
+    ({"precomputed_domains": (True, 2)}, "precomputed_domains"),
+    ({"precomputed_domains": 5}, "precomputed_domains"),
+    ({"precomputed_domains": None}, "precomputed_domains"),
+    ({"resident": "gpu"}, "resident"),
+    ({"resident": 5}, "resident"),
+    ({"resident": ("gpu", 1)}, "resident"),
+])
+def test_sim_config_refuses_wrong_types_naming_the_field(changes, field):
+    # A bool passed as a number (prefetch_depth=True ran as 1), a string, None or a non-tuple
+    # raised a TypeError from inside a comparison, or was accepted and failed later (a
+    # resident 'gpu' read as the devices 'g', 'p', 'u'): one ValueError naming the field.
+    with pytest.raises(ValueError, match=f"SimConfig.{field}"):
+        SimConfig(**changes)
+
+
+def test_sim_config_accepts_its_documented_values():
+    config = SimConfig(prefetch_depth=0, replacement_overhead_s=0, contention=2, cache_capacity=1,
+                       cache_decay=1, precomputed_domains=(0, 3), resident=("cpu", "gpu"))
+    assert Simulator(SERVER, GLM, build_stages("glm-5.3-flash"), config).state.resident == [
+        True, True, False]
