@@ -280,6 +280,14 @@ class Simulator:
                 noise_sigma: float = 0.0) -> TaskResult:
         """Book `task` under `placement` (validated), drawing stage noise from `rng`: a factor
         exp(N(0, noise_sigma)) per stage, median 1 and mean exp(noise_sigma**2 / 2)."""
+        # A negative or NaN sigma, or a sigma without a Generator to draw from, ran without
+        # noise and said nothing.
+        if isinstance(noise_sigma, bool) or not isinstance(noise_sigma, (int, float)) \
+                or not math.isfinite(noise_sigma) or noise_sigma < 0:
+            raise ValueError(f"noise_sigma must be a finite number >= 0, got {noise_sigma!r}")
+        if noise_sigma > 0 and rng is None:
+            raise ValueError(f"noise_sigma {noise_sigma!r} needs rng, the Generator the noise is "
+                             f"drawn from")
         noise: Sequence[float] = (1.0, 1.0, 1.0)
         if rng is not None and noise_sigma > 0:
             noise = np.exp(rng.normal(0.0, noise_sigma, 3)).tolist()

@@ -730,3 +730,20 @@ def test_sim_config_accepts_its_documented_values():
                        cache_decay=1, precomputed_domains=(0, 3), resident=("cpu", "gpu"))
     assert Simulator(SERVER, GLM, build_stages("glm-5.3-flash"), config).state.resident == [
         True, True, False]
+
+
+@pytest.mark.parametrize("sigma, rng", [
+    (-0.1, np.random.default_rng(0)), (float("nan"), np.random.default_rng(0)),
+    (float("inf"), np.random.default_rng(0)), (True, np.random.default_rng(0)),
+    ("0.1", np.random.default_rng(0)), (0.1, None),
+])
+def test_execute_refuses_a_noise_it_would_not_draw(sigma, rng):
+    # These ran without noise and without a word: a negative or NaN sigma failed `> 0`, and a
+    # sigma without a Generator was ignored.
+    with pytest.raises(ValueError, match="noise_sigma"):
+        simulator().execute(ARTICLE, ("cpu", "gpu", "gpu"), rng, noise_sigma=sigma)
+
+
+def test_execute_without_noise_needs_no_generator():
+    plain = simulator().execute(ARTICLE, ("cpu", "gpu", "gpu")).latency
+    assert simulator().execute(ARTICLE, ("cpu", "gpu", "gpu"), None, noise_sigma=0).latency == plain
