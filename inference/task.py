@@ -34,7 +34,8 @@ class Task:
                 raise ValueError(f"Task.{name} must be a positive integer, got {value!r}")
         if isinstance(self.domain, bool) or not isinstance(self.domain, int) or self.domain < 0:
             raise ValueError(f"Task.domain must be a non-negative integer, got {self.domain!r}")
-        if not (isinstance(self.arrival, (int, float)) and math.isfinite(self.arrival)) or self.arrival < 0:
+        if isinstance(self.arrival, bool) or not (isinstance(self.arrival, (int, float))
+                                                  and math.isfinite(self.arrival)) or self.arrival < 0:
             raise ValueError(f"Task.arrival must be a finite time >= 0, got {self.arrival!r}")
 
     @classmethod

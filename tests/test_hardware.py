@@ -79,6 +79,9 @@ def test_a_task_needs_positive_integer_sizes(field, value):
     ({"domain": -1}, "domain"),
     ({"arrival": -1.0}, "arrival"),
     ({"arrival": float("nan")}, "arrival"),
+    ({"arrival": True}, "arrival"),     # a bool is not a time (True arrived at 1 s)
+    ({"arrival": "0"}, "arrival"),
+    ({"domain": True}, "domain"),
 ])
 def test_a_task_needs_a_valid_domain_and_arrival(kwargs, field):
     with pytest.raises(ValueError, match=f"Task.{field}"):
