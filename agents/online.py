@@ -116,17 +116,21 @@ class _Recorder(BaseCallback):
 
 
 def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, Any]]:
-    """The step infos of the first n_samples tasks of the stream `seed` under `policy`."""
-    base = env.unwrapped
-    obs, _ = base.reset(seed=seed)
+    """The step infos of the first n_samples tasks of the stream `seed` under `policy`.
+
+    `env` is stepped as given: its wrappers (an observation wrapper the policy sees through,
+    a TimeLimit) act as they do when the policy learns on it.
+    """
+    obs, _ = env.reset(seed=seed)
     infos = []
     for i in range(n_samples):
         action, _ = policy.predict(obs, deterministic=True)
-        obs, _, _, truncated, info = base.step(action)
+        obs, _, terminated, truncated, info = env.step(action)
         infos.append(info)
-        if truncated and i + 1 < n_samples:
+        if (terminated or truncated) and i + 1 < n_samples:
             raise ValueError(f"the env's episode ended after {i + 1} tasks; this needs "
-                             f"episode_tasks >= n_samples ({n_samples})")
+                             f"episodes of >= n_samples ({n_samples}) tasks: raise its "
+                             f"episode_tasks (or its TimeLimit)")
     return infos
 
 
@@ -160,8 +164,10 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
                          "make the env with episode_tasks >= n_samples")
     static = oracle = np.full(n_samples, np.nan)
     if references:
-        static = run_policy(make_policy("best-static", env), env, n_samples, seed)
-        oracle = run_policy(make_policy("oracle", env), env, n_samples, seed)
+        # the references act in the bare env's spaces and on its own observations (the
+        # oracle checks them against the current task), whatever the agent sees through
+        static = run_policy(make_policy("best-static", base), base, n_samples, seed)
+        oracle = run_policy(make_policy("oracle", base), base, n_samples, seed)
     model = getattr(agent, "model", None)
     if learn and model is not None:
         n_envs = model.get_env().num_envs

@@ -269,3 +269,34 @@ def test_stabilization_md_states_the_spans_its_metrics_used(n):
     else:
         assert "early = the first 60 samples, window = 50 samples" in text
         assert "'the last 200 samples' are the last 60" in text
+
+
+class _Blinded(gym.ObservationWrapper):
+    """An observation wrapper a policy sees the env through (every entry -1)."""
+
+    def observation(self, observation):
+        return np.full_like(observation, -1.0)
+
+
+class _Seeing:
+    """Best-static's action, recording every observation it is shown."""
+
+    def __init__(self, env) -> None:
+        self.inner, self.seen = make_policy("best-static", env), []
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        self.seen.append(np.asarray(obs))
+        return self.inner.predict(obs, state, episode_start, deterministic)
+
+
+def test_deploy_without_learning_steps_the_env_through_its_wrappers():
+    """The agent sees the env as the caller wrapped it, as it does when it learns; the
+    references (the oracle checks its observations) still run on the bare env."""
+    n = 30
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=n, reward="relative")
+    policy = _Seeing(env)
+    result = deploy(policy, _Blinded(env), n, learn=False, seed=2)
+    assert len(policy.seen) == n and all(np.all(obs == -1.0) for obs in policy.seen)
+    assert np.array_equal(result.latency, result.static)          # best-static on its stream
+    with pytest.raises(ValueError, match="episode ended after 10 tasks"):
+        deploy(policy, gym.wrappers.TimeLimit(env, 10), n, learn=False, references=False)
