@@ -5,6 +5,8 @@ Each config is a dataclass whose fields carry their ``--help`` text in
 parser from the fields (``snake_case`` -> ``--kebab-case``; lists take several values,
 booleans get ``--x/--no-x``, ``hp`` takes ``key=value`` pairs) and resolves, in order of
 precedence: the flags given, then the YAML file of ``--config``, then the defaults.
+``--online`` and ``--no-online`` are two options of one choice (``--no-x`` of the first
+would be the second): each, given as a flag, clears the other's value from the file.
 A resolved config dumps back to YAML (``to_yaml``) that ``--config`` reads again.
 """
 
@@ -135,17 +137,16 @@ class EvalConfig:
     out: str = field(default="results", metadata=_help("output folder"))
     online: bool = field(default=False, metadata=_help(
         "only the online stabilisation experiment (>= 5 seeds; stabilization.png/.md)",
-        action="store_true"))
+        action="store_true", clears=("no_online",)))
     online_samples: int = field(default=600, metadata=_help(
         "samples per online deployment (stabilization.png)"))
     online_seeds: int | None = field(default=None, metadata=_help(
         "seeds of the online experiment (default: --seeds, at least 5 with --online)"))
     no_online: bool = field(default=False, metadata=_help(
         "skip the online experiment (no stabilization.png) in the default evaluation",
-        action="store_true"))
+        action="store_true", clears=("online",)))
     reproduce_article: bool = field(default=False, metadata=_help(
-        "reproduce the article's figures (agents.article.reproduce) into --out",
-        action="store_true"))
+        "reproduce the article's figures (agents.article.reproduce) into --out"))
     article_clients: int | None = field(default=None, metadata=_help(
         "the article job's closed-loop clients; 0: open loop, requests 3.25x faster than the "
         "live rate (default: the reproduction's, 3)"))
@@ -267,6 +268,7 @@ def build_parser(cls: type, description: str | None = None) -> argparse.Argument
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)
+        meta.pop("clears", None)
         flags = meta.pop("flags", (_flag(f.name),))
         default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
                    else f.default)
@@ -365,6 +367,16 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     return out
 
 
+def _clear_excluded(cls: type, given: set[str], values: dict[str, Any]) -> None:
+    """Drop from the file's `values` the options that a flag given excludes (``clears``)."""
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            # the flag replaces the file's choice: --no-online was refused as contradicting
+            # the file's `online: true` rather than overriding it
+            for other in set(f.metadata.get("clears", ())) - given:
+                values.pop(other, None)
+
+
 def parse_config(cls: type[C], argv: Sequence[str] | None = None,
                  description: str | None = None) -> tuple[C, set[str]]:
     """The config from defaults < ``--config`` YAML < flags, and the names of the options set.
@@ -384,6 +396,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
     config_file = given.pop("config", None)
     if config_file is not None:
         values.update(read_yaml_options(cls, config_file))
+        _clear_excluded(cls, set(given), values)
     if "hp" in given:
         try:
             given["hp"] = parse_overrides(given["hp"])

@@ -591,6 +591,25 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
         parse_config(TrainConfig, ["--config", str(path)])
 
 
+@pytest.mark.parametrize("cls", [TrainConfig, EvalConfig])
+def test_every_boolean_a_config_file_sets_a_flag_sets_back(cls, tmp_path: Path) -> None:
+    """`online: true` in a file could not be switched off: --online was store_true alone, and
+    --no-online (the other option of that choice) was refused as contradicting it."""
+    folder = {"log_dir": str(tmp_path / "runs"), "out": str(tmp_path / "results")}
+    names = {f.name for f in dataclasses.fields(cls)}
+    base = {k: v for k, v in folder.items() if k in names}
+    # --no-x, but --no-online's other option is --online: one choice of three (only, skip, both)
+    back = {"no_online": "--online"}
+    for f in dataclasses.fields(cls):
+        if f.type not in ("bool", bool):
+            continue
+        path = tmp_path / f"{f.name}.yaml"
+        path.write_text(yaml.safe_dump({**base, f.name: not f.default}))
+        flag = back.get(f.name, "--" + ("" if f.default else "no-") + f.name.replace("_", "-"))
+        config, _ = parse_config(cls, ["--config", str(path), flag])
+        assert getattr(config, f.name) == f.default, f.name
+
+
 def test_a_list_or_mapping_flag_given_twice_adds_to_itself() -> None:
     """argparse kept the last of a repeated flag: --hp gamma=0.5 --hp n_steps=64 trained with
     the YAML's gamma, and --agents ppo --agents a2c trained a2c alone."""
