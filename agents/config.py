@@ -335,6 +335,17 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
     return value
 
 
+def _option_names(cls: type) -> dict[str, str]:
+    """Each spelling a config file may use for an option (snake_case) -> the field's name:
+    the field's own and those of its flags (env for env_id, as --env is for --env-id)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        out[f.name] = f.name
+        for flag in f.metadata.get("flags", ()):
+            out[flag.lstrip("-").replace("-", "_")] = f.name
+    return out
+
+
 def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -348,18 +359,20 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of option: value")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    out = {}
+    names = _option_names(cls)
+    out: dict[str, Any] = {}
+    keys: dict[str, Any] = {}    # the spelling each option was given in
     for key, value in data.items():
-        name = str(key).replace("-", "_")
-        if name not in names:
+        name = names.get(str(key).replace("-", "_"))
+        if name is None:
             raise ConfigError(f"config file {p}: unknown option {key!r}; options: "
                               f"{', '.join(sorted(names))}")
         if name in out:
-            # episode-tasks and episode_tasks are one option: the YAML loader's duplicate-key
-            # check sees two keys, and the later one silently replaced the earlier
+            # episode-tasks and episode_tasks (env and env_id) are one option: the YAML loader's
+            # duplicate-key check sees two keys, and the later one silently replaced the earlier
             raise ConfigError(f"config file {p}: option {name} is given twice "
-                              f"({_flag(name)[2:]} and {name} are one option)")
+                              f"({keys[name]} and {key} are one option)")
+        keys[name] = key
         try:
             out[name] = _coerce(name, value, hints[name])
         except ConfigError as exc:

@@ -728,6 +728,20 @@ def test_an_option_given_in_both_spellings_in_a_config_file_is_refused(tmp_path:
         read_yaml_options(TrainConfig, path)
 
 
+def test_a_config_file_takes_the_command_lines_aliases(tmp_path: Path) -> None:
+    """--env is --env-id on the command line; `env:` in a file was an unknown option."""
+    path = tmp_path / "c.yaml"
+    path.write_text("env: InferenceAllocSplit-v0\n")
+    assert read_yaml_options(TrainConfig, path) == {"env_id": "InferenceAllocSplit-v0"}
+    path.write_text("env: InferenceAllocSplit-v0\nenv-id: InferenceAlloc-v0\n")
+    with pytest.raises(ConfigError, match="option env_id is given twice "
+                                          r"\(env and env-id are one option\)"):
+        read_yaml_options(TrainConfig, path)
+    path.write_text("envs: InferenceAlloc-v0\n")
+    with pytest.raises(ConfigError, match="unknown option 'envs'; options: .*env, env_id"):
+        read_yaml_options(TrainConfig, path)
+
+
 def test_a_dumped_config_reads_back_in_field_order(tmp_path: Path) -> None:
     config, _ = parse_config(TrainConfig, ["--seeds", "3", "4", "--hp", "gamma=0.5",
                                            "--no-progress-bar", "--log-dir", str(tmp_path)])
