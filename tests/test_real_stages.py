@@ -187,6 +187,13 @@ def test_direct_load_preprocesses_and_tokenizes(tmp_path):
     assert result.as_tensor().shape == (1, len(result.tokens))
 
 
+def test_a_byte_order_mark_is_no_part_of_the_text(tmp_path):
+    """Only a leading BOM goes: one inside the text (a zero-width no-break space) is kept."""
+    src = tmp_path / "bom.txt"
+    src.write_bytes(b"\xef\xbb\xbf  hello \xef\xbb\xbf")
+    assert DirectLoad().run(src).tokens == tuple(b"hello \xef\xbb\xbf")
+
+
 def test_cached_hit_equals_direct_and_stale_is_never_returned(tmp_path):
     src = write(tmp_path / "doc.txt", "hello   world")
     other = write(tmp_path / "other.txt", "not built")

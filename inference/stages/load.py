@@ -80,7 +80,9 @@ def read_from_disk(path: StrPath) -> bytes:
 def preprocess(raw: bytes, source: Path | None = None) -> str:
     """Decode UTF-8, NFC-normalise, collapse whitespace runs to one space, strip the ends."""
     try:
-        text = raw.decode("utf-8")
+        # utf-8-sig: a leading byte-order mark (Windows editors write one) is no text; decoded
+        # as utf-8 it survived the whitespace strip and became 3 tokens before the first word
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ValueError(f"path {str(source)!r} is not valid UTF-8: {err}") from None
     return _WHITESPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
