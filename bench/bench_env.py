@@ -8,6 +8,8 @@ alternately, ``--repeats`` times each; the best rate of each counts (the least d
 other load on the machine). The target is a ratio of at least 0.25 (InferenceAlloc-v0 steps/s
 over CartPole-v1 steps/s).
 ``--profile N`` then runs N InferenceAlloc-v0 steps under cProfile and prints where the time goes.
+Exit status (as every bench/ script's): 0 when the target is met, 1 when it is missed, 2 for a
+bad option (before anything is timed).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import gymnasium as gym
 from gymnasium.utils.performance import benchmark_step
 
 import envs  # noqa: F401  (registers the ids; gym.make("envs:...") would import it anyway)
+from envs.scenario import MAX_EPISODE_TASKS
 
 TARGET_RATIO = 0.25
 
@@ -70,11 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # a NaN or infinite duration passed `<= 0` and then timed forever (benchmark_step stops once
     # the elapsed time exceeds it); a negative seed was a traceback from gymnasium after the
-    # first timing, and a negative --profile printed an empty profile
+    # first timing, a negative --profile printed an empty profile, and an --episode-tasks the
+    # env refuses was its traceback
     if not math.isfinite(args.duration) or args.duration <= 0 or args.repeats < 1 \
-            or args.episode_tasks < 1 or args.seed < 0 or args.profile < 0:
-        parser.error("--duration must be a finite number > 0, --repeats and --episode-tasks "
-                     ">= 1, --seed and --profile >= 0")
+            or not 1 <= args.episode_tasks <= MAX_EPISODE_TASKS or args.seed < 0 \
+            or args.profile < 0:
+        parser.error(f"--duration must be a finite number > 0, --repeats >= 1, --episode-tasks "
+                     f"in 1..{MAX_EPISODE_TASKS}, --seed and --profile >= 0")
 
     ours = cartpole = 0.0
     for _ in range(args.repeats):
@@ -84,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     ratio = ours / cartpole
     print(f"InferenceAlloc-v0 : {ours:12,.0f} steps/s  ({1e6 / ours:7.1f} us/step)")
     print(f"CartPole-v1       : {cartpole:12,.0f} steps/s  ({1e6 / cartpole:7.1f} us/step)")
-    verdict = "meets" if ratio >= TARGET_RATIO else "below"
-    print(f"ratio             : {ratio:12.3f}  ({verdict} the {TARGET_RATIO} target)")
+    met = ratio >= TARGET_RATIO
+    print(f"ratio             : {ratio:12.3f}  "
+          f"({'meets' if met else 'below'} the {TARGET_RATIO} target)")
     if args.profile:
         print(profile(args.profile, args.episode_tasks))
-    return 0
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

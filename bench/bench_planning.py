@@ -6,7 +6,8 @@ heft-calibrated decides once per task, so it must stay cheap beside an env step;
 conversation trace (~20k rows) is read whenever a scenario replays it. The same process
 times a loop of trivial Python calls (``bench_simulator.reference_rate``), so each figure
 is also given in trivial calls, which compares across machines. Targets: a decision under
-2 ms, the trace read in under 0.5 s.
+2 ms, the trace read in under 0.5 s. Exit status (as every bench/ script's): 0 when both
+targets are met, 1 when one is missed, 2 for a bad option (before anything is timed).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import gymnasium as gym  # noqa: E402
 from agents.heft import HeftPolicy  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
 from bench.bench_traces import median_seconds  # noqa: E402
+from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 from envs.traces import read_trace  # noqa: E402
 
 TARGET_DECISION_S = 2e-3
@@ -56,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=200, help="decisions per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")
     args = parser.parse_args(argv)
-    if args.tasks < 1 or args.repeats < 1:
-        parser.error("--tasks and --repeats must be >= 1")
+    # the decisions are one episode's: more than the env takes was its traceback after a timing
+    if not 1 <= args.tasks <= MAX_EPISODE_TASKS or args.repeats < 1:
+        parser.error(f"--tasks must lie in 1..{MAX_EPISODE_TASKS} and --repeats must be >= 1")
     ref = reference_rate(20_000, args.repeats)      # trivial calls per second
     decision = decision_seconds(args.tasks, args.repeats)
     trace = median_seconds(lambda: read_trace("azure-conv"), args.repeats)

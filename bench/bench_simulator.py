@@ -7,7 +7,8 @@ the `server` preset `--runs` times through `Simulator.run` with pre-validated sh
 hot path an environment step takes), `--repeats` times, and reports the median rate. The same
 process times a reference loop of as many trivial Python function calls, so that the figure
 "trivial calls per simulated task" compares across machines. Target: >= 50,000 tasks/s for
-glm-5.3.
+glm-5.3. Exit status (as every bench/ script's): 0 when the target is met, 1 when it is
+missed, 2 for a bad option (before anything is timed).
 """
 
 from __future__ import annotations

@@ -10,11 +10,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bench_main(name: str):
+def bench_module(name: str):
     spec = importlib.util.spec_from_file_location(f"{name}_bench", ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main
+    return module
+
+
+def bench_main(name: str):
+    return bench_module(name).main
 
 
 @pytest.mark.parametrize(("placement", "message"), [
@@ -80,3 +84,42 @@ def test_the_trace_bench_writes_the_2024_format_that_read_trace_takes(tmp_path):
     assert any("." not in line.split(",")[0] for line in lines)   # whole seconds, no fraction
     from envs.traces import read_trace
     assert len(read_trace(path)) == 50
+
+
+@pytest.mark.parametrize(("name", "args"), [("bench_env", ["--episode-tasks", "1000001"]),
+                                            ("bench_planning", ["--tasks", "1000001"])])
+def test_an_episode_the_env_refuses_is_a_usage_error_before_any_timing(name, args, capsys,
+                                                                       monkeypatch):
+    """It was the env's ValueError traceback (bench_planning's after a timing)."""
+    module = bench_module(name)
+
+    def timed(*_args, **_kwargs):
+        raise AssertionError("timed something")
+
+    for what in ("throughput", "reference_rate"):
+        if hasattr(module, what):
+            monkeypatch.setattr(module, what, timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main([*args, "--repeats", "1"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "1..1000000" in err and out == ""
+
+
+@pytest.mark.parametrize(("ours", "code"), [(30.0, 0), (20.0, 1)])
+def test_the_env_bench_exits_1_below_its_target(ours, code, monkeypatch, capsys):
+    """Below the 0.25 ratio it printed 'below' and exited 0, as bench_simulator and
+    bench_planning do not on a missed target."""
+    module = bench_module("bench_env")
+    rates = {"envs:InferenceAlloc-v0": ours, "CartPole-v1": 100.0}
+    monkeypatch.setattr(module, "throughput", lambda env_id, *_a, **_k: rates[env_id])
+    assert module.main(["--repeats", "1"]) == code
+    assert ("meets" if code == 0 else "below") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["TARGET_TIME_RATIO", "TARGET_MEMORY_RATIO"])
+def test_the_trace_bench_exits_1_when_a_target_is_missed(target, monkeypatch, capsys):
+    """It printed MISSED and exited 0."""
+    module = bench_module("bench_traces")
+    monkeypatch.setattr(module, target, 0.0)
+    assert module.main(["--rows", "200", "--repeats", "1"]) == 1
+    assert capsys.readouterr().out.count("MISSED") == 1
