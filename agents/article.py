@@ -268,13 +268,39 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
     return table
 
 
-def format_value(value: float, half: float, unit: str) -> str:
-    if unit == "%":
-        text = f"{100 * value:.1f}%"
-        return text + (f" ± {100 * half:.1f}" if np.isfinite(half) else "")
-    if unit == "n":
-        return f"{value:.0f}" + (f" ± {half:.0f}" if np.isfinite(half) else "")
-    return f"{value:.2f}x" + (f" ± {half:.2f}" if np.isfinite(half) else "")
+SHOWN = {"%": (100.0, 1, "%"), "n": (1.0, 0, ""), "x": (1.0, 2, "x")}   # scale, decimals, suffix
+MAX_EXTRA_DECIMALS = 15    # past a double's precision: two floats that differ print apart by then
+
+
+def format_value(value: float, half: float, unit: str, extra: int = 0) -> str:
+    """`value` (± `half` when finite) in its unit's decimals, plus `extra` decimals."""
+    scale, decimals, suffix = SHOWN[unit]
+    places = decimals + extra
+    return f"{scale * value:.{places}f}{suffix}" + (
+        f" ± {scale * half:.{places}f}" if np.isfinite(half) else "")
+
+
+def _shown(value: float, unit: str, extra: int) -> float:
+    """`value` as format_value prints it, read back."""
+    scale, decimals, _ = SHOWN[unit]
+    return float(f"{scale * value:.{decimals + extra}f}")
+
+
+def verdict_decimals(row: dict[str, Any]) -> int:
+    """The extra decimals a row's value and limits need for what they print to agree with
+    its verdict.
+
+    The verdict is decided on the unrounded value, the tolerance being the criterion; a value
+    just outside a limit printed "0.68x" with the limits "0.68x .. 0.84x" and "NO". Deciding
+    on the printed value instead would call a value outside its band in, so such a row gets
+    the digits that show it outside. (Rounding keeps order: a value in prints in.)
+    """
+    unit = row["unit"]
+    for extra in range(MAX_EXTRA_DECIMALS + 1):
+        low, ours, high = (_shown(row[key], unit, extra) for key in ("low", "ours", "high"))
+        if (low <= ours <= high) == row["in"]:
+            return extra
+    return MAX_EXTRA_DECIMALS
 
 
 def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
@@ -284,11 +310,13 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
              "| figure | article | ours | tolerance | in |", "|---|---|---|---|---|"]
     notes: list[str] = []
     for row in table:
-        tol = (format_value(row["low"], float("nan"), row["unit"]) + " .. "
-               + format_value(row["high"], float("nan"), row["unit"]))
-        ours = format_value(row["ours"], row["ci"], row["unit"])
+        extra = verdict_decimals(row)
+        tol = (format_value(row["low"], float("nan"), row["unit"], extra) + " .. "
+               + format_value(row["high"], float("nan"), row["unit"], extra))
+        ours = format_value(row["ours"], row["ci"], row["unit"], extra)
         if "interval" in row and np.isfinite(row["interval"]).all():   # none from one seed
-            low, high = (format_value(v, float("nan"), row["unit"]) for v in row["interval"])
+            low, high = (format_value(v, float("nan"), row["unit"], extra)
+                         for v in row["interval"])
             ours += f" [{low} .. {high}]"
         lines.append(f"| {row['figure']} | {row['article']} | {ours} | {tol} | "
                      f"{'yes' if row['in'] else 'NO'} |")

@@ -206,6 +206,38 @@ def test_the_table_prints_a_curve_rows_interval_only_when_there_is_one():
     assert "| 310 |" in table_markdown(table((float("nan"), float("nan"))), [1])
 
 
+def _printed_row(value: float, row_index: int) -> list[str]:
+    """The printed `ours`, low limit, high limit and verdict of ROWS[row_index] at `value`."""
+    row = ROWS[row_index]
+    entry = {"figure": row.figure, "article": row.article_value, "ours": value,
+             "ci": float("nan"), "unit": row.unit, "low": row.low, "high": row.high,
+             "in": bool(row.low <= value <= row.high)}
+    lines = table_markdown([entry], [0]).splitlines()
+    [line] = [ln for ln in lines if ln.startswith(f"| {row.figure} |")]
+    ours, tol, verdict = (cell.strip() for cell in line.split("|")[3:6])
+    return [ours, *tol.split(" .. "), verdict]
+
+
+@pytest.mark.parametrize(("row_index", "value"), [
+    (1, 0.76 * 0.9 - 5e-4), (1, 0.76 * 0.9 - 1e-9), (1, 0.76 * 1.1 + 1e-3),   # x: 0.684 .. 0.836
+    (2, 0.2604), (2, 0.17951),                                             # %: 18% .. 26%
+    (9, 350.4), (9, 99.6),                                                 # n: 100 .. 350
+])
+def test_a_value_just_outside_a_limit_prints_outside_it(row_index, value):
+    """The verdict is on the unrounded value: 0.6835 printed "0.68x" beside the limits
+    "0.68x .. 0.84x" and said NO. It now prints the digits that show it outside."""
+    ours, low, high, verdict = _printed_row(value, row_index)
+    strip = str.maketrans("", "", "x%")
+    ours_, low_, high_ = (float(text.translate(strip)) for text in (ours, low, high))
+    assert verdict == "NO" and not low_ <= ours_ <= high_, (ours, low, high)
+
+
+def test_a_row_clear_of_its_limits_keeps_its_units_decimals():
+    assert _printed_row(0.6845, 1) == ["0.68x", "0.68x", "0.84x", "yes"]     # in, on the rounding
+    assert _printed_row(0.60, 1) == ["0.60x", "0.68x", "0.84x", "NO"]
+    assert _printed_row(0.2, 2) == ["20.0%", "18.0%", "26.0%", "yes"]
+
+
 # ------------------------------------------------ the rows' wiring, recomputed independently
 FIXTURE_SEED, FIXTURE_TASKS, FIXTURE_SAMPLES = 0, 120, 200    # what `seed_values` runs
 
