@@ -96,9 +96,18 @@ class LatencyMetrics(BaseCallback):
                     self.share[d].append(value)
             if self.writer is not None:
                 self.writer.add_scalar("latency/per_sample", latency, first + i)
+        if self._fresh and any(self.locals.get("dones", ())):
+            # An off-policy learner (DQN) dumps its logs at an episode's end, inside its
+            # rollout and before this rollout's end: recorded only there, its dump at step S
+            # wrote the window of the rollout before (train_freq steps stale, a whole episode
+            # with train_freq (1, "episode")), and the run's last step got each tag twice.
+            self._record()
         return True
 
     def _on_rollout_end(self) -> None:
+        self._record()
+
+    def _record(self) -> None:
         if not self._fresh:
             return
         self._fresh = 0

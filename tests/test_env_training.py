@@ -284,6 +284,32 @@ def test_latency_metrics_are_the_tables_statistics_over_the_window(monkeypatch) 
     assert "latency/vs_static" not in log.values and log.values["latency/mean"] == 5.0
 
 
+def test_latency_metrics_are_current_when_an_off_policy_learner_dumps(monkeypatch) -> None:
+    """DQN dumps its logs at an episode's end, after that step's callback and before the
+    rollout's end: the values it writes at step S are the window up to S, not the previous
+    rollout's; the rollout's end then records nothing new, so nothing is written twice."""
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    metrics = callbacks.LatencyMetrics(("cpu",), window=10)
+    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    metrics.on_training_start({}, {})
+    for step, latency in enumerate((1.0, 2.0, 3.0, 6.0), start=1):   # train_freq 2, episode 4
+        metrics.model.num_timesteps = step
+        metrics.locals = {"infos": [{"latency": latency}], "dones": np.array([step == 4])}
+        metrics.on_step()
+        if step == 4:                       # SB3's off-policy dump_logs at the episode's end
+            dumped = dict(log.values)
+            log.values.clear()
+        if step % 2 == 0:
+            metrics.on_rollout_end()
+    assert dumped["latency/mean"] == pytest.approx(3.0)     # was 1.5: samples 1-2 only
+    assert log.values == {}
+
+
 def test_held_out_eval_writes_at_start_and_each_interval_crossed(monkeypatch) -> None:
     from types import SimpleNamespace
 
