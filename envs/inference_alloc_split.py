@@ -11,6 +11,10 @@ from envs.inference_alloc import InferenceAllocEnv, Masks, holds_bool
 from envs.reference import dispatch
 from inference.simulator import Shares
 
+# How far past [-1, 1] an action entry may lie and be read as the bound: float32 rounding
+# (an ulp at 1 is 1.2e-7), not a policy asking for more than a whole weight.
+BOX_SLACK = 1e-6
+
 
 class InferenceAllocSplitEnv(InferenceAllocEnv):
     """
@@ -33,7 +37,9 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     that corner often enough early in training (about 0.4% of stages per step
     with three devices) that refusing it would crash plain PPO or A2C. A
     non-numeric (string, bool) or non-finite entry, or an entry outside
-    [-1, 1], is an error (ValueError). The box is symmetric so that
+    [-1, 1], is an error (ValueError); an entry past the box by no more than
+    float32 rounding (1e-6, as gymnasium's `RescaleAction` leaves at its own
+    bounds) is read as the bound. The box is symmetric so that
     Stable-Baselines3's Gaussian policies fit it without rescaling.
     ## Memory and masks
 
@@ -75,8 +81,13 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
             raise ValueError(f"action must have shape {expected} (stage-major), got {arr.shape}")
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"action entries must be finite, got {action!r}")
-        if np.any(arr < -1.0) or np.any(arr > 1.0):
+        low, high = arr.min(), arr.max()
+        if low < -1.0 - BOX_SLACK or high > 1.0 + BOX_SLACK:
             raise ValueError(f"action entries must lie in [-1, 1], got {action!r}")
+        if low < -1.0 or high > 1.0:
+            # Float32 rounding past the box (RescaleAction maps its own low bound to
+            # -1.0000001) is the bound: refusing it crashed plain PPO trained through it.
+            arr = np.clip(arr, -1.0, 1.0)
         weights = (arr.reshape(3, self.n_devices) + 1.0) / 2.0
         weights[weights.sum(axis=1) <= 0] = 1.0      # an all -1 stage: an even split
         sums = weights.sum(axis=1)

@@ -78,6 +78,22 @@ def test_plain_ppo_survives_the_corner_of_the_split_box() -> None:
     assert model.num_timesteps == 64
 
 
+def test_split_env_reads_float32_rounding_past_its_box_as_the_bound() -> None:
+    """RescaleAction maps its own bounds to +-1.0000001 in float32: such an entry is the bound,
+    so PPO trained through the wrapper runs; an entry clearly past the box is still refused."""
+    env = gym.wrappers.RescaleAction(make(SPLIT), np.float32(0.1), np.float32(0.3))
+    wrapped = np.tile(np.array([0.3, 0.1, 0.1], dtype=np.float32), 3)   # its bounds: all on one
+    edge = env.action(wrapped)
+    assert edge.min() < -1.0 or edge.max() > 1.0                  # the rounding this is about
+    base = env.unwrapped
+    assert base._requested_shares(edge) == base._requested_shares(np.tile([1.0, -1.0, -1.0], 3))
+    env.reset(seed=0)
+    *_, info = env.step(wrapped)
+    assert info["latency"] > 0
+    with pytest.raises(ValueError, match=r"must lie in \[-1, 1\]"):
+        base._requested_shares(np.full(9, -1.001))
+
+
 # MaskablePPO needs a discrete action space, so it runs on InferenceAlloc-v0 only: the Split
 # env's Box actions are not supported by sb3-contrib's masking.
 def test_maskable_ppo_trains_and_respects_masks(tmp_path: Path) -> None:
