@@ -218,6 +218,13 @@ class SB3Agent(Policy):
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+        """The model's action, as device ids in the env's own action space.
+
+        maskable-ppo: without `action_masks`, one observation is masked with the masks of the
+        env the agent was built on, i.e. its current task. To act on another env, pass that
+        env's ``action_masks()`` (sb3-contrib's ``evaluate_policy`` does; SB3's does not, and
+        would mask with the wrong task's).
+        """
         kwargs: dict[str, Any] = {}
         if self.name == "maskable-ppo":
             obs = np.asarray(observation)
