@@ -32,6 +32,13 @@ clone it also writes, at the run's first step, how well the clone imitates the c
 policy (``agents.cloning``): ``warmup/clone_train_agreement`` and
 ``warmup/clone_heldout_agreement``, the share of observations (those it was fitted on, and
 20% held out) where it places every stage as the conservative policy does.
+
+A run with warm-up also writes, from ``agents.warmup.WarmupCallback``:
+
+| tag                          | value                                                         |
+|------------------------------|---------------------------------------------------------------|
+| ``warmup/conservative_acting`` | share of the last `window` tasks that the conservative policy placed (1 in the conservative phase, rising while the guard holds control) |
+| ``warmup/guard_trips``       | times the guard has handed control to the conservative policy since the run began |
 """
 
 from __future__ import annotations

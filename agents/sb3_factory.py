@@ -328,12 +328,13 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
              overrides: dict[str, Any] | None = None, warmup: WarmupConfig | None = None,
              tensorboard_log: str | None = None, verbose: int = 0,
-             vec_env: Any = None) -> SB3Agent:
+             vec_env: Any = None, metrics_window: int = 100) -> SB3Agent:
     """Build an SB3 agent for `env` from its YAML hyper-parameters (plus overrides and warm-up).
 
     `vec_env`: train on this VecEnv instead (its sub-envs already wrapped by ``wrap_for``,
     e.g. several envs or a VecNormalize); `env` is then its first sub-env, which the
-    warm-up and ``predict`` use.
+    warm-up and ``predict`` use. `metrics_window`: the tasks behind the warm-up's
+    ``warmup/conservative_acting`` share (train.py's ``--metrics-window``).
     """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     hyperparams = hyperparams_with(name, env_id_of(env), overrides,
@@ -353,7 +354,7 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     agent = SB3Agent(name, model, env)
     agent.hyperparams = hyperparams
     if warmup is not None:
-        attach_warmup(agent, env, warmup, seed=seed)
+        attach_warmup(agent, env, warmup, seed=seed, metrics_window=metrics_window)
     return agent
 
 

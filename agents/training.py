@@ -328,7 +328,7 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     warm = warmup_config(config, spec.warmup)
     venv, first = build_vec_env(config, spec.agent, spec.seed, warm_start=starts_warm(warm))
     agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
-                     vec_env=venv)
+                     vec_env=venv, metrics_window=config.metrics_window)
     run_dir = new_run_dir(config.log_dir, run_name(config, spec))
     # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's, the
     # overrides), so the run's config.yaml reproduces it after agents/hyperparams/ changes
@@ -372,7 +372,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
         model.load_replay_buffer(buffer)
     agent = SB3Agent(spec.agent, model, first)
     if warm is not None:
-        attach_warmup(agent, first, warm, seed=spec.seed)
+        attach_warmup(agent, first, warm, seed=spec.seed, metrics_window=cfg.metrics_window)
     write_text(run_dir / "config.yaml", to_yaml(cfg))
     return _run(agent, run_dir, cfg, spec, first, fresh=False)
 

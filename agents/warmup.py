@@ -187,11 +187,23 @@ class WarmupController:
 
 
 class WarmupCallback(BaseCallback):
-    """Feeds each decision's latency ratio to the controller (and logs who acted)."""
+    """Feeds each decision's latency ratio to the controller, and logs who acted:
 
-    def __init__(self, controller: WarmupController) -> None:
+    * ``warmup/conservative_acting``: the share of the last `window` tasks (train.py's
+      ``--metrics-window``, as the ``latency/`` tags) that the conservative policy placed;
+    * ``warmup/guard_trips``: how often the guard has handed control to the conservative
+      policy since the run began.
+
+    The share was the last decision's 0/1 flag: SB3 writes the value recorded last before
+    each dump, so once the guard paused, the curve jumped between 0 and 1.
+    """
+
+    def __init__(self, controller: WarmupController, window: int = 100) -> None:
         super().__init__()
+        if window < 1:
+            raise ValueError(f"WarmupCallback window must be >= 1, got {window}")
         self.controller = controller
+        self.acting: deque[float] = deque(maxlen=window)
         self._warned = False
 
     def _on_step(self) -> bool:
@@ -205,8 +217,10 @@ class WarmupCallback(BaseCallback):
                               "static_latency (make it with reward='relative' or "
                               "reference=True to compare ratios to static)", stacklevel=2)
                 self._warned = True
+            self.acting.append(float(self.controller.last_conservative))
             self.controller.record(latency / static if static else latency)
-        self.logger.record("warmup/conservative_acting", float(self.controller.last_conservative))
+        if self.acting:
+            self.logger.record("warmup/conservative_acting", float(np.mean(self.acting)))
         self.logger.record("warmup/guard_trips", self.controller.guard_trips)
         return True
 
@@ -291,8 +305,10 @@ def warm_policy_class(agent: str) -> type:
     return WarmMaskablePolicy if agent == "maskable-ppo" else WarmActorCriticPolicy
 
 
-def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | None = None) -> WarmupController:
-    """Wire the warm-up parts into an agent built by make_sb3 (clone now, act/guard later)."""
+def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | None = None,
+                  metrics_window: int = 100) -> WarmupController:
+    """Wire the warm-up parts into an agent built by make_sb3 (clone now, act/guard later).
+    `metrics_window`: the tasks behind ``warmup/conservative_acting`` (``WarmupCallback``)."""
     from agents.registry import make_policy  # registry imports the factory: import late
 
     conservative = make_policy(config.conservative, env)
@@ -306,7 +322,7 @@ def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | N
     else:
         setattr(model.policy, "warmup", controller)  # noqa: B010  (a Warm* policy class)
     agent.warmup = controller
-    agent.callbacks = [WarmupCallback(controller)]
+    agent.callbacks = [WarmupCallback(controller, metrics_window)]
     if config.clone:
         from agents.cloning import behaviour_clone
 

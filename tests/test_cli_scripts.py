@@ -128,6 +128,11 @@ def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
                        for v in clone.values())
         else:
             assert clone == {}
+        # who acted: the share of the last --metrics-window tasks, not the last task's 0/1
+        acting = [e.value for e in acc.Scalars("warmup/conservative_acting")] \
+            if "-warm__" in run.name else []
+        assert all(0 <= v <= 1 for v in acting) and (not acting or acting[0] == 1.0)
+        assert ("-warm__" not in run.name) or any(0 < v < 1 for v in acting), acting
 
 
 @pytest.mark.parametrize("agent", ["ppo", "dqn"])

@@ -314,6 +314,46 @@ def test_the_guard_compares_latency_ratios_not_raw_latencies():
     assert callback.controller.guard_trips == 1
 
 
+def test_conservative_acting_logs_the_share_of_the_last_window_of_decisions():
+    """It logged the last decision's 0/1 flag: once the guard paused, the curve jumped
+    between 0 and 1 with whichever decision came last before a dump."""
+    from types import SimpleNamespace
+
+    from stable_baselines3.common.logger import Logger
+
+    from agents.warmup import WarmupCallback
+
+    config = WarmupConfig(steps=3, clone=False, guard=False)
+    callback = WarmupCallback(WarmupController(None, config), window=4)
+    logger = Logger(folder=None, output_formats=[])
+    callback.init_callback(SimpleNamespace(logger=logger, num_timesteps=0))
+    info = {"latency": 1.0, "static_latency": 1.0}
+    shares = []
+    for _ in range(6):              # 3 conservative decisions, then 3 of the learner
+        _feed(callback, [info])
+        shares.append(logger.name_to_value["warmup/conservative_acting"])
+    assert shares == [1.0, 1.0, 1.0, 0.75, 0.5, 0.25]
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        WarmupCallback(WarmupController(None, config), window=0)
+
+
+def test_train_py_gives_the_warmup_callback_its_metrics_window_and_documents_its_tags():
+    from agents.warmup import WarmupCallback
+
+    agent = make_sb3("ppo", _env(tasks=40), seed=0, metrics_window=7,
+                     warmup=WarmupConfig(steps=5, clone=False))
+    (callback,) = agent.callbacks
+    assert isinstance(callback, WarmupCallback) and callback.acting.maxlen == 7
+    # documented where the other tags are, and the option names it
+    import agents.callbacks
+    from agents.config import TrainConfig
+
+    for tag in ("warmup/conservative_acting", "warmup/guard_trips"):
+        assert f"``{tag}``" in agents.callbacks.__doc__, tag
+    help_text = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
+    assert "warmup/conservative_acting" in help_text["metrics_window"]
+
+
 def test_after_a_trip_the_learner_gets_a_fresh_window():
     config = WarmupConfig(steps=4, clone=False, guard=True, guard_window=20, guard_margin=0.05,
                           guard_cooldown=7)
