@@ -9,9 +9,11 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
   its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
-  VecNormalize statistics, and for DQN the latest replay buffer);
+  VecNormalize statistics, for DQN the latest replay buffer, and with warm-up the state
+  its ``warmup/guard_trips`` curve continues from on ``--resume``);
 * ``model.zip`` once training ends, for DQN with ``replay_buffer.pkl`` (a resume from
-  ``model.zip`` continues with it), and ``vecnormalize.pkl`` with ``normalize``.
+  ``model.zip`` continues with it), ``vecnormalize.pkl`` with ``normalize``, and
+  ``warmup.json`` with warm-up (the guard's trip count at that step).
 
 What a failed run leaves: the folder is created only once the env and the agent are built
 (warm-up cloning included), so bad options never leave one. If training then fails (or is
@@ -81,7 +83,7 @@ from agents.sb3_factory import (
     starts_warm,
     wrap_for,
 )
-from agents.warmup import WarmDQN, WarmupConfig, attach_warmup
+from agents.warmup import WarmDQN, WarmupConfig, WarmupController, attach_warmup
 
 WARMUP_PARTS = ("conservative", "clone", "guard")
 CHECKPOINT_PREFIX = "model"
@@ -262,11 +264,20 @@ def new_run_dir(log_dir: str | Path, name: str) -> Path:
 
 
 class AtomicCheckpoint(CheckpointCallback):
-    """SB3's CheckpointCallback, each file written via temp + rename; one replay buffer kept."""
+    """SB3's CheckpointCallback, each file written via temp + rename; one replay buffer kept.
+    `warmup`: the controller whose state (``save_warmup_state``) a resume continues from."""
+
+    def __init__(self, *args: Any, warmup: WarmupController | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.warmup = warmup
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq:
             return True
+        if self.warmup is not None:      # before the model: a model zip always has its state
+            save_warmup_state(self.warmup, Path(self._checkpoint_path("warmup_", extension="json")),
+                              self.num_timesteps)
         with atomic_path(self._checkpoint_path(extension="zip")) as tmp:
             self.model.save(tmp)
         buffer = getattr(self.model, "replay_buffer", None)
@@ -295,11 +306,32 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found, key=lambda sp: (sp[0], sp[1].name != "model.zip"))
 
 
-def companion(model_path: Path, kind: str, steps: int) -> Path:
-    """The VecNormalize / replay-buffer file saved with a checkpoint or the final model."""
+def companion(model_path: Path, kind: str, steps: int, extension: str = "pkl") -> Path:
+    """The VecNormalize / replay-buffer / warm-up file saved with a checkpoint or the final
+    model."""
     if model_path.name == "model.zip":
-        return model_path.with_name(f"{kind}.pkl")
-    return model_path.with_name(f"{CHECKPOINT_PREFIX}_{kind}_{steps}_steps.pkl")
+        return model_path.with_name(f"{kind}.{extension}")
+    return model_path.with_name(f"{CHECKPOINT_PREFIX}_{kind}_{steps}_steps.{extension}")
+
+
+def save_warmup_state(controller: WarmupController, path: Path, steps: int) -> None:
+    """The warm-up's state at `steps` (``WarmupController.state``), as JSON, atomically."""
+    write_text(path, json.dumps({"num_timesteps": steps, **controller.state()}) + "\n")
+
+
+def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -> None:
+    """Continue `controller` from the state saved with the model of `steps` steps. None saved
+    (a run from before it was), or one of another step (a model.zip whose save failed after
+    its warmup.json was written): the count starts again from 0, as it did before."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(state, dict) and state.get("num_timesteps") == steps:
+        try:
+            controller.restore(state)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
 
 
 def saved_steps(path: Path) -> int | None:
@@ -372,7 +404,9 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
         model.load_replay_buffer(buffer)
     agent = SB3Agent(spec.agent, model, first)
     if warm is not None:
-        attach_warmup(agent, first, warm, seed=spec.seed, metrics_window=cfg.metrics_window)
+        controller = attach_warmup(agent, first, warm, seed=spec.seed,
+                                   metrics_window=cfg.metrics_window)
+        restore_warmup_state(controller, companion(path, "warmup", steps, "json"), steps)
     write_text(run_dir / "config.yaml", to_yaml(cfg))
     return _run(agent, run_dir, cfg, spec, first, fresh=False)
 
@@ -389,7 +423,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         callbacks.append(AtomicCheckpoint(
             max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
             name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
-            save_vecnormalize=cfg.normalize))
+            save_vecnormalize=cfg.normalize, warmup=agent.warmup))
     if cfg.eval_interval and cfg.eval_tasks:
         callbacks.append(_held_out_eval(agent, cfg))
     start, t0 = model.num_timesteps, time.perf_counter()
@@ -399,6 +433,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         agent.learn(cfg.timesteps - start, callback=callbacks, reset_num_timesteps=fresh,
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar)
         seconds = time.perf_counter() - t0
+        if agent.warmup is not None:
+            save_warmup_state(agent.warmup, run_dir / "warmup.json", model.num_timesteps)
         agent.save(run_dir / "model.zip")
         if getattr(model, "replay_buffer", None) is not None:
             # a resume continues from model.zip when it is the newest: DQN needs its buffer

@@ -150,6 +150,17 @@ class WarmupController:
         self.last_conservative = False
         self.guard_trips = 0
 
+    def state(self) -> dict[str, int]:
+        """What a resumed run carries on from (``restore``): the guard's trip count, whose
+        ``warmup/guard_trips`` curve restarted at 0 on ``train.py --resume``."""
+        return {"guard_trips": self.guard_trips}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        trips = state.get("guard_trips")
+        if isinstance(trips, bool) or not isinstance(trips, int) or trips < 0:
+            raise ValueError(f"warm-up state: guard_trips must be an integer >= 0, got {trips!r}")
+        self.guard_trips = trips
+
     def use_conservative(self) -> bool:
         """Called once per decision, before acting."""
         self.decisions += 1

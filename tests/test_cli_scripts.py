@@ -78,8 +78,11 @@ def test_train_makes_a_run_folder_per_agent_warmup_and_seed(trained) -> None:
     assert len(folders) == 4 and all(RUN_NAME.match(f.name) for f in folders), folders
     for run in folders:
         assert (run / "config.yaml").is_file() and saved_steps(run / "model.zip") == 256
+        warm_state = ["model_warmup_128_steps.json", "model_warmup_256_steps.json"] \
+            if "-warm__" in run.name else []
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-            "model_128_steps.zip", "model_256_steps.zip"]
+            "model_128_steps.zip", "model_256_steps.zip", *warm_state]
+        assert (run / "warmup.json").is_file() == ("-warm__" in run.name)
         config, _ = parse_config(TrainConfig, ["--config", str(run / "config.yaml")])
         assert config.timesteps == 256 and len(config.agents) == len(config.seeds) == 1
         # every hyper-parameter the run used, not only the overrides: the config reproduces
@@ -789,6 +792,52 @@ def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
     for f in run.iterdir():
         name = "events.out.tfevents.*" if f.name.startswith("events.out.tfevents.") else f.name
         assert f"``{name}``" in agents.training.__doc__, name
+
+
+def test_a_resumed_warm_runs_guard_trips_continue_from_its_checkpoint(tmp_path: Path) -> None:
+    """The warm-up's trip count was not saved: warmup/guard_trips restarted at 0 on --resume."""
+    import json
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    args = ["--log-dir", str(runs), "--no-progress-bar"]
+    assert main(["--agents", "ppo", "--warmup", "conservative,guard", "--timesteps", "64",
+                 "--checkpoint-interval", "32", "--hp", "n_steps=32", "batch_size=32",
+                 "--episode-tasks", "20", "--eval-tasks", "0", *args]) == 0
+    (run,) = runs.iterdir()
+    for path, steps in ((run / "checkpoints" / "model_warmup_32_steps.json", 32),
+                        (run / "warmup.json", 64)):
+        state = json.loads(path.read_text())
+        assert state == {"num_timesteps": steps, "guard_trips": state["guard_trips"]}
+    # as if the guard had tripped 7 times by the end of the first session
+    for path in (run / "warmup.json", run / "checkpoints" / "model_warmup_64_steps.json"):
+        path.write_text(json.dumps({"num_timesteps": 64, "guard_trips": 7}))
+    assert main(["--resume", "--timesteps", "128", *args]) == 0
+    trips = {step: value for step, value in zip(*read_scalars(run, "warmup/guard_trips"),
+                                                 strict=True)}
+    assert max(trips) == 128 and all(trips[s] >= 7 for s in trips if s > 64), trips
+    assert json.loads((run / "warmup.json").read_text())["guard_trips"] >= 7
+    assert leftover_temp_files(run) == []
+
+
+def test_a_warm_up_state_of_another_step_is_not_restored_and_a_bad_one_is_refused(
+        tmp_path: Path) -> None:
+    import json
+
+    from agents.training import restore_warmup_state
+    from agents.warmup import WarmupConfig, WarmupController
+
+    ctl = WarmupController(None, WarmupConfig(clone=False))
+    path = tmp_path / "warmup.json"
+    path.write_text(json.dumps({"num_timesteps": 96, "guard_trips": 3}))
+    restore_warmup_state(ctl, path, 64)          # a model.zip whose own save failed after it
+    restore_warmup_state(ctl, tmp_path / "none.json", 64)        # a run from before
+    assert ctl.guard_trips == 0
+    restore_warmup_state(ctl, path, 96)
+    assert ctl.guard_trips == 3
+    path.write_text(json.dumps({"num_timesteps": 96, "guard_trips": -1}))
+    with pytest.raises(ConfigError, match="guard_trips must be an integer >= 0"):
+        restore_warmup_state(ctl, path, 96)
 
 
 def test_the_train_table_runs_only_baselines_the_hardware_and_env_can(tmp_path: Path) -> None:
