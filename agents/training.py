@@ -88,8 +88,11 @@ from agents.warmup import WarmDQN, WarmupConfig, WarmupController, attach_warmup
 WARMUP_PARTS = ("conservative", "clone", "guard")
 CHECKPOINT_PREFIX = "model"
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
-RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_tasks", "eval_seed",
-             "eval_interval", "metrics_window"}
+RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_interval",
+             "metrics_window"}
+# The held-out episode of a run's eval/ curves and final/ row: a resume keeps it, or its later
+# points would come from another episode on the same curves as the earlier ones.
+HELD_OUT = ("eval_seed", "eval_tasks")
 
 
 class RunFailed(RuntimeError):
@@ -373,6 +376,15 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
     run_dir = find_run(config.log_dir, config.resume or "latest")
     saved = read_run_config(run_dir / "config.yaml")
+    for key in HELD_OUT:
+        if key in given and getattr(config, key) != getattr(saved, key):
+            flag = "--" + key.replace("_", "-")
+            raise ConfigError(
+                f"--resume continues {run_dir.name} on its own held-out episode: {flag} "
+                f"{getattr(config, key)} is not the run's {flag} {getattr(saved, key)} "
+                f"(its config.yaml), and its later eval/ and final/ points would come from "
+                f"another episode on the same curves; resume without {flag}, or start a new "
+                f"run (python train.py without --resume) for {flag} {getattr(config, key)}")
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
     # (file paths compared absolute, as runs record them)
     given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)

@@ -894,6 +894,26 @@ def test_a_run_records_its_files_absolutely_and_resumes_given_its_own_config(
     assert "may change (got seeds)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flag", "saved", "given"), [("--eval-seed", 10000, "5"),
+                                                      ("--eval-tasks", 40, "1000")])
+def test_a_resume_keeps_the_runs_held_out_episode(flag: str, saved: int, given: str,
+                                                  tmp_path: Path, capsys) -> None:
+    """--resume took another --eval-seed or --eval-tasks: the later eval/ and final/ points
+    came from another held-out episode, on the same curves as the earlier ones."""
+    main = load_main("train.py")
+    run = tmp_path / "InferenceAlloc-v0__ppo__0__1"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(TrainConfig(warmup=["none"], eval_tasks=40,
+                                                         log_dir=str(tmp_path))))
+    args = ["--resume", run.name, "--log-dir", str(tmp_path), "--timesteps", "128"]
+    assert main([*args, flag, given]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {given} is not the run's {flag} {saved}" in err, err
+    assert "start a new run" in err
+    assert main([*args, flag, str(saved)]) == 2       # its own value is fine: on to the
+    assert "has no checkpoint or model" in capsys.readouterr().err   # next check
+
+
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
     from agents.training import plan
