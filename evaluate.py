@@ -6,8 +6,9 @@
     python evaluate.py --reproduce-article    # the article's figures (agents.article)
 
 Writes under --out (see agents/reporting.py): summary.csv, summary.md, latency_cdf.png,
-learning_curves.png (when run folders hold TensorBoard events), stabilization.png and
-stabilization.md; --online writes only the last two, --reproduce-article only article.md.
+learning_curves.png (when run folders hold TensorBoard events; else an earlier one is
+removed), stabilization.png and stabilization.md; --online writes only the last two,
+--reproduce-article only article.md. Files of a study skipped are kept, and named as such.
 Held-out workload seeds start at 10000; training uses 0, 1, ... Options resolve as:
 flags > --config YAML > defaults.
 """

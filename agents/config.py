@@ -146,7 +146,8 @@ class EvalConfig:
     online_seeds: int | None = field(default=None, metadata=_help(
         "seeds of the online experiment (default: --seeds, at least 5 with --online)"))
     no_online: bool = field(default=False, metadata=_help(
-        "skip the online experiment (no stabilization.png) in the default evaluation",
+        "skip the online experiment in the default evaluation (writes no stabilization.png; "
+        "one of an earlier evaluation is kept)",
         action="store_true", clears=("online",)))
     reproduce_article: bool = field(default=False, metadata=_help(
         "reproduce the article's figures (agents.article.reproduce) into --out"))

@@ -9,6 +9,12 @@ Outputs (each written via temp file + rename, so a failure leaves no half-writte
 * ``learning_curves.png``: ``latency/vs_static`` (training stream) and ``eval/vs_best_static``
   (held-out episode) against the step of every run (TensorBoard);
 * ``stabilization.png`` / ``stabilization.md``: the online study (``agents.online.deploy``).
+
+Run again into the same folder, an evaluation replaces the outputs it writes. One it has
+nothing for (``learning_curves.png`` without run folders of TensorBoard events) is removed,
+as it would stand beside the new summary as if of the same runs; those of a study it skips
+(``stabilization.*`` with ``--no-online``, the summary's four with ``--online``) are kept,
+being that study's, and a line names them as from an earlier evaluation.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from inference.variants import variant_label
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
 FULL_ONLINE = ("ppo", "ppo-warm", "dqn", "dqn-warm", "best-static", "heft-calibrated", "oracle")
+SUMMARY_OUTPUTS = ("summary.csv", "summary.md", "latency_cdf.png", "learning_curves.png")
+ONLINE_OUTPUTS = ("stabilization.png", "stabilization.md")
 
 
 @dataclass
@@ -460,7 +468,12 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             if runs:
                 written.append(plots.learning_curves(runs, out / "learning_curves.png"))
             else:
-                report("no run folders with TensorBoard events: no learning_curves.png")
+                stale = out / "learning_curves.png"
+                removed = stale.is_file()
+                stale.unlink(missing_ok=True)   # another evaluation's runs, beside this summary
+                report("no run folders with TensorBoard events: no learning_curves.png"
+                       + (f" (removed the one of an earlier evaluation from {out})"
+                          if removed else ""))
         if online_agents:
             seeds = heldout_seeds(cfg, online_n)
             study = online_study(online_agents, seeds, cfg.online_samples, scenarios[0],
@@ -471,6 +484,12 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
                                                title=title))
             written.append(write_text(out / "stabilization.md", online_markdown(
                 study, seeds, cfg.online_samples, scenarios[0])))
+    skipped, why = ((SUMMARY_OUTPUTS, "--online runs the online study alone") if cfg.online
+                    else ((), "") if online_agents
+                    else (ONLINE_OUTPUTS, "--no-online skips the online study"))
+    kept = [name for name in skipped if (out / name).is_file()]
+    if kept:
+        report(f"kept {', '.join(kept)} in {out} from an earlier evaluation ({why})")
     return written
 
 

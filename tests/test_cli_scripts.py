@@ -202,6 +202,45 @@ def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
     assert not (out / "learning_curves.png").exists()
 
 
+def test_an_evaluation_into_an_earlier_ones_folder_mixes_no_outputs_unannounced(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """With no runs, it said "no learning_curves.png" and left the earlier evaluation's beside
+    the new summary; the files of a study it skips are that study's: kept, and named so."""
+    from types import SimpleNamespace
+
+    import agents.reporting as reporting
+    from agents import plots
+    from agents.files import write_text
+
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    out.mkdir()
+    for name in ("learning_curves.png", "stabilization.png", "stabilization.md"):
+        (out / name).write_text("an earlier evaluation's")
+    (tmp_path / "runs").mkdir()
+    assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--episodes", "1",
+                 "--episode-tasks", "20", "--seeds", "1", "--baselines", "best-static",
+                 "--no-online", "--no-progress-bar"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert not (out / "learning_curves.png").exists()
+    assert f"no learning_curves.png (removed the one of an earlier evaluation from {out})" in said
+    assert (out / "stabilization.png").read_text() == "an earlier evaluation's"
+    assert (f"kept stabilization.png, stabilization.md in {out} from an earlier evaluation "
+            f"(--no-online skips the online study)") in said
+    # --online, the study alone (stubbed: its figures are not what this test is about)
+    monkeypatch.setattr(reporting, "online_study", lambda *a, **k: SimpleNamespace(curves={}))
+    monkeypatch.setattr(reporting, "online_markdown", lambda *a, **k: "study\n")
+    monkeypatch.setattr(plots, "stabilization", lambda curves, target, title: write_text(
+        target, "new"))
+    assert main(["--online", "--out", str(out), "--no-progress-bar"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (out / "stabilization.png").read_text() == "new"
+    assert (f"kept summary.csv, summary.md, latency_cdf.png in {out} from an earlier evaluation "
+            f"(--online runs the online study alone)") in said
+    assert sorted(p.name for p in out.iterdir()) == [
+        "latency_cdf.png", "stabilization.md", "stabilization.png", "summary.csv", "summary.md"]
+
+
 @pytest.mark.slow
 def test_the_readmes_heft_split_figures_are_what_its_command_measures(tmp_path: Path) -> None:
     # The README quotes the command beside the figures; a cost-model change moved them once
