@@ -177,6 +177,10 @@ def wrap_for(agent: str, env: gym.Env) -> gym.Env:
 
 def _resolve_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     params = dict(params)
+    if isinstance(params.get("train_freq"), list):
+        # YAML and --hp give [4, episode]; SB3 takes a tuple only, and read a list as the
+        # frequency itself ("must be an integer and not [4, 'episode']")
+        params["train_freq"] = tuple(params["train_freq"])
     pk = dict(params.get("policy_kwargs") or {})
     if isinstance(pk.get("activation_fn"), str):
         name = pk["activation_fn"]
@@ -286,12 +290,16 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
     would otherwise fail deep inside training. The expected type is that of `params` (the
     YAML hyper-parameters), else of the constructor's default; keys without one (schedules, kwargs dicts) and
-    structured values (``train_freq=[4, step]``) are left to SB3.
+    other structured values are left to SB3. DQN's ``train_freq`` is a number of steps or a
+    pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``).
     """
     defaults = {key: p.default for key, p in
                 inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
     expected = {**defaults, **params}
     for key, value in overrides.items():
+        if key == "train_freq":
+            _check_train_freq(value)
+            continue
         ref = expected.get(key)
         if isinstance(value, (list, dict)) or (value is None and defaults.get(key, 0) is None):
             continue    # None where SB3's own default is None (target_kl, clip_range_vf): "off"
@@ -311,6 +319,18 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             # inside its training loop
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
             raise ValueError(f"hyper-parameter {key} must be {bounds}, got {value!r}")
+
+
+def _check_train_freq(value: Any) -> None:
+    """DQN's train_freq: an integer n >= 1 (every n steps) or a pair [n, step | episode]."""
+    low = HP_RANGES["train_freq"][0]
+    pair = value if isinstance(value, (list, tuple)) and len(value) == 2 else (value, "step")
+    n, unit = pair
+    if isinstance(n, bool) or not isinstance(n, int) or n < (low or 0) \
+            or unit not in ("step", "episode"):
+        raise ValueError(f"hyper-parameter train_freq must be an integer >= {low} or a pair "
+                         f"[n, step] or [n, episode] with n >= {low} (e.g. 4 or [4, episode]), "
+                         f"got {value!r}")
 
 
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,

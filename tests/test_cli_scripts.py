@@ -326,7 +326,9 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--hp", "clip_range=-1"], "clip_range must be >= 1e-09, got -1"),
     (["--hp", "n_epochs=0"], "n_epochs must be >= 1, got 0"),
     (["--hp", "stats_window_size=-1"], "stats_window_size must be >= 0, got -1"),
-    (["--agents", "dqn", "--hp", "train_freq=0"], "train_freq must be >= 1, got 0"),
+    (["--agents", "dqn", "--hp", "train_freq=0"], "train_freq must be an integer >= 1 or a pair"),
+    (["--agents", "dqn", "--hp", "train_freq=[4, epoch]"], "[n, episode] with n >= 1 (e.g. 4 "
+                                                          "or [4, episode]), got [4, 'epoch']"),
     # the oracle decides one live env's task: it failed inside the first run, after cloning
     (["--conservative", "oracle", "--n-envs", "2"], "oracle cannot act for --n-envs 2 envs"),
     (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "guard"],
@@ -338,6 +340,29 @@ def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys)
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_dqn_trains_with_a_train_freq_pair_from_hp_or_its_yaml(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """[n, episode] came as a YAML list, and SB3 refused it: it takes a tuple only."""
+    import shutil
+
+    import agents.sb3_factory as factory
+
+    main = load_main("train.py")
+    args = ["--agents", "dqn", "--warmup", "none", "--timesteps", "40", "--episode-tasks", "20",
+            "--eval-tasks", "0", "--checkpoint-interval", "0", "--no-progress-bar"]
+    assert main([*args, "--hp", "train_freq=[1, episode]", "--log-dir",
+                 str(tmp_path / "hp")]) == 0
+    (run,) = (tmp_path / "hp").iterdir()
+    assert yaml.safe_load((run / "config.yaml").read_text())["hp"]["train_freq"] == [1, "episode"]
+    shutil.copytree(factory.HYPERPARAMS_DIR, tmp_path / "hyperparams")
+    text = (tmp_path / "hyperparams" / "dqn.yaml").read_text()
+    assert "  train_freq: 1\n" in text
+    (tmp_path / "hyperparams" / "dqn.yaml").write_text(
+        text.replace("  train_freq: 1\n", "  train_freq: [1, episode]\n"))
+    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path / "hyperparams")
+    assert main([*args, "--log-dir", str(tmp_path / "yaml")]) == 0
 
 
 def test_a_conservative_that_never_acts_may_be_the_oracle_with_several_envs(tmp_path) -> None:

@@ -251,6 +251,28 @@ def test_dqn_ranges_are_checked_to_their_bounds_inclusive():
     assert make_sb3("dqn", env, seed=0, overrides=bounds).model.exploration_fraction == 1.0
 
 
+def test_dqns_train_freq_takes_a_pair_as_yaml_and_hp_spell_it():
+    """[4, episode] from --hp or a YAML file is a list; SB3 takes a tuple, and read the list
+    as the frequency itself: "must be an integer and not [4, 'episode']"."""
+    import yaml
+    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
+    for spelt, freq in (("[4, episode]", TrainFreq(4, TrainFrequencyUnit.EPISODE)),
+                        ("[2, step]", TrainFreq(2, TrainFrequencyUnit.STEP)),
+                        ("3", TrainFreq(3, TrainFrequencyUnit.STEP))):
+        agent = make_sb3("dqn", env, seed=0, overrides=parse_overrides([f"train_freq={spelt}"]))
+        assert agent.model.train_freq == freq
+        # recorded as given: a run's config.yaml (safe_dump) takes no tuple
+        assert yaml.safe_load(yaml.safe_dump(agent.hyperparams))["train_freq"] == \
+            yaml.safe_load(spelt)
+    for bad in ([4], [0, "episode"], [4, "epoch"], [True, "step"], [4, "episode", 1], "4",
+                ["4", "step"], 0):
+        with pytest.raises(ValueError, match=r"train_freq must be an integer >= 1 or a pair "
+                                             r"\[n, step\] or \[n, episode\]"):
+            make_sb3("dqn", env, seed=0, overrides={"train_freq": bad})
+
+
 def test_warmup_parts_parse():
     assert WarmupConfig.from_parts("none") is None
     full = WarmupConfig.from_parts("all")
