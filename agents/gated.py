@@ -10,7 +10,10 @@ tasks at or above the threshold are given to the inner policy.
 The previous placement is read from the observation's previous-placement block
 (entries ``5 + 4D + D s + d``): per stage, the device with the largest share.
 On the first task of an episode the block is all zero: there is no previous
-placement, and the inner policy decides.
+placement, and the inner policy decides. It decides too when a device of the
+previous placement is now offline (the observation's online flags, entries
+``6 + 4d``): keeping it would fail to dispatch, pay ``failed_dispatch_s`` and run
+the stage on the env's fallback device, set-up included.
 
 Any policy with SB3's ``predict`` can be wrapped (the ones in ``agents/`` and
 Stable-Baselines3 models). The inner policy is always called on the whole batch
@@ -61,6 +64,8 @@ class GatedScheduling(Policy):
         previous = obs[5 + 4 * d:].reshape(3, d)
         if not previous.any():
             return False, None
+        if not all(obs[6 + 4 * dev] > 0.5 for dev in np.flatnonzero(previous.any(axis=0))):
+            return False, previous      # a device it used is offline: the inner policy decides
         return decode_batch(float(obs[0])) < self.threshold, previous
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

@@ -621,6 +621,27 @@ def test_gate_keeps_the_previous_fractions_in_the_split_env() -> None:
         assert kept >= 5
 
 
+def test_gate_does_not_keep_a_placement_on_a_device_now_offline(episode_obs: np.ndarray) -> None:
+    npu_online = 6 + 4 * NPU
+    offline = _with(episode_obs[0], 8, (0, 2, 1))
+    offline[npu_online] = 0.0
+    gated = GatedScheduling(_Fixed(np.array([1, 1, 1])))
+    assert gated.predict(offline)[0].tolist() == [1, 1, 1]      # the inner policy decides
+    online = _with(episode_obs[0], 8, (0, 2, 1))
+    assert gated.predict(online)[0].tolist() == [0, 2, 1]       # kept, as before
+    assert gated.predict(np.stack([offline, online]))[0].tolist() == [[1, 1, 1], [0, 2, 1]]
+    # In an episode: the faults scenario takes the NPU offline at task 60, where gated
+    # heft-split kept a share of the previous task's prefill on it (a failed dispatch).
+    env = InferenceAllocSplitEnv("faults", episode_tasks=62)
+    gated_split = make_policy("gated-heft-split", env)
+    obs, _ = env.reset(seed=10000)
+    for _ in range(62):
+        obs, _, _, truncated, info = env.step(gated_split.predict(obs)[0])
+        assert info["failed_dispatch"] == 0
+        if truncated:
+            break
+
+
 def test_gate_passes_the_masks_to_the_inner_policy_and_its_threshold_survives_a_save(
         article: InferenceAllocEnv, episode_obs: np.ndarray, tmp_path: Path) -> None:
     heft = HeftPolicy(article)
