@@ -884,6 +884,23 @@ def test_best_static_is_searched_once_and_saved(tmp_path: Path) -> None:
     assert not list(path.parent.glob("*.tmp"))
 
 
+def test_a_saved_best_static_is_searched_again_once_its_trace_is_rewritten(
+        tmp_path: Path) -> None:
+    trace, path = tmp_path / "trace.csv", tmp_path / "best_static.json"
+
+    def replay(context_tokens: int, generated_tokens: int) -> InferenceAllocEnv:
+        rows = [f"2023-11-16 18:{i // 30:02d}:{2 * (i % 30):02d}.0000000,{context_tokens},"
+                f"{generated_tokens}" for i in range(300)]
+        trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+        return InferenceAllocEnv("article", trace=str(trace), trace_time_scale=0.05)
+
+    short = replay(200, 20)
+    assert search_best_static(short, path) == tuple(short.planner.best_static)
+    long = replay(30000, 10)     # the same path, other tasks: another best placement
+    assert tuple(long.planner.best_static) != tuple(short.planner.best_static)
+    assert search_best_static(long, path) == tuple(long.planner.best_static)
+
+
 # ----------------------------------------------------------------------------- batches
 @pytest.mark.parametrize("name", [n for n in SAVE_NAMES if n != "oracle"])
 def test_policies_answer_batches_row_by_row(name: str, article: InferenceAllocEnv,
