@@ -139,7 +139,11 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
     if key.startswith("gated-"):
         threshold = kwargs.pop("threshold", DEFAULT_THRESHOLD)
         # the inner name as written: its device names may have capitals (see _device_name)
-        inner = make_policy(name.strip()[len("gated-"):], env, **kwargs)
+        try:
+            inner = make_policy(name.strip()[len("gated-"):], env, **kwargs)
+        except UnknownPolicyName:   # named 'bogus' for gated-bogus, the part after gated-
+            raise UnknownPolicyName(f"unknown agent {name!r}; valid names: "
+                                    f"{valid_names()}") from None
         return GatedScheduling(inner, threshold=threshold)
     if key.startswith("all-"):
         base = unwrap_env(env)

@@ -786,6 +786,8 @@ def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
         make_policy("hefty", article)
     for name in (*POLICY_NAMES, *SB3_NAMES):
         assert name in str(err.value)
+    with pytest.raises(ValueError, match="unknown agent 'gated-hefty'; valid names: all-cpu"):
+        make_policy("gated-hefty", article)     # the name as given, not its inner part
     missing = tmp_path / "nowhere" / "model.zip"
     with pytest.raises(FileNotFoundError, match=str(missing)):
         load_policy(missing, article)
