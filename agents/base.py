@@ -30,6 +30,11 @@ class Policy:
     def act(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def start_stream(self, seed: int) -> None:
+        """Called before the policy acts on the task stream `seed` (see
+        `start_stream_of`); only a policy with state of its own, such as a random
+        generator, uses it."""
+
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:
         obs = np.asarray(observation, dtype=np.float32)
@@ -48,6 +53,14 @@ class Policy:
         with atomic_path(target) as tmp, zipfile.ZipFile(tmp, "w") as zf:
             zf.writestr(POLICY_FILE, json.dumps({"name": self.name, "config": self.config()}))
         return target
+
+
+def start_stream_of(policy: Any, seed: int) -> None:
+    """Tell `policy` that the task stream `seed` begins, if it is one of ours (SB3 models keep
+    no state between streams), so its actions on a stream depend on that stream alone, not on
+    the streams it was evaluated on before."""
+    if isinstance(policy, Policy):
+        policy.start_stream(seed)
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:

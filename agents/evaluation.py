@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 import envs  # noqa: F401  (registers the env ids)
+from agents.base import start_stream_of
 from agents.registry import make_policy
 from agents.stats import mean_ci95
 
@@ -57,6 +58,7 @@ def episode_latencies(policy: Any, env: gym.Env, seed: int, episodes: int = 1) -
     """Per-task latency of `policy` over `episodes` consecutive episodes of stream `seed`."""
     base = env.unwrapped
     out: list[float] = []
+    start_stream_of(policy, seed)
     obs, _ = base.reset(seed=seed)
     for episode in range(episodes):
         if episode:

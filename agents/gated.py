@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import Policy
+from agents.base import Policy, start_stream_of
 from agents.heft import HeftPolicy, decode_batch, n_devices_of
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy
@@ -57,6 +57,9 @@ class GatedScheduling(Policy):
         self.threshold = int(threshold)
         inner_name = getattr(policy, "name", None) or type(policy).__name__.lower()
         self.name = f"gated-{inner_name}"
+
+    def start_stream(self, seed: int) -> None:
+        start_stream_of(self.inner, seed)
 
     def gate(self, obs: np.ndarray) -> tuple[bool, np.ndarray | None]:
         """(keep the previous placement?, that placement's (3, D) shares) for one observation."""

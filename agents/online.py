@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from agents.base import start_stream_of
+
 EARLY_SAMPLES = 200
 WINDOW = 50
 STABLE_TOLERANCE = 0.05
@@ -121,6 +123,7 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, 
     `env` is stepped as given: its wrappers (an observation wrapper the policy sees through,
     a TimeLimit) act as they do when the policy learns on it.
     """
+    start_stream_of(policy, seed)
     obs, _ = env.reset(seed=seed)
     infos = []
     for i in range(n_samples):

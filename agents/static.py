@@ -224,7 +224,9 @@ class RandomPolicy(Policy):
     Works for ``MultiDiscrete`` (a random device per stage, masked devices included:
     the env charges the failed dispatch) and ``Box`` (the Split env: uniform entries in
     the box). The generator's state is saved with the policy, so a saved and reloaded
-    policy continues the same action stream as the original would have.
+    policy continues the same action stream as the original would have. The evaluations
+    (``episode_latencies``, the online harness) restart it for each task stream from the
+    policy's seed and the stream's (``start_stream``).
     """
 
     name = "random"
@@ -242,6 +244,11 @@ class RandomPolicy(Policy):
         if seed is not None:
             self.seed = _seed(seed)
         self.rng = np.random.default_rng(self.seed)
+
+    def start_stream(self, seed: int) -> None:
+        """Draw the actions for the stream `seed` from (policy seed, stream seed): they carried
+        on from the previous stream, so a seed's result depended on the seeds evaluated before."""
+        self.rng = np.random.default_rng([self.seed, seed])
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         space = self.action_space

@@ -780,6 +780,29 @@ def test_random_is_seeded_and_reproducible(article: InferenceAllocEnv,
     assert all(split.action_space.contains(x) for x in actions)
 
 
+@pytest.mark.parametrize("name", ["random", "gated-random"])
+def test_random_actions_on_a_stream_do_not_depend_on_the_streams_before(name: str) -> None:
+    """A seed's result is the same evaluated alone or after another seed (the random stream
+    carried on from one seed's episode into the next), and two seeds' actions differ."""
+    from agents.evaluation import episode_latencies
+    from agents.online import run_policy
+
+    env = InferenceAllocEnv("article", episode_tasks=30)
+    alone = episode_latencies(make_policy(name, env), env, 10001)
+    policy = make_policy(name, env)
+    episode_latencies(policy, env, 10000)
+    np.testing.assert_array_equal(episode_latencies(policy, env, 10001), alone)
+    run_policy(policy, env, 30, 10000)              # the online harness's rollouts alike
+    np.testing.assert_array_equal(run_policy(policy, env, 30, 10001), alone)
+    if name == "random":
+        first = make_policy(name, env)
+        first.start_stream(10000)
+        second = make_policy(name, env)
+        second.start_stream(10001)
+        obs = np.zeros((20, env.observation_space.shape[0]), dtype=np.float32)
+        assert (first.predict(obs)[0] != second.predict(obs)[0]).any()
+
+
 def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
                                                        article: InferenceAllocEnv) -> None:
     with pytest.raises(ValueError) as err:
