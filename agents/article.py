@@ -25,6 +25,7 @@ the same tasks; ``ROWS`` says when a row is "in".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -286,18 +287,36 @@ def _shown(value: float, unit: str, extra: int) -> float:
     return float(f"{scale * value:.{decimals + extra}f}")
 
 
+def limit_decimals(row: dict[str, Any]) -> int:
+    """The extra decimals a row's limits need to print as the band the verdict uses.
+
+    The time ratios' bands are 10% either side of 2.12 and 0.76: 1.908..2.332 and
+    0.684..0.836, which the unit's two decimals printed "1.91x .. 2.33x" and "0.68x .. 0.84x".
+    """
+    unit = row["unit"]
+    scale = SHOWN[unit][0]
+    for extra in range(MAX_EXTRA_DECIMALS + 1):
+        if all(math.isclose(_shown(row[key], unit, extra), scale * row[key], rel_tol=1e-12,
+                            abs_tol=1e-12) for key in ("low", "high")):
+            return extra
+    return MAX_EXTRA_DECIMALS
+
+
 def verdict_decimals(row: dict[str, Any]) -> int:
-    """The extra decimals a row's value and limits need for what they print to agree with
-    its verdict.
+    """The extra decimals a row's value needs for what it prints, beside its limits (printed
+    with ``max(this, limit_decimals(row))`` extra decimals), to agree with its verdict.
 
     The verdict is decided on the unrounded value, the tolerance being the criterion; a value
     just outside a limit printed "0.68x" with the limits "0.68x .. 0.84x" and "NO". Deciding
     on the printed value instead would call a value outside its band in, so such a row gets
-    the digits that show it outside. (Rounding keeps order: a value in prints in.)
+    the digits that show it outside; and a value just inside a limit printed with more
+    decimals than the unit's (0.6845 beside 0.684x) gets the digits that show it inside.
     """
     unit = row["unit"]
+    tol = limit_decimals(row)
     for extra in range(MAX_EXTRA_DECIMALS + 1):
-        low, ours, high = (_shown(row[key], unit, extra) for key in ("low", "ours", "high"))
+        low, high = (_shown(row[key], unit, max(extra, tol)) for key in ("low", "high"))
+        ours = _shown(row["ours"], unit, extra)
         if (low <= ours <= high) == row["in"]:
             return extra
     return MAX_EXTRA_DECIMALS
@@ -311,8 +330,9 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
     notes: list[str] = []
     for row in table:
         extra = verdict_decimals(row)
-        tol = (format_value(row["low"], float("nan"), row["unit"], extra) + " .. "
-               + format_value(row["high"], float("nan"), row["unit"], extra))
+        places = max(extra, limit_decimals(row))
+        tol = (format_value(row["low"], float("nan"), row["unit"], places) + " .. "
+               + format_value(row["high"], float("nan"), row["unit"], places))
         ours = format_value(row["ours"], row["ci"], row["unit"], extra)
         if "interval" in row and np.isfinite(row["interval"]).all():   # none from one seed
             low, high = (format_value(v, float("nan"), row["unit"], extra)

@@ -225,7 +225,8 @@ def _printed_row(value: float, row_index: int) -> list[str]:
 ])
 def test_a_value_just_outside_a_limit_prints_outside_it(row_index, value):
     """The verdict is on the unrounded value: 0.6835 printed "0.68x" beside the limits
-    "0.68x .. 0.84x" and said NO. It now prints the digits that show it outside."""
+    "0.68x .. 0.84x" and said NO. It now prints the digits that show it outside (and the
+    limits as they are, 0.684x .. 0.836x)."""
     ours, low, high, verdict = _printed_row(value, row_index)
     strip = str.maketrans("", "", "x%")
     ours_, low_, high_ = (float(text.translate(strip)) for text in (ours, low, high))
@@ -233,9 +234,30 @@ def test_a_value_just_outside_a_limit_prints_outside_it(row_index, value):
 
 
 def test_a_row_clear_of_its_limits_keeps_its_units_decimals():
-    assert _printed_row(0.6845, 1) == ["0.68x", "0.68x", "0.84x", "yes"]     # in, on the rounding
-    assert _printed_row(0.60, 1) == ["0.60x", "0.68x", "0.84x", "NO"]
+    assert _printed_row(0.70, 1) == ["0.70x", "0.684x", "0.836x", "yes"]
+    assert _printed_row(0.60, 1) == ["0.60x", "0.684x", "0.836x", "NO"]
     assert _printed_row(0.2, 2) == ["20.0%", "18.0%", "26.0%", "yes"]
+
+
+@pytest.mark.parametrize(("row_index", "low", "high"), [
+    (0, "1.908x", "2.332x"), (1, "0.684x", "0.836x"),       # 2.12 and 0.76, within 10%
+    (2, "18.0%", "26.0%"), (3, "43.0%", "51.0%"),           # 22% and 47%, within 4 points
+    (4, "2.00x", "2.60x"), (9, "100", "350"), (11, "1.10x", "1.20x"),
+])
+def test_the_tolerance_prints_as_the_band_the_verdict_uses(row_index, low, high):
+    """The time ratios' bands, 1.908..2.332 and 0.684..0.836, printed "1.91x .. 2.33x" and
+    "0.68x .. 0.84x", rounded to the unit's decimals: not the bands the verdict uses."""
+    assert _printed_row(0.5 * (ROWS[row_index].low + ROWS[row_index].high), row_index)[1:3] \
+        == [low, high]
+
+
+@pytest.mark.parametrize("value", [0.6841, 0.6845, 0.8359, 0.76 * 0.9, 0.76 * 1.1])
+def test_a_value_just_inside_a_limit_printed_in_full_prints_inside_it(value):
+    """With the limits printed as 0.684x .. 0.836x, a value just inside must not print as a
+    rounded 0.68x or 0.84x, outside them."""
+    ours, low, high, verdict = _printed_row(value, 1)
+    ours_, low_, high_ = (float(text.rstrip("x")) for text in (ours, low, high))
+    assert verdict == "yes" and low_ <= ours_ <= high_, (ours, low, high)
 
 
 # ------------------------------------------------ the rows' wiring, recomputed independently
