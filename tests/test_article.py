@@ -418,3 +418,13 @@ def test_the_planted_table_prints_each_rows_value_and_verdict(planted_table):
         verdict = "yes" if entry["in"] else "NO"
         assert f"| {entry['article']} | {ours}" in line
         assert line.endswith(f"| {verdict} |")
+
+
+def test_the_table_says_which_rows_are_one_cost_model_value(planted_table):
+    """The header said every row is a mean ± 95% CI over seeds; the three cost-model rows are
+    one value each, read off the cost model on the first seed's tasks."""
+    table, seeds, _ = planted_table
+    assert [i for i, entry in enumerate(table) if entry.get("cost_model")] == sorted(COST_ROWS)
+    header = table_markdown(table, seeds).split("\n\n")[0]
+    assert f"read off the cost model on the tasks of seed {seeds[0]}" in header
+    assert "cost model" not in table_markdown(table[:4], seeds).split("\n\n")[0]
