@@ -88,6 +88,14 @@ def _five_k(info: dict[str, Any]) -> bool:
 
 
 def _attention_share(run: JobRun) -> float:
+    """The share of the 5K-token tasks' processing time (load, compute and memory stall; no
+    queueing or transfers) spent in attention.
+
+    Both share rows take it from a best-static job, one allocator for both variants, so they
+    compare the two pipelines rather than two allocators' placements. (On the cold learner's
+    Flash job it is 42.5% on seeds 10000-10004, below the Flash row's band: the share follows
+    the devices the stages run on.)
+    """
     processing = sum(run.total(k, _five_k) for k in ("load", "compute", "memory_stall"))
     return run.total("attention_s", _five_k) / processing
 

@@ -41,7 +41,8 @@ def test_flash_is_slower_and_optimized_faster_than_glm(seed_values):
     assert values[ROWS[1].figure] < 1.0          # Flash-optimized job faster than GLM-5.3
 
 
-def test_attention_share_and_memory_wait_go_up(seed_values):
+def test_attention_share_goes_up(seed_values):
+    """(The memory wait's direction: its band in test_cost_model_rows lies above 1.)"""
     values, _ = seed_values
     assert values[ROWS[3].figure] > values[ROWS[2].figure] + 0.1
 
