@@ -83,8 +83,8 @@ class TrainConfig:
         "tasks per training episode (default: the scenario's)"))
     normalize: bool = field(default=False, metadata=_help("normalise rewards with VecNormalize"))
     metrics_window: int = field(default=100, metadata=_help(
-        "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate "
-        "and warmup/conservative_acting"))
+        "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
+        "the devices/ means and warmup/conservative_acting"))
     eval_seed: int = field(default=HELDOUT_SEED, metadata=_help(
         "workload seed of the held-out episode of the comparison table and the eval/ curves "
         "(a resumed run keeps its own)"))
