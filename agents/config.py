@@ -87,10 +87,10 @@ class TrainConfig:
         "the devices/ means and warmup/conservative_acting"))
     eval_seed: int = field(default=HELDOUT_SEED, metadata=_help(
         "workload seed of the held-out episode of the comparison table and the eval/ curves "
-        "(a resumed run keeps its own)"))
+        "(--resume keeps the run's own and refuses another)"))
     eval_tasks: int = field(default=1000, metadata=_help(
-        "tasks of the held-out episode (0: no comparison table, no eval/ curves; a resumed "
-        "run keeps its own)"))
+        "tasks of the held-out episode (0: no comparison table, no eval/ curves; --resume "
+        "keeps the run's own and refuses another)"))
     eval_interval: int = field(default=10_000, metadata=_help(
         "steps between runs of the current policy on the held-out episode, logged as eval/ "
         "in TensorBoard (0: none)"))
