@@ -129,7 +129,7 @@ class EvalConfig:
     scenarios: list[str] = field(default_factory=list, metadata=_help(
         "scenarios (default: those the runs were trained on, else article)"))
     hardware: str | None = field(default=None, metadata=_help(
-        "hardware preset (default: each run's / the scenario's)"))
+        "hardware preset or YAML path (default: each run's / the scenario's)"))
     seeds: int = field(default=5, metadata=_help(
         f"how many held-out workload seeds: --seed-base, --seed-base + 1, ... (a count, "
         f"not a list of seeds as in train.py; at most {MAX_EVAL_SEEDS})"))
