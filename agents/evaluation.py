@@ -185,7 +185,9 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``) are fresh agents (training seed =
     the stream's index) that learn as they go; ``best-static`` and ``oracle`` are the
-    references ``deploy`` runs on the same stream; other names are fixed policies.
+    references, run once per stream and shared by every agent's result; ``heft-calibrated``
+    runs as a fixed policy. Any other name is a ValueError listing these (``ONLINE_LEARNERS``,
+    ``ONLINE_FIXED``).
     """
     from agents.online import deploy
     from agents.sb3_factory import make_sb3
