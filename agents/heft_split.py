@@ -19,6 +19,11 @@ the same time F are
 
     F = (1 + sum_S (c_d + a_d) / b_d) / sum_S 1 / b_d,      f_d = (F - c_d - a_d) / b_d.
 
+``c_d`` prices the input's transfer to d as if d's share took the whole stage:
+the simulator sends d only its fraction of it, but that fraction is what is being
+solved for (another upper bound; it matters where a large output moves, which is
+decode's input, and decode is rarely split, see below).
+
 Every non-empty subset of the allowed devices is tried. Subsets with a share
 below ``MIN_SHARE`` are dropped, unless the subset has a single device. The
 earliest F wins, and the next stage starts from it. A subset of one device is
