@@ -25,6 +25,10 @@ Two variants:
   env *measured* for it (observation entry ``7 + 4d``, times 2): the article's
   "heterogeneous hardware awareness". With the NPU measured faster than nominal
   it prices the NPU right; when every ratio is nominal (1.0) it is plain HEFT.
+  The env measures one ratio per device, on the stage time it observes (prefill
+  where the device ran it), and this divides every stage by it: a memory-bound
+  decode, which the NPU's faster compute does not speed up, it prices about 15%
+  too fast there (e.g. 9.1 s for a decode that takes 10.5 s).
 
 The device masks are rebuilt from the observation (online flag, and whether the
 stage's memory footprint plus weights fits the device) exactly as
