@@ -9,11 +9,12 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
   its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
-  VecNormalize statistics, for DQN the latest replay buffer, and with warm-up the state
-  its ``warmup/guard_trips`` curve continues from on ``--resume``);
+  VecNormalize statistics, for DQN the latest replay buffer, and with warm-up the guard's
+  state, which it and its ``warmup/guard_trips`` curve continue from on ``--resume``);
 * ``model.zip`` once training ends, for DQN with ``replay_buffer.pkl`` (a resume from
   ``model.zip`` continues with it), ``vecnormalize.pkl`` with ``normalize``, and
-  ``warmup.json`` with warm-up (the guard's trip count at that step).
+  ``warmup.json`` with warm-up (the guard's trip count and the windows of latency ratios
+  it compares, at that step).
 
 What a failed run leaves: the folder is created only once the env and the agent are built
 (warm-up cloning included), so bad options never leave one. If training then fails (or is

@@ -150,16 +150,40 @@ class WarmupController:
         self.last_conservative = False
         self.guard_trips = 0
 
-    def state(self) -> dict[str, int]:
+    def state(self) -> dict[str, Any]:
         """What a resumed run carries on from (``restore``): the guard's trip count, whose
-        ``warmup/guard_trips`` curve restarted at 0 on ``train.py --resume``."""
-        return {"guard_trips": self.guard_trips}
+        ``warmup/guard_trips`` curve restarted at 0 on ``train.py --resume``, and what the
+        guard compares (both windows of ratios, a pause in progress). Without the
+        conservative's window a run resumed past its conservative phase had nothing to
+        compare the learner with, and its guard never tripped again."""
+        return {"guard_trips": self.guard_trips, "cooldown": self.cooldown,
+                "conservative_ratios": list(self.conservative_ratios),
+                "learner_ratios": list(self.learner_ratios)}
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Continue from ``state()``; a state saved before it held the windows (the trip
+        count alone) restores the count."""
         trips = state.get("guard_trips")
         if isinstance(trips, bool) or not isinstance(trips, int) or trips < 0:
             raise ValueError(f"warm-up state: guard_trips must be an integer >= 0, got {trips!r}")
+        cooldown = state.get("cooldown", 0)
+        if isinstance(cooldown, bool) or not isinstance(cooldown, int) or cooldown < 0:
+            raise ValueError(f"warm-up state: cooldown must be an integer >= 0, got {cooldown!r}")
+        windows = {}
+        for key in ("conservative_ratios", "learner_ratios"):
+            values = state.get(key, [])
+            if not isinstance(values, list) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+                    for v in values):
+                raise ValueError(f"warm-up state: {key} must be a list of finite numbers, "
+                                 f"got {values!r}")
+            windows[key] = [float(v) for v in values]
         self.guard_trips = trips
+        self.cooldown = cooldown
+        self.conservative_ratios.clear()
+        self.conservative_ratios.extend(windows["conservative_ratios"])
+        self.learner_ratios.clear()
+        self.learner_ratios.extend(windows["learner_ratios"])
 
     def use_conservative(self) -> bool:
         """Called once per decision, before acting."""

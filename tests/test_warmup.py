@@ -414,6 +414,42 @@ def test_after_a_trip_the_learner_gets_a_fresh_window():
         assert ctl.guard_trips == (2 if n == 10 else 1)
 
 
+def test_a_resumed_guard_still_compares_the_learner_with_the_conservative_policy():
+    """train.py --resume builds a new controller (past the conservative phase: steps 0) and
+    restores the saved state. That state was the trip count alone: the new controller had no
+    conservative ratio to compare with, and its guard never tripped again, however bad the
+    learner. It now carries on with both windows and any pause in progress."""
+    import json
+
+    config = WarmupConfig(steps=4, clone=False, guard=True, guard_window=20, guard_cooldown=7)
+    ctl = WarmupController(conservative=None, config=config)
+    for _ in range(4):
+        ctl.use_conservative()
+        ctl.record(1.0)
+    for _ in range(10):                              # a bad learner: a trip, a pause begins
+        ctl.use_conservative()
+        ctl.record(2.0)
+    ctl.use_conservative()
+    ctl.record(1.0)
+    assert (ctl.guard_trips, ctl.cooldown) == (1, 6)
+
+    resumed = WarmupController(None, dataclasses.replace(config, steps=0))
+    resumed.restore(json.loads(json.dumps(ctl.state())))      # as warmup.json carries it
+    assert all(resumed.use_conservative() for _ in range(6))   # the rest of the pause
+    for _ in range(10):                              # the learner, still bad: a trip again
+        assert not resumed.use_conservative()
+        resumed.record(2.0)
+    assert resumed.guard_trips == 2
+
+    old = WarmupController(None, config)             # a state saved before it held the windows
+    old.restore({"guard_trips": 3})
+    assert (old.guard_trips, old.cooldown, list(old.conservative_ratios)) == (3, 0, [])
+    with pytest.raises(ValueError, match="conservative_ratios must be a list of finite"):
+        old.restore({"guard_trips": 3, "conservative_ratios": [1.0, "x"]})
+    with pytest.raises(ValueError, match="cooldown must be an integer >= 0"):
+        old.restore({"guard_trips": 3, "cooldown": -1})
+
+
 def test_warm_dqn_acts_greedily_after_the_conservative_phase():
     """Past the conservative steps WarmDQN takes its Q-network's argmax (epsilon here 0), not
     SB3's uniformly random learning_starts actions."""
