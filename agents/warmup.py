@@ -86,6 +86,11 @@ class WarmupConfig:
                 raise ValueError(f"WarmupConfig.{name} must be an integer >= 0, got {value!r}")
         if not 0 <= self.guard_margin < 10:
             raise ValueError(f"WarmupConfig.guard_margin must be in [0, 10), got {self.guard_margin!r}")
+        if self.clone and self.clone_samples < 10:
+            # as train.py's --clone-samples: under 5, cloning held none out to score the clone
+            # on and failed inside SB3 (a reshape of 0 elements); 0 failed on an empty batch
+            raise ValueError(f"WarmupConfig.clone_samples must be >= 10 to clone, got "
+                             f"{self.clone_samples!r}")
 
     @classmethod
     def from_parts(cls, parts: str, **kwargs: Any) -> WarmupConfig | None:

@@ -545,10 +545,17 @@ def test_with_a_device_offline_the_masked_conservative_action_is_never_sent():
     ({"guard_margin": "x"}, "guard_margin must be a number"),   # was a bare TypeError
     ({"guard_margin": 10}, r"guard_margin must be in \[0, 10\)"),
     ({"guard_margin": -0.01}, r"guard_margin must be in \[0, 10\)"),
+    # accepted, then failed inside SB3 once the clone was scored on its (empty) held-out part
+    ({"clone_samples": 4}, "clone_samples must be >= 10 to clone, got 4"),
+    ({"clone_samples": 0}, "clone_samples must be >= 10 to clone, got 0"),
 ])
 def test_a_bad_warmup_config_is_a_value_error(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         WarmupConfig(**kwargs)
+
+
+def test_a_warmup_that_does_not_clone_takes_any_number_of_clone_samples() -> None:
+    assert WarmupConfig(clone=False, clone_samples=0).clone_samples == 0
 
 
 def test_the_guard_warns_when_it_can_only_compare_raw_latencies() -> None:
