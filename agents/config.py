@@ -53,7 +53,8 @@ class TrainConfig:
     agents: list[str] = field(default_factory=lambda: ["ppo"], metadata=_help(
         "SB3 agents to train: ppo, a2c, dqn, maskable-ppo"))
     warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
-        "warm-up specs, one run each: all | none | comma list of conservative,clone,guard"))
+        "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
+        "(guard only with conservative)"))
     conservative: str = field(default="heft-calibrated", metadata=_help(
         "conservative policy of the warm-up (e.g. best-static, heft-calibrated)"))
     clone_samples: int | None = field(default=None, metadata=_help(

@@ -104,6 +104,13 @@ class WarmupConfig:
         if unknown:
             raise ValueError(f"unknown warm-up parts {sorted(unknown)}; use all, none or "
                              "a comma list of conservative, clone, guard")
+        if "guard" in chosen and "conservative" not in chosen:
+            # The guard trips when the learner's latency ratio exceeds the one the conservative
+            # policy showed while it acted first; without that phase it never could, and the
+            # spec was taken and did nothing.
+            raise ValueError("the guard compares the learner with the conservative policy's "
+                             "latency ratio, measured while it acts first: use "
+                             "conservative,guard (or all)")
         if "conservative" not in chosen:
             kwargs["steps"] = 0
         return cls(clone="clone" in chosen, guard="guard" in chosen, **kwargs)

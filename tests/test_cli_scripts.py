@@ -331,7 +331,7 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
                                                           "or [4, episode]), got [4, 'epoch']"),
     # the oracle decides one live env's task: it failed inside the first run, after cloning
     (["--conservative", "oracle", "--n-envs", "2"], "oracle cannot act for --n-envs 2 envs"),
-    (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "guard"],
+    (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "conservative,guard"],
      "use --n-envs 1, or --warmup clone"),
 ])
 def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys) -> None:

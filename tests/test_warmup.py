@@ -277,8 +277,11 @@ def test_warmup_parts_parse():
     assert WarmupConfig.from_parts("none") is None
     full = WarmupConfig.from_parts("all")
     assert full is not None and full.clone and full.guard and full.steps > 0
-    only_guard = WarmupConfig.from_parts("guard")
-    assert only_guard is not None and only_guard.steps == 0 and not only_guard.clone
+    only_clone = WarmupConfig.from_parts("clone")
+    assert only_clone is not None and only_clone.steps == 0 and not only_clone.guard
+    for no_reference in ("guard", "clone,guard"):     # it would never trip: refused
+        with pytest.raises(ValueError, match="use conservative,guard"):
+            WarmupConfig.from_parts(no_reference)
     with pytest.raises(ValueError, match="unknown warm-up parts"):
         WarmupConfig.from_parts("clone,bogus")
 
