@@ -55,6 +55,9 @@ class WarmupConfig:
         guard_window: recent decisions the guard compares.
         guard_margin: tolerated excess of the learner's latency ratio over the conservative's.
         guard_cooldown: decisions the conservative keeps control once the guard trips.
+
+    With a VecEnv of n envs, ``steps`` and ``guard_cooldown`` count its steps (n tasks
+    each: the conservative acts for all n envs at once), while ``guard_window`` counts tasks.
     """
 
     conservative: str = "heft-calibrated"
