@@ -484,13 +484,20 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
                                                title=title))
             written.append(write_text(out / "stabilization.md", online_markdown(
                 study, seeds, cfg.online_samples, scenarios[0])))
-    skipped, why = ((SUMMARY_OUTPUTS, "--online runs the online study alone") if cfg.online
-                    else ((), "") if online_agents
-                    else (ONLINE_OUTPUTS, "--no-online skips the online study"))
+    skipped, why = _skipped_outputs(cfg, bool(online_agents))
     kept = [name for name in skipped if (out / name).is_file()]
     if kept:
         report(f"kept {', '.join(kept)} in {out} from an earlier evaluation ({why})")
     return written
+
+
+def _skipped_outputs(cfg: EvalConfig, online: bool) -> tuple[tuple[str, ...], str]:
+    """The outputs of the study this evaluation skips, and why it skips it."""
+    if cfg.online:
+        return SUMMARY_OUTPUTS, "--online runs the online study alone"
+    if not online:
+        return ONLINE_OUTPUTS, "--no-online skips the online study"
+    return (), ""
 
 
 def curve_runs(entries: list[ModelEntry]) -> list[tuple[str, Path]]:
