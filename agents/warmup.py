@@ -243,17 +243,17 @@ class WarmupCallback(BaseCallback):
       ``--metrics-window``, as the ``latency/`` tags) that the conservative policy placed;
     * ``warmup/guard_trips``: how often the guard has handed control to the conservative
       policy since the run began.
-
-    The share was the last decision's 0/1 flag: SB3 writes the value recorded last before
-    each dump, so once the guard paused, the curve jumped between 0 and 1.
     """
+    # A share over a window, not the last decision's 0/1 flag: SB3 writes the value recorded
+    # last before each dump, so the flag's curve jumped between 0 and 1 once the guard paused.
 
     def __init__(self, controller: WarmupController, window: int = 100) -> None:
         super().__init__()
         if window < 1:
             raise ValueError(f"WarmupCallback window must be >= 1, got {window}")
         self.controller = controller
-        self.acting: deque[float] = deque(maxlen=window)
+        self.acting: deque[bool] = deque(maxlen=window)
+        self._acting_count = 0      # of True in `acting`, kept as it slides: no sum per step
         self._warned = False
 
     def _on_step(self) -> bool:
@@ -267,10 +267,15 @@ class WarmupCallback(BaseCallback):
                               "static_latency (make it with reward='relative' or "
                               "reference=True to compare ratios to static)", stacklevel=2)
                 self._warned = True
-            self.acting.append(float(self.controller.last_conservative))
+            conservative = self.controller.last_conservative
+            if len(self.acting) == self.acting.maxlen:
+                self._acting_count -= self.acting[0]
+            self.acting.append(conservative)
+            self._acting_count += conservative
             self.controller.record(latency / static if static else latency)
         if self.acting:
-            self.logger.record("warmup/conservative_acting", float(np.mean(self.acting)))
+            self.logger.record("warmup/conservative_acting",
+                               self._acting_count / len(self.acting))
         self.logger.record("warmup/guard_trips", self.controller.guard_trips)
         return True
 
