@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -258,6 +259,22 @@ def test_a_failed_adaptive_request_leaves_the_statistics_alone(tmp_path):
     assert loader.cached_sources() == {good.resolve()}
     assert loader.run(good).cache_hit is True
     assert bad.resolve() not in loader.scores
+
+def test_a_source_whose_file_name_is_not_utf8_is_cached(tmp_path):
+    """The entry's name hashed str(path).encode(): a POSIX file name that is not UTF-8 (its
+    bytes decoded as surrogate escapes) raised UnicodeEncodeError in both cached loaders, with
+    no path in the message, though the direct loader reads the file."""
+    try:
+        src = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"caf\xe9.txt")))
+        src.write_text("hello")
+    except (OSError, UnicodeError):
+        pytest.skip("this file system refuses a file name that is not UTF-8")
+    loader = CachedLoad(tmp_path / "cache")
+    loader.build([src])
+    assert loader.run(src).cache_hit is True
+    adaptive = AdaptiveLoad(tmp_path / "adaptive")
+    assert [adaptive.run(src).cache_hit for _ in range(2)] == [False, True]
+    assert adaptive.run(src).tokens == DirectLoad().run(src).tokens == tuple(b"hello")
 
 # --- validation ----------------------------------------------------------------------------
 

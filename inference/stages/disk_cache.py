@@ -36,7 +36,9 @@ class DiskCache:
         self.hits = self.misses = self.stale = 0
 
     def entry_path(self, source: Path) -> Path:
-        digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:32]
+        # os.fsencode, not str.encode: a file name that is not UTF-8 (on POSIX, its bytes come
+        # back as surrogate escapes) is a readable source all the same
+        digest = hashlib.sha256(os.fsencode(source.resolve())).hexdigest()[:32]
         return self.dir / f"{digest}.json"
 
     def write(self, source: Path, tokens: tuple[int, ...], raw: bytes) -> None:
