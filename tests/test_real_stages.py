@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from pathlib import Path
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.model_config import get_model
-from inference.stages import kv_cache
+from inference.stages import kv_cache, load
 from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
 from inference.stages.prefill import (
@@ -209,6 +211,26 @@ def test_cached_hit_equals_direct_and_stale_is_never_returned(tmp_path):
     assert loader.run(other).cache_hit is False and loader.misses == 1
     assert (loader.hits, loader.misses, loader.stale) == (1, 1, 1)
     assert not list((tmp_path / "cache").glob("*.tmp"))
+
+
+def test_an_entry_another_preprocessing_wrote_is_stale(tmp_path, monkeypatch):
+    """The key held the source's hash and size alone, so an entry written before a change to
+    the preprocessing still validated and served the old tokens: after the byte-order-mark fix
+    (06906bd) a cache built before it kept the BOM's 3 tokens that the direct loader drops."""
+    src = tmp_path / "bom.txt"
+    src.write_bytes(b"\xef\xbb\xbfhello")
+    loader = CachedLoad(tmp_path / "cache")
+    old_tokens = tuple(src.read_bytes())    # what the preprocessing gave before 06906bd
+    old_key = {"sha256": hashlib.sha256(src.read_bytes()).hexdigest(), "size": 8}
+    entry = {"source": str(src.resolve()), "key": old_key, "tokens": list(old_tokens)}
+    loader.cache.entry_path(src).write_text(json.dumps(entry))
+    result = loader.run(src)
+    assert result.tokens == tuple(b"hello") and (result.cache_hit, loader.stale) == (False, 1)
+    loader.build([src])
+    assert loader.run(src).cache_hit is True
+    monkeypatch.setattr(load, "PREPROCESS_VERSION", load.PREPROCESS_VERSION + 1, raising=False)
+    bumped = CachedLoad(tmp_path / "cache")
+    assert bumped.run(src).cache_hit is False and bumped.stale == 1
 
 
 def test_corrupt_cache_entry_is_a_miss(tmp_path):

@@ -1,8 +1,9 @@
 """The loading cache on disk: one validated JSON entry of token ids per source file.
 
 Used by the `cached` and `adaptive` loaders (`inference.stages.load`). An entry records the
-source's sha256 and size (its validation key) next to the tokens; a lookup hits only when the
-key still matches the source's current bytes. Entries are written atomically (temp file +
+source's sha256 and size and the version of the preprocessing that made its tokens (its
+validation key) next to the tokens; a lookup hits only when the key still matches the source's
+current bytes and the loader's preprocessing. Entries are written atomically (temp file +
 os.replace), so a crash never leaves a half-written entry that could validate.
 """
 
@@ -18,20 +19,26 @@ from typing import TypeAlias
 StrPath: TypeAlias = "str | os.PathLike[str]"
 
 
-def validation_key(raw: bytes) -> dict[str, object]:
-    """What a cache entry must match: the source's sha256 and size."""
-    return {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+def validation_key(raw: bytes, version: int) -> dict[str, object]:
+    """What a cache entry must match: the source's sha256 and size, and the version of the
+    preprocessing (bytes -> tokens) that made the entry's tokens."""
+    return {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw), "version": version}
 
 
 class DiskCache:
     """One JSON entry per source file under `cache_dir`, named by a hash of the source path.
 
     Counters: `hits`, `misses` (no readable entry), `stale` (an entry whose key no longer
-    matches the source).
+    matches the source, or that another version of the preprocessing wrote).
+
+    Args:
+        cache_dir: directory of the entries (created if missing).
+        version: the preprocessing's version (`load.PREPROCESS_VERSION`), part of every key.
     """
 
-    def __init__(self, cache_dir: StrPath) -> None:
+    def __init__(self, cache_dir: StrPath, version: int) -> None:
         self.dir = Path(cache_dir)
+        self.version = version
         self.dir.mkdir(parents=True, exist_ok=True)
         self.hits = self.misses = self.stale = 0
 
@@ -42,7 +49,8 @@ class DiskCache:
         return self.dir / f"{digest}.json"
 
     def write(self, source: Path, tokens: tuple[int, ...], raw: bytes) -> None:
-        entry = {"source": str(source.resolve()), "key": validation_key(raw), "tokens": tokens}
+        key = validation_key(raw, self.version)
+        entry = {"source": str(source.resolve()), "key": key, "tokens": tokens}
         fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as handle:
@@ -65,7 +73,7 @@ class DiskCache:
         except (OSError, ValueError, KeyError, TypeError):
             self.misses += 1
             return None
-        if key == validation_key(raw):  # cache_valid
+        if key == validation_key(raw, self.version):  # cache_valid
             self.hits += 1
             return tokens
         self.stale += 1

@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 _WHITESPACE = re.compile(r"\s+")
 
+#: Part of every cache entry's validation key: bump it whenever `preprocess` or `tokenize`
+#: changes the tokens of some source, so that entries an older version wrote go stale instead
+#: of serving the old tokens (2: a leading byte-order mark is dropped).
+PREPROCESS_VERSION = 2
+
 # ---- cost model: calibrated figures for 9B-class serving (do not edit casually) ----------------
 RAW_BYTES_PER_TOKEN = 40.0        # source documents (markup, PDF text layers) per prompt token
 PREPROCESS_OPS_PER_BYTE = 200.0   # extract, normalise, tokenise
@@ -173,7 +178,7 @@ class _CacheLoader:
     _tracks = False   # the cost of keeping runtime request statistics (adaptive only)
 
     def __init__(self, cache_dir: StrPath | None) -> None:
-        self._cache = None if cache_dir is None else DiskCache(cache_dir)
+        self._cache = None if cache_dir is None else DiskCache(cache_dir, PREPROCESS_VERSION)
 
     @property
     def cache(self) -> DiskCache:
