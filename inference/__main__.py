@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_placement(text: str) -> tuple[str | int, ...]:
     """'cpu,gpu,gpu' or '0,1,1' -> one device name or id per stage."""
-    devices = tuple(int(d) if d.strip().isdigit() else d.strip() for d in text.split(","))
+    # isdecimal, not isdigit: '²' is a digit that int() refuses (a bare "invalid literal")
+    devices = tuple(int(d) if d.strip().isdecimal() else d.strip() for d in text.split(","))
     if len(devices) != len(STAGES):
         raise ValueError(f"--placement needs one device per stage ({','.join(STAGES)}), "
                          f"got {len(devices)}: {text!r}")

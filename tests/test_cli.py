@@ -43,6 +43,7 @@ def test_forcing_the_cache_changes_the_load_time():
     (["--output-tokens", "-5"], "output_tokens"),
     (["--placement", "cpu,tpu,gpu"], "unknown device 'tpu'"),
     (["--placement", "cpu,gpu"], "one device per stage"),
+    (["--placement", "\u00b2,gpu,gpu"], "unknown device '\u00b2'"),   # a digit int() refuses
     (["--hardware", "mainframe"], "unknown hardware 'mainframe'"),
     (["--variants", "glm-6"], "unknown variant 'glm-6'"),
     (["--variants", "cached+window"], "one implementation per stage"),
