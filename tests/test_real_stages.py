@@ -162,7 +162,27 @@ def test_prefetch_hit_ratio_and_accounting(model):
     dec.run(model, pre, 16)
     assert dec.prefetch_hits + dec.prefetch_misses == dec.block_reads > 0
     assert dec.hit_ratio > 0.9
-    assert dec.prefetches == 1 + (16 - 1 - 1) // 3  # one up front, then every `lookahead` steps
+    assert dec.prefetches == math.ceil((16 - 1) / 3)  # at the first step, then every `lookahead`
+
+
+def test_a_decode_without_steps_stages_nothing(model, monkeypatch):
+    """The first token comes from the prefill's logits, so max_new_tokens=1 runs no step and
+    reads no block; the cache still staged the whole prompt's KV (every block, every layer) up
+    front and counted a prefetch."""
+    copied: list[int] = []
+    real = kv_cache.PrefetchCache.prefetch
+
+    def prefetch(self):
+        real(self)
+        copied.append(len(self.staged))
+
+    monkeypatch.setattr(kv_cache.PrefetchCache, "prefetch", prefetch)
+    pre = WindowAttention(64).run(model, prompt(2, 9))
+    dec = PrefetchedDecode(block_size=4, lookahead=2)
+    assert torch.equal(dec.run(model, pre, 1), SequentialDecode().run(model, pre, 1))
+    assert (dec.block_reads, dec.prefetches, copied) == (0, 0, [])
+    dec.run(model, pre, 2)   # one step: staged once, before its reads (3 blocks, all hits)
+    assert (dec.prefetches, copied, dec.prefetch_misses) == (1, [3], 0)
 
 
 def test_prefetch_misses_fall_back_to_exact_gathers(model, monkeypatch):

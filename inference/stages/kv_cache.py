@@ -132,7 +132,8 @@ class PrefetchCache(BlockCache):
 
     Prediction: the next steps read the table observed so far, plus the blocks the allocator
     will open for the next `lookahead` tokens (its free list is known). The staging buffer is
-    refreshed every `lookahead` steps; appends write through to staged blocks so they stay valid.
+    refreshed every `lookahead` steps, the first time at the first step (a decode of one token
+    runs no step and reads nothing); appends write through to staged blocks so they stay valid.
     """
 
     def __init__(
@@ -140,8 +141,9 @@ class PrefetchCache(BlockCache):
     ) -> None:
         super().__init__(prefill, block_size, capacity, seed)
         self.lookahead = lookahead
-        self.hits = self.misses = self.prefetches = self.steps_since = 0
-        self.prefetch()
+        self.hits = self.misses = self.prefetches = 0
+        self.staged, self.stage_k, self.stage_v = [], [], []
+        self.steps_since = lookahead   # the first `grow` stages
 
     staged: list[int]  # physical blocks in the staging buffer, in logical order
     stage_k: list[Tensor]
