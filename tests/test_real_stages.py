@@ -286,6 +286,26 @@ def test_adaptive_cache_follows_a_distribution_shift(tmp_path):
 
 
 
+def test_a_cached_request_reads_its_source_once(tmp_path, monkeypatch):
+    """The cost model prices one read of the source per request (validation hashes it); the
+    adaptive loader read a cached source twice, once to count the request and again to
+    validate the entry."""
+    src = write(tmp_path / "doc.txt", "some text")
+    reads: list[Path] = []
+
+    def read(path):
+        reads.append(Path(path))
+        return Path(path).read_bytes()
+
+    monkeypatch.setattr(load, "read_from_disk", read)
+    adaptive, cached = AdaptiveLoad(tmp_path / "adaptive"), CachedLoad(tmp_path / "cached")
+    cached.build([src])
+    reads.clear()
+    assert [adaptive.run(src).cache_hit for _ in range(3)] == [False, True, True]
+    assert cached.run(src).cache_hit is True
+    assert len(reads) == 4
+
+
 def test_a_failed_adaptive_request_leaves_the_statistics_alone(tmp_path):
     # A source that is not UTF-8 text is read, then refused by the preprocess; its requests
     # used to count, so it took the only slot (it can never be cached) and kept out a source

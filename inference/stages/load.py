@@ -104,14 +104,13 @@ def full_preprocess(path: StrPath) -> tuple[tuple[int, ...], bytes]:
     return tokenize(preprocess(raw, Path(path))), raw
 
 
-def _lookup(cache: DiskCache, source: Path) -> tuple[tuple[int, ...], bytes, bool]:
-    """(tokens, raw bytes, hit): the validated entry on a hit (apply_cache), else a full
-    preprocess of the source."""
-    raw = read_from_disk(source)
+def _lookup(cache: DiskCache, source: Path, raw: bytes) -> tuple[tuple[int, ...], bool]:
+    """(tokens, hit): the entry validated against `raw`, the source's bytes, on a hit
+    (apply_cache), else a full preprocess of `raw`."""
     tokens = cache.lookup(source, raw)
     if tokens is not None:
-        return tokens, raw, True
-    return tokenize(preprocess(raw, source)), raw, False
+        return tokens, True
+    return tokenize(preprocess(raw, source)), False
 
 
 # The records are built with `new_record` from every field in order (see inference/work.py):
@@ -235,8 +234,9 @@ class CachedLoad(_CacheLoader):
             cache.write(Path(path), tokens, raw)
 
     def run(self, path: StrPath) -> LoadResult:
-        tokens, _, hit = _lookup(self.cache, Path(path))
-        return LoadResult(tokens, hit, Path(path))
+        source = Path(path)
+        tokens, hit = _lookup(self.cache, source, read_from_disk(source))
+        return LoadResult(tokens, hit, source)
 
 
 class AdaptiveLoad(_CacheLoader):
@@ -284,7 +284,7 @@ class AdaptiveLoad(_CacheLoader):
         # not UTF-8 text) must not enter the statistics, where it would rank among the most
         # requested and hold a slot it can never fill, keeping out a source that loads.
         if source in self.cached:
-            tokens, raw, hit = _lookup(cache, source)
+            tokens, hit = _lookup(cache, source, raw)
         else:
             cache.misses += 1
             tokens, hit = tokenize(preprocess(raw, source)), False
