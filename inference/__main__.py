@@ -8,7 +8,9 @@ Each variant runs on a fresh simulator, so every one sees the same idle cluster;
 gives the latency, its breakdown (the six parts add up to the latency), the prefill
 attention time and its share of processing (attention / (load + compute + memory stall)),
 the decode KV-read wait, the loading cache's outcome and the latency relative to the first
-variant. Bad input exits with status 2 and a one-line message.
+variant. A stage whose share does not fit its device's memory is priced all the same (the
+envs would fail its dispatch), and a note under the table names it. Bad input exits with
+status 2 and a one-line message.
 """
 
 from __future__ import annotations
@@ -37,6 +39,23 @@ class Outcome:
     recipe: dict[str, str]
     classes: tuple[str, ...]
     result: TaskResult
+    too_big: tuple[str, ...] = ()    # the stages that do not fit their device's memory
+
+
+def memory_overflows(sim: Simulator, task: Task, placement: Sequence[str | int]) -> list[str]:
+    """The stages (as 'decode on gpu needs 412 GB of its 141 GB') whose share of the task does
+    not fit its device: the simulator prices them as if it did, where the envs fail them."""
+    out = []
+    weights = sim.model.weight_bytes
+    for name, stage, shares in zip(STAGES, sim.stages, sim.shares(placement), strict=True):
+        work = stage.work(task, sim.model)
+        for dev, fraction in shares:
+            need = fraction * work.footprint + (weights if work.needs_weights else 0.0)
+            device = sim.hardware.devices[dev]
+            if need > device.memory:
+                out.append(f"{name} on {device.name} needs {need / 1e9:,.0f} GB of its "
+                           f"{device.memory / 1e9:,.0f} GB")
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,9 +131,10 @@ def compare(args: argparse.Namespace) -> list[Outcome]:
                 sim.state.cache_entries.add(task.domain)
             else:
                 sim.state.cache_entries.discard(task.domain)
+        too_big = tuple(memory_overflows(sim, task, placement))
         result = sim.execute(task, placement)
         classes = tuple(type(s).__name__ for s in stages)
-        outcomes.append(Outcome(variant_label(recipe), recipe, classes, result))
+        outcomes.append(Outcome(variant_label(recipe), recipe, classes, result, too_big))
     return outcomes
 
 
@@ -187,6 +207,10 @@ def render(outcomes: Sequence[Outcome], title: str) -> None:
         uses = ", ".join(f"{stage}={o.recipe[stage]} ({cls})"
                          for stage, cls in zip(STAGES, o.classes, strict=True))
         print(f"{o.label}: {uses}")
+    for o in outcomes:
+        if o.too_big:
+            print(f"note: {o.label}: {'; '.join(o.too_big)}: priced as if it fit (the envs "
+                  f"would fail this dispatch)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,6 +30,18 @@ def test_the_table_names_every_variant_and_metric(capsys):
         assert text in out
 
 
+def test_a_stage_too_big_for_its_device_is_named(capsys):
+    """The simulator prices any placement; the table says which stages would not fit."""
+    assert main(["--variants", "glm-5.3", "--batch", "100000", "--prompt-tokens", "100000",
+                 "--placement", "cpu,gpu,npu"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1
+    assert "prefill on gpu needs" in notes[0] and "decode on npu needs" in notes[0]
+    assert "load on cpu" not in notes[0]       # the direct loader holds no batch-sized buffer
+    assert main(["--variants", "glm-5.3"]) == 0   # the article task fits: no note
+    assert "note:" not in capsys.readouterr().out
+
+
 def test_forcing_the_cache_changes_the_load_time():
     def load(flag: str) -> float:
         args = build_parser().parse_args(["--variants", "glm-5.3-flash", flag])
