@@ -55,6 +55,7 @@ from typing import Any
 
 from envs.traces import TRACES
 from inference.hardware import PRESET_DIR, load_named_yaml
+from inference.yamlio import shown_path, unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 #: dist -> (parameters it needs, parameters it may have), as envs.workload._draw reads them;
@@ -263,6 +264,8 @@ def _near(value: str, base_dir: Path | None, preset: bool) -> str:
     if base_dir is None or preset or Path(value).is_absolute():
         return value
     candidate = base_dir / value
+    if unusable_path(candidate) is not None:   # its loader names what is wrong with it
+        return value
     return str(candidate) if candidate.is_file() else value
 
 
@@ -371,6 +374,10 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         if key in top and not isinstance(top[key], str):
             raise ValueError(f"scenario field {key} must be a string, got {top[key]!r}")
     hardware = str(top.get("hardware", d.hardware))
+    problem = unusable_path(hardware) or unusable_path(PRESET_DIR / f"{hardware}.yaml")
+    if problem is not None:
+        raise ValueError(f"scenario field hardware {shown_path(hardware)} is neither a preset "
+                         f"nor a usable path: {problem}")
     # A preset name as inference.hardware.load_named_yaml reads one: no YAML suffix.
     hardware_preset = (Path(hardware).suffix not in (".yaml", ".yml")
                        and (PRESET_DIR / f"{hardware}.yaml").is_file())

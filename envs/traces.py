@@ -53,6 +53,7 @@ from typing import BinaryIO
 import numpy as np
 
 from inference.task import Task
+from inference.yamlio import shown_path, unusable_path
 
 _DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -139,6 +140,10 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
         if not path.is_file():
             raise ValueError(f"packaged trace {name_or_path!r} is missing: no file at {path}")
         return name_or_path, path
+    problem = unusable_path(name_or_path)
+    if problem is not None:
+        raise ValueError(f"trace {shown_path(name_or_path)} is neither a packaged trace nor a "
+                         f"usable path: {problem}")
     path = Path(name_or_path)
     if path.is_file():
         return str(path), path

@@ -61,7 +61,7 @@ def file_version(trace: str) -> tuple[object, ...]:
     path = TRACES.get(trace, Path(trace))
     try:
         st = path.stat()
-    except OSError:
+    except (OSError, ValueError):   # ValueError: a NUL byte in the name
         return (trace,)   # read_trace names what is wrong with it
     return (str(path.absolute()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 

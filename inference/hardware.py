@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from inference.yamlio import load_yaml_file
+from inference.yamlio import load_yaml_file, shown_path, unusable_path
 
 DEVICE_KINDS = ("cpu", "gpu", "npu")
 OP_CLASSES = ("dense", "attention", "dynamic", "preprocess")
@@ -328,6 +328,10 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
                          f"got {spec!r}")
+    problem = unusable_path(spec) or unusable_path(preset_dir / f"{spec}.yaml")
+    if problem is not None:
+        raise ValueError(f"{what} {shown_path(spec)} is neither a preset nor a usable path: "
+                         f"{problem}")
     path = Path(spec)
     preset = preset_dir / f"{spec}.yaml"
     # A folder can never be the YAML file meant, so one in the working directory that happens

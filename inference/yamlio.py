@@ -1,4 +1,5 @@
-"""YAML reading shared by every config file of the project (presets, scenarios, options).
+"""YAML reading shared by every config file of the project (presets, scenarios, options),
+and the check of a path that names no file at all (`unusable_path`).
 
 PyYAML implements YAML 1.1, whose float syntax needs a dot: ``1e9`` and
 ``3e-4`` come back as *strings*. Every file here writes numbers that way, so
@@ -7,6 +8,7 @@ the loader below reads them as the numbers they are, once, for everyone.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import IO, Any
@@ -90,3 +92,27 @@ def load_yaml_file(path: Path, what: str) -> Any:
         raise ValueError(f"{what} {path}: malformed YAML at {describe_yaml_error(exc)}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{what} {path} is not UTF-8 text") from None
+
+
+def unusable_path(path: str | os.PathLike[str]) -> str | None:
+    """Why `path` cannot name a file at all, or None (also when it merely does not exist).
+
+    pathlib's ``exists``/``is_file``/``is_dir`` answer False for a missing file but raise for a
+    name the file system refuses: a traceback (OSError, "File name too long") for a 300-character
+    file name given as a scenario, hardware file or trace, or a bare "embedded null byte".
+    """
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:
+        return "it holds a NUL byte"
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """`path` for an error message: a very long one cut to its first 60 characters."""
+    text = str(path)
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"

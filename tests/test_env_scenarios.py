@@ -595,3 +595,28 @@ def test_best_static_is_searched_again_when_the_trace_or_hardware_file_changes(
     assert slow_gpu != server
     hw.write_text(slow_gpu, encoding="utf-8")
     assert 1 not in envs.InferenceAllocEnv(hardware=str(hw)).planner.best_static
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"scenario": "x" * 300}, "scenario"), ({"scenario": "x" * 252}, "scenario"),
+    ({"hardware": "x" * 300 + ".yaml"}, "hardware"), ({"hardware": "x" * 252}, "hardware"),
+    ({"trace": "x" * 300}, "trace"), ({"trace": "a\0b.csv"}, "trace"),
+    ({"scenario": "a\0b.yaml"}, "scenario"),
+])
+def test_a_name_no_file_can_have_is_one_clear_error(kwargs: dict[str, Any], what: str) -> None:
+    # pathlib's is_file/exists raise for a name the file system refuses: a 300-character
+    # scenario, hardware file or trace was an OSError traceback ("File name too long"), and
+    # 252 characters (a preset's 257 with .yaml) too; a NUL byte a bare "embedded null byte".
+    with pytest.raises(ValueError, match=f"^{what} '.*(neither a |NUL byte)"):
+        gym.make("envs:InferenceAlloc-v0", **kwargs).reset(seed=0)
+
+
+def test_a_scenario_naming_hardware_no_file_can_have_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    for hardware in ("x" * 300, "x" * 300 + ".yaml", "x" * 252):
+        path.write_text(f"hardware: {hardware}\n", encoding="utf-8")
+        with pytest.raises(ValueError, match="scenario field hardware 'x+'... .* File name too long"):
+            load_scenario(str(path))
+    path.write_text("workload: {trace: " + "x" * 300 + ".csv}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="^trace 'x+'... .* File name too long"):
+        gym.make("envs:InferenceAlloc-v0", scenario=str(path)).reset(seed=0)
