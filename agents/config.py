@@ -27,7 +27,7 @@ import yaml
 
 from agents.sb3_factory import layer_hyperparams, parse_overrides
 from envs.scenario import MAX_EPISODE_TASKS
-from inference.yamlio import describe_yaml_error, safe_load
+from inference.yamlio import describe_yaml_error, safe_load, shown_path, unusable_path
 
 C = TypeVar("C")
 
@@ -59,9 +59,10 @@ class TrainConfig:
         "conservative policy of the warm-up (e.g. best-static, heft-calibrated)"))
     clone_samples: int | None = field(default=None, metadata=_help(
         "observations collected for behaviour cloning (default: WarmupConfig's)"))
-    scenario: str = field(default="article", metadata=_help("scenario name or YAML path"))
+    scenario: str = field(default="article", metadata=_help(
+        "scenario name or YAML path", path=True))
     hardware: str | None = field(default=None, metadata=_help(
-        "hardware preset or YAML path (default: the scenario's)"))
+        "hardware preset or YAML path (default: the scenario's)", path=True))
     variant: str | None = field(default=None, metadata=_help(
         "pipeline variant (default: the scenario's)"))
     env_id: str = field(default="InferenceAlloc-v0", metadata=_help(
@@ -71,12 +72,12 @@ class TrainConfig:
     seeds: list[int] = field(default_factory=lambda: [0], metadata=_help(
         "training seeds (one run per seed)"))
     n_envs: int = field(default=1, metadata=_help("parallel envs (DummyVecEnv)"))
-    log_dir: str = field(default="runs", metadata=_help("folder of the run folders"))
+    log_dir: str = field(default="runs", metadata=_help("folder of the run folders", path=True))
     checkpoint_interval: int = field(default=10_000, metadata=_help(
         "steps between checkpoints (0: none)"))
     resume: str | None = field(default=None, metadata=_help(
         "continue the newest run (or the named one) from its last checkpoint",
-        nargs="?", const="latest"))
+        nargs="?", const="latest", path=True))
     hp: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "hyper-parameter overrides key=value (YAML values), e.g. n_steps=64; they apply to "
         "every agent of the run (DQN's n_steps is its n-step return, not PPO's rollout)"))
@@ -122,15 +123,15 @@ class EvalConfig:
     """What `python evaluate.py` evaluates and where it writes."""
 
     models: list[str] = field(default_factory=list, metadata=_help(
-        "model zips or run folders to evaluate (default: every run under --runs)"))
-    runs: str = field(default="runs", metadata=_help("folder of the run folders"))
+        "model zips or run folders to evaluate (default: every run under --runs)", path=True))
+    runs: str = field(default="runs", metadata=_help("folder of the run folders", path=True))
     baselines: list[str] = field(default_factory=lambda: [
         "all-cpu", "all-gpu", "all-npu", "best-static", "heft", "heft-calibrated", "oracle"],
         metadata=_help("baseline policies to evaluate beside the models"))
     scenarios: list[str] = field(default_factory=list, metadata=_help(
-        "scenarios (default: those the runs were trained on, else article)"))
+        "scenarios (default: those the runs were trained on, else article)", path=True))
     hardware: str | None = field(default=None, metadata=_help(
-        "hardware preset or YAML path (default: each run's / the scenario's)"))
+        "hardware preset or YAML path (default: each run's / the scenario's)", path=True))
     seeds: int = field(default=5, metadata=_help(
         f"how many held-out workload seeds: --seed-base, --seed-base + 1, ... (a count, "
         f"not a list of seeds as in train.py; at most {MAX_EVAL_SEEDS})"))
@@ -138,7 +139,7 @@ class EvalConfig:
     episodes: int = field(default=2, metadata=_help("episodes per seed"))
     episode_tasks: int | None = field(default=None, metadata=_help(
         "tasks per episode (default: the scenario's)"))
-    out: str = field(default="results", metadata=_help("output folder"))
+    out: str = field(default="results", metadata=_help("output folder", path=True))
     online: bool = field(default=False, metadata=_help(
         "only the online stabilisation experiment (>= 5 seeds; stabilization.png/.md)",
         action="store_true", clears=("no_online",)))
@@ -228,6 +229,22 @@ def _require_seeds(flag: str, lowest: int, highest: int) -> None:
              f"{flag}: seeds must lie in 0 .. {MAX_SEED}, got {got}")
 
 
+def _require_usable(flag: str, path: str) -> None:
+    """A path option must be a name a file can have: pathlib's exists/is_file raise for one the
+    file system refuses (OSError "File name too long", a NUL byte's ValueError)."""
+    problem = unusable_path(path)
+    _require(problem is None, f"{flag} {shown_path(path)}: not a usable path: {problem}")
+
+
+def _require_usable_paths(config: Any) -> None:
+    """`_require_usable` for every option whose field is marked ``path=True``."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get("path") and value is not None:
+            for item in value if isinstance(value, list) else [value]:
+                _require_usable(_flag(f.name), item)
+
+
 def _require_folder(flag: str, folder: str) -> None:
     """The output folder must be a folder, or creatable: checked before hours of work."""
     path = Path(folder)
@@ -274,6 +291,7 @@ def build_parser(cls: type, description: str | None = None) -> argparse.Argument
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)
         meta.pop("clears", None)
+        meta.pop("path", None)
         flags = meta.pop("flags", (_flag(f.name),))
         default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
                    else f.default)
@@ -413,6 +431,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)
     if config_file is not None:
+        _require_usable("--config", config_file)
         values.update(read_yaml_options(cls, config_file))
         _clear_excluded(cls, set(given), values)
     if "hp" in given:
@@ -425,6 +444,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
         # --hp policy_kwargs={activation_fn: relu} drop the file's policy_kwargs net_arch
         values[name] = layer_hyperparams(values.get(name, {}), value) if isinstance(value, dict) else value
     config = cls(**values)
+    _require_usable_paths(config)
     validate = getattr(config, "validate", None)
     if validate is not None:
         validate()
