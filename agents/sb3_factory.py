@@ -301,8 +301,10 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             _check_train_freq(value)
             continue
         ref = expected.get(key)
-        if isinstance(value, (list, dict)) or (value is None and defaults.get(key, 0) is None):
+        if value is None and defaults.get(key, 0) is None:
             continue    # None where SB3's own default is None (target_kl, clip_range_vf): "off"
+        if isinstance(value, (list, dict)) and not isinstance(ref, (bool, int, float)):
+            continue    # structured values (policy_kwargs) are SB3's to check
         if isinstance(ref, bool):
             ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(ref, int):

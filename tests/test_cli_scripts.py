@@ -1011,3 +1011,17 @@ def test_a_path_option_no_file_can_have_is_one_line(script_name, flag, name, tmp
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ("File name too long" in err or "NUL byte" in err), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("override", ["n_epochs=[1, 2]", "gamma={a: 1}", "learning_rate=[0.1]",
+                                      "normalize_advantage=[true]"])
+def test_a_list_or_mapping_for_a_scalar_hyperparameter_is_refused_before_training(
+        override: str, tmp_path: Path, capsys) -> None:
+    # it was passed to SB3 as it was, and each run failed inside its training with a
+    # traceback ("'list' object cannot be interpreted as an integer")
+    main = load_main("train.py")
+    assert main(["--hp", override, "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"hyper-parameter {override.split('=')[0]} must be" in err
+    assert not (tmp_path / "runs").exists()
