@@ -269,6 +269,7 @@ class SB3Agent(Policy):
         return target
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)   # SB3 turns the numbers into float32 tensors
 # Ranges of the numeric hyper-parameters SB3 does not check itself (None: unbounded).
 HP_RANGES: dict[str, tuple[float | None, float | None]] = {
     "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0),
@@ -315,6 +316,11 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             continue
         if not ok:
             raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {value!r}")
+        if not abs(value) <= FLOAT32_MAX:
+            # NaN passed every range check (comparisons with it are false), and SB3 trained on
+            # nan/inf to NaN weights, or failed converting 1e300 to the float32 tensors it uses
+            raise ValueError(f"hyper-parameter {key} must be a finite number of at most "
+                             f"{FLOAT32_MAX:.3g} in size, got {value!r}")
         low, high = HP_RANGES.get(key, (None, None))
         if (low is not None and value < low) or (high is not None and value > high):
             # SB3 takes gamma=1.5 or clip_range=-1 without a word, and n_epochs=0 fails deep

@@ -1025,3 +1025,17 @@ def test_a_list_or_mapping_for_a_scalar_hyperparameter_is_refused_before_trainin
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"hyper-parameter {override.split('=')[0]} must be" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("override", ["gamma=.nan", "learning_rate=.inf", "ent_coef=-.inf",
+                                      "clip_range=.nan", "vf_coef=1e300"])
+def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, tmp_path: Path,
+                                                                capsys) -> None:
+    # NaN passed the range checks (clip_range=.nan trained without a word), inf trained to NaN
+    # weights and 1e300 overflowed SB3's float32 tensors, each run failing with a traceback
+    main = load_main("train.py")
+    assert main(["--hp", override, "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must be a finite number" in err
+    assert not (tmp_path / "runs").exists()
