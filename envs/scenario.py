@@ -299,7 +299,7 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         db = Burst()
         b = _section(w_raw["burst"], "workload.burst", {"period", "length", "rate_multiplier"})
         burst = Burst(
-            _int(b.get("period", db.period), "workload.burst.period"),
+            _int(b.get("period", db.period), "workload.burst.period", high=MAX_EPISODE_TASKS),
             _int(b.get("length", db.length), "workload.burst.length"),
             _number(b.get("rate_multiplier", db.rate_multiplier), "workload.burst.rate_multiplier",
                     low=MIN_RATE, strict=False, high=1 / MIN_RATE),
@@ -340,7 +340,8 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     s_raw = _section(top.get("simulator"), "simulator", {f.name for f in fields(SimulatorSpec)})
     s = SimulatorSpec()
     sim = SimulatorSpec(
-        prefetch_depth=_int(s_raw.get("prefetch_depth", s.prefetch_depth), "simulator.prefetch_depth", strict=False),
+        prefetch_depth=_int(s_raw.get("prefetch_depth", s.prefetch_depth), "simulator.prefetch_depth", strict=False,
+                            high=MAX_EPISODE_TASKS),   # loads ahead: more than an episode's tasks is none
         replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", s.replacement_overhead_s),
                                        "simulator.replacement_overhead_s", strict=False,
                                        high=MAX_SECONDS),

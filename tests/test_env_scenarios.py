@@ -620,3 +620,17 @@ def test_a_scenario_naming_hardware_no_file_can_have_is_one_clear_error(tmp_path
     path.write_text("workload: {trace: " + "x" * 300 + ".csv}\n", encoding="utf-8")
     with pytest.raises(ValueError, match="^trace 'x+'... .* File name too long"):
         gym.make("envs:InferenceAlloc-v0", scenario=str(path)).reset(seed=0)
+
+
+@pytest.mark.parametrize("field, text", [
+    ("simulator.prefetch_depth", "simulator: {prefetch_depth: 1.0e+300}"),
+    ("workload.burst.period", "workload: {burst: {period: 1.0e+300}}"),
+])
+def test_a_count_past_any_episode_is_refused_naming_its_field(field: str, text: str,
+                                                               tmp_path: Path) -> None:
+    # both were taken, and reset() failed with a bare OverflowError ("Python int too large to
+    # convert to C ssize_t" from the prefetch deque, "... to C long" from numpy's modulo)
+    path = tmp_path / "s.yaml"
+    path.write_text(text + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"scenario field {field} must be <= 1e\\+06"):
+        gym.make("envs:InferenceAlloc-v0", scenario=str(path)).reset(seed=0)
