@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from inference.hardware import load_hardware
 from inference.model_config import get_model
 from inference.simulator import SimConfig, Simulator
-from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
+from inference.stages.decode import (
+    MISPREDICT_FRACTION,
+    HierarchicalDecode,
+    PrefetchedDecode,
+    SequentialDecode,
+    block_read_overhead,
+)
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
 from inference.stages.prefill import QUERY_TILE, GatedAttention, WindowAttention
 from inference.task import Task
@@ -127,6 +133,32 @@ def test_block_decoders_read_more_kv_bytes_than_sequential():
     hier = cost_instance("hierarchical").work(task, GLM).part("kv").nbytes
     pre = cost_instance("prefetched").work(task, GLM).part("kv").nbytes
     assert seq < hier < pre   # prefetching pays for mispredicted blocks in bytes, not locality
+
+
+def test_block_decoders_extra_bytes_are_the_layouts_summaries_and_tables():
+    """Per block, sequence and layer a step reads K and V (2 x 16 tokens x 2 KV heads x 128 x
+    2 bytes = 16 KiB for the 9B config), its summary (one mean key: 1/32 of that) and its
+    block-table entry (one int32: 4 bytes), not a calibrated 2% for the table."""
+    block_kv = 2 * 16 * GLM.n_kv_heads * GLM.head_dim * GLM.dtype_bytes
+    assert block_kv == 16384
+    task = prompt(5000, 16, 256)
+    seq = SequentialDecode().work(task, GLM).part("kv").nbytes
+    hier = cost_instance("hierarchical").work(task, GLM).part("kv").nbytes
+    pre = cost_instance("prefetched").work(task, GLM).part("kv").nbytes
+    assert hier / seq == pytest.approx(1 + 1 / 32 + 4 / block_kv, rel=1e-12)
+    assert pre / seq == pytest.approx(1 + 1 / 32 + 4 / block_kv + MISPREDICT_FRACTION, rel=1e-12)
+    assert block_read_overhead(GLM, 16) == pytest.approx((1 / 32, 4 / block_kv), rel=1e-12)
+    # a decoder prices the model and block size it is handed, not the last ones it priced
+    tiny = get_model("tiny")
+    tiny_block_kv = 2 * 16 * tiny.kv_dim * tiny.dtype_bytes
+    decoder = HierarchicalDecode(block_size=16)
+    assert decoder.work(task, GLM).part("kv").nbytes == hier
+    ratio = (decoder.work(task, tiny).part("kv").nbytes
+             / SequentialDecode().work(task, tiny).part("kv").nbytes)
+    assert ratio == pytest.approx(1 + 1 / 32 + 4 / tiny_block_kv, rel=1e-12)
+    decoder.block_size = 8
+    assert (decoder.work(task, GLM).part("kv").nbytes / seq
+            == pytest.approx(1 + 1 / 16 + 8 / block_kv, rel=1e-12))
 
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])

@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 from inference.model_config import get_model
 from inference.stages import kv_cache, load
-from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
+from inference.stages.decode import (
+    SUMMARY_KEYS_PER_BLOCK,
+    HierarchicalDecode,
+    PrefetchedDecode,
+    SequentialDecode,
+    block_read_overhead,
+)
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
 from inference.stages.prefill import (
     DynamicAttention,
@@ -154,6 +160,18 @@ def test_hierarchical_reads_are_scattered(model):
     blocks_per_step = [math.ceil((30 + i) / 4) for i in range(1, 10)]
     assert hier.block_reads == TINY.n_layers * sum(blocks_per_step)
     assert hier.scattered_reads > hier.block_reads // 2
+
+
+def test_block_summaries_are_the_mean_key_the_cost_model_prices(model):
+    """The cost model charges SUMMARY_KEYS_PER_BLOCK keys per block of K and V: the real
+    cache keeps exactly that, one key-sized sum per block, layer and sequence."""
+    pre = WindowAttention(64).run(model, prompt(2, 9))
+    cache = kv_cache.BlockCache(pre, 4, 20, seed=0)
+    for layer in range(TINY.n_layers):
+        kv = cache.k[layer].numel() + cache.v[layer].numel()
+        assert cache.key_sum[layer].numel() / kv == pytest.approx(
+            block_read_overhead(TINY, 4)[0], rel=1e-12)
+        assert cache.key_sum[layer].numel() == SUMMARY_KEYS_PER_BLOCK * cache.k[layer].numel() / 4
 
 
 def test_prefetch_hit_ratio_and_accounting(model):

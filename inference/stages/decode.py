@@ -42,8 +42,24 @@ if TYPE_CHECKING:
     from inference.tiny_model import TinyTransformer
 
 # ---- cost model: calibrated figures for 9B-class serving (do not edit casually) ----------------
-INDEX_BYTES_FRACTION = 0.02       # block tables read alongside the KV blocks
+# The block decoders' extra reads per KV byte come from the layout's own sizes (see
+# `block_read_overhead`): the summaries are one mean key per block (as `BlockCache` keeps), and
+# the block table holds one int32 physical block id per block, read per sequence, layer and step.
+INDEX_ENTRY_BYTES = 4             # one block-table entry: an int32 physical block id
+SUMMARY_KEYS_PER_BLOCK = 1        # the block summary: its mean key (K only, no V)
 MISPREDICT_FRACTION = 0.04        # prefetched blocks that were not needed
+
+
+def block_read_overhead(model: ModelConfig, block_size: int) -> tuple[float, float]:
+    """Extra bytes per KV byte a block-table decode step reads: (summaries, block table).
+
+    Per block, sequence and layer the step reads the block's K and V, 2 x block_size x kv_dim
+    elements; its summary, SUMMARY_KEYS_PER_BLOCK keys of kv_dim elements; and its table entry,
+    INDEX_ENTRY_BYTES. For the 9B config at block size 16 (16 KiB of KV per block and layer):
+    1/32 and 4 / 16384 = 0.024%."""
+    block_kv_bytes = 2.0 * block_size * model.kv_dim * model.dtype_bytes
+    summaries = SUMMARY_KEYS_PER_BLOCK * model.kv_dim * model.dtype_bytes / block_kv_bytes
+    return summaries, INDEX_ENTRY_BYTES / block_kv_bytes
 
 
 def _check_positive(name: str, value: object) -> int:
@@ -139,8 +155,10 @@ class HierarchicalDecode:
     """Greedy decoding over a block-table KV cache in shuffled physical order (Flash).
 
     Args:
-        block_size: tokens per KV block; in `work`, block summaries add 1/block_size to the
-            KV bytes read (the 9B cost model uses 16, see `variants.COST_PARAMS`).
+        block_size: tokens per KV block; in `work`, the block summaries (a mean key per block)
+            add 1/(2 block_size) to the KV bytes read, and the block table 4 bytes per block
+            and layer (see `block_read_overhead`; the 9B cost model uses 16, see
+            `variants.COST_PARAMS`).
         seed: seeds the shuffled physical block order.
 
     After `run`: `block_reads` (blocks gathered) and `scattered_reads` (of those, how many did
@@ -154,6 +172,9 @@ class HierarchicalDecode:
         self.block_size = _check_positive("block_size", block_size)
         self.seed = check_seed(seed)
         self.block_reads = self.scattered_reads = 0
+        # `work` runs for every task the env prices: the overhead of the last model and block
+        # size priced, kept (by identity: holding the model keeps its id from being reused)
+        self._priced: tuple[ModelConfig | None, int, float] = (None, 0, 0.0)
 
     def _cache(self, prefill: PrefillResult, max_new_tokens: int) -> BlockCache:
         from inference.stages.kv_cache import BlockCache
@@ -173,8 +194,19 @@ class HierarchicalDecode:
 
     def work(self, task: Task, model: ModelConfig) -> StageWork:
         """KV read in random order, plus block summaries and tables; two launches per step."""
-        overhead = 1.0 / self.block_size + INDEX_BYTES_FRACTION   # block summaries + tables
-        return _decode_work(task, model, RANDOM, overhead, 2.0)
+        return _decode_work(task, model, RANDOM, self._kv_overhead(model), 2.0)
+
+    def _kv_overhead(self, model: ModelConfig) -> float:
+        """`_overhead(model)`, computed once for a run of tasks on the same model."""
+        priced, block_size, overhead = self._priced
+        if priced is not model or block_size != self.block_size:
+            overhead = self._overhead(model)
+            self._priced = (model, self.block_size, overhead)
+        return overhead
+
+    def _overhead(self, model: ModelConfig) -> float:
+        """Extra bytes per KV byte read: block summaries + tables."""
+        return sum(block_read_overhead(model, self.block_size))
 
 
 class PrefetchedDecode(HierarchicalDecode):
@@ -216,5 +248,8 @@ class PrefetchedDecode(HierarchicalDecode):
 
     def work(self, task: Task, model: ModelConfig) -> StageWork:
         """Blocks staged in order (sequential reads) at the price of mispredicted prefetches."""
-        overhead = 1.0 / self.block_size + INDEX_BYTES_FRACTION + MISPREDICT_FRACTION
-        return _decode_work(task, model, SEQUENTIAL, overhead, 2.0)
+        return _decode_work(task, model, SEQUENTIAL, self._kv_overhead(model), 2.0)
+
+    def _overhead(self, model: ModelConfig) -> float:
+        """Block summaries + tables, plus the mispredicted blocks staged."""
+        return super()._overhead(model) + MISPREDICT_FRACTION
