@@ -183,24 +183,44 @@ def test_prefetch_hit_ratio_and_accounting(model):
     assert dec.prefetches == math.ceil((16 - 1) / 3)  # at the first step, then every `lookahead`
 
 
-def test_a_decode_without_steps_stages_nothing(model, monkeypatch):
-    """The first token comes from the prefill's logits, so max_new_tokens=1 runs no step and
-    reads no block; the cache still staged the whole prompt's KV (every block, every layer) up
-    front and counted a prefetch."""
-    copied: list[int] = []
+def record_staging(monkeypatch) -> list[int]:
+    """The number of blocks staged after each `PrefetchCache.prefetch`, as they happen."""
+    staged: list[int] = []
     real = kv_cache.PrefetchCache.prefetch
 
     def prefetch(self):
         real(self)
-        copied.append(len(self.staged))
+        staged.append(len(self.staged))
 
     monkeypatch.setattr(kv_cache.PrefetchCache, "prefetch", prefetch)
+    return staged
+
+
+def test_a_decode_without_steps_stages_nothing(model, monkeypatch):
+    """The first token comes from the prefill's logits, so max_new_tokens=1 runs no step and
+    reads no block; the cache still staged the whole prompt's KV (every block, every layer) up
+    front and counted a prefetch."""
+    copied = record_staging(monkeypatch)
     pre = WindowAttention(64).run(model, prompt(2, 9))
     dec = PrefetchedDecode(block_size=4, lookahead=2)
     assert torch.equal(dec.run(model, pre, 1), SequentialDecode().run(model, pre, 1))
     assert (dec.block_reads, dec.prefetches, copied) == (0, 0, [])
     dec.run(model, pre, 2)   # one step: staged once, before its reads (3 blocks, all hits)
     assert (dec.prefetches, copied, dec.prefetch_misses) == (1, [3], 0)
+
+
+def test_a_prefetch_refresh_stages_only_the_blocks_not_staged_yet(model, monkeypatch):
+    """Each refresh copied the whole predicted table into the staging buffer again (about
+    1/lookahead extra block copies per block read), which the cost model does not price: a
+    refresh now copies only the new blocks, so every block is staged once."""
+    staged = record_staging(monkeypatch)
+    pre = WindowAttention(64).run(model, prompt(2, 24))
+    dec = PrefetchedDecode(block_size=4, lookahead=3)
+    assert torch.equal(dec.run(model, pre, 16), SequentialDecode().run(model, pre, 16))
+    assert staged == [7, 8, 9, 9, 10] and dec.prefetch_misses == 0
+    assert dec.staged_blocks == TINY.n_layers * staged[-1]   # not n_layers * sum(staged)
+    dec.run(model, pre, 1)   # counters are per run
+    assert dec.staged_blocks == 0
 
 
 def test_prefetch_misses_fall_back_to_exact_gathers(model, monkeypatch):

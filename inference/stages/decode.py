@@ -216,7 +216,9 @@ class PrefetchedDecode(HierarchicalDecode):
     buffer is refreshed this often).
 
     After `run`: `prefetch_hits` / `prefetch_misses` (block reads served from the staging
-    buffer / gathered on demand from the pool), `prefetches` (staging refreshes), `hit_ratio`.
+    buffer / gathered on demand from the pool), `prefetches` (staging refreshes),
+    `staged_blocks` (blocks copied into the staging buffer, per layer; a refresh copies only
+    the blocks not staged yet, so each block once), `hit_ratio`.
     """
 
     name = "prefetched"
@@ -224,7 +226,7 @@ class PrefetchedDecode(HierarchicalDecode):
     def __init__(self, block_size: int = 4, lookahead: int = 2, seed: int = 0) -> None:
         super().__init__(block_size, seed)
         self.lookahead = _check_positive("lookahead", lookahead)
-        self.prefetch_hits = self.prefetch_misses = self.prefetches = 0
+        self.prefetch_hits = self.prefetch_misses = self.prefetches = self.staged_blocks = 0
 
     def _cache(self, prefill: PrefillResult, max_new_tokens: int) -> BlockCache:
         from inference.stages.kv_cache import PrefetchCache
@@ -238,7 +240,7 @@ class PrefetchedDecode(HierarchicalDecode):
         super()._collect(cache)
         assert isinstance(cache, PrefetchCache)
         self.prefetch_hits, self.prefetch_misses = cache.hits, cache.misses
-        self.prefetches = cache.prefetches
+        self.prefetches, self.staged_blocks = cache.prefetches, cache.staged_blocks
 
     @property
     def hit_ratio(self) -> float:

@@ -134,6 +134,12 @@ class PrefetchCache(BlockCache):
     will open for the next `lookahead` tokens (its free list is known). The staging buffer is
     refreshed every `lookahead` steps, the first time at the first step (a decode of one token
     runs no step and reads nothing); appends write through to staged blocks so they stay valid.
+    A refresh copies only the blocks not staged already (from the first logical block whose
+    prediction changed): each block is staged once, as the cost model assumes.
+
+    Counters: `hits` / `misses` (block reads served from the staging buffer / gathered from the
+    pool), `prefetches` (refreshes), `staged_blocks` (blocks copied into the staging buffer,
+    counted per layer as `block_reads` is).
     """
 
     def __init__(
@@ -141,8 +147,11 @@ class PrefetchCache(BlockCache):
     ) -> None:
         super().__init__(prefill, block_size, capacity, seed)
         self.lookahead = lookahead
-        self.hits = self.misses = self.prefetches = 0
-        self.staged, self.stage_k, self.stage_v = [], [], []
+        self.hits = self.misses = self.prefetches = self.staged_blocks = 0
+        self.staged = []
+        # the staging buffer, in logical order: room for every block of the pool
+        self.stage_k = [torch.empty_like(pool) for pool in self.k]
+        self.stage_v = [torch.empty_like(pool) for pool in self.v]
         self.steps_since = lookahead   # the first `grow` stages
 
     staged: list[int]  # physical blocks in the staging buffer, in logical order
@@ -158,10 +167,19 @@ class PrefetchCache(BlockCache):
         return self.table + self.free[: max(needed, 0)]
 
     def prefetch(self) -> None:
-        self.staged = self.predict()
-        index = torch.tensor(self.staged, dtype=torch.long)
-        self.stage_k = [pool.index_select(0, index) for pool in self.k]
-        self.stage_v = [pool.index_select(0, index) for pool in self.v]
+        predicted = self.predict()
+        kept = 0   # the leading blocks staged already, and still valid (appends write through)
+        for staged, block in zip(self.staged, predicted, strict=False):
+            if staged != block:
+                break
+            kept += 1
+        new = predicted[kept:]
+        if new:
+            index = torch.tensor(new, dtype=torch.long)
+            for stage, pool in zip(self.stage_k + self.stage_v, self.k + self.v, strict=True):
+                stage[kept:len(predicted)] = pool.index_select(0, index)
+            self.staged_blocks += len(new) * len(self.k)
+        self.staged = predicted
         self.prefetches += 1
         self.steps_since = 0
 
