@@ -292,7 +292,8 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     would otherwise fail deep inside training. The expected type is that of `params` (the
     YAML hyper-parameters), else of the constructor's default; keys without one (schedules, kwargs dicts) and
     other structured values are left to SB3. DQN's ``train_freq`` is a number of steps or a
-    pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``).
+    pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); ``policy_kwargs`` a mapping
+    whose ``net_arch`` SB3 can build (``_check_policy_kwargs``).
     """
     defaults = {key: p.default for key, p in
                 inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
@@ -301,11 +302,14 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         if key == "train_freq":
             _check_train_freq(value)
             continue
+        if key == "policy_kwargs":
+            _check_policy_kwargs(name, value)
+            continue
         ref = expected.get(key)
         if value is None and defaults.get(key, 0) is None:
             continue    # None where SB3's own default is None (target_kl, clip_range_vf): "off"
         if isinstance(value, (list, dict)) and not isinstance(ref, (bool, int, float)):
-            continue    # structured values (policy_kwargs) are SB3's to check
+            continue    # other structured values (kwargs dicts) are SB3's to check
         if isinstance(ref, bool):
             ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(ref, int):
@@ -339,6 +343,42 @@ def _check_train_freq(value: Any) -> None:
         raise ValueError(f"hyper-parameter train_freq must be an integer >= {low} or a pair "
                          f"[n, step] or [n, episode] with n >= {low} (e.g. 4 or [4, episode]), "
                          f"got {value!r}")
+
+
+# A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
+# with a torch traceback (1e12 units: "can't allocate memory").
+MAX_LAYER_WIDTH = 65_536
+
+
+def _check_policy_kwargs(name: str, value: Any) -> None:
+    """policy_kwargs is a mapping (or null), and its net_arch one SB3 builds: a list of layer
+    widths, or for the actor-critic agents ``{pi: [...], vf: [...]}`` (DQN takes the list
+    only). SB3 checks neither: [-1, 64] or [1e18, 64] was a torch traceback once the net was
+    built, and [0, 64] trained a net with a zero-width layer."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError(f"hyper-parameter policy_kwargs must be a mapping "
+                         f"(e.g. {{net_arch: [64, 64]}}), got {value!r}")
+    arch = value.get("net_arch")
+    if arch is None:
+        return      # SB3's default net
+
+    def widths(layers: Any) -> bool:
+        return isinstance(layers, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_LAYER_WIDTH
+            for n in layers)
+
+    if name == "dqn":
+        ok, form = widths(arch), "a list of layer widths"
+    else:
+        ok = widths(arch) or (isinstance(arch, dict) and bool(arch)
+                              and set(arch) <= {"pi", "vf"} and all(map(widths, arch.values())))
+        form = "a list of layer widths or a mapping {pi: [...], vf: [...]} of such lists"
+    if not ok:
+        raise ValueError(f"hyper-parameter policy_kwargs.net_arch must be {form} for {name}, "
+                         f"each width an integer in 1..{MAX_LAYER_WIDTH} (e.g. [64, 64]), "
+                         f"got {arch!r}")
 
 
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,

@@ -29,7 +29,7 @@ from agents.config import (
 )
 from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
-from agents.sb3_factory import load_hyperparams
+from agents.sb3_factory import check_override_types, load_hyperparams
 from agents.training import saved_steps
 from envs.scenario import MAX_EPISODE_TASKS
 
@@ -1039,3 +1039,33 @@ def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "must be a finite number" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("agent, arch", [("ppo", "[-1, 64]"), ("ppo", "[1e18, 64]"),
+                                         ("ppo", "[0, 64]"), ("a2c", "[64, true]"),
+                                         ("ppo", "{pi: [64], qf: [64]}"), ("ppo", "64"),
+                                         ("dqn", "{pi: [64], vf: [64]}")])
+def test_a_net_arch_sb3_cannot_build_is_refused_before_training(agent: str, arch: str,
+                                                                tmp_path: Path, capsys) -> None:
+    # [-1, 64] and [1e18, 64] were torch tracebacks once the net was built, [0, 64] trained a
+    # zero-width layer; DQN takes the list form only
+    main = load_main("train.py")
+    assert main(["--agents", agent, "--hp", f"policy_kwargs={{net_arch: {arch}}}",
+                 "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "policy_kwargs.net_arch must be" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_net_arch_in_a_config_file_is_checked_and_the_valid_forms_pass(tmp_path: Path,
+                                                                         capsys) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("hp: {policy_kwargs: {net_arch: [-1, 64]}}\n")
+    main = load_main("train.py")
+    assert main(["--config", str(path), "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    assert "policy_kwargs.net_arch must be" in capsys.readouterr().err
+    for name, arch in [("ppo", [64, 64]), ("ppo", []), ("ppo", {"pi": [8], "vf": [16, 16]}),
+                       ("maskable-ppo", {"pi": [8]}), ("a2c", None), ("dqn", [32])]:
+        check_override_types(name, {}, {"policy_kwargs": {"net_arch": arch}})
