@@ -77,16 +77,17 @@ def check_fixed_policy_name(name: str, what: str) -> None:
 def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -> Policy:
     """`make_policy` where a fixed policy is needed (a baseline, the conservative policy):
     a learner, an unknown name and a name the env cannot take are each one ValueError
-    naming `what` (`learner_hint` follows the learner's)."""
+    naming `what` (`learner_hint` follows the learner's); the first two an UnknownPolicyName,
+    wrong whatever the env."""
     try:
         check_fixed_policy_name(name, what)
     except ValueError as exc:
-        raise ValueError(f"{exc}{learner_hint}") from None
+        raise UnknownPolicyName(f"{exc}{learner_hint}") from None
     try:
         return make_policy(name, env)
     except UnknownPolicyName:
-        raise ValueError(f"unknown {what} {name!r}; valid names: "
-                         f"{valid_names(learners=False)}") from None
+        raise UnknownPolicyName(f"unknown {what} {name!r}; valid names: "
+                                f"{valid_names(learners=False)}") from None
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{what}: {exc}") from None
 

@@ -68,6 +68,7 @@ from agents.evaluation import episode_latencies, make_env
 from agents.files import atomic_path, write_text
 from agents.registry import (
     SB3_NAMES,
+    UnknownPolicyName,
     load_policy,
     make_fixed_policy,
     make_policy,
@@ -180,23 +181,26 @@ def plan(config: TrainConfig) -> list[RunSpec]:
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     env = env_for(config)
-    if any(w != "none" for w in specs):
-        try:
-            conservative = make_fixed_policy(config.conservative, env, "--conservative policy")
-        except ValueError as exc:
+    warming = any(w != "none" for w in specs)
+    try:
+        conservative = make_fixed_policy(config.conservative, env, "--conservative policy")
+    except ValueError as exc:
+        # a name no fixed policy has is refused without warm-up too: it went unnoticed until
+        # the config file was reused with warm-up on (one the env cannot take is left be)
+        if warming or isinstance(exc, UnknownPolicyName):
             raise ConfigError(str(exc)) from None
-        if config.n_envs > 1 and any((warm := warmup_config(config, w)) is not None
-                                     and (warm.steps or warm.guard) for w in specs):
-            # It acts for every sub-env at once, a batch per vector step: the oracle decides
-            # only its one live env's task, and failed inside the first run, after cloning.
-            obs, _ = env.reset(seed=0)
-            try:
-                conservative.predict(np.stack([obs] * config.n_envs))
-            except ValueError as exc:
-                raise ConfigError(f"--conservative {config.conservative} cannot act for "
-                                  f"--n-envs {config.n_envs} envs at once ({exc}); use "
-                                  f"--n-envs 1, or --warmup clone (no conservative phase, "
-                                  f"no guard)") from None
+    if warming and config.n_envs > 1 and any((warm := warmup_config(config, w)) is not None
+                                             and (warm.steps or warm.guard) for w in specs):
+        # It acts for every sub-env at once, a batch per vector step: the oracle decides
+        # only its one live env's task, and failed inside the first run, after cloning.
+        obs, _ = env.reset(seed=0)
+        try:
+            conservative.predict(np.stack([obs] * config.n_envs))
+        except ValueError as exc:
+            raise ConfigError(f"--conservative {config.conservative} cannot act for "
+                              f"--n-envs {config.n_envs} envs at once ({exc}); use "
+                              f"--n-envs 1, or --warmup clone (no conservative phase, "
+                              f"no guard)") from None
     for agent in dict.fromkeys(agents):
         try:
             load_hyperparams(agent, config.env_id)

@@ -310,6 +310,9 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--conservative", "psychic"], "heft-calibrated"),
     # a learner would act untrained as the "conservative" policy; the list then offers none
     (["--conservative", "ppo"], "'ppo' is a learning agent; it needs a fixed policy: all-cpu"),
+    # without warm-up too: the name went unnoticed until the config was reused with warm-up on
+    (["--warmup", "none", "--conservative", "psychic"], "unknown --conservative policy 'psychic'"),
+    (["--warmup", "none", "--conservative", "ppo"], "'ppo' is a learning agent"),
     (["--hp", "warp_speed=9"], "warp_speed"),
     (["--env-id", "InferenceAllocSplit-v0", "--agents", "dqn"], "discrete actions"),
     (["--hp", "gamma=abc"], "gamma must be a number"),
@@ -371,6 +374,16 @@ def test_a_conservative_that_never_acts_may_be_the_oracle_with_several_envs(tmp_
     cfg = TrainConfig(conservative="oracle", n_envs=2, log_dir=str(tmp_path / "runs"))
     assert len(plan(dataclasses.replace(cfg, warmup=["clone"]))) == 1       # it only clones
     assert len(plan(dataclasses.replace(cfg, n_envs=1))) == 2
+
+
+def test_without_warmup_a_conservative_the_env_cannot_take_is_left_be(tmp_path) -> None:
+    """heft-split acts in the Split env only: a name, not a mistake, when nothing warms up."""
+    from agents.training import plan
+
+    cfg = TrainConfig(conservative="heft-split", warmup=["none"], log_dir=str(tmp_path / "r"))
+    assert len(plan(cfg)) == 1
+    with pytest.raises(ConfigError, match="heft-split"):
+        plan(dataclasses.replace(cfg, warmup=["all"]))
 
 
 @pytest.mark.parametrize(("entry", "expected"), [
