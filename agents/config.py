@@ -231,7 +231,10 @@ def _require_seeds(flag: str, lowest: int, highest: int) -> None:
 
 def _require_usable(flag: str, path: str) -> None:
     """A path option must be a name a file can have: pathlib's exists/is_file raise for one the
-    file system refuses (OSError "File name too long", a NUL byte's ValueError)."""
+    file system refuses (OSError "File name too long", a NUL byte's ValueError). A blank one is
+    no name: Path("") is the working directory (--out "" wrote summary.* there, --resume ""
+    resumed the newest run) and " " a folder literally named so."""
+    _require(bool(path.strip()), f"{flag} {path!r}: a path must not be empty or blank")
     problem = unusable_path(path)
     _require(problem is None, f"{flag} {shown_path(path)}: not a usable path: {problem}")
 

@@ -1082,3 +1082,37 @@ def test_a_net_arch_in_a_config_file_is_checked_and_the_valid_forms_pass(tmp_pat
     for name, arch in [("ppo", [64, 64]), ("ppo", []), ("ppo", {"pi": [8], "vf": [16, 16]}),
                        ("maskable-ppo", {"pi": [8]}), ("a2c", None), ("dqn", [32])]:
         check_override_types(name, {}, {"policy_kwargs": {"net_arch": arch}})
+
+
+@pytest.mark.parametrize("script_name, flag", [
+    ("train.py", "--config"), ("train.py", "--scenario"), ("train.py", "--hardware"),
+    ("train.py", "--log-dir"), ("train.py", "--resume"),
+    ("evaluate.py", "--config"), ("evaluate.py", "--models"), ("evaluate.py", "--runs"),
+    ("evaluate.py", "--out"), ("evaluate.py", "--scenarios"), ("evaluate.py", "--hardware"),
+])
+@pytest.mark.parametrize("name", ["", " ", "\t"])
+def test_a_blank_path_option_is_one_line_naming_it(script_name, flag, name, tmp_path, capsys,
+                                                   monkeypatch):
+    # Path("") is the working directory: --out "" wrote summary.* there, --resume "" resumed
+    # the newest run; --out " " and --log-dir " " made a folder named " "
+    monkeypatch.chdir(tmp_path)
+    main = load_main(script_name)
+    out = ["--log-dir" if script_name == "train.py" else "--out", str(tmp_path / "out")]
+    quick = (["--timesteps", "32", "--warmup", "none", "--eval-tasks", "0"]   # if it ran
+             if script_name == "train.py" else
+             ["--seeds", "1", "--episodes", "1", "--episode-tasks", "2", "--baselines",
+              "all-cpu", "--no-online"])
+    assert main([flag, name, *(out if flag not in out else []), *quick,
+                 "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} {name!r}: a path must not be empty" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_blank_path_in_a_config_file_is_refused(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("c.yaml").write_text("out: ' '\nseeds: 1\nepisodes: 1\nepisode_tasks: 2\n"
+                              "baselines: [all-cpu]\nno_online: true\n")
+    assert load_main("evaluate.py")(["--config", "c.yaml", "--no-progress-bar"]) == 2
+    assert "--out ' ': a path must not be empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [tmp_path / "c.yaml"]
