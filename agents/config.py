@@ -27,7 +27,13 @@ import yaml
 
 from agents.sb3_factory import layer_hyperparams, parse_overrides
 from envs.scenario import MAX_EPISODE_TASKS
-from inference.yamlio import describe_yaml_error, safe_load, shown_path, unusable_path
+from inference.yamlio import (
+    describe_yaml_error,
+    not_a_file,
+    safe_load,
+    shown_path,
+    unusable_path,
+)
 
 C = TypeVar("C")
 
@@ -375,7 +381,7 @@ def _option_names(cls: type) -> dict[str, str]:
 def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
+        raise ConfigError(f"config file {p} {not_a_file(p, 'a YAML file')}")
     try:
         data = safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:

@@ -37,6 +37,7 @@ from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 from envs import ENV_IDS
 from inference.hardware import DEVICE_KINDS
+from inference.yamlio import not_a_file
 
 POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
@@ -203,8 +204,8 @@ def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
     p = Path(path)
     if not p.exists() and p.suffix != ".zip" and p.with_name(p.name + ".zip").is_file():
         p = p.with_name(p.name + ".zip")        # as SB3's load finds "x" saved as "x.zip"
-    if p.is_dir():
-        raise ValueError(f"model file {p} is a folder, not a model zip")
+    if p.exists() and not p.is_file():   # a folder, /dev/null
+        raise ValueError(f"model file {p} {not_a_file(p, 'a model zip')}")
     if not p.is_file():
         raise FileNotFoundError(f"model file {p} does not exist")
     saved = read_policy_file(p)          # ValueError naming the path if corrupt

@@ -54,6 +54,7 @@ from envs import ENV_IDS
 from envs.scenario import load_scenario
 from inference.hardware import PRESET_DIR, load_hardware
 from inference.variants import variant_label
+from inference.yamlio import not_a_file
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
@@ -199,7 +200,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                 entries.append(_entry(p, p.parent if (p.parent / "config.yaml").is_file()
                                       else None))
             else:
-                raise ConfigError(f"model file {p} does not exist")
+                raise ConfigError(f"model file {p} {not_a_file(p, 'a model zip')}")
         # One model given twice (a run folder and its model.zip, overlapping globs) was
         # evaluated twice and pooled as two runs: n doubled and the 95% CI narrowed with it.
         unique: dict[Path, ModelEntry] = {}

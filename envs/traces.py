@@ -53,7 +53,7 @@ from typing import BinaryIO
 import numpy as np
 
 from inference.task import Task
-from inference.yamlio import shown_path, unusable_path
+from inference.yamlio import not_a_file, shown_path, unusable_path
 
 _DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -147,8 +147,8 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     path = Path(name_or_path)
     if path.is_file():
         return str(path), path
-    if path.is_dir():
-        raise ValueError(f"trace file {path} is a folder, not a CSV file")
+    if path.exists():   # a folder, /dev/null
+        raise ValueError(f"trace file {path} {not_a_file(path, 'a CSV file')}")
     looks_like_path = (
         not isinstance(name_or_path, str)
         or "/" in name_or_path

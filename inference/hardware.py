@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from inference.yamlio import load_yaml_file, shown_path, unusable_path
+from inference.yamlio import load_yaml_file, not_a_file, shown_path, unusable_path
 
 DEVICE_KINDS = ("cpu", "gpu", "npu")
 OP_CLASSES = ("dense", "attention", "dynamic", "preprocess")
@@ -340,10 +340,8 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
     shadowed = (isinstance(spec, str) and spec == path.name and path.is_dir()
                 and path.suffix not in (".yaml", ".yml") and preset.is_file())
     if (path.suffix in (".yaml", ".yml") or path.exists()) and not shadowed:
-        if path.is_dir():
-            raise ValueError(f"{what} file {path} is a folder, not a YAML file")
         if not path.is_file():
-            raise ValueError(f"{what} file {path} does not exist")
+            raise ValueError(f"{what} file {path} {not_a_file(path, 'a YAML file')}")
         return load_yaml_file(path, f"{what} file"), str(path)
     if not preset.is_file():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))

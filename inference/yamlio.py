@@ -112,6 +112,22 @@ def unusable_path(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def not_a_file(path: str | os.PathLike[str], kind: str) -> str:
+    """What keeps `path`, which is not a regular file, from being read as `kind` (e.g. "a YAML
+    file"), to follow its name in an error: "is a folder, not a YAML file", "is not a regular
+    file" (a device such as /dev/null, a pipe) or "does not exist". Only the last was said, so
+    a folder or /dev/null "did not exist"."""
+    problem = unusable_path(path)
+    if problem is not None:
+        return f"is not a usable path: {problem}"
+    p = Path(path)
+    if p.is_dir():
+        return f"is a folder, not {kind}"
+    if p.exists():
+        return "is not a regular file"
+    return "does not exist"
+
+
 def shown_path(path: str | os.PathLike[str]) -> str:
     """`path` for an error message: a very long one cut to its first 60 characters."""
     text = str(path)

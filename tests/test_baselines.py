@@ -703,6 +703,8 @@ def test_saving_onto_a_folder_or_under_a_file_names_the_path(
         make_policy("heft", article).save(target)
     with pytest.raises(ValueError, match="is a folder, not a model zip"):
         load_policy(tmp_path / "x.zip", article)
+    with pytest.raises(ValueError, match="model file /dev/null is not a regular file"):
+        load_policy("/dev/null", article)           # was FileNotFoundError "does not exist"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "x.zip"]     # nothing left
 
 

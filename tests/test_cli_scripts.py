@@ -1116,3 +1116,25 @@ def test_a_blank_path_in_a_config_file_is_refused(tmp_path, capsys, monkeypatch)
     assert load_main("evaluate.py")(["--config", "c.yaml", "--no-progress-bar"]) == 2
     assert "--out ' ': a path must not be empty" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [tmp_path / "c.yaml"]
+
+
+@pytest.mark.parametrize("script_name, flag, where", [
+    *[(script, flag, where) for where in ("/dev/null", "folder")
+      for script, flag in (("train.py", "--config"), ("train.py", "--scenario"),
+                           ("train.py", "--hardware"), ("evaluate.py", "--config"),
+                           ("evaluate.py", "--scenarios"), ("evaluate.py", "--hardware"))],
+    ("evaluate.py", "--models", "/dev/null"),     # a folder there is a run folder
+])
+def test_a_folder_or_device_given_as_a_file_is_named_so(script_name, flag, where, tmp_path,
+                                                        capsys):
+    # each "did not exist", as a missing file does (--config and --models, also a folder)
+    folder = tmp_path / "conf.yaml"
+    folder.mkdir()
+    name = where if where == "/dev/null" else str(folder)
+    main = load_main(script_name)
+    out = ["--log-dir" if script_name == "train.py" else "--out", str(tmp_path / "out")]
+    assert main([flag, name, *out, "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    expected = "is not a regular file" if where == "/dev/null" else "is a folder, not a"
+    assert err.count("\n") == 1 and f"{name} {expected}" in err, err
+    assert not (tmp_path / "out").exists()

@@ -470,3 +470,8 @@ def test_batch_columns_are_batch_requests_tasks_read_only(traces: dict[str, Trac
     assert columns.arrival.tolist() == [t.arrival for t in tasks]
     with pytest.raises(ValueError):
         columns.prompt_tokens[0] = 1   # shared by every reset through the env's cache
+
+
+def test_a_device_is_named_as_not_a_regular_file() -> None:
+    with pytest.raises(ValueError, match="trace file /dev/null is not a regular file"):
+        read_trace("/dev/null")     # was "trace file not found"
