@@ -34,7 +34,8 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
       - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}
 
 Distributions (``batch``, ``prompt_tokens``, ``output_tokens``): a number is a constant; a
-mapping takes only its dist's keys (see ``DIST_PARAMS``), all of which it needs but ``weights``,
+constant's ``value``, a choice's ``values`` and the clamps are whole numbers (a normal,
+lognormal or uniform draw is rounded to one); a mapping takes only its dist's keys (see ``DIST_PARAMS``), all of which it needs but ``weights``,
 plus the clamps ``min``/``max`` (default 1 and 1e9), and ``dist`` itself (default ``constant``)::
 
     constant: value               normal: mean, std             lognormal: median, sigma
@@ -147,11 +148,14 @@ class Distribution:
                     raise ValueError(f"scenario field {where}.{key} must be a non-empty list")
                 # a value is a size (>= 1: 0.2 drew as 0, clipped to 1); a weight may be 0
                 args[key] = tuple(_number(v, f"{where}.{key}", low=0.0,
-                                          strict=False, high=MAX_QUANTITY) for v in value)
+                                          strict=False, high=MAX_QUANTITY,
+                                          integer=key == "values") for v in value)
             else:
+                # a size given outright is a whole one: 2.5 (a constant or a choice's value)
+                # drew as 2 without a word; a continuous dist's parameters are not sizes
                 args[key] = _number(value, f"{where}.{key}", low=1.0 if key == "value" else 0.0,
                                     strict=False, high=MAX_QUANTITY,
-                                    integer=key in ("min", "max"))   # 1.5..1.7 drew 1
+                                    integer=key in ("value", "min", "max"))   # 1.5..1.7 drew 1
         out = cls(**args)
         if kind == "choice" and out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):
             raise ValueError(f"scenario field {where}.weights must match values and sum to > 0")

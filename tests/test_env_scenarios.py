@@ -276,6 +276,17 @@ def test_every_shipped_scenario_loads(name: str) -> None:
     assert load_scenario(name).name == name
 
 
+def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -> None:
+    """Their draws are rounded by design; 8.0 is the size 8."""
+    workload = {"batch": {"dist": "choice", "values": [4, 8.0]},
+                "prompt_tokens": {"dist": "normal", "mean": 2000.5, "std": 10.5},
+                "output_tokens": {"dist": "uniform", "low": 1.5, "high": 9.5}}
+    scenario = scenario_from_dict({"workload": workload}, "x")
+    assert scenario.workload.batch.values == (4.0, 8.0)
+    lognormal = {"dist": "lognormal", "median": 100.5, "sigma": 0.5}
+    assert scenario_from_dict({"workload": {"batch": lognormal}}, "x").workload.batch.median == 100.5
+
+
 @pytest.mark.parametrize(("raw", "message"), [
     # Each used to load, then overflow numpy at reset() with a message naming no field (or
     # take gigabytes, or give an infinite latency).
@@ -296,8 +307,16 @@ def test_every_shipped_scenario_loads(name: str) -> None:
     ({"workload": {1: 2, "foo": 3}}, "workload has unknown keys [1, 'foo']"),
     # sizes used to be clipped or rounded into something else without a word
     ({"workload": {"batch": 0}}, "workload.batch.value must be >= 1.0"),
+    ({"workload": {"batch": {"dist": "choice", "values": [0, 3]}}},
+     "workload.batch: 0 lies outside min..max 1..1e+09"),
+    # a size given outright drew rounded (2.5 as 2, 8.5 as 8)
+    ({"workload": {"batch": 2.5}}, "workload.batch.value must be an integer, got 2.5"),
+    ({"workload": {"batch": {"dist": "choice", "values": [4, 8.5]}}},
+     "workload.batch.values must be an integer, got 8.5"),
     ({"workload": {"batch": {"dist": "choice", "values": [0.2, 0.3]}}},
-     "workload.batch: 0.2 lies outside min..max 1..1e+09"),
+     "workload.batch.values must be an integer, got 0.2"),
+    ({"workload": {"prompt_tokens": {"dist": "constant", "value": 100.5}}},
+     "workload.prompt_tokens.value must be an integer"),
     ({"workload": {"batch": {"dist": "uniform", "low": 0.5, "high": 8}}},
      "workload.batch: 0.5 lies outside min..max 1..1e+09"),
     ({"workload": {"prompt_tokens": {"dist": "lognormal", "median": 100, "sigma": 200}}},
