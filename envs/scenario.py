@@ -353,9 +353,11 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
                            high=MAX_CONTENTION),
     )
     faults = []
-    faults_raw = top.get("faults") or []
+    faults_raw = top.get("faults")
+    if faults_raw is None:      # absent or null: none (`or []` read faults: 0 as none too)
+        faults_raw = []
     if not isinstance(faults_raw, list):
-        raise ValueError("scenario field faults must be a list")
+        raise ValueError(f"scenario field faults must be a list, got {faults_raw!r}")
     for i, f_raw in enumerate(faults_raw):
         where = f"faults[{i}]"
         f = _section(f_raw, where, {"device", "kind", "start_task", "end_task", "factor"})

@@ -226,10 +226,12 @@ def _device(raw: Any, i: int) -> DeviceProfile:
     if kind not in DEVICE_KINDS:
         raise ValueError(f"{where}.kind must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
     nominal = {k: _figure(raw.get(k), f"{where}.{k}", k) for k in _TRUE_FIELDS}
-    true_raw = raw.get("true_figures") or {}
+    true_raw = raw.get("true_figures")
+    if true_raw is None:        # absent or null: the nominal figures (`or {}` took 0 so too)
+        true_raw = {}
     if not isinstance(true_raw, dict):
         raise ValueError(f"{where}.true_figures must be a mapping that may set "
-                         f"{', '.join(_TRUE_FIELDS)}")
+                         f"{', '.join(_TRUE_FIELDS)}, got {true_raw!r}")
     _known_keys(true_raw, _TRUE_FIELDS, f"{where}.true_figures")
     true = {k: _figure(true_raw.get(k, nominal[k]), f"{where}.true_figures.{k}", k)
             for k in _TRUE_FIELDS}
@@ -278,7 +280,9 @@ def _hardware(raw: Any, origin: str) -> Hardware:
         raise ValueError(f"device names must be unique, got {names}")
     index = {n: i for i, n in enumerate(names)}
     links: dict[tuple[int, int], Link] = {}
-    links_raw = raw.get("links") or []
+    links_raw = raw.get("links")
+    if links_raw is None:       # `or []` took links: 0 for none, named as a missing link
+        links_raw = []
     if not isinstance(links_raw, list):
         # A mapping here would be iterated by its keys and reported as a bad `links[0].between`.
         raise ValueError(f"links must be a list of mappings "

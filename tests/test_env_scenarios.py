@@ -337,6 +337,10 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 5, "end_task": 5}]},
      "need start_task < end_task"),
     ({"faults": {"device": "npu", "kind": "offline"}}, "scenario field faults must be a list"),
+    # a falsy non-list was read as none (`or []`); null still is
+    ({"faults": 0}, "scenario field faults must be a list, got 0"),
+    ({"faults": False}, "scenario field faults must be a list, got False"),
+    ({"faults": ""}, "scenario field faults must be a list, got ''"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:

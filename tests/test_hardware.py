@@ -291,11 +291,22 @@ def test_a_negative_setup_cost_asks_for_a_number_at_least_zero():
 @pytest.mark.parametrize(("links", "message"), [
     ({"cpu-gpu": {"bandwidth": 1e9, "latency": 1e-5}}, "links must be a list of mappings"),
     (["cpu", "gpu"], r"links\[0\] must be a mapping"),
+    (0, "links must be a list of mappings"),     # read as no links: "no link between ..."
 ])
 def test_links_not_written_as_a_list_of_mappings_say_so(links, message):
     with pytest.raises(ValueError, match=message) as info:
         hardware_from_dict(edited(lambda r: r.update(links=links)), "test")
     assert ".between" not in str(info.value)   # it used to blame links[0].between
+
+
+@pytest.mark.parametrize("value", [0, False, "", []])
+def test_true_figures_that_are_no_mapping_are_refused(value):
+    # `or {}` read a falsy one as "the nominal figures"; null and absent still are
+    with pytest.raises(ValueError, match=r"devices\[npu\]\.true_figures must be a mapping"):
+        hardware_from_dict(edited(lambda r: device(r, "npu").update(true_figures=value)), "test")
+    nominal = hardware_from_dict(edited(lambda r: device(r, "npu").pop("true_figures")), "test")
+    null = hardware_from_dict(edited(lambda r: device(r, "npu").update(true_figures=None)), "test")
+    assert null == nominal
 
 
 @pytest.mark.parametrize(("change", "message"), [
