@@ -85,7 +85,8 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
         raise ValueError(f"{path}: {env_id} must map hyper-parameter names to values, "
                          f"got {params!r}")
     params = dict(params)
-    warm = params.pop(WARM_START, None) or {}
+    warm = params.pop(WARM_START, None)
+    warm = {} if warm is None else warm    # absent or null: none; 0 or '' is a mistake
     if not isinstance(warm, dict):
         raise ValueError(f"{path}: {env_id}.{WARM_START} must map hyper-parameter names to "
                          f"values, got {warm!r}")

@@ -395,6 +395,7 @@ def test_without_warmup_a_conservative_the_env_cannot_take_is_left_be(tmp_path) 
     ("warm_start: {learning_rate: abc}",
      "ppo.yaml, InferenceAlloc-v0: hyper-parameter learning_rate must be a number"),
     ("warm_start: 1.0e-4", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),
+    ("warm_start: 0", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),  # not none
     # a broken edit was a yaml traceback: one line naming the file and the line
     ("n_steps: 32", "ppo.yaml: malformed YAML at line 3, column 3: found duplicate key"),
     ("\tgamma: 0.9", "ppo.yaml: malformed YAML at line 3"),
