@@ -1,5 +1,5 @@
 """YAML reading shared by every config file of the project (presets, scenarios, options),
-and the check of a path that names no file at all (`unusable_path`).
+and the checks that say why a path cannot be read as a file (`unusable_path`, `not_a_file`).
 
 PyYAML implements YAML 1.1, whose float syntax needs a dot: ``1e9`` and
 ``3e-4`` come back as *strings*. Every file here writes numbers that way, so
