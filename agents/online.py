@@ -165,22 +165,22 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
     if base.scenario.episode_tasks < n_samples:
         raise ValueError(f"env episode_tasks={base.scenario.episode_tasks} < n_samples={n_samples}: "
                          "make the env with episode_tasks >= n_samples")
+    model = getattr(agent, "model", None) if learn else None    # None: it acts, not learns
+    if model is not None and (n_envs := model.get_env().num_envs) != 1:
+        # learn(n_samples) then stepped each sub-env n_samples / n_envs times and the
+        # recorder kept sub-env 0's: a curve shorter than its references, which metrics()
+        # compared sample by sample with other tasks' (or broadcast a window of one).
+        # Refused before the references run, not after.
+        raise ValueError(f"deploy runs one live task stream, but the agent learns on "
+                         f"{n_envs} envs: build it on the single env (make_sb3 without "
+                         f"vec_env)")
     static = oracle = np.full(n_samples, np.nan)
     if references:
         # the references act in the bare env's spaces and on its own observations (the
         # oracle checks them against the current task), whatever the agent sees through
         static = run_policy(make_policy("best-static", base), base, n_samples, seed)
         oracle = run_policy(make_policy("oracle", base), base, n_samples, seed)
-    model = getattr(agent, "model", None)
-    if learn and model is not None:
-        n_envs = model.get_env().num_envs
-        if n_envs != 1:
-            # learn(n_samples) then stepped each sub-env n_samples / n_envs times and the
-            # recorder kept sub-env 0's: a curve shorter than its references, which metrics()
-            # compared sample by sample with other tasks' (or broadcast a window of one)
-            raise ValueError(f"deploy runs one live task stream, but the agent learns on "
-                             f"{n_envs} envs: build it on the single env (make_sb3 without "
-                             f"vec_env)")
+    if model is not None:
         controller = getattr(agent, "warmup", None)
         recorder = _Recorder(controller)
         model.get_env().seed(seed)
