@@ -67,9 +67,10 @@ class GatedScheduling(Policy):
         previous = obs[5 + 4 * d:].reshape(3, d)
         if not previous.any():
             return False, None
-        if not all(obs[6 + 4 * dev] > 0.5 for dev in np.flatnonzero(previous.any(axis=0))):
-            return False, previous      # a device it used is offline: the inner policy decides
-        return decode_batch(float(obs[0])) < self.threshold, previous
+        if decode_batch(float(obs[0])) >= self.threshold:
+            return False, previous
+        online = obs[6:6 + 4 * d:4] > 0.5   # a device it used is offline: the inner policy decides
+        return bool(online[previous.any(axis=0)].all()), previous
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, **kwargs: Any) -> tuple[np.ndarray, Any]:
