@@ -252,10 +252,10 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
             env.reset(seed=seed)
             tasks = list(env.unwrapped._episode.tasks)  # type: ignore[attr-defined]
     model_rows = cost_model_rows(tasks or [])   # the first seed's tasks: one value a row
-    per_seed[ROWS[5].figure] = [model_rows["cpu_cache_loss"]]
-    per_seed[ROWS[8].figure] = [model_rows["init_saving"]]
-    per_seed[ROWS[4].figure] = [model_rows["decode_wait"]]
-    cost_model = {ROWS[i].figure for i in (4, 5, 8)}
+    cost_model = {ROWS[4].figure: "decode_wait", ROWS[5].figure: "cpu_cache_loss",
+                  ROWS[8].figure: "init_saving"}
+    for figure, key in cost_model.items():
+        per_seed[figure] = [model_rows[key]]
     metrics = mean_curve_metrics(onlines)
     stream_metrics = [o.metrics() for o in onlines]
     curve_rows = {ROWS[9].figure: "samples_to_stabilise", ROWS[10].figure: "early_drop"}
