@@ -94,7 +94,7 @@ def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
 
 
 def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
-    from agents.training import RunSpec, canonical_warmup, read_run_config
+    from agents.training import read_run_config, run_spec
 
     config_file = _run_config_of(path, run_dir)
     if config_file is None:
@@ -106,7 +106,7 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
         cfg = read_run_config(config_file)
     except ConfigError as exc:
         raise ConfigError(f"run config {config_file} is unreadable: {exc}") from None
-    spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
+    spec = run_spec(cfg)
     label = spec.label
     steps = re.fullmatch(r".*_(\d+)_steps", path.stem)
     if path.parent.name == "checkpoints" and steps:   # not the final model: say which step

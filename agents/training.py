@@ -401,7 +401,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
                           f" may change (got {', '.join(extra)})")
     cfg = dataclasses.replace(saved, resume=None, log_dir=str(run_dir.parent),
                               **{k: getattr(config, k) for k in given & RESUMABLE})
-    spec = RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
+    spec = run_spec(cfg)
     found = checkpoints(run_dir)
     if not found:
         raise ConfigError(f"run {run_dir} has no checkpoint or model to resume from")
@@ -535,8 +535,13 @@ def read_run_config(path: Path) -> TrainConfig:
                           f"({', '.join(SB3_NAMES)}), one warm-up spec and one seed, as "
                           f"train.py writes it; this one has agents {cfg.agents}, warmup "
                           f"{cfg.warmup}, seeds {cfg.seeds}")
-    canonical_warmup(cfg.warmup[0])     # ConfigError naming the spec
+    run_spec(cfg)       # ConfigError naming the warm-up spec
     return cfg
+
+
+def run_spec(cfg: TrainConfig) -> RunSpec:
+    """The one run of a run folder's config (``read_run_config``)."""
+    return RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
 
 
 def find_run(log_dir: str | Path, name: str) -> Path:
