@@ -189,8 +189,8 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         # the config file was reused with warm-up on (one the env cannot take is left be)
         if warming or isinstance(exc, UnknownPolicyName):
             raise ConfigError(str(exc)) from None
-    if warming and config.n_envs > 1 and any((warm := warmup_config(config, w)) is not None
-                                             and (warm.steps or warm.guard) for w in specs):
+    warms = [warmup_config(config, w) for w in specs]
+    if config.n_envs > 1 and any(w is not None and (w.steps or w.guard) for w in warms):
         # It acts for every sub-env at once, a batch per vector step: the oracle decides
         # only its one live env's task, and failed inside the first run, after cloning.
         obs, _ = env.reset(seed=0)
@@ -210,7 +210,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             try:
                 make_sb3(agent, env, seed=0, overrides=config.hp)
                 # a warm-started run layers them on its warm_start ones, typed apart
-                if any(starts_warm(warmup_config(config, w)) for w in specs):
+                if any(starts_warm(w) for w in warms):
                     hyperparams_with(agent, config.env_id, config.hp, warm_start=True)
             except (TypeError, ValueError, AssertionError) as exc:
                 raise ConfigError(f"--hp {config.hp} for {agent}: {exc}") from None
