@@ -196,7 +196,7 @@ class EvalConfig:
         defaults = EvalConfig()
         for name, why in self._unused_options().items():
             _require(getattr(self, name) == getattr(defaults, name),
-                     f"{_flag(name)} is not used there: {why}; drop {_flag(name)}")
+                     f"{flag_of(name)} is not used there: {why}; drop {flag_of(name)}")
         # a --runs folder that is not there is a typo (runs/, the default, may not be yet): it
         # evaluated the baselines alone and wrote them over --out's summary
         _require(self.runs == defaults.runs or Path(self.runs).is_dir(),
@@ -251,7 +251,7 @@ def _require_usable_paths(config: Any) -> None:
         value = getattr(config, f.name)
         if f.metadata.get("path") and value is not None:
             for item in value if isinstance(value, list) else [value]:
-                _require_usable(_flag(f.name), item)
+                _require_usable(flag_of(f.name), item)
 
 
 def _require_folder(flag: str, folder: str) -> None:
@@ -277,7 +277,8 @@ def _require_folder(flag: str, folder: str) -> None:
 
 
 # ----------------------------------------------------------------------------- machinery
-def _flag(name: str) -> str:
+def flag_of(name: str) -> str:
+    """An option's command-line flag: ``eval_seed`` -> ``--eval-seed``."""
     return "--" + name.replace("_", "-")
 
 
@@ -301,7 +302,7 @@ def build_parser(cls: type, description: str | None = None) -> argparse.Argument
         meta = dict(f.metadata)
         meta.pop("clears", None)
         meta.pop("path", None)
-        flags = meta.pop("flags", (_flag(f.name),))
+        flags = meta.pop("flags", (flag_of(f.name),))
         default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
                    else f.default)
         text = meta.pop("help", "")

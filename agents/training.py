@@ -63,7 +63,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from agents.callbacks import FINAL_METRICS, HeldOutEval, LatencyMetrics, RunInfo
-from agents.config import ConfigError, TrainConfig, read_yaml_options, to_yaml
+from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env
 from agents.files import atomic_path, write_text
 from agents.registry import (
@@ -383,7 +383,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     saved = read_run_config(run_dir / "config.yaml")
     for key in HELD_OUT:
         if key in given and getattr(config, key) != getattr(saved, key):
-            flag = "--" + key.replace("_", "-")
+            flag = flag_of(key)
             raise ConfigError(
                 f"--resume continues {run_dir.name} on its own held-out episode: {flag} "
                 f"{getattr(config, key)} is not the run's {flag} {getattr(saved, key)} "
@@ -397,7 +397,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
                    if getattr(given_abs, k) != getattr(saved_abs, k))
     if extra:
         raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
-                          f"{', '.join('--' + k.replace('_', '-') for k in sorted(RESUMABLE))}"
+                          f"{', '.join(flag_of(k) for k in sorted(RESUMABLE))}"
                           f" may change (got {', '.join(extra)})")
     cfg = dataclasses.replace(saved, resume=None, log_dir=str(run_dir.parent),
                               **{k: getattr(config, k) for k in given & RESUMABLE})
