@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.traces import TRACES
-from inference.hardware import PRESET_DIR, load_named_yaml
+from inference.hardware import PRESET_DIR, load_named_yaml, unusable_spec
 from inference.yamlio import shown_path, unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -381,7 +381,7 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         if key in top and not isinstance(top[key], str):
             raise ValueError(f"scenario field {key} must be a string, got {top[key]!r}")
     hardware = str(top.get("hardware", d.hardware))
-    problem = unusable_path(hardware) or unusable_path(PRESET_DIR / f"{hardware}.yaml")
+    problem = unusable_spec(hardware, PRESET_DIR)
     if problem is not None:
         raise ValueError(f"scenario field hardware {shown_path(hardware)} is neither a preset "
                          f"nor a usable path: {problem}")

@@ -326,13 +326,19 @@ def preset_names() -> list[str]:
 
 
 
+def unusable_spec(spec: str | Path, preset_dir: Path) -> str | None:
+    """Why `spec` can name neither a YAML file nor a preset in `preset_dir` (see
+    `inference.yamlio.unusable_path`), or None."""
+    return unusable_path(spec) or unusable_path(preset_dir / f"{spec}.yaml")
+
+
 def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:
     """(parsed YAML, origin) for a preset name in `preset_dir` or a path to a YAML file."""
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
                          f"got {spec!r}")
-    problem = unusable_path(spec) or unusable_path(preset_dir / f"{spec}.yaml")
+    problem = unusable_spec(spec, preset_dir)
     if problem is not None:
         raise ValueError(f"{what} {shown_path(spec)} is neither a preset nor a usable path: "
                          f"{problem}")
