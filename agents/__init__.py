@@ -20,7 +20,7 @@ are not imported here, so ``import agents`` stays light.
 
 from agents.base import Policy, read_policy_file
 from agents.gated import GatedScheduling
-from agents.heft import HeftPolicy, ObservedState, decode_observation
+from agents.heft import HeftPolicy
 from agents.heft_split import HeftSplitPolicy
 from agents.oracle import OraclePolicy
 from agents.registry import (
@@ -41,6 +41,7 @@ from agents.static import (
     search_best_static,
     unwrap_env,
 )
+from envs.observation import ObservedState, decode_observation
 
 __all__ = [
     "NAME_PATTERNS",

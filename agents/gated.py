@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from agents.base import Policy, start_stream_of
-from agents.heft import HeftPolicy, decode_batch, n_devices_of
+from agents.heft import HeftPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy
+from envs.observation import decode_batch, n_devices_of, online_entries, previous_entries
 
 DEFAULT_THRESHOLD = 16
 
@@ -64,12 +65,12 @@ class GatedScheduling(Policy):
     def gate(self, obs: np.ndarray) -> tuple[bool, np.ndarray | None]:
         """(keep the previous placement?, that placement's (3, D) shares) for one observation."""
         d = n_devices_of(obs.shape[0])
-        previous = obs[5 + 4 * d:].reshape(3, d)
+        previous = obs[previous_entries(d)].reshape(3, d)
         if not previous.any():
             return False, None
         if decode_batch(float(obs[0])) >= self.threshold:
             return False, previous
-        online = obs[6:6 + 4 * d:4] > 0.5   # a device it used is offline: the inner policy decides
+        online = obs[online_entries(d)] > 0.5   # a device it used is offline: the inner policy decides
         return bool(online[previous.any(axis=0)].all()), previous
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

@@ -46,76 +46,16 @@ import numpy as np
 
 from agents.base import Policy
 from agents.static import is_split, placement_action, unwrap_env
-from envs.inference_alloc import BACKLOG_SCALE_S
+from envs.observation import (
+    SPEED_SCALE,
+    decode_backlog,
+    decode_task,
+    online_entries,
+    previous_entries,
+)
 from inference.task import Task
 
-# The observation's scaling (see the table in InferenceAllocEnv's docstring).
-BATCH_SCALE = 64.0
-PROMPT_SCALE = 32768.0
-OUTPUT_SCALE = 2048.0
-SPEED_SCALE = 2.0
-_MAX_BACKLOG_S = 1.0e9      # a saturated backlog entry (x -> 1) decodes to "effectively never"
 _CACHE_LIMIT = 16384        # memoised (task size, cache signal) -> stage costs
-
-
-def n_devices_of(obs_dim: int) -> int:
-    """Devices D of an observation of length 5 + 7 D."""
-    if obs_dim < 12 or (obs_dim - 5) % 7:
-        raise ValueError(f"an InferenceAlloc observation has 5 + 7 * D entries, got {obs_dim}")
-    return (obs_dim - 5) // 7
-
-
-class ObservedState(NamedTuple):
-    """An observation decoded back into the quantities it scales (see the env's table)."""
-
-    batch: int
-    prompt_tokens: int
-    output_tokens: int
-    cache_hit: bool | None          # None: the loader has no cache
-    backlog: tuple[float, ...]      # seconds of queued work per device
-    free_memory: tuple[float, ...]  # fraction of memory beside resident weights
-    online: tuple[bool, ...]
-    speed_ratio: tuple[float, ...]  # measured nominal/observed stage time (1 = as the datasheet)
-    hit_rate: float
-    previous: np.ndarray            # (3, D) previous task's share of each stage per device
-
-
-def decode_backlog(x: float) -> float:
-    """Invert the env's x = b / (b + BACKLOG_SCALE_S)."""
-    if x >= 1.0:
-        return _MAX_BACKLOG_S
-    return max(0.0, BACKLOG_SCALE_S * x / (1.0 - x))
-
-
-def decode_batch(x: float) -> int:
-    return max(1, int(round(x * BATCH_SCALE)))
-
-
-def decode_cache_signal(x: float) -> bool | None:
-    if x > 0.75:
-        return True
-    if x < 0.25:
-        return False
-    return None
-
-
-def decode_observation(obs: Any) -> ObservedState:
-    """Decode one observation (entries beyond the scaling caps decode to the caps)."""
-    o = np.asarray(obs, dtype=np.float64).reshape(-1)
-    d = n_devices_of(o.shape[0])
-    v = o.tolist()
-    return ObservedState(
-        batch=decode_batch(v[0]),
-        prompt_tokens=max(1, int(round(v[1] * PROMPT_SCALE))),
-        output_tokens=max(1, int(round(v[2] * OUTPUT_SCALE))),
-        cache_hit=decode_cache_signal(v[3]),
-        backlog=tuple(decode_backlog(v[4 + 4 * i]) for i in range(d)),
-        free_memory=tuple(v[5 + 4 * i] for i in range(d)),
-        online=tuple(v[6 + 4 * i] > 0.5 for i in range(d)),
-        speed_ratio=tuple(SPEED_SCALE * v[7 + 4 * i] for i in range(d)),
-        hit_rate=v[4 + 4 * d],
-        previous=o[5 + 4 * d:].reshape(3, d).copy(),
-    )
 
 
 class _StageCosts(NamedTuple):
@@ -272,16 +212,14 @@ class HeftPolicy(Policy):
         d = self.n_devices
         if len(v) != self.obs_dim:
             raise ValueError(f"observation has {len(v)} entries, this env's have {self.obs_dim}")
-        costs = self._stage_costs(decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
-                                  max(1, int(round(v[2] * OUTPUT_SCALE))),
-                                  decode_cache_signal(v[3]))
+        costs = self._stage_costs(*decode_task(v))
         devices = range(d)
         avail = [decode_backlog(v[4 + 4 * i]) for i in devices]
-        online = [v[6 + 4 * i] > 0.5 for i in devices]
+        online = [x > 0.5 for x in v[online_entries(d)]]
         resident = [v[5 + 4 * i] < self._resident_below[i] for i in devices]
         speed = ([max(SPEED_SCALE * v[7 + 4 * i], 1e-3) for i in devices] if self.calibrated
                  else [1.0] * d)
-        return costs, avail, resident, speed, self._allowed(costs, online, masks), v[5 + 4 * d:]
+        return costs, avail, resident, speed, self._allowed(costs, online, masks), v[previous_entries(d)]
 
     def _allowed(self, costs: _StageCosts, online: list[bool], masks: Any) -> list[list[int]]:
         d = self.n_devices
@@ -302,10 +240,8 @@ class HeftPolicy(Policy):
     def stage_masks(self, obs: Any) -> np.ndarray:
         """(3, D) bool: the env's stage masks as rebuilt from one observation."""
         v = np.asarray(obs, dtype=np.float64).reshape(-1).tolist()
-        costs = self._stage_costs(decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
-                                  max(1, int(round(v[2] * OUTPUT_SCALE))),
-                                  decode_cache_signal(v[3]))
-        online = [v[6 + 4 * i] > 0.5 for i in range(self.n_devices)]
+        costs = self._stage_costs(*decode_task(v))
+        online = [x > 0.5 for x in v[online_entries(self.n_devices)]]
         masks = np.zeros((3, self.n_devices), dtype=bool)
         for s, row in enumerate(self._allowed(costs, online, None)):
             masks[s, row] = True

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from agents.base import Policy
-from agents.heft import BATCH_SCALE, OUTPUT_SCALE, PROMPT_SCALE
 from agents.static import is_split, placement_action, unwrap_env
+from envs.observation import BATCH_SCALE, OUTPUT_SCALE, PROMPT_SCALE
 
 
 class OraclePolicy(Policy):

@@ -13,6 +13,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs.observation import (
+    BACKLOG_SCALE_S,
+    BATCH_SCALE,
+    OUTPUT_SCALE,
+    PROMPT_SCALE,
+    SPEED_SCALE,
+)
 from envs.reference import ReferencePlanner, dispatch
 from envs.render import draw_frame
 from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE, Scenario, load_scenario
@@ -30,7 +37,6 @@ Works = tuple[StageWork, StageWork, StageWork]
 PlacementFacts = tuple[tuple[str, ...], dict[str, float], tuple[float, ...]]
 
 REWARDS = ("latency", "relative")
-BACKLOG_SCALE_S = 60.0      # backlog b is observed as b / (b + 60 s): 0 idle, 0.5 at 60 s
 SPEED_EMA = 0.2             # weight of the newest observation in the speed-ratio average
 HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hit rate
 
@@ -543,9 +549,9 @@ class InferenceAllocEnv(gym.Env):
         st = self.sim.state
         cached = self._cache_kind is not None
         hit = (1.0 if task.domain in st.cache_entries else 0.0) if cached else 0.5
-        batch = task.batch / 64.0
-        prompt = task.prompt_tokens / 32768.0
-        output = task.output_tokens / 2048.0
+        batch = task.batch / BATCH_SCALE
+        prompt = task.prompt_tokens / PROMPT_SCALE
+        output = task.output_tokens / OUTPUT_SCALE
         values = [1.0 if batch > 1.0 else batch, 1.0 if prompt > 1.0 else prompt,
                   1.0 if output > 1.0 else output, hit]
         now = task.arrival
@@ -556,7 +562,7 @@ class InferenceAllocEnv(gym.Env):
             backlog = busy - now
             if backlog < 0.0:
                 backlog = 0.0
-            ratio = speed / 2.0
+            ratio = speed / SPEED_SCALE
             if ratio < 0.0:
                 ratio = 0.0
             elif ratio > 1.0:

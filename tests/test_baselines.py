@@ -16,12 +16,13 @@ import pytest
 
 from agents.base import POLICY_FILE, Policy
 from agents.gated import GatedScheduling
-from agents.heft import HeftPolicy, _StageCosts, decode_observation
+from agents.heft import HeftPolicy, _StageCosts
 from agents.oracle import OraclePolicy
 from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import BACKLOG_SCALE_S, InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv
+from envs.observation import decode_observation
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
 from inference.task import Task

@@ -1,0 +1,102 @@
+"""The observation's layout and scaling, in one place for the env that writes it and the
+policies that read it back (HEFT, the gate, the oracle).
+
+A `Box(0, 1, (5 + 7 * D,))` vector; see the table in `InferenceAllocEnv`'s docstring:
+
+* 0, 1, 2: batch / BATCH_SCALE, prompt tokens / PROMPT_SCALE, output tokens / OUTPUT_SCALE
+  (each capped at 1); 3: the cache signal (1 hit, 0 miss, 0.5 no cache);
+* per device d, four entries from 4 + 4d: backlog b as b / (b + BACKLOG_SCALE_S), free memory,
+  online flag, measured speed ratio / SPEED_SCALE;
+* 4 + 4D: the recent cache hit rate; from 5 + 4D: the previous task's (3, D) shares.
+
+A policy that decoded with constants of its own would silently misread every observation
+after a change of scale here, so the decoders live beside the constants.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+BATCH_SCALE = 64.0
+PROMPT_SCALE = 32768.0
+OUTPUT_SCALE = 2048.0
+BACKLOG_SCALE_S = 60.0      # backlog b is observed as b / (b + 60 s): 0 idle, 0.5 at 60 s
+SPEED_SCALE = 2.0
+_MAX_BACKLOG_S = 1.0e9      # a saturated backlog entry (x -> 1) decodes to "effectively never"
+
+
+def n_devices_of(obs_dim: int) -> int:
+    """Devices D of an observation of length 5 + 7 D."""
+    if obs_dim < 12 or (obs_dim - 5) % 7:
+        raise ValueError(f"an InferenceAlloc observation has 5 + 7 * D entries, got {obs_dim}")
+    return (obs_dim - 5) // 7
+
+
+def online_entries(d: int) -> slice:
+    """Where the D online flags are (entries 6 + 4d), as a slice of a list or array."""
+    return slice(6, 6 + 4 * d, 4)
+
+
+def previous_entries(d: int) -> slice:
+    """Where the previous task's (3, D) shares are (from entry 5 + 4D), flattened stage-major."""
+    return slice(5 + 4 * d, None)
+
+
+def decode_backlog(x: float) -> float:
+    """Invert the env's x = b / (b + BACKLOG_SCALE_S)."""
+    if x >= 1.0:
+        return _MAX_BACKLOG_S
+    return max(0.0, BACKLOG_SCALE_S * x / (1.0 - x))
+
+
+def decode_batch(x: float) -> int:
+    return max(1, int(round(x * BATCH_SCALE)))
+
+
+def decode_cache_signal(x: float) -> bool | None:
+    if x > 0.75:
+        return True
+    if x < 0.25:
+        return False
+    return None
+
+
+def decode_task(v: Any) -> tuple[int, int, int, bool | None]:
+    """(batch, prompt tokens, output tokens, cache signal) from an observation's first entries
+    (a list of floats on the policies' per-step paths; anything indexable works)."""
+    return (decode_batch(v[0]), max(1, int(round(v[1] * PROMPT_SCALE))),
+            max(1, int(round(v[2] * OUTPUT_SCALE))), decode_cache_signal(v[3]))
+
+
+class ObservedState(NamedTuple):
+    """An observation decoded back into the quantities it scales (see the env's table)."""
+
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    cache_hit: bool | None          # None: the loader has no cache
+    backlog: tuple[float, ...]      # seconds of queued work per device
+    free_memory: tuple[float, ...]  # fraction of memory beside resident weights
+    online: tuple[bool, ...]
+    speed_ratio: tuple[float, ...]  # measured nominal/observed stage time (1 = as the datasheet)
+    hit_rate: float
+    previous: np.ndarray            # (3, D) previous task's share of each stage per device
+
+
+def decode_observation(obs: Any) -> ObservedState:
+    """Decode one observation (entries beyond the scaling caps decode to the caps)."""
+    o = np.asarray(obs, dtype=np.float64).reshape(-1)
+    d = n_devices_of(o.shape[0])
+    v = o.tolist()
+    batch, prompt, output, cache_hit = decode_task(v)
+    return ObservedState(
+        batch=batch, prompt_tokens=prompt, output_tokens=output, cache_hit=cache_hit,
+        backlog=tuple(decode_backlog(v[4 + 4 * i]) for i in range(d)),
+        free_memory=tuple(v[5 + 4 * i] for i in range(d)),
+        online=tuple(x > 0.5 for x in v[online_entries(d)]),
+        speed_ratio=tuple(SPEED_SCALE * v[7 + 4 * i] for i in range(d)),
+        hit_rate=v[4 + 4 * d],
+        previous=o[previous_entries(d)].reshape(3, d).copy(),
+    )
