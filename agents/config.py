@@ -27,6 +27,7 @@ import yaml
 
 from agents.sb3_factory import layer_hyperparams, parse_overrides
 from envs.scenario import MAX_EPISODE_TASKS
+from inference.checks import is_integer, is_number
 from inference.yamlio import (
     describe_yaml_error,
     not_a_file,
@@ -352,11 +353,11 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"option {name} must be true or false, got {value!r}")
         return value
     if base is int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_integer(value):
             raise ConfigError(f"option {name} must be an integer, got {value!r}")
-        return value
+        return int(value)
     if base is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise ConfigError(f"option {name} must be a number, got {value!r}")
         return float(value)
     if base is str:

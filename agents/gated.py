@@ -35,6 +35,7 @@ from agents.heft import HeftPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy
 from envs.observation import decode_batch, n_devices_of, online_entries, previous_entries
+from inference.checks import is_integer
 
 DEFAULT_THRESHOLD = 16
 
@@ -51,8 +52,7 @@ class GatedScheduling(Policy):
         if not hasattr(policy, "predict"):
             raise TypeError(f"the gated policy wraps anything with predict(); "
                             f"got {type(policy).__name__}")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, np.integer)) \
-                or threshold < 1:
+        if not is_integer(threshold) or threshold < 1:
             raise ValueError(f"threshold must be a positive integer batch size, got {threshold!r}")
         self.inner = policy
         self.threshold = int(threshold)

@@ -16,6 +16,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents.base import start_stream_of
+from inference.checks import is_integer
 
 EARLY_SAMPLES = 200
 WINDOW = 50
@@ -70,7 +71,7 @@ class OnlineResult:
         """
         lat, static, oracle = self.latency, self.static, self.oracle
         for name, value in (("early", early), ("window", window)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            if not is_integer(value) or value < 1:
                 raise ValueError(f"metrics: {name} must be an integer >= 1, got {value!r}")
         if len(lat) == 0:
             raise ValueError("metrics of an empty run: deploy at least one sample")
@@ -159,7 +160,7 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
     """
     from agents.registry import make_policy
 
-    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+    if not is_integer(n_samples) or n_samples < 1:
         raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}")
     base = env.unwrapped
     if base.scenario.episode_tasks < n_samples:

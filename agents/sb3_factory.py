@@ -43,6 +43,7 @@ from agents.warmup import (
     warm_policy_class,
 )
 from envs import ENV_IDS
+from inference.checks import is_integer, is_number
 from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
@@ -314,9 +315,9 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         if isinstance(ref, bool):
             ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(ref, int):
-            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+            ok, kind = is_integer(value), "an integer"
         elif isinstance(ref, float):
-            ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+            ok, kind = is_number(value), "a number"
         else:
             continue
         if not ok:
@@ -339,7 +340,7 @@ def _check_train_freq(value: Any) -> None:
     low = HP_RANGES["train_freq"][0]
     pair = value if isinstance(value, (list, tuple)) and len(value) == 2 else (value, "step")
     n, unit = pair
-    if isinstance(n, bool) or not isinstance(n, int) or n < (low or 0) \
+    if not is_integer(n) or n < (low or 0) \
             or unit not in ("step", "episode"):
         raise ValueError(f"hyper-parameter train_freq must be an integer >= {low} or a pair "
                          f"[n, step] or [n, episode] with n >= {low} (e.g. 4 or [4, episode]), "
@@ -367,7 +368,7 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
 
     def widths(layers: Any) -> bool:
         return isinstance(layers, list) and all(
-            isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_LAYER_WIDTH
+            is_integer(n) and 1 <= n <= MAX_LAYER_WIDTH
             for n in layers)
 
     if name == "dqn":

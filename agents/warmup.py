@@ -37,6 +37,8 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 
+from inference.checks import is_integer, is_number
+
 if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
 
@@ -81,11 +83,11 @@ class WarmupConfig:
             if not isinstance(getattr(self, name), bool):   # "no" would count as True
                 raise ValueError(f"WarmupConfig.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
-        if isinstance(self.guard_margin, bool) or not isinstance(self.guard_margin, (int, float)):
+        if not is_number(self.guard_margin):
             raise ValueError(f"WarmupConfig.guard_margin must be a number, got {self.guard_margin!r}")
         for name in ("steps", "clone_samples", "clone_epochs", "guard_window", "guard_cooldown"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_integer(value) or value < 0:
                 raise ValueError(f"WarmupConfig.{name} must be an integer >= 0, got {value!r}")
         if not 0 <= self.guard_margin < 10:
             raise ValueError(f"WarmupConfig.guard_margin must be in [0, 10), got {self.guard_margin!r}")
@@ -179,16 +181,16 @@ class WarmupController:
         """Continue from ``state()``; a state saved before it held the windows (the trip
         count alone) restores the count."""
         trips = state.get("guard_trips")
-        if isinstance(trips, bool) or not isinstance(trips, int) or trips < 0:
+        if not is_integer(trips) or trips < 0:
             raise ValueError(f"warm-up state: guard_trips must be an integer >= 0, got {trips!r}")
         cooldown = state.get("cooldown", 0)
-        if isinstance(cooldown, bool) or not isinstance(cooldown, int) or cooldown < 0:
+        if not is_integer(cooldown) or cooldown < 0:
             raise ValueError(f"warm-up state: cooldown must be an integer >= 0, got {cooldown!r}")
         windows = {}
         for key in ("conservative_ratios", "learner_ratios"):
             values = state.get(key, [])
             if not isinstance(values, list) or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+                    is_number(v) and np.isfinite(v)
                     for v in values):
                 raise ValueError(f"warm-up state: {key} must be a list of finite numbers, "
                                  f"got {values!r}")

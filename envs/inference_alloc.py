@@ -24,6 +24,7 @@ from envs.reference import ReferencePlanner, dispatch
 from envs.render import draw_frame
 from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE, Scenario, load_scenario
 from envs.workload import Episode, generate_episode, precomputed_domains
+from inference.checks import is_integer
 from inference.hardware import load_hardware
 from inference.model_config import get_model
 from inference.simulator import Shares, SimConfig, Simulator, TaskResult
@@ -158,8 +159,7 @@ class InferenceAllocEnv(gym.Env):
                  trace_time_scale: float | None = None) -> None:
         sc = load_scenario(scenario)
         if episode_tasks is not None:
-            if isinstance(episode_tasks, bool) or not isinstance(episode_tasks, (int, np.integer)) \
-                    or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
+            if not is_integer(episode_tasks) or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
                 raise ValueError(f"episode_tasks must be an integer in 1..{MAX_EPISODE_TASKS}, "
                                  f"got {episode_tasks!r}")
             sc = dataclasses.replace(sc, episode_tasks=int(episode_tasks))

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.traces import TRACES
+from inference.checks import is_number
 from inference.hardware import PRESET_DIR, load_named_yaml, unusable_spec
 from inference.yamlio import shown_path, unusable_path
 
@@ -90,7 +91,7 @@ MAX_CONTENTION = 10.0       # bandwidth share a peer takes: 1 = doubles memory t
 
 def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = True,
             integer: bool = False, high: float | None = None) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+    if not is_number(raw) or not math.isfinite(raw):
         raise ValueError(f"scenario field {where} must be a finite number, got {raw!r}")
     if integer and int(raw) != raw:
         raise ValueError(f"scenario field {where} must be an integer, got {raw!r}")
@@ -120,7 +121,7 @@ class Distribution:
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> Distribution:
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        if is_number(raw):
             raw = {"dist": "constant", "value": raw}
         if not isinstance(raw, dict):
             raise ValueError(f"scenario field {where} must be a number or a mapping with `dist`")

@@ -52,6 +52,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from inference.checks import is_integer, is_number
 from inference.task import Task
 from inference.yamlio import not_a_file, shown_path, unusable_path
 
@@ -336,10 +337,8 @@ def _as_trace(trace: Trace | str | os.PathLike[str]) -> Trace:
 
 
 def _check_real(name: str, value: float, *, positive: bool) -> float:
-    is_real = isinstance(value, (int, float, np.integer, np.floating))
     if (
-        isinstance(value, bool)
-        or not is_real
+        not is_number(value)
         or not math.isfinite(value)
         or value < 0
         or (positive and value == 0)
@@ -401,7 +400,7 @@ def batch_columns(
     """:func:`batch_requests` as arrays; same arguments, same checks."""
     time_scale = _check_real("time_scale", time_scale, positive=True)
     window_s = _check_real("window_s", window_s, positive=False)
-    if isinstance(max_batch, bool) or not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
+    if not is_integer(max_batch) or max_batch < 1:
         raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
     max_batch = int(max_batch)
     trace = _as_trace(trace)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from inference.checks import is_number
 from inference.yamlio import load_yaml_file, not_a_file, shown_path, unusable_path
 
 DEVICE_KINDS = ("cpu", "gpu", "npu")
@@ -156,7 +157,7 @@ FRACTION_MIN = 1e-12       # efficiencies and hit rates (server.yaml's preproces
 def _positive(value: Any, where: str, low: float = 0.0, high: float = math.inf) -> float:
     if value is None:
         raise ValueError(f"{where} is missing (a number > 0 is required)")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"{where} must be a number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{where} must be a finite number > 0, got {value!r}")
@@ -174,7 +175,7 @@ def _figure(value: Any, where: str, key: str) -> float:
 
 
 def _non_negative(value: Any, where: str, high: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"{where} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{where} must be a finite number >= 0, got {value!r}")

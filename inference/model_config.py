@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
+
+from inference.checks import is_integer
 
 if TYPE_CHECKING:
     from inference.work import WorkCoefficients
@@ -38,8 +39,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for field in ("n_layers", "hidden", "ffn", "n_heads", "n_kv_heads", "vocab", "dtype_bytes"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_integer(value) or value < 1:
                 raise ValueError(f"ModelConfig.{field} must be a positive integer, got {value!r}")
+            object.__setattr__(self, field, int(value))   # as the frozen __init__ sets a field
         if self.hidden % self.n_heads:
             raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
         if self.n_heads % self.n_kv_heads:
@@ -106,7 +108,6 @@ def check_seed(seed: object) -> int:
     """`seed` as the int the real stages hand to torch's ``manual_seed``, checked at
     construction (torch refused a bad one only inside ``run()``): an integer, numpy's
     included, in [-2**63, 2**64); bools are refused."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) \
-            or not -2**63 <= int(seed) < 2**64:
+    if not is_integer(seed) or not -2**63 <= int(seed) < 2**64:
         raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
     return int(seed)

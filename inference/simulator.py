@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from inference.checks import is_integer, is_number
 from inference.hardware import OP_CLASSES, PATTERNS, Hardware, Link
 from inference.model_config import ModelConfig
 from inference.task import STAGES, Task
@@ -83,30 +84,30 @@ class SimConfig:
         # Bools are refused where a number is meant (True ran as a prefetch depth of 1), and a
         # value of the wrong type is a ValueError naming the field, not a TypeError from inside
         # a comparison.
-        def integer(value: Any) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        def number(value: Any) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-        if not integer(self.prefetch_depth) or self.prefetch_depth < 0:
+        if not is_integer(self.prefetch_depth) or self.prefetch_depth < 0:
             raise ValueError(f"SimConfig.prefetch_depth must be an integer >= 0, got {self.prefetch_depth!r}")
         for name in ("replacement_overhead_s", "contention"):
             value = getattr(self, name)
-            if not number(value) or not math.isfinite(value) or value < 0:
+            if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"SimConfig.{name} must be finite and >= 0, got {value!r}")
-        if not integer(self.cache_capacity) or self.cache_capacity < 1:
+        if not is_integer(self.cache_capacity) or self.cache_capacity < 1:
             raise ValueError(f"SimConfig.cache_capacity must be an integer >= 1, got {self.cache_capacity!r}")
-        if not number(self.cache_decay) or not 0 < self.cache_decay <= 1:
+        if not is_number(self.cache_decay) or not 0 < self.cache_decay <= 1:
             raise ValueError(f"SimConfig.cache_decay must be in (0, 1], got {self.cache_decay!r}")
         if not isinstance(self.precomputed_domains, (tuple, list)) or any(
-                not integer(d) or d < 0 for d in self.precomputed_domains):
+                not is_integer(d) or d < 0 for d in self.precomputed_domains):
             raise ValueError(f"SimConfig.precomputed_domains must be a tuple of integers >= 0, "
                              f"got {self.precomputed_domains!r}")
         if self.resident is not None and (not isinstance(self.resident, (tuple, list)) or any(
                 not isinstance(name, str) for name in self.resident)):
             raise ValueError(f"SimConfig.resident must be None or a tuple of device names, "
                              f"got {self.resident!r}")
+        # numpy scalars pass the checks; store plain ones (as the frozen __init__ sets a field)
+        for name, kind in (("prefetch_depth", int), ("cache_capacity", int),
+                           ("replacement_overhead_s", float), ("contention", float),
+                           ("cache_decay", float)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
+        object.__setattr__(self, "precomputed_domains", tuple(int(d) for d in self.precomputed_domains))
 
 
 class TaskResult:
@@ -282,8 +283,7 @@ class Simulator:
         exp(N(0, noise_sigma)) per stage, median 1 and mean exp(noise_sigma**2 / 2)."""
         # A negative or NaN sigma, or a sigma without a Generator to draw from, ran without
         # noise and said nothing.
-        if isinstance(noise_sigma, bool) or not isinstance(noise_sigma, (int, float)) \
-                or not math.isfinite(noise_sigma) or noise_sigma < 0:
+        if not is_number(noise_sigma) or not math.isfinite(noise_sigma) or noise_sigma < 0:
             raise ValueError(f"noise_sigma must be a finite number >= 0, got {noise_sigma!r}")
         if noise_sigma > 0 and rng is None:
             raise ValueError(f"noise_sigma {noise_sigma!r} needs rng, the Generator the noise is "

@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from inference.checks import is_integer, is_number
+
 STAGES: tuple[str, str, str] = ("load", "prefill", "decode")
 
 
@@ -30,13 +32,15 @@ class Task:
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_tokens", "output_tokens"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_integer(value) or value < 1:
                 raise ValueError(f"Task.{name} must be a positive integer, got {value!r}")
-        if isinstance(self.domain, bool) or not isinstance(self.domain, int) or self.domain < 0:
+            object.__setattr__(self, name, int(value))    # as the frozen __init__ sets a field
+        if not is_integer(self.domain) or self.domain < 0:
             raise ValueError(f"Task.domain must be a non-negative integer, got {self.domain!r}")
-        if isinstance(self.arrival, bool) or not (isinstance(self.arrival, (int, float))
-                                                  and math.isfinite(self.arrival)) or self.arrival < 0:
+        object.__setattr__(self, "domain", int(self.domain))
+        if not (is_number(self.arrival) and math.isfinite(self.arrival)) or self.arrival < 0:
             raise ValueError(f"Task.arrival must be a finite time >= 0, got {self.arrival!r}")
+        object.__setattr__(self, "arrival", float(self.arrival))
 
     @classmethod
     def many_trusted(cls, batch: Iterable[int], prompt_tokens: Iterable[int],

@@ -88,6 +88,36 @@ def test_a_task_needs_a_valid_domain_and_arrival(kwargs, field):
         Task(16, 5000, 256, **kwargs)
 
 
+def test_numpy_scalars_are_taken_as_numbers_and_stored_plain():
+    # Sizes drawn with numpy were refused by Task, SimConfig and ModelConfig ("must be a positive
+    # integer, got np.int64(16)") while the env took a numpy episode_tasks; now every
+    # constructor takes them, and stores plain ints and floats (json can write those).
+    import json
+
+    from inference.model_config import ModelConfig
+    from inference.stages.decode import HierarchicalDecode
+
+    task = Task(np.int64(16), np.int32(5000), np.uint16(256), np.int8(3), np.float32(1.5))
+    assert task == Task(16, 5000, 256, 3, 1.5)
+    assert json.dumps(dataclasses.asdict(task)) == json.dumps(dataclasses.asdict(Task(16, 5000, 256, 3, 1.5)))
+    assert all(type(getattr(task, f)) is int for f in ("batch", "prompt_tokens", "output_tokens", "domain"))
+    assert type(task.arrival) is float
+    config = SimConfig(prefetch_depth=np.int64(2), cache_capacity=np.int64(4),
+                       contention=np.float32(0.5), precomputed_domains=[np.int64(1), 2])
+    assert config == SimConfig(prefetch_depth=2, cache_capacity=4, contention=0.5,
+                               precomputed_domains=(1, 2))
+    assert type(config.prefetch_depth) is int and config.precomputed_domains == (1, 2)
+    shape = ModelConfig("m", np.int64(2), 64, 128, 4, 2, 100)
+    assert type(shape.n_layers) is int and shape == ModelConfig("m", 2, 64, 128, 4, 2, 100)
+    assert type(HierarchicalDecode(block_size=np.int64(16)).block_size) is int
+    # numpy's bools stay refused, as Python's are
+    for bad in (np.bool_(True), True):
+        with pytest.raises(ValueError, match="Task.batch"):
+            Task(bad, 5000, 256)
+        with pytest.raises(ValueError, match="SimConfig.prefetch_depth"):
+            SimConfig(prefetch_depth=bad)
+
+
 def test_unknown_names_are_refused_with_the_known_ones():
     server = load_hardware("server")
     with pytest.raises(ValueError, match="unknown device 'tpu'.*cpu, gpu, npu"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from inference.checks import is_integer
 from inference.model_config import ModelConfig, check_seed
 from inference.stages.prefill import PrefillResult
 from inference.task import Task
@@ -63,9 +64,9 @@ def block_read_overhead(model: ModelConfig, block_size: int) -> tuple[float, flo
 
 
 def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+    return int(value)
 
 
 def _decode_work(task: Task, model: ModelConfig, pattern: int, overhead: float,

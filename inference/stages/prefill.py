@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inference.checks import is_integer, is_number
 from inference.model_config import ModelConfig
 from inference.task import Task
 from inference.work import (
@@ -66,13 +67,13 @@ class PrefillResult:
 
 
 def _check_window(window: object) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if not is_integer(window) or window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
-    return window
+    return int(window)
 
 
 def _check_fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
@@ -219,9 +220,9 @@ class GatedAttention:
         if mode not in self.MODES:
             raise ValueError(f"mode must be one of {self.MODES}, got {mode!r}")
         self.mode = mode
-        if isinstance(gate_tokens, bool) or not isinstance(gate_tokens, int) or gate_tokens < 0:
+        if not is_integer(gate_tokens) or gate_tokens < 0:
             raise ValueError(f"gate_tokens must be an integer >= 0, got {gate_tokens!r}")
-        self.gate_tokens = gate_tokens
+        self.gate_tokens = int(gate_tokens)
         self.open_fraction = _check_fraction("open_fraction", open_fraction)
         self.gate_log: list[bool] = []
 
