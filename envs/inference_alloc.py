@@ -7,11 +7,13 @@ import math
 import numbers
 import os
 from bisect import bisect_left
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 
 from envs.observation import (
     BACKLOG_SCALE_S,
@@ -40,6 +42,14 @@ PlacementFacts = tuple[tuple[str, ...], dict[str, float], tuple[float, ...]]
 REWARDS = ("latency", "relative")
 SPEED_EMA = 0.2             # weight of the newest observation in the speed-ratio average
 HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hit rate
+
+
+def _json_able(value: Any) -> Any:
+    """An env argument as plain data that makes the same env: a Scenario as its `to_dict`,
+    a path as its string."""
+    if isinstance(value, Scenario):
+        return value.to_dict()
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def holds_bool(action: Any) -> bool:
@@ -126,7 +136,9 @@ class InferenceAllocEnv(gym.Env):
     ## Arguments
 
     - `scenario`: preset name (`article`, `long-context`, `short-text`, `bursty`,
-      `edge`, `faults`) or a YAML path. Default `article`.
+      `edge`, `faults`), a YAML path, a `Scenario`, or a mapping as `Scenario.to_dict`
+      writes it. Default `article`. The env's `spec` holds a `Scenario` (and a path) in that
+      plain form, so that `env.spec.to_json()` and `EnvSpec.from_json` make the same env.
     - `hardware`: preset name (`server`, `edge`) or YAML path; default the scenario's.
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
@@ -151,8 +163,25 @@ class InferenceAllocEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    _spec: EnvSpec | None = None
 
-    def __init__(self, scenario: str | Scenario = "article", hardware: str | None = None,
+    @property
+    def spec(self) -> EnvSpec | None:
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        # gymnasium.make sets the spec after __init__, with the kwargs as given. EnvSpec.to_json
+        # writes a Scenario among them as dataclasses.asdict (every dist's parameters in each
+        # Distribution: a mapping no scenario reader accepts) and fails on a Path; their plain
+        # forms are what from_json must give back to make the same env.
+        if value is not None and any(isinstance(v, (Scenario, os.PathLike))
+                                     for v in value.kwargs.values()):
+            value = dataclasses.replace(value, kwargs={key: _json_able(v)
+                                                       for key, v in value.kwargs.items()})
+        self._spec = value
+
+    def __init__(self, scenario: str | Scenario | Mapping[str, Any] = "article", hardware: str | None = None,
                  variant: str | dict[str, str] | None = None, episode_tasks: int | None = None,
                  reward: str = "latency", trace: str | None = None, noise: float | None = None,
                  reference: bool = False, render_mode: str | None = None,

@@ -50,7 +50,8 @@ it is left as written (so it resolves against the working directory, as before).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,18 @@ class Distribution:
     weights: tuple[float, ...] = ()
     min: float = 1.0
     max: float = 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping `parse` reads back: `dist`, its parameters and the clamps. Only those:
+        `parse` refuses the parameters of other dists, which this one never reads."""
+        needed, optional = DIST_PARAMS[self.dist]
+        out: dict[str, Any] = {"dist": self.dist}
+        for key in (*needed, *optional, "min", "max"):
+            value = getattr(self, key)
+            if key == "weights" and not value:   # none given: uniform over the values
+                continue
+            out[key] = list(value) if isinstance(value, tuple) else value
+        return out
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> Distribution:
@@ -229,6 +242,13 @@ class Fault:
     end_task: int
     factor: float = 1.0         # throttle: speed multiplier in (0, 1]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping a scenario's `faults` entry gives; an offline fault has no factor."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.kind == "offline":
+            del out["factor"]
+        return out
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -245,6 +265,30 @@ class Scenario:
     simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
     faults: tuple[Fault, ...] = ()
     source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as plain data (str, numbers, None, lists, dicts: JSON and YAML write
+        it), in the schema of this module's docstring plus `source`; `load_scenario` reads it
+        back to an equal Scenario. Every field is written out, so the mapping does not depend
+        on the defaults of the version that reads it.
+
+        gymnasium's ``EnvSpec.to_json`` needs it: it writes a dataclass as
+        ``dataclasses.asdict``, whose Distributions carry every dist's parameters, a mapping
+        no scenario reader accepts (the env keeps this form in its spec instead)."""
+        return _plain(self)
+
+
+def _plain(value: Any) -> Any:
+    """`value`, a part of a Scenario, as the plain data `Scenario.to_dict` documents."""
+    if isinstance(value, (Distribution, Fault)):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):      # a variant's {load:, prefill:, decode:}
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def _section(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
@@ -408,10 +452,24 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     )
 
 
-def load_scenario(spec: str | Path | Scenario) -> Scenario:
-    """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, or as is."""
+#: The origin (and default name) of a scenario given as a mapping, as errors name it.
+MAPPING_ORIGIN = "<scenario mapping>"
+
+
+def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
+    """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, as is, or from a
+    mapping: the schema of this module's docstring, as `Scenario.to_dict` writes it (its
+    `source` key, where the scenario was first read from, is kept; paths are not rewritten).
+    A mapping that is not a valid scenario is a ValueError naming the field."""
     if isinstance(spec, Scenario):
         return spec
+    if isinstance(spec, Mapping):
+        raw = dict(spec)
+        source = raw.pop("source", MAPPING_ORIGIN)
+        if not isinstance(source, str):
+            raise ValueError(f"{MAPPING_ORIGIN}: scenario field source must be a string, "
+                             f"got {source!r}")
+        return replace(scenario_from_dict(raw, MAPPING_ORIGIN), source=source)
     raw, origin = load_named_yaml(spec, SCENARIO_DIR, "scenario")
     # load_named_yaml reads `spec` as a file whenever it exists, so origin names a file exactly
     # when one was read; a preset's folder is SCENARIO_DIR. Absolute, so that the paths resolved

@@ -657,3 +657,49 @@ def test_a_count_past_any_episode_is_refused_naming_its_field(field: str, text: 
     path.write_text(text + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=f"scenario field {field} must be <= 1e\\+06"):
         gym.make("envs:InferenceAlloc-v0", scenario=str(path)).reset(seed=0)
+
+
+# --- a scenario given as an object survives the env spec's JSON ----------------------------------
+
+def _trajectory(env: gym.Env, seed: int, steps: int) -> list[Any]:
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    out: list[Any] = [obs]
+    for _ in range(steps):
+        obs, reward, _, _, info = env.step(env.action_space.sample())
+        out += [obs, reward, info["latency"]]
+    return out
+
+
+@pytest.mark.parametrize("env_id", [V0, SPLIT])
+def test_a_scenario_object_survives_the_env_specs_json(env_id: str) -> None:
+    # EnvSpec.to_json wrote the Scenario as dataclasses.asdict, and make() from the spec
+    # from_json gave back refused that mapping ("scenario must be a preset name ...").
+    bursty = load_scenario("bursty")
+    sc = dataclasses.replace(
+        load_scenario("faults"), workload=bursty.workload, episode_tasks=12,
+        variant={"load": "adaptive", "prefill": "window", "decode": "prefetched"},
+        hardware=str(PRESET_DIR / "server.yaml"))
+    assert load_scenario(sc.to_dict()) == sc and load_scenario(bursty.to_dict()) == bursty
+    env = gym.make(env_id, scenario=sc, hardware=PRESET_DIR / "server.yaml", noise=0.2)
+    spec = gym.envs.registration.EnvSpec.from_json(env.spec.to_json())
+    again = gym.make(spec)
+    assert again.unwrapped.scenario == env.unwrapped.scenario
+    assert again.unwrapped.scenario.faults == sc.faults and again.unwrapped.scenario.source == sc.source
+    first, second = _trajectory(env, 5, 12), _trajectory(again, 5, 12)
+    assert len(first) == len(second) == 37
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"noise": 7}, "scenario field noise must be <= 2"),
+    ({"source": 3}, "scenario field source must be a string"),
+    # the mapping dataclasses.asdict writes: every dist's parameters in each Distribution
+    (dataclasses.asdict(load_scenario("article")), r"scenario field workload\.batch\.value is not a parameter"),
+])
+def test_a_mapping_that_is_no_scenario_is_one_clear_error(raw: dict[str, Any], message: str) -> None:
+    for make in (load_scenario, lambda raw: gym.make(V0, scenario=raw)):
+        with pytest.raises(ValueError, match=f"^<scenario mapping>: {message}") as err:
+            make(raw)
+        assert "\n" not in str(err.value)
