@@ -51,8 +51,8 @@ from agents.registry import (
     runs_on,
 )
 from envs import ENV_IDS
-from envs.scenario import load_scenario
-from inference.hardware import PRESET_DIR, load_hardware
+from envs.scenario import SCENARIO_DIR, load_scenario
+from inference.hardware import PRESET_DIR, load_hardware, preset_file
 from inference.variants import variant_label
 from inference.yamlio import not_a_file
 
@@ -252,11 +252,15 @@ def _context_key(scenario: str, hardware: str | None, variant: str | None) -> tu
     name, a relative or absolute path, or None for the scenario's) and the variant's recipe
     (None: the scenario's)."""
     sc = load_scenario(scenario)
-    path = Path(hardware if hardware is not None else sc.hardware)
+    # Each name read as load_scenario and load_hardware read it: a preset name is the preset,
+    # even where a file of that name lies in the working directory.
+    spelt = hardware if hardware is not None else sc.hardware
+    path = preset_file(spelt, PRESET_DIR) or Path(spelt)
     if path.suffix not in (".yaml", ".yml") and not path.exists():
         path = PRESET_DIR / f"{path}.yaml"
     recipe = variant_label(variant if variant is not None else sc.variant)
-    scenario_key = str(Path(scenario).resolve()) if Path(scenario).exists() else scenario
+    read_as_file = preset_file(scenario, SCENARIO_DIR) is None and Path(scenario).exists()
+    scenario_key = str(Path(scenario).resolve()) if read_as_file else scenario
     return scenario_key, str(path.resolve()), recipe
 
 

@@ -86,6 +86,8 @@ from agents.sb3_factory import (
     wrap_for,
 )
 from agents.warmup import WarmDQN, WarmupConfig, WarmupController, attach_warmup
+from envs.scenario import SCENARIO_DIR
+from inference.hardware import PRESET_DIR, preset_file
 
 WARMUP_PARTS = ("conservative", "clone", "guard")
 CHECKPOINT_PREFIX = "model"
@@ -568,9 +570,11 @@ def _absolute_files(config: TrainConfig) -> TrainConfig:
     """Scenario and hardware files as absolute paths: a run's config.yaml is read again by
     --resume and evaluate.py, from whatever folder they run in."""
     changes: dict[str, Any] = {}
-    for key in ("scenario", "hardware"):
+    for key, presets in (("scenario", SCENARIO_DIR), ("hardware", PRESET_DIR)):
         value = getattr(config, key)
-        if value is not None and (Path(value).suffix in (".yaml", ".yml") or Path(value).is_file()):
+        if value is None or preset_file(value, presets) is not None:   # a preset, not a file
+            continue
+        if Path(value).suffix in (".yaml", ".yml") or Path(value).is_file():
             changes[key] = str(Path(value).absolute())
     return dataclasses.replace(config, **changes)
 

@@ -44,7 +44,9 @@ plus the clamps ``min``/``max`` (default 1 and 1e9), and ``dist`` itself (defaul
 Relative paths: in a scenario loaded from a YAML file, a relative ``hardware`` or
 ``workload.trace`` path names a file next to that YAML when such a file exists there; otherwise
 it is left as written (so it resolves against the working directory, as before). Preset names
-(``server``, ``edge``, ``azure-code``, ``azure-conv``) and absolute paths are never rewritten.
+(``server``, ``edge``, ``azure-code``, ``azure-conv``) and absolute paths are never rewritten:
+a preset name is the preset even where a file of that name lies next to the YAML or in the
+working directory (write ``./server`` for such a file; see `inference.hardware.preset_file`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from typing import Any
 
 from envs.traces import TRACES
 from inference.checks import is_number
-from inference.hardware import PRESET_DIR, load_named_yaml, unusable_spec
+from inference.hardware import PRESET_DIR, load_named_yaml, preset_file, unusable_spec
 from inference.yamlio import shown_path, unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -430,10 +432,9 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     if problem is not None:
         raise ValueError(f"scenario field hardware {shown_path(hardware)} is neither a preset "
                          f"nor a usable path: {problem}")
-    # A preset name as inference.hardware.load_named_yaml reads one: no YAML suffix.
-    hardware_preset = (Path(hardware).suffix not in (".yaml", ".yml")
-                       and (PRESET_DIR / f"{hardware}.yaml").is_file())
-    hardware = _near(hardware, base_dir, preset=hardware_preset)
+    # A preset name is the preset, never a file next to the YAML (the rule load_hardware reads
+    # it by: see inference.hardware.preset_file).
+    hardware = _near(hardware, base_dir, preset=preset_file(hardware, PRESET_DIR) is not None)
     variant = top.get("variant", d.variant)
     if not isinstance(variant, (str, dict)):
         raise ValueError("scenario field variant must be a recipe name or a mapping")
@@ -471,9 +472,9 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
                              f"got {source!r}")
         return replace(scenario_from_dict(raw, MAPPING_ORIGIN), source=source)
     raw, origin = load_named_yaml(spec, SCENARIO_DIR, "scenario")
-    # load_named_yaml reads `spec` as a file whenever it exists, so origin names a file exactly
-    # when one was read; a preset's folder is SCENARIO_DIR. Absolute, so that the paths resolved
-    # against it stay right if the working directory changes before the env reads them.
-    yaml_path = Path(origin)
-    base_dir = yaml_path.absolute().parent if yaml_path.is_file() else SCENARIO_DIR
+    # load_named_yaml read the preset when `spec` names one (even if a file of that name
+    # exists too), else the file `origin`. Absolute, so that the paths resolved against it
+    # stay right if the working directory changes before the env reads them.
+    preset = preset_file(spec, SCENARIO_DIR) is not None
+    base_dir = SCENARIO_DIR if preset else Path(origin).absolute().parent
     return scenario_from_dict(raw, origin, base_dir)

@@ -333,8 +333,29 @@ def unusable_spec(spec: str | Path, preset_dir: Path) -> str | None:
     return unusable_path(spec) or unusable_path(preset_dir / f"{spec}.yaml")
 
 
+def preset_file(spec: str | Path, preset_dir: Path) -> Path | None:
+    """The preset file in `preset_dir` that `spec` names, or None: read `spec` as a path.
+
+    The one rule every reader follows (``--hardware``/``--scenario``, ``hardware=`` and
+    ``scenario=``, a scenario's ``hardware:`` field, a run's saved config): a bare preset name
+    -- a string with no folder part and no YAML suffix, such as ``server`` -- is the preset,
+    even where the working directory (or a scenario's folder) holds a file or folder of that
+    name. So a preset name means the same thing from every directory, as a packaged trace
+    name does (``envs.traces``), and a scenario or a run's config.yaml reads the same wherever
+    it is run; a file of that name is still read when written as a path (``./server``) or
+    with its suffix. A Path is always a path.
+    """
+    if not isinstance(spec, str) or spec != Path(spec).name \
+            or Path(spec).suffix in (".yaml", ".yml"):
+        return None
+    preset = preset_dir / f"{spec}.yaml"
+    return preset if unusable_path(preset) is None and preset.is_file() else None
+
+
 def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:
-    """(parsed YAML, origin) for a preset name in `preset_dir` or a path to a YAML file."""
+    """(parsed YAML, origin) for a preset name in `preset_dir` or a path to a YAML file; a
+    name that is both is the preset (see `preset_file`). The origin is the name as given for
+    a preset, the path for a file."""
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
@@ -343,22 +364,17 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
     if problem is not None:
         raise ValueError(f"{what} {shown_path(spec)} is neither a preset nor a usable path: "
                          f"{problem}")
+    preset = preset_file(spec, preset_dir)
+    if preset is not None:
+        return load_yaml_file(preset, f"{what} preset"), str(spec)
     path = Path(spec)
-    preset = preset_dir / f"{spec}.yaml"
-    # A folder can never be the YAML file meant, so one in the working directory that happens
-    # to share a preset's name (a project's `edge/` folder) must not hide the preset: that
-    # was "hardware file edge is a folder" for `--hardware edge` run from such a directory.
-    shadowed = (isinstance(spec, str) and spec == path.name and path.is_dir()
-                and path.suffix not in (".yaml", ".yml") and preset.is_file())
-    if (path.suffix in (".yaml", ".yml") or path.exists()) and not shadowed:
+    if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ValueError(f"{what} file {path} {not_a_file(path, 'a YAML file')}")
         return load_yaml_file(path, f"{what} file"), str(path)
-    if not preset.is_file():
-        names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
-        raise ValueError(f"unknown {what} {spec!r}: not a preset ({names}) "
-                         "and not a path to a YAML file")
-    return load_yaml_file(preset, f"{what} preset"), str(spec)
+    names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
+    raise ValueError(f"unknown {what} {spec!r}: not a preset ({names}) "
+                     "and not a path to a YAML file")
 
 
 def load_hardware(spec: str | Path | Hardware) -> Hardware:

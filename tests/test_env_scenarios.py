@@ -523,6 +523,24 @@ def test_preset_names_absolute_and_cwd_relative_paths_are_kept(
     assert load_scenario(folder / "c.yaml").workload.trace == "cwd.csv"
 
 
+def test_a_preset_scenarios_paths_resolve_in_its_folder_whatever_files_the_cwd_holds(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # load_scenario took the working directory as a preset's folder when a file named like the
+    # preset lay there, so the preset's `hardware: hw.yaml` named the cwd's hw.yaml.
+    presets, cwd = tmp_path / "presets", tmp_path / "cwd"
+    presets.mkdir()
+    cwd.mkdir()
+    (presets / "mine.yaml").write_text("hardware: hw.yaml\n", encoding="utf-8")
+    for where in (presets, cwd):
+        (where / "hw.yaml").write_text((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    (cwd / "mine").write_text("name: other\n", encoding="utf-8")
+    monkeypatch.setattr("envs.scenario.SCENARIO_DIR", presets)
+    monkeypatch.chdir(cwd)
+    assert load_scenario("mine").hardware == str(presets / "hw.yaml")
+    assert load_scenario("./mine").name == "other"
+
+
 def test_best_static_is_priced_with_the_tasks_its_devices_cannot_hold() -> None:
     """The search checked memory on the first calibration task only and priced the rest
     wherever the placement put them, free; the env fails them over and charges them."""

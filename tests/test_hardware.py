@@ -159,6 +159,43 @@ def test_a_folder_named_like_a_preset_does_not_hide_it(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="is a folder"):
         load_hardware("./edge")
 
+def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_path, monkeypatch):
+    # `--hardware server` read a file `server` in the working directory when there was one,
+    # while a scenario's `hardware: server` counted as the preset (not rewritten to the file
+    # next to it) and then loaded that same cwd file: one rule now, the preset.
+    import dataclasses
+
+    from agents.config import TrainConfig
+    from agents.reporting import _context_key
+    from agents.training import _absolute_files
+    from envs import InferenceAllocEnv
+    from envs.scenario import SCENARIO_DIR, load_scenario
+    mine = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    mine["name"] = "my-server"
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for where in (tmp_path, folder):
+        (where / "server").write_text(yaml.safe_dump(mine), encoding="utf-8")
+    (folder / "s.yaml").write_text("name: s\nhardware: server\n", encoding="utf-8")
+    (tmp_path / "article").write_text("name: my-article\nhardware: ./server\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert load_hardware("server").name == "server"
+    assert load_hardware("./server").name == load_hardware(Path("server")).name == "my-server"
+    assert InferenceAllocEnv(hardware="server", episode_tasks=2).hardware.name == "server"
+    sc = load_scenario(folder / "s.yaml")
+    assert sc.hardware == "server" and InferenceAllocEnv(sc).hardware.name == "server"
+    # the same for a scenario preset, and the paths in it resolve as in the preset's folder
+    preset = dataclasses.replace(load_scenario(SCENARIO_DIR / "article.yaml"), source="article")
+    assert load_scenario("article") == preset
+    assert load_scenario("./article").name == "my-article"
+    # a run's saved config and evaluate's settings read the names the same way
+    config = TrainConfig(scenario="article", hardware="server")
+    assert _absolute_files(config) == config
+    moved = _absolute_files(dataclasses.replace(config, hardware="./server"))
+    assert moved.hardware == str(tmp_path / "server")
+    assert _context_key("article", "server", None)[:2] == (
+        "article", str((PRESET_DIR / "server.yaml").resolve()))
+
 @pytest.mark.parametrize(("change", "field"), [
     (lambda r: r["links"][0].update(bandwidth=0), r"links\[0\]\.bandwidth"),
     (lambda r: device(r, "gpu").update(mem_bandwidth=0.0), r"devices\[gpu\]\.mem_bandwidth"),
