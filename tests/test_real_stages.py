@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.model_config import get_model
-from inference.stages import kv_cache, load
+from inference.stages import disk_cache, kv_cache, load
 from inference.stages.decode import (
     SUMMARY_KEYS_PER_BLOCK,
     HierarchicalDecode,
@@ -321,6 +321,57 @@ def test_adaptive_cache_follows_a_distribution_shift(tmp_path):
         loader.run(srcs[2])
     assert loader.cached_sources() == {srcs[2].resolve()}
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def entry_files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if disk_cache.ENTRY_NAME.fullmatch(p.name)}
+
+
+def test_an_adaptive_cache_adopts_the_entries_a_previous_one_left(tmp_path):
+    """A new loader on the same folder started with an empty index: it missed on what the
+    previous process had cached, and never evicted it, so the folder outgrew its capacity."""
+    srcs = [write(tmp_path / f"{i}.txt", f"doc {i}") for i in range(4)]
+    folder = tmp_path / "cache"
+    first = AdaptiveLoad(folder, capacity=2, decay=1.0)
+    for i in (0, 0, 1):
+        first.run(srcs[i])
+    assert first.cached_sources() == {srcs[0].resolve(), srcs[1].resolve()}
+    second = AdaptiveLoad(folder, capacity=2, decay=1.0)
+    assert second.cached_sources() == first.cached_sources()
+    assert second.run(srcs[1]).cache_hit is True and second.hits == 1
+    for i in (2, 3, 3):
+        assert second.run(srcs[i]).tokens == DirectLoad().run(srcs[i]).tokens
+        assert len(entry_files(folder)) <= 2
+    assert second.cached_sources() == {srcs[1].resolve(), srcs[3].resolve()}
+    assert entry_files(folder) == {second.cache.entry_path(s).name for s in (srcs[1], srcs[3])}
+    smaller = AdaptiveLoad(folder, capacity=1)   # a smaller cache keeps the newest entry
+    assert smaller.cached_sources() == {srcs[3].resolve()} and len(entry_files(folder)) == 1
+
+
+def test_adoption_drops_stale_and_half_written_entries_and_keeps_foreign_files(tmp_path, monkeypatch):
+    src, other = write(tmp_path / "a.txt", "a"), write(tmp_path / "b.txt", "b")
+    folder = tmp_path / "cache"
+    first = AdaptiveLoad(folder, capacity=2)
+    first.run(src)
+    first.run(other)
+    half = folder / f"{disk_cache.TEMP_PREFIX}x{disk_cache.TEMP_SUFFIX}"
+    half.write_text('{"source": ')
+    # files that are no entry of this cache: left alone and not counted
+    foreign = {"notes.txt": "mine", "0" * 32 + ".json": '{"not": "an entry"}',
+               "1" * 32 + ".json": json.dumps({"source": str(src.resolve()),
+                                               "key": {"version": load.PREPROCESS_VERSION},
+                                               "tokens": [1]})}
+    for name, text in foreign.items():
+        (folder / name).write_text(text)
+    entry = json.loads(first.cache.entry_path(src).read_text())
+    entry["key"]["version"] = load.PREPROCESS_VERSION - 1   # the older preprocessing wrote it
+    first.cache.entry_path(src).write_text(json.dumps(entry))
+    second = AdaptiveLoad(folder, capacity=2)
+    assert second.cached_sources() == {other.resolve()}
+    assert not half.exists() and not first.cache.entry_path(src).exists()
+    assert all((folder / name).read_text() == text for name, text in foreign.items())
+    assert second.run(other).cache_hit is True and second.run(src).cache_hit is False
+    assert second.run(src).cache_hit is True and second.stale == 0
 
 
 

@@ -247,6 +247,12 @@ class AdaptiveLoad(_CacheLoader):
     source is admitted if it ranks in the top `capacity` scores; sources that drop out of the
     top are evicted (entry deleted). Validation is the same as `CachedLoad`'s.
 
+    Opened on a folder a previous loader filled, it adopts the entries there
+    (`DiskCache.adopt`: stale, half-written and foreign files as documented there): they count
+    against `capacity`, the newest `capacity` of them are kept (the others deleted) and they
+    hit as the entries written here do. The request counts are not saved, so the adopted
+    sources start at score 0, below any source requested since, and are the first evicted.
+
     Args:
         cache_dir: directory of the cache entries (created if missing); None builds a
             cost-model-only instance whose `run` raises a ValueError.
@@ -270,6 +276,15 @@ class AdaptiveLoad(_CacheLoader):
         self.capacity, self.decay = capacity, float(decay)
         self.scores: dict[Path, float] = {}
         self.cached: set[Path] = set()
+        if self._cache is not None:
+            # Without this a new process started empty: the folder grew past `capacity` over
+            # runs, and what earlier runs cached was neither reused nor ever evicted.
+            adopted = self._cache.adopt()
+            for source in adopted[capacity:]:
+                self._cache.entry_path(source).unlink(missing_ok=True)
+            for source in adopted[:capacity]:
+                self.scores[source] = 0.0
+                self.cached.add(source)
 
     def _top(self) -> set[Path]:
         # Ties keep what is already cached (no churn), then go by path for determinism.
