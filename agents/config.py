@@ -28,11 +28,11 @@ import yaml
 from agents.sb3_factory import layer_hyperparams, parse_overrides
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
+from inference.messages import argparse_type, shown
 from inference.yamlio import (
     describe_yaml_error,
     not_a_file,
     safe_load,
-    shown_path,
     unusable_path,
 )
 
@@ -241,9 +241,9 @@ def _require_usable(flag: str, path: str) -> None:
     file system refuses (OSError "File name too long", a NUL byte's ValueError). A blank one is
     no name: Path("") is the working directory (--out "" wrote summary.* there, --resume ""
     resumed the newest run) and " " a folder literally named so."""
-    _require(bool(path.strip()), f"{flag} {path!r}: a path must not be empty or blank")
+    _require(bool(path.strip()), f"{flag} {shown(path)}: a path must not be empty or blank")
     problem = unusable_path(path)
-    _require(problem is None, f"{flag} {shown_path(path)}: not a usable path: {problem}")
+    _require(problem is None, f"{flag} {shown(path)}: not a usable path: {problem}")
 
 
 def _require_usable_paths(config: Any) -> None:
@@ -257,11 +257,12 @@ def _require_usable_paths(config: Any) -> None:
 
 def _require_folder(flag: str, folder: str) -> None:
     """The output folder must be a folder, or creatable: checked before hours of work."""
-    path = Path(folder)
-    _require(not path.exists() or path.is_dir(), f"{flag} {folder} exists and is not a folder")
+    path, where = Path(folder), f"{flag} {shown(folder, quote=False)}"
+    _require(not path.exists() or path.is_dir(), f"{where} exists and is not a folder")
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    _require(existing.is_dir(), f"{flag} {folder}: {existing} is a file, not a folder")
-    _require(os.access(existing, os.W_OK | os.X_OK), f"{flag} {folder}: {existing} is not writable")
+    at = shown(existing, quote=False)
+    _require(existing.is_dir(), f"{where}: {at} is a file, not a folder")
+    _require(os.access(existing, os.W_OK | os.X_OK), f"{where}: {at} is not writable")
     # os.access answers yes to root almost everywhere (a root-squashed NFS share, /proc), so
     # the missing folders are made here, where a refusal is one line, and removed again: the
     # run makes them for real once every option has been checked.
@@ -270,7 +271,8 @@ def _require_folder(flag: str, folder: str) -> None:
         for created in reversed(missing):
             created.mkdir()
     except OSError as exc:
-        _require(False, f"{flag} {folder}: cannot create {created}: {exc.strerror or exc}")
+        _require(False, f"{where}: cannot create {shown(created, quote=False)}: "
+                     f"{exc.strerror or exc}")
     finally:
         for created in missing:
             with contextlib.suppress(OSError):
@@ -317,14 +319,20 @@ def build_parser(cls: type, description: str | None = None) -> argparse.Argument
         # a list or mapping flag given twice adds to itself: argparse's default kept the
         # last only, so "--hp a=1 --hp b=2" trained without a=1, unannounced
         elif origin is list:
-            kwargs.update(nargs="+", type=typing.get_args(tp)[0], metavar="X", action="extend")
+            kwargs.update(nargs="+", type=_cli_type(typing.get_args(tp)[0]), metavar="X",
+                          action="extend")
         elif origin is dict:
             kwargs.update(nargs="+", metavar="KEY=VALUE", action="extend")
         else:
-            kwargs["type"] = tp
+            kwargs["type"] = _cli_type(tp)
         kwargs.update(meta)   # nargs/const given in the field's metadata
         parser.add_argument(*flags, **kwargs)
     return parser
+
+
+def _cli_type(tp: Any) -> Any:
+    """A field's argparse ``type``: a number's refusal shows the value through `shown`."""
+    return argparse_type(tp) if tp in (int, float) else tp
 
 
 def _coerce(name: str, value: Any, tp: Any) -> Any:
@@ -346,25 +354,25 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             except ValueError as exc:
                 raise ConfigError(f"option {name}: {exc}") from None
         if not isinstance(value, dict):
-            raise ConfigError(f"option {name} must be a mapping of key: value, got {value!r}")
+            raise ConfigError(f"option {name} must be a mapping of key: value, got {shown(value)}")
         return dict(value)
     if base is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"option {name} must be true or false, got {value!r}")
+            raise ConfigError(f"option {name} must be true or false, got {shown(value)}")
         return value
     if base is int:
         if not is_integer(value):
-            raise ConfigError(f"option {name} must be an integer, got {value!r}")
+            raise ConfigError(f"option {name} must be an integer, got {shown(value)}")
         return int(value)
     if base is float:
         if not is_number(value):
-            raise ConfigError(f"option {name} must be a number, got {value!r}")
+            raise ConfigError(f"option {name} must be a number, got {shown(value)}")
         return float(value)
     if base is str:
         # str() turned a list or mapping into its repr and true into "True": `out: [results]`
         # wrote to a folder named "['results']", `resume: true` looked for a run named True
         if isinstance(value, (list, dict, bool)):
-            raise ConfigError(f"option {name} must be text (a name or path), got {value!r}")
+            raise ConfigError(f"option {name} must be text (a name or path), got {shown(value)}")
         return str(value)
     return value
 
@@ -382,16 +390,17 @@ def _option_names(cls: type) -> dict[str, str]:
 
 def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    where = f"config file {shown(p, quote=False)}"
     if not p.is_file():
-        raise ConfigError(f"config file {p} {not_a_file(p, 'a YAML file')}")
+        raise ConfigError(f"{where} {not_a_file(p, 'a YAML file')}")
     try:
         data = safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {p} is not valid YAML at {describe_yaml_error(exc)}") from None
+        raise ConfigError(f"{where} is not valid YAML at {describe_yaml_error(exc)}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"config file {p} is not UTF-8 text") from None
+        raise ConfigError(f"{where} is not UTF-8 text") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {p} must hold a mapping of option: value")
+        raise ConfigError(f"{where} must hold a mapping of option: value")
     hints = typing.get_type_hints(cls)
     names = _option_names(cls)
     out: dict[str, Any] = {}
@@ -399,18 +408,18 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         name = names.get(str(key).replace("-", "_"))
         if name is None:
-            raise ConfigError(f"config file {p}: unknown option {key!r}; options: "
+            raise ConfigError(f"{where}: unknown option {shown(key)}; options: "
                               f"{', '.join(sorted(names))}")
         if name in out:
             # episode-tasks and episode_tasks (env and env_id) are one option: the YAML loader's
             # duplicate-key check sees two keys, and the later one silently replaced the earlier
-            raise ConfigError(f"config file {p}: option {name} is given twice "
+            raise ConfigError(f"{where}: option {name} is given twice "
                               f"({keys[name]} and {key} are one option)")
         keys[name] = key
         try:
             out[name] = _coerce(name, value, hints[name])
         except ConfigError as exc:
-            raise ConfigError(f"config file {p}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
     return out
 
 
@@ -437,7 +446,8 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
         if typing.get_type_hints(cls).get("seeds") is int and all(x.isdigit() for x in extras):
             # train.py's --seeds is a list; evaluate.py's is a count: "--seeds 0 1 2" lands here
             hint = " (--seeds is a count here: N held-out seeds from --seed-base, not a list)"
-        parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        unknown = " ".join(shown(x, quote=False) for x in extras)
+        parser.error(f"unrecognized arguments: {unknown}{hint}")
     given = vars(namespace)
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)

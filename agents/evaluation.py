@@ -31,6 +31,7 @@ import envs  # noqa: F401  (registers the env ids)
 from agents.base import start_stream_of
 from agents.registry import make_policy
 from agents.stats import mean_ci95
+from inference.messages import shown
 
 REFERENCES = ("best-static", "oracle")
 PERCENTILES = (50, 95, 99)
@@ -44,7 +45,7 @@ def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
              episode_tasks: int | None = None, reward: str = "latency") -> gym.Env:
     """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them."""
     if env_id not in envs.ENV_IDS:
-        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(envs.ENV_IDS)}")
+        raise ValueError(f"unknown env id {shown(env_id)}; valid: {', '.join(envs.ENV_IDS)}")
     kwargs: dict[str, Any] = {"scenario": scenario, "episode_tasks": episode_tasks,
                               "reward": reward}
     if hardware is not None:

@@ -37,6 +37,7 @@ from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 from envs import ENV_IDS
 from inference.hardware import DEVICE_KINDS
+from inference.messages import shown
 from inference.yamlio import not_a_file
 
 POLICY_NAMES: tuple[str, ...] = (
@@ -71,7 +72,7 @@ def valid_names(learners: bool = True) -> str:
 def check_fixed_policy_name(name: str, what: str) -> None:
     """Refuse a learner where a fixed policy is needed, naming the valid ones."""
     if isinstance(name, str) and name.strip().lower().removeprefix("gated-") in SB3_NAMES:
-        raise ValueError(f"{what} {name!r} is a learning agent; it needs a fixed "
+        raise ValueError(f"{what} {shown(name)} is a learning agent; it needs a fixed "
                          f"policy: {valid_names(learners=False)}")
 
 
@@ -87,7 +88,7 @@ def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") ->
     try:
         return make_policy(name, env)
     except UnknownPolicyName:
-        raise UnknownPolicyName(f"unknown {what} {name!r}; valid names: "
+        raise UnknownPolicyName(f"unknown {what} {shown(name)}; valid names: "
                                 f"{valid_names(learners=False)}") from None
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{what}: {exc}") from None
@@ -144,7 +145,7 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         try:
             inner = make_policy(name.strip()[len("gated-"):], env, **kwargs)
         except UnknownPolicyName:   # named 'bogus' for gated-bogus, the part after gated-
-            raise UnknownPolicyName(f"unknown agent {name!r}; valid names: "
+            raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: "
                                     f"{valid_names()}") from None
         return GatedScheduling(inner, threshold=threshold)
     if key.startswith("all-"):
@@ -153,14 +154,14 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         if device in base.device_names:
             return StaticPolicy.for_env(env, [device] * 3, **kwargs)
         if device.lower() in DEVICE_KINDS:   # a valid name, on hardware without that device
-            raise ValueError(f"{name!r}: the hardware has no device {device!r} (it has "
+            raise ValueError(f"{shown(name)}: the hardware has no device {shown(device)} (it has "
                              f"{', '.join(base.device_names)})")
     if key.startswith("static:"):
         names = unwrap_env(env).device_names
         devices = [_device_name(d.strip(), names)
                    for d in name.strip()[len("static:"):].split(",")]
         if len(devices) != 3:
-            raise ValueError(f"{name!r}: a static placement names three devices (load, prefill, "
+            raise ValueError(f"{shown(name)}: a static placement names three devices (load, prefill, "
                              f"decode), e.g. static:cpu,gpu,gpu")
         return StaticPolicy.for_env(env, devices, **kwargs)
     if key == "best-static":
@@ -173,7 +174,7 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         return HeftSplitPolicy(env, **kwargs)
     if key == "oracle":
         return OraclePolicy(env, **kwargs)
-    raise UnknownPolicyName(f"unknown agent {name!r}; valid names: {valid_names()}")
+    raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: {valid_names()}")
 
 
 def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:

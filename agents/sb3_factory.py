@@ -44,6 +44,7 @@ from agents.warmup import (
 )
 from envs import ENV_IDS
 from inference.checks import is_integer, is_number
+from inference.messages import shown
 from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
@@ -67,7 +68,7 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     holds the values a learner that starts from a behaviour clone uses instead (see
     ``starts_warm``); `warm_start` puts them on top."""
     if agent not in ALGORITHMS:
-        raise ValueError(f"unknown SB3 agent {agent!r}; known: {', '.join(ALGORITHMS)}")
+        raise ValueError(f"unknown SB3 agent {shown(agent)}; known: {', '.join(ALGORITHMS)}")
     path = HYPERPARAMS_DIR / f"{agent}.yaml"
     # a ValueError naming the file, as every check below: an edit that broke the YAML (a key
     # given twice, a tab) was a yaml traceback out of train.py, and a list there a TypeError
@@ -76,7 +77,7 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
         raise ValueError(f"{path} must map env ids to hyper-parameters, got {table!r}")
     if env_id not in table:
         raise ValueError(
-            f"no {agent} hyper-parameters for env {env_id!r} in {path}; "
+            f"no {agent} hyper-parameters for env {shown(env_id)} in {path}; "
             f"envs there: {', '.join(table) or 'none'}"
             + (" (DQN and MaskablePPO need discrete actions: use InferenceAlloc-v0)"
                if agent in ("dqn", "maskable-ppo") else "")
@@ -133,7 +134,7 @@ def check_keys(name: str, params: dict[str, Any]) -> None:
             raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
                              + (" (train.py --seeds)" if key == "seed" else ""))
         if key not in known:
-            raise ValueError(f"unknown {name} hyper-parameter {key!r}; known: {', '.join(known)}")
+            raise ValueError(f"unknown {name} hyper-parameter {shown(key)}; known: {', '.join(known)}")
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -142,11 +143,11 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"hyper-parameter override {item!r} must look like key=value")
+            raise ValueError(f"hyper-parameter override {shown(item)} must look like key=value")
         try:
             parsed = safe_load(value)
         except yaml.YAMLError as exc:
-            raise ValueError(f"hyper-parameter override {item!r}: value is not valid YAML "
+            raise ValueError(f"hyper-parameter override {shown(item)}: value is not valid YAML "
                              f"({describe_yaml_error(exc)})") from None
         # layered as a warm start's values are: "--hp policy_kwargs={net_arch: [8]} --hp
         # policy_kwargs={activation_fn: relu}" kept only the second, net_arch dropped
@@ -187,7 +188,7 @@ def _resolve_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     if isinstance(pk.get("activation_fn"), str):
         name = pk["activation_fn"]
         if name not in ACTIVATIONS:
-            raise ValueError(f"unknown activation_fn {name!r}; known: {', '.join(ACTIVATIONS)}")
+            raise ValueError(f"unknown activation_fn {shown(name)}; known: {', '.join(ACTIVATIONS)}")
         pk["activation_fn"] = ACTIVATIONS[name]
     if pk:
         params["policy_kwargs"] = pk
@@ -321,18 +322,18 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         else:
             continue
         if not ok:
-            raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {value!r}")
+            raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {shown(value)}")
         if not abs(value) <= FLOAT32_MAX:
             # NaN passed every range check (comparisons with it are false), and SB3 trained on
             # nan/inf to NaN weights, or failed converting 1e300 to the float32 tensors it uses
             raise ValueError(f"hyper-parameter {key} must be a finite number of at most "
-                             f"{FLOAT32_MAX:.3g} in size, got {value!r}")
+                             f"{FLOAT32_MAX:.3g} in size, got {shown(value)}")
         low, high = HP_RANGES.get(key, (None, None))
         if (low is not None and value < low) or (high is not None and value > high):
             # SB3 takes gamma=1.5 or clip_range=-1 without a word, and n_epochs=0 fails deep
             # inside its training loop
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-            raise ValueError(f"hyper-parameter {key} must be {bounds}, got {value!r}")
+            raise ValueError(f"hyper-parameter {key} must be {bounds}, got {shown(value)}")
 
 
 def _check_train_freq(value: Any) -> None:
@@ -344,7 +345,7 @@ def _check_train_freq(value: Any) -> None:
             or unit not in ("step", "episode"):
         raise ValueError(f"hyper-parameter train_freq must be an integer >= {low} or a pair "
                          f"[n, step] or [n, episode] with n >= {low} (e.g. 4 or [4, episode]), "
-                         f"got {value!r}")
+                         f"got {shown(value)}")
 
 
 # A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
@@ -361,7 +362,7 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
         return
     if not isinstance(value, dict):
         raise ValueError(f"hyper-parameter policy_kwargs must be a mapping "
-                         f"(e.g. {{net_arch: [64, 64]}}), got {value!r}")
+                         f"(e.g. {{net_arch: [64, 64]}}), got {shown(value)}")
     arch = value.get("net_arch")
     if arch is None:
         return      # SB3's default net
@@ -380,7 +381,7 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     if not ok:
         raise ValueError(f"hyper-parameter policy_kwargs.net_arch must be {form} for {name}, "
                          f"each width an integer in 1..{MAX_LAYER_WIDTH} (e.g. [64, 64]), "
-                         f"got {arch!r}")
+                         f"got {shown(arch)}")
 
 
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,

@@ -88,6 +88,7 @@ from agents.sb3_factory import (
 from agents.warmup import WarmDQN, WarmupConfig, WarmupController, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
+from inference.messages import shown
 
 WARMUP_PARTS = ("conservative", "clone", "guard")
 CHECKPOINT_PREFIX = "model"
@@ -145,7 +146,7 @@ def canonical_warmup(spec: str) -> str:
     try:
         WarmupConfig.from_parts(spec)
     except ValueError as exc:
-        raise ConfigError(f"--warmup {spec!r}: {exc}") from None
+        raise ConfigError(f"--warmup {shown(spec)}: {exc}") from None
     parts = {p.strip().lower() for p in spec.split(",") if p.strip()}
     if parts in (set(), {"none"}):
         return "none"
@@ -179,7 +180,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
-            raise ConfigError(f"unknown agent {agent!r}: train.py trains {', '.join(SB3_NAMES)} "
+            raise ConfigError(f"unknown agent {shown(agent)}: train.py trains {', '.join(SB3_NAMES)} "
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     env = env_for(config)
@@ -215,7 +216,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
                 if any(starts_warm(w) for w in warms):
                     hyperparams_with(agent, config.env_id, config.hp, warm_start=True)
             except (TypeError, ValueError, AssertionError) as exc:
-                raise ConfigError(f"--hp {config.hp} for {agent}: {exc}") from None
+                raise ConfigError(f"--hp {shown(config.hp, quote=False)} for {agent}: {exc}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
             for w in specs]
@@ -558,7 +559,7 @@ def find_run(log_dir: str | Path, name: str) -> Path:
         if (path / "config.yaml").is_file():
             return path
     known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
-    raise ConfigError(f"no run {name!r} under {root}/ (runs there: {known})")
+    raise ConfigError(f"no run {shown(name)} under {shown(root, quote=False)}/ (runs there: {known})")
 
 
 def _run_time(run_dir: Path) -> int:

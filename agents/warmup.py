@@ -38,6 +38,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from inference.checks import is_integer, is_number
+from inference.messages import shown
 
 if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
@@ -77,7 +78,7 @@ class WarmupConfig:
 
         if not isinstance(self.conservative, str):
             raise ValueError(f"WarmupConfig.conservative must be a policy name, got "
-                             f"{self.conservative!r}")
+                             f"{shown(self.conservative)}")
         check_fixed_policy_name(self.conservative, "WarmupConfig.conservative")
         for name in ("clone", "guard"):
             if not isinstance(getattr(self, name), bool):   # "no" would count as True
@@ -107,7 +108,7 @@ class WarmupConfig:
             chosen = {"conservative", "clone", "guard"}
         unknown = chosen - {"conservative", "clone", "guard"}
         if unknown:
-            raise ValueError(f"unknown warm-up parts {sorted(unknown)}; use all, none or "
+            raise ValueError(f"unknown warm-up parts {shown(sorted(unknown))}; use all, none or "
                              "a comma list of conservative, clone, guard")
         if "guard" in chosen and "conservative" not in chosen:
             # The guard trips when the learner's latency ratio exceeds the one the conservative

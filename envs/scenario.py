@@ -60,7 +60,8 @@ from typing import Any
 from envs.traces import TRACES
 from inference.checks import is_number
 from inference.hardware import PRESET_DIR, load_named_yaml, preset_file, unusable_spec
-from inference.yamlio import shown_path, unusable_path
+from inference.messages import shown
+from inference.yamlio import unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 #: dist -> (parameters it needs, parameters it may have), as envs.workload._draw reads them;
@@ -95,13 +96,13 @@ MAX_CONTENTION = 10.0       # bandwidth share a peer takes: 1 = doubles memory t
 def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = True,
             integer: bool = False, high: float | None = None) -> float:
     if not is_number(raw) or not math.isfinite(raw):
-        raise ValueError(f"scenario field {where} must be a finite number, got {raw!r}")
+        raise ValueError(f"scenario field {where} must be a finite number, got {shown(raw)}")
     if integer and int(raw) != raw:
-        raise ValueError(f"scenario field {where} must be an integer, got {raw!r}")
+        raise ValueError(f"scenario field {where} must be an integer, got {shown(raw)}")
     if low is not None and (raw <= low if strict else raw < low):
-        raise ValueError(f"scenario field {where} must be {'>' if strict else '>='} {low}, got {raw!r}")
+        raise ValueError(f"scenario field {where} must be {'>' if strict else '>='} {low}, got {shown(raw)}")
     if high is not None and raw > high:
-        raise ValueError(f"scenario field {where} must be <= {high:g}, got {raw!r}")
+        raise ValueError(f"scenario field {where} must be <= {high:g}, got {shown(raw)}")
     return float(raw)
 
 
@@ -142,7 +143,7 @@ class Distribution:
             raise ValueError(f"scenario field {where} must be a number or a mapping with `dist`")
         kind = raw.get("dist", "constant")
         if kind not in DISTRIBUTIONS:
-            raise ValueError(f"scenario field {where}.dist must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}")
+            raise ValueError(f"scenario field {where}.dist must be one of {', '.join(DISTRIBUTIONS)}, got {shown(kind)}")
         # Only the keys this dist reads: a key of another dist (`mean` for a lognormal, `values`
         # without `dist: choice`) used to be ignored, and the dist then drew with a default of 1.
         needed, optional = DIST_PARAMS[kind]
@@ -359,7 +360,7 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
             raise ValueError("scenario field workload.burst.length must be <= workload.burst.period")
     trace = w_raw.get("trace")
     if trace is not None and not isinstance(trace, str):
-        raise ValueError(f"scenario field workload.trace must be a trace name or path, got {trace!r}")
+        raise ValueError(f"scenario field workload.trace must be a trace name or path, got {shown(trace)}")
     if trace is not None:
         trace = _near(trace, base_dir, preset=trace in TRACES)
     workload = Workload(
@@ -404,12 +405,12 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     if faults_raw is None:      # absent or null: none (`or []` read faults: 0 as none too)
         faults_raw = []
     if not isinstance(faults_raw, list):
-        raise ValueError(f"scenario field faults must be a list, got {faults_raw!r}")
+        raise ValueError(f"scenario field faults must be a list, got {shown(faults_raw)}")
     for i, f_raw in enumerate(faults_raw):
         where = f"faults[{i}]"
         f = _section(f_raw, where, {"device", "kind", "start_task", "end_task", "factor"})
         if f.get("kind") not in ("offline", "throttle"):
-            raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {f.get('kind')!r}")
+            raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {shown(f.get('kind'))}")
         if not isinstance(f.get("device"), str):
             raise ValueError(f"scenario field {where}.device must name a device")
         fault = Fault(
@@ -426,11 +427,11 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         faults.append(fault)
     for key in ("name", "description", "hardware", "model"):   # str() made [1, 2] a name
         if key in top and not isinstance(top[key], str):
-            raise ValueError(f"scenario field {key} must be a string, got {top[key]!r}")
+            raise ValueError(f"scenario field {key} must be a string, got {shown(top[key])}")
     hardware = str(top.get("hardware", d.hardware))
     problem = unusable_spec(hardware, PRESET_DIR)
     if problem is not None:
-        raise ValueError(f"scenario field hardware {shown_path(hardware)} is neither a preset "
+        raise ValueError(f"scenario field hardware {shown(hardware)} is neither a preset "
                          f"nor a usable path: {problem}")
     # A preset name is the preset, never a file next to the YAML (the rule load_hardware reads
     # it by: see inference.hardware.preset_file).

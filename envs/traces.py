@@ -53,8 +53,9 @@ from typing import BinaryIO
 import numpy as np
 
 from inference.checks import is_integer, is_number
+from inference.messages import shown
 from inference.task import Task
-from inference.yamlio import not_a_file, shown_path, unusable_path
+from inference.yamlio import not_a_file, unusable_path
 
 _DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -103,27 +104,27 @@ class Trace:
                     given.dtype.kind == "f" and np.all(np.isfinite(given))
                     and np.all(given == np.round(given))):
                 # The cast below truncates: 2.7 tokens became 2 (and NaN or True a number).
-                raise ValueError(f"trace {self.name!r}: {field} must hold integers, got "
+                raise ValueError(f"trace {shown(self.name)}: {field} must hold integers, got "
                                  f"dtype {given.dtype}")
             array = np.array(given, dtype=dtype)
             array.setflags(write=False)
             object.__setattr__(self, field, array)
         n = len(self.time_s)
         if n == 0:
-            raise ValueError(f"trace {self.name!r} has no requests")
+            raise ValueError(f"trace {shown(self.name)} has no requests")
         if len(self.context_tokens) != n or len(self.generated_tokens) != n:
-            raise ValueError(f"trace {self.name!r}: arrays must all have the same length")
+            raise ValueError(f"trace {shown(self.name)}: arrays must all have the same length")
         # The invariants the attributes promise, which `read_trace` guarantees row by row but a
         # Trace built by hand did not: `batch_requests` hands its data to `Task.many_trusted`,
         # which skips Task's checks, so it returned tasks of 0 or -5 prompt tokens and NaN or
         # negative arrivals (and unsorted times broke the window search, which bisects).
         t = self.time_s
         if not (np.all(np.isfinite(t)) and t[0] >= 0 and np.all(t[1:] >= t[:-1])):
-            raise ValueError(f"trace {self.name!r}: time_s must be finite, >= 0 and "
+            raise ValueError(f"trace {shown(self.name)}: time_s must be finite, >= 0 and "
                              "non-decreasing")
         for field in ("context_tokens", "generated_tokens"):
             if getattr(self, field).min() < 1:
-                raise ValueError(f"trace {self.name!r}: {field} must all be >= 1")
+                raise ValueError(f"trace {shown(self.name)}: {field} must all be >= 1")
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -139,17 +140,17 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     if isinstance(name_or_path, str) and name_or_path in TRACES:
         path = TRACES[name_or_path]
         if not path.is_file():
-            raise ValueError(f"packaged trace {name_or_path!r} is missing: no file at {path}")
+            raise ValueError(f"packaged trace {shown(name_or_path)} is missing: no file at {path}")
         return name_or_path, path
     problem = unusable_path(name_or_path)
     if problem is not None:
-        raise ValueError(f"trace {shown_path(name_or_path)} is neither a packaged trace nor a "
+        raise ValueError(f"trace {shown(name_or_path)} is neither a packaged trace nor a "
                          f"usable path: {problem}")
     path = Path(name_or_path)
     if path.is_file():
         return str(path), path
     if path.exists():   # a folder, /dev/null
-        raise ValueError(f"trace file {path} {not_a_file(path, 'a CSV file')}")
+        raise ValueError(f"trace file {shown(path, quote=False)} {not_a_file(path, 'a CSV file')}")
     looks_like_path = (
         not isinstance(name_or_path, str)
         or "/" in name_or_path
@@ -157,9 +158,9 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
         or path.suffix.lower() == ".csv"
     )
     if looks_like_path:
-        raise ValueError(f"trace file not found: {path}")
+        raise ValueError(f"trace file not found: {shown(path, quote=False)}")
     raise ValueError(
-        f"unknown trace {name_or_path!r}; known names: {', '.join(sorted(TRACES))} "
+        f"unknown trace {shown(name_or_path)}; known names: {', '.join(sorted(TRACES))} "
         "(or pass the path of a CSV file)"
     )
 
@@ -246,18 +247,19 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     the field.
     """
     name, path = _resolve(name_or_path)
+    where = shown(path, quote=False)   # the file, as the errors name it
     with path.open("rb") as file:
         if file.read(2) == b"\x1f\x8b":  # gzip's magic: it failed as "not UTF-8 text (byte 0x8b)"
-            raise ValueError(f"{path}: a gzip-compressed file; decompress it first (gunzip -k)")
+            raise ValueError(f"{where}: a gzip-compressed file; decompress it first (gunzip -k)")
         file.seek(0)
         # Row by row from the file, into compact int64 arrays: a week of a 2024 Azure trace is
         # ~27M rows, which as a list of lines and of Python ints took gigabytes.
-        times_ns, context, generated = _read_rows(path, file)
+        times_ns, context, generated = _read_rows(where, file)
     return Trace(name, np.frombuffer(times_ns, dtype=np.int64) / _NS_PER_S,
                  np.frombuffer(context, dtype=np.int64), np.frombuffer(generated, dtype=np.int64))
 
 
-def _lines(path: Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
+def _lines(where: str, file: BinaryIO) -> Iterator[tuple[int, str]]:
     """(1-based line number, text) of each line but the blank ones at the end; a blank line
     before a later line is given as it is, for the row check to refuse."""
     blank: list[tuple[int, str]] = []
@@ -266,7 +268,7 @@ def _lines(path: Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
             line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except UnicodeDecodeError as error:   # its own message names neither file nor line
             raise ValueError(
-                f"{path}, line {lineno}: not UTF-8 text (byte {error.object[error.start]:#04x})"
+                f"{where}, line {lineno}: not UTF-8 text (byte {error.object[error.start]:#04x})"
             ) from None
         line = line.rstrip("\r\n")
         if not line.strip():   # held back: blank lines at the end, as editors leave them, are no rows
@@ -277,13 +279,13 @@ def _lines(path: Path, file: BinaryIO) -> Iterator[tuple[int, str]]:
         yield lineno, line
 
 
-def _read_rows(path: Path, file: BinaryIO) -> tuple[array, array, array]:
+def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
     """The checked rows: UTC nanoseconds since the first row's time, and both token counts."""
-    lines = _lines(path, file)
+    lines = _lines(where, file)
     first = next(lines, None)
     if first is None or [f.strip() for f in first[1].split(",")] != list(HEADER):
-        got = repr(first[1][:80]) if first else "an empty file"   # columns renamed, reordered, added
-        raise ValueError(f"{path}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
+        got = shown(first[1], limit=80) if first else "an empty file"   # columns renamed, reordered, added
+        raise ValueError(f"{where}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
     times_ns, context, generated = array("q"), array("q"), array("q")
     parse_timestamp = _TimestampParser()
     first_ns = previous_ns = None
@@ -292,7 +294,7 @@ def _read_rows(path: Path, file: BinaryIO) -> tuple[array, array, array]:
         fields = line.split(",")
         if len(fields) != len(HEADER):
             raise ValueError(
-                f"{path}, line {lineno}: expected {len(HEADER)} fields ({','.join(HEADER)}), "
+                f"{where}, line {lineno}: expected {len(HEADER)} fields ({','.join(HEADER)}), "
                 f"got {len(fields)}"
             )
         field = HEADER[0]
@@ -309,12 +311,11 @@ def _read_rows(path: Path, file: BinaryIO) -> tuple[array, array, array]:
             field = HEADER[2]
             generated.append(_parse_tokens(fields[2].strip()))
         except ValueError as error:
-            got = fields[HEADER.index(field)]
-            got = got if len(got) <= 40 else f"{got[:20]}...{got[-10:]} ({len(got)} characters)"
-            raise ValueError(f"{path}, line {lineno}, {field}: {error}, got {got!r}") from None
+            got = shown(fields[HEADER.index(field)], limit=40)
+            raise ValueError(f"{where}, line {lineno}, {field}: {error}, got {got}") from None
         if previous_ns is not None and now_ns < previous_ns:
             raise ValueError(
-                f"{path}, line {lineno}, {HEADER[0]}: timestamps go backwards "
+                f"{where}, line {lineno}, {HEADER[0]}: timestamps go backwards "
                 f"({fields[0].strip()} is earlier than the previous row's)"
             )
         if first_ns is None:
@@ -323,12 +324,12 @@ def _read_rows(path: Path, file: BinaryIO) -> tuple[array, array, array]:
         # and float64 seconds since year 1 would lose the microseconds.
         since_first_ns = now_ns - first_ns
         if since_first_ns > _INT64_MAX:
-            raise ValueError(f"{path}, line {lineno}, {HEADER[0]}: more than 292 years after "
+            raise ValueError(f"{where}, line {lineno}, {HEADER[0]}: more than 292 years after "
                              "the first row's time")
         times_ns.append(since_first_ns)
         previous_ns = now_ns
     if not times_ns:
-        raise ValueError(f"{path}: empty trace (a header and no requests)")
+        raise ValueError(f"{where}: empty trace (a header and no requests)")
     return times_ns, context, generated
 
 
@@ -344,7 +345,7 @@ def _check_real(name: str, value: float, *, positive: bool) -> float:
         or (positive and value == 0)
     ):
         need = "a positive finite number" if positive else "a finite number >= 0"
-        raise ValueError(f"{name} must be {need}, got {value!r}")
+        raise ValueError(f"{name} must be {need}, got {shown(value)}")
     return float(value)
 
 

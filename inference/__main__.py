@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference.hardware import load_hardware, preset_names
+from inference.messages import argparse_type, shown
 from inference.model_config import MODELS, get_model
 from inference.simulator import Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -63,13 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Simulate one task under each variant and compare the latencies.",
     )
     task = parser.add_argument_group("the task")
-    task.add_argument("--batch", type=int, default=16, metavar="N",
+    task.add_argument("--batch", type=argparse_type(int), default=16, metavar="N",
                       help="sequences in the batch (default: %(default)s)")
-    task.add_argument("--prompt-tokens", type=int, default=5000, metavar="N",
+    task.add_argument("--prompt-tokens", type=argparse_type(int), default=5000, metavar="N",
                       help="prompt tokens per sequence (default: %(default)s)")
-    task.add_argument("--output-tokens", type=int, default=256, metavar="N",
+    task.add_argument("--output-tokens", type=argparse_type(int), default=256, metavar="N",
                       help="generated tokens per sequence (default: %(default)s)")
-    task.add_argument("--domain", type=int, default=0, metavar="D",
+    task.add_argument("--domain", type=argparse_type(int), default=0, metavar="D",
                       help="data domain, what the loading cache keys on (default: %(default)s)")
     where = parser.add_argument_group("where and how it runs")
     where.add_argument("--hardware", default="server", metavar="PRESET|PATH",
@@ -98,7 +99,7 @@ def parse_placement(text: str) -> tuple[str | int, ...]:
     devices = tuple(int(d) if d.strip().isdecimal() else d.strip() for d in text.split(","))
     if len(devices) != len(STAGES):
         raise ValueError(f"--placement needs one device per stage ({','.join(STAGES)}), "
-                         f"got {len(devices)}: {text!r}")
+                         f"got {len(devices)}: {shown(text)}")
     return devices
 
 
@@ -109,7 +110,7 @@ def parse_variants(text: str) -> list[dict[str, str]]:
         if "+" in spec:
             parts = [p.strip() for p in spec.split("+")]   # as around the commas
             if len(parts) != len(STAGES):
-                raise ValueError(f"variant mix {spec!r} needs one implementation per stage "
+                raise ValueError(f"variant mix {shown(spec)} needs one implementation per stage "
                                  f"({'+'.join(STAGES)})")
             recipes.append(resolve_variant(dict(zip(STAGES, parts, strict=True))))
         else:

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from inference.checks import is_number
-from inference.yamlio import load_yaml_file, not_a_file, shown_path, unusable_path
+from inference.messages import shown
+from inference.yamlio import load_yaml_file, not_a_file, unusable_path
 
 DEVICE_KINDS = ("cpu", "gpu", "npu")
 OP_CLASSES = ("dense", "attention", "dynamic", "preprocess")
@@ -126,7 +127,7 @@ class Hardware:
             return self.index[name]
         except KeyError:
             raise ValueError(
-                f"unknown device {name!r} in hardware {self.name!r}; devices: {', '.join(self.index)}"
+                f"unknown device {shown(name)} in hardware {shown(self.name)}; devices: {', '.join(self.index)}"
             ) from None
 
     def link(self, a: int, b: int) -> Link:
@@ -158,12 +159,12 @@ def _positive(value: Any, where: str, low: float = 0.0, high: float = math.inf) 
     if value is None:
         raise ValueError(f"{where} is missing (a number > 0 is required)")
     if not is_number(value):
-        raise ValueError(f"{where} must be a number, got {value!r}")
+        raise ValueError(f"{where} must be a number, got {shown(value)}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{where} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{where} must be a finite number > 0, got {shown(value)}")
     if value < low or value > high:
         bounds = f"[{low:g}, {high:g}]" if low > 0 else f"(0, {high:g}]"   # 0 itself is refused
-        raise ValueError(f"{where} must lie in {bounds}, got {value!r}")
+        raise ValueError(f"{where} must lie in {bounds}, got {shown(value)}")
     return float(value)
 
 
@@ -176,17 +177,17 @@ def _figure(value: Any, where: str, key: str) -> float:
 
 def _non_negative(value: Any, where: str, high: float = math.inf) -> float:
     if not is_number(value):
-        raise ValueError(f"{where} must be a number, got {value!r}")
+        raise ValueError(f"{where} must be a number, got {shown(value)}")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where} must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"{where} must be a finite number >= 0, got {shown(value)}")
     if value > high:
-        raise ValueError(f"{where} must be at most {high:g}, got {value!r}")
+        raise ValueError(f"{where} must be at most {high:g}, got {shown(value)}")
     return float(value)
 
 
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{where} must be a string, got {value!r}")
+        raise ValueError(f"{where} must be a string, got {shown(value)}")
     return value
 
 
@@ -225,14 +226,14 @@ def _device(raw: Any, i: int) -> DeviceProfile:
     _known_keys(raw, _DEVICE_KEYS, where)
     kind = raw.get("kind")
     if kind not in DEVICE_KINDS:
-        raise ValueError(f"{where}.kind must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
+        raise ValueError(f"{where}.kind must be one of {', '.join(DEVICE_KINDS)}, got {shown(kind)}")
     nominal = {k: _figure(raw.get(k), f"{where}.{k}", k) for k in _TRUE_FIELDS}
     true_raw = raw.get("true_figures")
     if true_raw is None:        # absent or null: the nominal figures (`or {}` took 0 so too)
         true_raw = {}
     if not isinstance(true_raw, dict):
         raise ValueError(f"{where}.true_figures must be a mapping that may set "
-                         f"{', '.join(_TRUE_FIELDS)}, got {true_raw!r}")
+                         f"{', '.join(_TRUE_FIELDS)}, got {shown(true_raw)}")
     _known_keys(true_raw, _TRUE_FIELDS, f"{where}.true_figures")
     true = {k: _figure(true_raw.get(k, nominal[k]), f"{where}.true_figures.{k}", k)
             for k in _TRUE_FIELDS}
@@ -293,14 +294,14 @@ def _hardware(raw: Any, origin: str) -> Hardware:
         where = f"links[{j}]"
         if not isinstance(link_raw, dict):
             raise ValueError(f"{where} must be a mapping with keys "
-                             f"{', '.join(_LINK_KEYS)}, got {link_raw!r}")
+                             f"{', '.join(_LINK_KEYS)}, got {shown(link_raw)}")
         _known_keys(link_raw, _LINK_KEYS, where)
         pair = link_raw.get("between")
         if not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]:
             raise ValueError(f"{where}.between must name two different devices")
         for end in pair:
             if not isinstance(end, str) or end not in index:   # a list is unhashable
-                raise ValueError(f"{where}.between names unknown device {end!r}")
+                raise ValueError(f"{where}.between names unknown device {shown(end)}")
         link = Link(
             _figure(link_raw.get("bandwidth"), f"{where}.bandwidth", "bandwidth"),
             _figure(link_raw.get("latency"), f"{where}.latency", "latency"),
@@ -359,10 +360,10 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
-                         f"got {spec!r}")
+                         f"got {shown(spec)}")
     problem = unusable_spec(spec, preset_dir)
     if problem is not None:
-        raise ValueError(f"{what} {shown_path(spec)} is neither a preset nor a usable path: "
+        raise ValueError(f"{what} {shown(spec)} is neither a preset nor a usable path: "
                          f"{problem}")
     preset = preset_file(spec, preset_dir)
     if preset is not None:
@@ -370,10 +371,10 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
-            raise ValueError(f"{what} file {path} {not_a_file(path, 'a YAML file')}")
+            raise ValueError(f"{what} file {shown(path, quote=False)} {not_a_file(path, 'a YAML file')}")
         return load_yaml_file(path, f"{what} file"), str(path)
     names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
-    raise ValueError(f"unknown {what} {spec!r}: not a preset ({names}) "
+    raise ValueError(f"unknown {what} {shown(spec)}: not a preset ({names}) "
                      "and not a path to a YAML file")
 
 

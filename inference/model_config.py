@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from inference.checks import is_integer
+from inference.messages import shown
 
 if TYPE_CHECKING:
     from inference.work import WorkCoefficients
@@ -101,7 +102,7 @@ def get_model(name: str) -> ModelConfig:
     try:
         return MODELS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS))}") from None
+        raise ValueError(f"unknown model {shown(name)}; known models: {', '.join(sorted(MODELS))}") from None
 
 
 def check_seed(seed: object) -> int:

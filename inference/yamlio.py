@@ -15,6 +15,8 @@ from typing import IO, Any
 
 import yaml
 
+from inference.messages import shown
+
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -89,9 +91,10 @@ def load_yaml_file(path: Path, what: str) -> Any:
         with open(path, encoding="utf-8") as fh:
             return safe_load(fh)
     except yaml.YAMLError as exc:
-        raise ValueError(f"{what} {path}: malformed YAML at {describe_yaml_error(exc)}") from None
+        raise ValueError(f"{what} {shown(path, quote=False)}: malformed YAML at "
+                         f"{describe_yaml_error(exc)}") from None
     except UnicodeDecodeError:
-        raise ValueError(f"{what} {path} is not UTF-8 text") from None
+        raise ValueError(f"{what} {shown(path, quote=False)} is not UTF-8 text") from None
 
 
 def unusable_path(path: str | os.PathLike[str]) -> str | None:
@@ -126,9 +129,3 @@ def not_a_file(path: str | os.PathLike[str], kind: str) -> str:
     if p.exists():
         return "is not a regular file"
     return "does not exist"
-
-
-def shown_path(path: str | os.PathLike[str]) -> str:
-    """`path` for an error message: a very long one cut to its first 60 characters."""
-    text = str(path)
-    return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"

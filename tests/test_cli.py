@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from inference.__main__ import build_parser, compare, main
+from inference.messages import SHOWN_MAX, shown
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,3 +78,35 @@ def test_python_m_inference_runs_and_import_stays_light():
     imported = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
     assert imported.stdout.strip() == "[]", imported.stderr
+
+
+LONG = "y" * 2500 + "z" * 2500   # its head and its tail differ
+
+
+@pytest.mark.parametrize("args", [
+    ["--variants", LONG], ["--variants", f"adaptive+{LONG}+prefetched"],
+    ["--placement", f"{LONG},gpu,gpu"], ["--placement", LONG], ["--hardware", LONG],
+    ["--domain", LONG],
+])
+def test_a_huge_value_is_shown_shortened_in_the_error(args, capsys):
+    """A 5000-character value was echoed whole, burying the message: it is cut to its head and
+    tail, saying how many characters were left out."""
+    try:
+        assert main(args) == 2
+    except SystemExit as exc:   # argparse's own refusal (--domain)
+        assert exc.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert len(err) < 400 and "characters elided]" in err, err
+    assert "y" * 30 in err and "z" * 30 in err, err
+
+
+def test_shown_keeps_a_normal_value_whole_and_cuts_a_huge_one():
+    assert shown("edge") == "'edge'" and shown(Path("a/b.yaml")) == "'a/b.yaml'"
+    assert shown("a/b", quote=False) == "a/b" and shown([1, 2]) == "[1, 2]"
+    assert shown("x" * 150) == repr("x" * 150)
+    text = "h" * 100 + "m" * 4800 + "t" * 100
+    short = shown(text)
+    head, rest = short.split("...[")
+    count, tail = rest.split(" characters elided]...")
+    assert head == repr(text)[:len(head)] and tail == repr(text)[-len(tail):]
+    assert len(head) + int(count) + len(tail) == len(repr(text)) and len(short) <= SHOWN_MAX

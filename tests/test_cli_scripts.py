@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import importlib.util
@@ -1025,6 +1026,31 @@ def test_a_path_option_no_file_can_have_is_one_line(script_name, flag, name, tmp
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ("File name too long" in err or "NUL byte" in err), err
     assert not (tmp_path / "out").exists()
+
+
+LONG = "y" * 2500 + "z" * 2500   # its head and its tail differ
+
+
+@pytest.mark.parametrize("script_name, args", [
+    ("train.py", ["--scenario", LONG]), ("train.py", ["--hardware", LONG]),
+    ("train.py", ["--variant", LONG]), ("train.py", ["--env-id", LONG]),
+    ("train.py", ["--warmup", LONG]), ("train.py", ["--agents", LONG]),
+    ("train.py", ["--hp", f"learning_rate={LONG}"]), ("train.py", ["--seeds", LONG]),
+    ("evaluate.py", ["--scenarios", LONG]), ("evaluate.py", [LONG]),
+    ("train.py", ["--scenario", "/tmp/" + "d/" * 1000 + "s.yaml"]),
+])
+def test_a_huge_value_is_shown_shortened_in_the_error(script_name, args, tmp_path, capsys):
+    """A 5000-character value was echoed whole (twice for --warmup): the message was lost in
+    it. It is cut to its head and tail, saying how many characters were left out."""
+    main = load_main(script_name)
+    out = ["--log-dir" if script_name == "train.py" else "--out", str(tmp_path / "out")]
+    with contextlib.suppress(SystemExit):   # argparse's own refusals exit
+        assert main([*args, *out, "--timesteps", "1"] if script_name == "train.py"
+                    else [*args, *out]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert len(err) < 1000 and "characters elided]" in err, err
+    value = args[-1].partition("=")[2] or args[-1]
+    assert value[:30] in err and value[-30:] in err, err
 
 
 @pytest.mark.parametrize("override", ["n_epochs=[1, 2]", "gamma={a: 1}", "learning_rate=[0.1]",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inference.messages import shown
 from inference.model_config import ModelConfig
 from inference.stages.disk_cache import DiskCache, StrPath
 from inference.task import Task
@@ -78,7 +79,7 @@ class LoadResult:
 def read_from_disk(path: StrPath) -> bytes:
     source = Path(path)
     if not source.is_file():
-        raise FileNotFoundError(f"path {str(source)!r} is not a readable file")
+        raise FileNotFoundError(f"path {shown(source)} is not a readable file")
     return source.read_bytes()
 
 
@@ -89,7 +90,7 @@ def preprocess(raw: bytes, source: Path | None = None) -> str:
         # as utf-8 it survived the whitespace strip and became 3 tokens before the first word
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise ValueError(f"path {str(source)!r} is not valid UTF-8: {err}") from None
+        raise ValueError(f"path {shown(source)} is not valid UTF-8: {err}") from None
     return _WHITESPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 

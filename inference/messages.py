@@ -1,0 +1,48 @@
+"""How error messages echo what a user gave: a value of normal length as it is, a huge one
+(a 5000-character ``--scenario``, a path thousands of characters deep) cut to its head and tail
+with a count of what was left out, so the message stays readable and its end visible.
+
+Every CLI (train.py, evaluate.py, ``python -m inference``) and loader shows user values through
+`shown`; `argparse_type` does the same for the values argparse itself refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: An error message shows a value of up to this many characters (quotes included) whole.
+SHOWN_MAX = 160
+
+
+def shown(value: object, *, quote: bool = True, limit: int = SHOWN_MAX) -> str:
+    """`value` as an error message echoes it: its repr (a path's string quoted), or with
+    ``quote=False`` its str, whole up to `limit` characters. A longer one keeps its first half
+    and last quarter and says how many characters were elided in between: a 5000-character
+    ``--scenario`` or path filled the terminal with the value and buried the message."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    text = repr(value) if quote else str(value)
+    head, tail = limit // 2, limit // 4
+    elided = len(text) - head - tail
+    short = f"{text[:head]}...[{elided} characters elided]...{text[len(text) - tail:]}"
+    return short if len(text) > limit and len(short) < len(text) else text
+
+
+def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:
+    """`convert` (int, float) as an argparse ``type``: argparse's own refusal, "invalid int
+    value: 'x'", echoed the value whole; this one says the same through `shown`."""
+    name = getattr(convert, "__name__", "value")
+
+    def parse(text: str) -> T:
+        try:
+            return convert(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"invalid {name} value: {shown(text)}") from None
+
+    parse.__name__ = name
+    return parse
