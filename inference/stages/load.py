@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inference.checks import is_integer, is_number
 from inference.messages import shown
 from inference.model_config import ModelConfig
 from inference.stages.disk_cache import DiskCache, StrPath
@@ -269,12 +270,12 @@ class AdaptiveLoad(_CacheLoader):
 
     def __init__(self, cache_dir: StrPath | None = None, capacity: int = 8,
                  decay: float = 0.95) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        if not is_integer(capacity) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+        if not is_number(decay) or not 0 < decay <= 1:
             raise ValueError(f"decay must be a number in (0, 1], got {decay!r}")
         super().__init__(cache_dir)
-        self.capacity, self.decay = capacity, float(decay)
+        self.capacity, self.decay = int(capacity), float(decay)
         self.scores: dict[Path, float] = {}
         self.cached: set[Path] = set()
         if self._cache is not None:
