@@ -28,8 +28,8 @@ results of those that finished (train.py prints their table and exits 1). An int
 
 A resume is reproducible (the same resume twice gives the same model) but not the model a
 straight run to the same total gives: SB3 saves neither the envs' state nor the random
-generators', so the resumed run starts new episodes, its envs seeded ``resume_seed(seed,
-steps)`` (``seed`` would replay the task stream it has already seen; ``seed + steps`` was
+generators', so the resumed run starts new episodes, its envs and generators seeded
+``resume_seed(seed, steps)`` (``seed`` would replay the task stream it has already seen; ``seed + steps`` was
 the held-out seeds themselves for a resume at 10000 steps). Compare runs trained straight.
 
 Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
@@ -413,12 +413,16 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
         raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
                           f"above that (the new total) to continue it")
     # cfg.hp: every hyper-parameter the run was built with, a warm start's included
-    venv, first = build_vec_env(cfg, spec.agent, resume_seed(spec.seed, steps),
-                                companion(path, "vecnormalize", steps))
+    seed = resume_seed(spec.seed, steps)
+    venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
     algo = WarmDQN if spec.agent == "dqn" and warm is not None else ALGORITHMS[spec.agent]
     torch.set_num_threads(1)   # as make_sb3 does: a resumed DQN ran 10x slower on two threads
     model = algo.load(path, env=venv, device="cpu")
+    # SB3's load seeds everything (the envs' next resets too) with the model's saved seed, the
+    # run's own: the resumed envs replayed the task streams the run began on. Seeded again
+    # here; the model keeps the run's seed, from which a later resume derives its own.
+    model.set_random_seed(seed)
     buffer = companion(path, "replay_buffer", steps)
     if hasattr(model, "load_replay_buffer") and buffer.is_file():
         model.load_replay_buffer(buffer)

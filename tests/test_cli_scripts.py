@@ -847,6 +847,31 @@ def test_help_shows_each_options_default() -> None:
         "--clone-samples")[1].split("--scenario")[0]       # its own words, not appended twice
 
 
+def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monkeypatch) -> None:
+    """SB3's load seeds the env it is given with the model's saved seed (its _setup_model calls
+    set_random_seed), which overrode the resume seeds build_vec_env had given: the resumed run
+    reset its envs on seeds 3 and 4 again and replayed the task streams it began on."""
+    import agents.training as training
+    from envs.inference_alloc import InferenceAllocEnv
+
+    main = load_main("train.py")
+    args = ["--log-dir", str(tmp_path / "runs"), "--no-progress-bar"]
+    assert main(["--warmup", "none", "--seeds", "3", "--n-envs", "2", "--timesteps", "32",
+                 "--checkpoint-interval", "0", "--episode-tasks", "30", "--eval-tasks", "0",
+                 "--hp", "n_steps=16", "batch_size=16", "n_epochs=1", *args]) == 0
+    seeds: list[int | None] = []
+    reset = InferenceAllocEnv.reset
+
+    def spy(self, *, seed=None, options=None):
+        seeds.append(seed)
+        return reset(self, seed=seed, options=options)
+
+    monkeypatch.setattr(InferenceAllocEnv, "reset", spy)
+    assert main(["--resume", "--timesteps", "64", *args]) == 0
+    first = training.resume_seed(3, 32)
+    assert seeds[:2] == [first, first + 1], seeds
+
+
 def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
         tmp_path: Path, capsys) -> None:
     """Resuming from model.zip used to start DQN from an empty buffer (only checkpoints saved
