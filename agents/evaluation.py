@@ -185,7 +185,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``) are fresh agents (training seed =
-    the stream's index) that learn as they go; ``best-static`` and ``oracle`` are the
+    the stream's seed, so a stream studied alone gets the learner it gets among others) that learn as they go; ``best-static`` and ``oracle`` are the
     references, run once per stream and shared by every agent's result; ``heft-calibrated``
     runs as a fixed policy. Any other name is a ValueError listing these (``ONLINE_LEARNERS``,
     ``ONLINE_FIXED``).
@@ -199,7 +199,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
         raise ValueError(f"unknown online agents {unknown}; valid: "
                          f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}")
     study = OnlineStudy()
-    for index, seed in enumerate(seeds):
+    for seed in seeds:
         def fresh_env() -> gym.Env:
             return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
                             reward="relative")
@@ -217,7 +217,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                 if agent in ONLINE_LEARNERS:
                     algo, parts = ONLINE_LEARNERS[agent]
                     warm = WarmupConfig.from_parts(parts) if parts else None
-                    policy, learn = make_sb3(algo, env, seed=index, warmup=warm), True
+                    policy, learn = make_sb3(algo, env, seed=seed, warmup=warm), True
                 else:
                     policy, learn = make_policy(agent, env), False
                 run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)

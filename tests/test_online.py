@@ -254,6 +254,17 @@ def test_a_learner_deployed_twice_on_one_seed_repeats_itself(name, warmup):
     assert not all(torch.equal(a, c) for a, c in zip(w_a, w_c, strict=True))
 
 
+def test_a_stream_studied_alone_gets_the_learner_it_gets_among_others():
+    # The study seeded each learner with its stream's place in the list, so stream 12 alone
+    # (place 0) got another learner, and other figures, than 12 second of two (place 1).
+    from agents.evaluation import online_study
+
+    pair = online_study(["ppo"], [11, 12], n_samples=60)
+    alone = online_study(["ppo"], [12], n_samples=60)
+    assert np.array_equal(pair.curves["ppo"][1], alone.curves["ppo"][0])
+    assert not np.array_equal(pair.curves["ppo"][0], pair.curves["ppo"][1])
+
+
 @pytest.mark.parametrize("n", [60, 600])
 def test_stabilization_md_states_the_spans_its_metrics_used(n):
     """With --online-samples 60 the metrics average samples 1..60 (early) and the last 60
