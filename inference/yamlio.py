@@ -97,13 +97,24 @@ def load_yaml_file(path: Path, what: str) -> Any:
         raise ValueError(f"{what} {shown(path, quote=False)} is not UTF-8 text") from None
 
 
+MAX_PATH_DEPTH = 256
+
+
 def unusable_path(path: str | os.PathLike[str]) -> str | None:
     """Why `path` cannot name a file at all, or None (also when it merely does not exist).
 
     pathlib's ``exists``/``is_file``/``is_dir`` answer False for a missing file but raise for a
     name the file system refuses: a traceback (OSError, "File name too long") for a 300-character
     file name given as a scenario, hardware file or trace, or a bare "embedded null byte".
+    A path more than MAX_PATH_DEPTH folders deep is refused too: pathlib's `mkdir(parents=True)`
+    recurses once per missing folder, and an --out 1100 folders deep ended in a RecursionError.
     """
+    try:
+        depth = len(Path(path).parts)
+    except (TypeError, ValueError):
+        depth = 0   # os.stat below names what is wrong with it
+    if depth > MAX_PATH_DEPTH:
+        return f"it is {depth} folders deep, more than the {MAX_PATH_DEPTH} taken"
     try:
         os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
