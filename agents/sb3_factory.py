@@ -334,6 +334,10 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             # inside its training loop
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
             raise ValueError(f"hyper-parameter {key} must be {bounds}, got {shown(value)}")
+        if key == "gradient_steps" and value == 0:
+            # SB3 takes 0 and never trains: the run's "learning" left the network as built
+            raise ValueError("hyper-parameter gradient_steps must be -1 (as many as the env "
+                             "steps since the last update) or >= 1, got 0")
 
 
 def _check_train_freq(value: Any) -> None:
@@ -491,9 +495,11 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
         raise FileNotFoundError(f"model file {p} does not exist")
     name, env_id = saved_model_info(p)
     space = getattr(getattr(env, "unwrapped", None), "action_space", None)
-    if name == "dqn" and space is not None and not isinstance(space, spaces.MultiDiscrete):
-        raise ValueError(f"model file {p} holds a DQN, which acts in {env_id}; this env's "
-                         f"actions are {space}")
+    if space is not None and isinstance(space, spaces.Box) != (env_id == ENV_IDS[1]):
+        # SB3's own refusal was "Action spaces do not match" (and a DQN's a missing nvec)
+        raise ValueError(f"model file {p} holds a {ALGORITHMS[name].__name__}, which acts in "
+                         f"{env_id}; this env's actions are {space}: load it with an {env_id} "
+                         f"env")
     wrapped = wrap_for(name, env) if env is not None else None
     torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:

@@ -241,6 +241,19 @@ def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> No
         load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
 
 
+def test_a_model_loaded_with_the_other_envs_actions_names_the_env_it_acts_in(
+        tmp_path: Path) -> None:
+    """A Split-env PPO given InferenceAlloc-v0 was SB3's "Action spaces do not match"."""
+    from agents.registry import load_policy
+    from agents.sb3_factory import make_sb3
+
+    path = make_sb3("ppo", make(SPLIT), seed=0).save(tmp_path / "split")
+    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} holds a PPO, which "
+                                         f"acts in {SPLIT}; this env's actions are MultiDiscrete"
+                                         f".*: load it with an {SPLIT} env"):
+        load_policy(path, make(V0))
+
+
 # ----------------------------------------------------------------------------- train.py's parts
 class _Logger:
     """Stands in for SB3's logger (records its key -> value) and TensorBoard's writer."""

@@ -251,6 +251,15 @@ def test_dqn_ranges_are_checked_to_their_bounds_inclusive():
     assert make_sb3("dqn", env, seed=0, overrides=bounds).model.exploration_fraction == 1.0
 
 
+def test_gradient_steps_zero_is_refused_as_it_would_never_train():
+    """SB3 takes gradient_steps=0 and skips every update: the run's model stayed as built."""
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
+    with pytest.raises(ValueError, match=r"gradient_steps must be -1 \(as many as the env "
+                                         r"steps since the last update\) or >= 1, got 0"):
+        make_sb3("dqn", env, seed=0, overrides={"gradient_steps": 0})
+    assert make_sb3("dqn", env, seed=0, overrides={"gradient_steps": -1}).model.gradient_steps == -1
+
+
 def test_dqns_train_freq_takes_a_pair_as_yaml_and_hp_spell_it():
     """[4, episode] from --hp or a YAML file is a list; SB3 takes a tuple, and read the list
     as the frequency itself: "must be an integer and not [4, 'episode']"."""
