@@ -2,6 +2,7 @@
 
     python train.py                               # the main job: PPO vs PPO + warm-up, 6-10 min
     python train.py --agents ppo dqn --seeds 0 1 2 --timesteps 100000
+    python train.py --env InferenceAllocSplit-v0 --agents ppo sac   # split stages (SAC: here only)
     python train.py --config my.yaml --hp learning_rate=3e-4 n_steps=64
     python train.py --resume                      # continue the newest run to --timesteps
     tensorboard --logdir runs

@@ -104,7 +104,7 @@ class LatencyMetrics(BaseCallback):
             if self.writer is not None:
                 self.writer.add_scalar("latency/per_sample", latency, first + i)
         if self._fresh and any(self.locals.get("dones", ())):
-            # An off-policy learner (DQN) dumps its logs at an episode's end, inside its
+            # An off-policy learner (DQN, SAC) dumps its logs at an episode's end, inside its
             # rollout and before this rollout's end: recorded only there, its dump at step S
             # wrote the window of the rollout before (train_freq steps stale, a whole episode
             # with train_freq (1, "episode")), and the run's last step got each tag twice.

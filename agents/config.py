@@ -58,7 +58,8 @@ class TrainConfig:
     """What `python train.py` trains (each agent x warm-up spec x seed is one run)."""
 
     agents: list[str] = field(default_factory=lambda: ["ppo"], metadata=_help(
-        "SB3 agents to train: ppo, a2c, dqn, maskable-ppo"))
+        "SB3 agents to train: ppo, a2c (both envs), dqn, maskable-ppo (InferenceAlloc-v0 "
+        "only), sac (InferenceAllocSplit-v0 only)"))
     warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
         "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
         "(guard only with conservative)"))

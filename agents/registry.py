@@ -15,8 +15,10 @@ Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
 * ``oracle``: the per-step (myopic) lower bound; needs the live single env;
 * ``gated-<name>``: any of the above behind the small-batch gate (keyword
   ``threshold=``, default 16), e.g. ``gated-heft-calibrated``;
-* ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``: Stable-Baselines3 agents, built by
-  ``agents.sb3_factory.make_sb3`` (imported only when asked for).
+* ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``, ``sac``: Stable-Baselines3 agents, built by
+  ``agents.sb3_factory.make_sb3`` (imported only when asked for); ``dqn`` and
+  ``maskable-ppo`` act in ``InferenceAlloc-v0`` only, ``sac`` in ``InferenceAllocSplit-v0``
+  only.
 
 ``load_policy`` rebuilds a policy from a zip written by ``Policy.save`` or, for an
 SB3 model zip, hands over to ``agents.sb3_factory.load_sb3``.
@@ -45,7 +47,7 @@ POLICY_NAMES: tuple[str, ...] = (
     "oracle",
 )
 SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
-SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo")
+SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo", "sac")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
                                   "gated-<name>")
 _SB3_MODULE = "agents.sb3_factory"

@@ -9,7 +9,8 @@ overrides come from code (a dict) or the CLI (``key=value`` strings parsed as
 YAML scalars, never ``eval``-ed). DQN needs a ``Discrete`` action space, so its
 env is wrapped to flatten ``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``;
 the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
-with the env's own actions.
+with the env's own actions. DQN and MaskablePPO act in ``InferenceAlloc-v0`` only,
+SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``ONLY_ENV``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 import yaml
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO
-from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
@@ -36,7 +37,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 from agents.base import Policy
 from agents.files import zip_target
 from agents.warmup import (
-    WarmDQN,
+    WARM_ALGORITHMS,
     WarmupConfig,
     WarmupController,
     attach_warmup,
@@ -47,7 +48,11 @@ from inference.checks import is_integer, is_number
 from inference.messages import shown
 from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
 
-ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "maskable-ppo": MaskablePPO}
+ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
+                                              "maskable-ppo": MaskablePPO, "sac": SAC}
+# The agents whose action space is one env's only: DQN and MaskablePPO take discrete actions
+# (InferenceAlloc-v0's device ids), SAC a Box (InferenceAllocSplit-v0's split weights).
+ONLY_ENV = {"dqn": ENV_IDS[0], "maskable-ppo": ENV_IDS[0], "sac": ENV_IDS[1]}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
 WARM_START = "warm_start"   # the YAML key of a warm-started learner's hyper-parameters
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
@@ -69,6 +74,7 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     ``starts_warm``); `warm_start` puts them on top."""
     if agent not in ALGORITHMS:
         raise ValueError(f"unknown SB3 agent {shown(agent)}; known: {', '.join(ALGORITHMS)}")
+    check_agent_env(agent, env_id)
     path = HYPERPARAMS_DIR / f"{agent}.yaml"
     # a ValueError naming the file, as every check below: an edit that broke the YAML (a key
     # given twice, a tab) was a yaml traceback out of train.py, and a list there a TypeError
@@ -76,12 +82,8 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     if not isinstance(table, dict):
         raise ValueError(f"{path} must map env ids to hyper-parameters, got {table!r}")
     if env_id not in table:
-        raise ValueError(
-            f"no {agent} hyper-parameters for env {shown(env_id)} in {path}; "
-            f"envs there: {', '.join(table) or 'none'}"
-            + (" (DQN and MaskablePPO need discrete actions: use InferenceAlloc-v0)"
-               if agent in ("dqn", "maskable-ppo") else "")
-        )
+        raise ValueError(f"no {agent} hyper-parameters for env {shown(env_id)} in {path}; "
+                         f"envs there: {', '.join(table) or 'none'}")
     params = table[env_id]
     if not isinstance(params, dict):
         raise ValueError(f"{path}: {env_id} must map hyper-parameter names to values, "
@@ -102,6 +104,18 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     except ValueError as exc:
         raise ValueError(f"{path}, {env_id}: {exc}") from None
     return layer_hyperparams(params, warm) if warm_start else params
+
+
+def check_agent_env(agent: str, env_id: str) -> None:
+    """Refuse an agent in the env whose action space it cannot take (``ONLY_ENV``), naming the
+    env it trains on and the agents this one takes."""
+    only = ONLY_ENV.get(agent)
+    if only is None or env_id == only or env_id not in ENV_IDS:
+        return
+    kind = "discrete" if only == ENV_IDS[0] else "continuous (Box)"
+    others = [a for a in ALGORITHMS if ONLY_ENV.get(a, env_id) == env_id]
+    raise ValueError(f"{agent} needs {kind} actions: it trains on {only} (train.py --env "
+                     f"{only}), not {env_id}; for {env_id} use {', '.join(others)}")
 
 
 def layer_hyperparams(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -286,6 +300,11 @@ HP_RANGES: dict[str, tuple[float | None, float | None]] = {
     # (stats_window_size=-1: deque's "maxlen must be non-negative"; train_freq=0: an assert)
     "stats_window_size": (0, None), "train_freq": (1, None),
 }
+# SAC's entropy settings, whose SB3 default is the text "auto" (learned): what they take
+# beside it. SB3 parses them only when it sets the model up: auto_abc was a bare float()
+# ValueError, auto_0 an assert, Auto a float() error.
+AUTO_FORMS = {"ent_coef": "auto, auto_<initial value > 0> (e.g. auto_0.1) or a number >= 0",
+              "target_entropy": "auto or a number (e.g. -9.0)"}
 
 
 def check_override_types(name: str, params: dict[str, Any], overrides: dict[str, Any]) -> None:
@@ -294,9 +313,10 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
     would otherwise fail deep inside training. The expected type is that of `params` (the
     YAML hyper-parameters), else of the constructor's default; keys without one (schedules, kwargs dicts) and
-    other structured values are left to SB3. DQN's ``train_freq`` is a number of steps or a
-    pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); ``policy_kwargs`` a mapping
-    whose ``net_arch`` SB3 can build (``_check_policy_kwargs``).
+    other structured values are left to SB3. The off-policy agents' ``train_freq`` is a number
+    of steps or a pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); SAC's
+    ``ent_coef`` and ``target_entropy`` ``auto`` or a number (``_is_auto``); ``policy_kwargs``
+    a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``).
     """
     defaults = {key: p.default for key, p in
                 inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
@@ -309,6 +329,10 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             _check_policy_kwargs(name, value)
             continue
         ref = expected.get(key)
+        if key in AUTO_FORMS and defaults.get(key) == "auto":
+            if _is_auto(key, value):
+                continue
+            ref = 0.0       # a number: checked as the others are, below
         if value is None and defaults.get(key, 0) is None:
             continue    # None where SB3's own default is None (target_kl, clip_range_vf): "off"
         if isinstance(value, (list, dict)) and not isinstance(ref, (bool, int, float)):
@@ -340,8 +364,26 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
                              "steps since the last update) or >= 1, got 0")
 
 
+def _is_auto(key: str, value: Any) -> bool:
+    """Whether `value` is one of the texts SAC's `key` takes (``AUTO_FORMS``); False for a
+    number, which the caller checks as any other; a ValueError for anything else."""
+    if is_number(value):
+        return False
+    init = value.removeprefix("auto_") if isinstance(value, str) and key == "ent_coef" \
+        and value.startswith("auto_") else None
+    try:        # "_" in the initial value: SB3 reads auto_1_0 as 1, float() as 10
+        ok = value == "auto" or (init is not None and "_" not in init
+                                 and 0 < float(init) <= FLOAT32_MAX)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"hyper-parameter {key} must be {AUTO_FORMS[key]}, got {shown(value)}")
+    return True
+
+
 def _check_train_freq(value: Any) -> None:
-    """DQN's train_freq: an integer n >= 1 (every n steps) or a pair [n, step | episode]."""
+    """The off-policy agents' (DQN, SAC) train_freq: an integer n >= 1 (every n steps) or a
+    pair [n, step | episode]."""
     low = HP_RANGES["train_freq"][0]
     pair = value if isinstance(value, (list, tuple)) and len(value) == 2 else (value, "step")
     n, unit = pair
@@ -359,9 +401,10 @@ MAX_LAYER_WIDTH = 65_536
 
 def _check_policy_kwargs(name: str, value: Any) -> None:
     """policy_kwargs is a mapping (or null), and its net_arch one SB3 builds: a list of layer
-    widths, or for the actor-critic agents ``{pi: [...], vf: [...]}`` (DQN takes the list
-    only). SB3 checks neither: [-1, 64] or [1e18, 64] was a torch traceback once the net was
-    built, and [0, 64] trained a net with a zero-width layer."""
+    widths, or for the actor-critic agents ``{pi: [...], vf: [...]}`` (SAC: ``{pi: [...],
+    qf: [...]}``, both given; DQN takes the list only). SB3 checks neither: [-1, 64] or
+    [1e18, 64] was a torch traceback once the net was built, and [0, 64] trained a net with a
+    zero-width layer."""
     if value is None:
         return
     if not isinstance(value, dict):
@@ -379,9 +422,15 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     if name == "dqn":
         ok, form = widths(arch), "a list of layer widths"
     else:
+        # SAC's critic is "qf", and SB3 asserts both of its keys; the on-policy agents' may
+        # each be left out (no layers of their own)
+        critic, both = ("qf", True) if name == "sac" else ("vf", False)
+        keys = {"pi", critic}
         ok = widths(arch) or (isinstance(arch, dict) and bool(arch)
-                              and set(arch) <= {"pi", "vf"} and all(map(widths, arch.values())))
-        form = "a list of layer widths or a mapping {pi: [...], vf: [...]} of such lists"
+                              and (set(arch) == keys if both else set(arch) <= keys)
+                              and all(map(widths, arch.values())))
+        form = (f"a list of layer widths or a mapping {{pi: [...], {critic}: [...]}} of such "
+                f"lists{' (both keys)' if both else ''}")
     if not ok:
         raise ValueError(f"hyper-parameter policy_kwargs.net_arch must be {form} for {name}, "
                          f"each width an integer in 1..{MAX_LAYER_WIDTH} (e.g. [64, 64]), "
@@ -419,8 +468,8 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     algo = ALGORITHMS[name]
     train_env = vec_env if vec_env is not None else wrap_for(name, env)
     if warmup is not None:
-        if name == "dqn":
-            algo = WarmDQN
+        if name in WARM_ALGORITHMS:
+            algo = WARM_ALGORITHMS[name]
         else:
             policy = warm_policy_class(name)
     model = algo(policy, train_env, seed=seed, verbose=verbose, device="cpu",
@@ -448,7 +497,7 @@ def _saved_data(path: Path) -> dict[str, Any]:
 def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
     """The algorithm of a zip SB3 saved itself (no ``infer_agent``), from what SB3 records.
 
-    The policy class's module tells DQN and MaskablePPO apart; PPO and A2C share
+    The policy class's module tells DQN, SAC and MaskablePPO apart; PPO and A2C share
     ActorCriticPolicy, and only PPO saves a clip range.
     """
     policy = data.get("policy_class")
@@ -459,6 +508,8 @@ def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
         return "maskable-ppo"
     if module.startswith("stable_baselines3.dqn"):
         return "dqn"
+    if module.startswith("stable_baselines3.sac"):
+        return "sac"
     if module.startswith("stable_baselines3.common.policies"):
         return "ppo" if "clip_range" in data else "a2c"
     return None
@@ -478,7 +529,7 @@ def saved_model_info(path: str | Path) -> tuple[str, str]:
         if name is None:
             raise ValueError(f"model file {p} does not say which agent it holds: it has no "
                              f"infer_agent entry, and its policy is not one of SB3's PPO, A2C, "
-                             f"DQN or sb3-contrib's MaskablePPO (save models with "
+                             f"DQN, SAC or sb3-contrib's MaskablePPO (save models with "
                              f"SB3Agent.save or train them with train.py)")
     if not isinstance(name, str) or name not in ALGORITHMS:   # a list or dict is unhashable
         raise ValueError(f"model file {p} does not say which agent it holds (infer_agent={name!r})")

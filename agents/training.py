@@ -9,9 +9,9 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
   its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
-  VecNormalize statistics, for DQN the latest replay buffer, and with warm-up the guard's
-  state, which it and its ``warmup/guard_trips`` curve continue from on ``--resume``);
-* ``model.zip`` once training ends, for DQN with ``replay_buffer.pkl`` (a resume from
+  VecNormalize statistics, for DQN and SAC the latest replay buffer, and with warm-up the
+  guard's state, which it and its ``warmup/guard_trips`` curve continue from on ``--resume``);
+* ``model.zip`` once training ends, for DQN and SAC with ``replay_buffer.pkl`` (a resume from
   ``model.zip`` continues with it), ``vecnormalize.pkl`` with ``normalize``, and
   ``warmup.json`` with warm-up (the guard's trip count and the windows of latency ratios
   it compares, at that step).
@@ -85,7 +85,7 @@ from agents.sb3_factory import (
     starts_warm,
     wrap_for,
 )
-from agents.warmup import WarmDQN, WarmupConfig, WarmupController, attach_warmup
+from agents.warmup import WARM_ALGORITHMS, WarmupConfig, WarmupController, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import shown
@@ -416,7 +416,9 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     seed = resume_seed(spec.seed, steps)
     venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
-    algo = WarmDQN if spec.agent == "dqn" and warm is not None else ALGORITHMS[spec.agent]
+    algo = ALGORITHMS[spec.agent]
+    if warm is not None:
+        algo = WARM_ALGORITHMS.get(spec.agent, algo)   # as make_sb3 builds it
     torch.set_num_threads(1)   # as make_sb3 does: a resumed DQN ran 10x slower on two threads
     model = algo.load(path, env=venv, device="cpu")
     # SB3's load seeds everything (the envs' next resets too) with the model's saved seed, the
@@ -461,7 +463,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             save_warmup_state(agent.warmup, run_dir / "warmup.json", model.num_timesteps)
         agent.save(run_dir / "model.zip")
         if getattr(model, "replay_buffer", None) is not None:
-            # a resume continues from model.zip when it is the newest: DQN needs its buffer
+            # a resume continues from model.zip when it is the newest: DQN and SAC need their buffer
             # beside it, or it starts again from an empty one
             with atomic_path(run_dir / "replay_buffer.pkl") as tmp:
                 model.save_replay_buffer(tmp)  # type: ignore[attr-defined]

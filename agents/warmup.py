@@ -7,8 +7,9 @@ Three parts, each optional, composable with any SB3 agent:
    stores and learns from those transitions. For PPO/A2C the policy's forward
    pass returns the conservative action with the learner's own value and
    log-probability of it, so the rollout is consistent and the update pulls
-   the learner toward actions that paid; for DQN it replaces SB3's random
-   ``learning_starts`` actions;
+   the learner toward actions that paid; for the off-policy DQN and SAC it
+   takes the exploration steps, in place of SB3's random ``learning_starts``
+   actions, and its transitions go to the replay buffer;
 2. behaviour cloning -- before RL the network is trained to imitate the
    conservative policy on observations of the scenario (and the critic to
    predict the returns it earned), so learning starts where it is;
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-from stable_baselines3 import DQN
+from stable_baselines3 import DQN, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 
@@ -336,27 +337,58 @@ class WarmMaskablePolicy(_WarmForward, MaskableActorCriticPolicy):  # type: igno
     pass
 
 
-class WarmDQN(DQN):
-    """DQN whose exploration steps may be taken by the conservative policy."""
+class _WarmSampleAction:
+    """Mixin for off-policy algorithms: the conservative policy may take the exploration step
+    (``_sample_action``), and its transitions reach the replay buffer as the learner's do."""
 
     warmup: WarmupController | None = None
-    flatten: Any = None
 
     def _excluded_save_params(self) -> list[str]:
         # The controller (and its conservative policy) belong to this process, not the model.
-        return [*super()._excluded_save_params(), "warmup", "flatten"]
+        return [*super()._excluded_save_params(), "warmup"]  # type: ignore[misc]
+
+    def _conservative_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(env actions, replay-buffer actions) of the conservative policy's `actions`."""
+        raise NotImplementedError
 
     def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
                        ) -> tuple[np.ndarray, np.ndarray]:
         ctl = self.warmup
         if ctl is not None and ctl.use_conservative():
-            multi = ctl.actions(self._last_obs)  # type: ignore[arg-type]
-            flat = np.array([self.flatten(a) for a in np.atleast_2d(multi)])
-            return flat, flat
-        if ctl is not None and self.num_timesteps < learning_starts:
-            # Past the conservative phase the learner acts greedily-with-epsilon, not randomly.
+            return self._conservative_step(ctl.actions(self._last_obs))  # type: ignore[attr-defined]
+        if ctl is not None and self.num_timesteps < learning_starts:  # type: ignore[attr-defined]
+            # Past the conservative phase the learner acts (DQN greedily-with-epsilon, SAC by
+            # sampling its actor), not SB3's uniform random actions.
             learning_starts = 0
-        return super()._sample_action(learning_starts, action_noise, n_envs)
+        return super()._sample_action(learning_starts, action_noise, n_envs)  # type: ignore[misc]
+
+
+class WarmDQN(_WarmSampleAction, DQN):
+    """DQN whose exploration steps may be taken by the conservative policy."""
+
+    flatten: Any = None
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "flatten"]
+
+    def _conservative_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat = np.array([self.flatten(a) for a in np.atleast_2d(actions)])
+        return flat, flat
+
+
+class WarmSAC(_WarmSampleAction, SAC):
+    """SAC whose exploration steps may be taken by the conservative policy."""
+
+    def _conservative_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # The buffer holds the action the env receives, in the policy's [-1, 1] scale as SAC's
+        # own are: unlike PPO's Gaussian (box_targets), SAC's critic is fitted on squashed
+        # actions, so a zero weight stays on the box's edge.
+        env_actions = np.asarray(actions, dtype=np.float32)     # (n_envs, 9): ctl.actions'
+        return env_actions, self.policy.scale_action(env_actions)
+
+
+# The off-policy agents whose algorithm class takes the warm-up (the others' policy class does).
+WARM_ALGORITHMS: dict[str, type[WarmDQN] | type[WarmSAC]] = {"dqn": WarmDQN, "sac": WarmSAC}
 
 
 def warm_policy_class(agent: str) -> type:
@@ -372,11 +404,13 @@ def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | N
     conservative = make_policy(config.conservative, env)
     controller = WarmupController(conservative, config, env.unwrapped.action_space)
     model = agent.model
-    if agent.name == "dqn":
-        assert isinstance(model, WarmDQN), "make_sb3 builds WarmDQN when warm-up is asked"
+    if agent.name in WARM_ALGORITHMS:
+        assert isinstance(model, WARM_ALGORITHMS[agent.name]), \
+            "make_sb3 builds the WARM_ALGORITHMS class when warm-up is asked"
         model.warmup = controller
-        nvec = tuple(env.unwrapped.action_space.nvec)
-        model.flatten = lambda a: int(np.ravel_multi_index(tuple(int(x) for x in a), nvec))
+        if isinstance(model, WarmDQN):
+            nvec = tuple(env.unwrapped.action_space.nvec)
+            model.flatten = lambda a: int(np.ravel_multi_index(tuple(int(x) for x in a), nvec))
     else:
         setattr(model.policy, "warmup", controller)  # noqa: B010  (a Warm* policy class)
     agent.warmup = controller

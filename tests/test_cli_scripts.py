@@ -304,7 +304,7 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--agents", "ppo", "qlearning"], "ppo, a2c, dqn, maskable-ppo"),
+    (["--agents", "ppo", "qlearning"], "ppo, a2c, dqn, maskable-ppo, sac"),
     (["--scenario", "nowhere"], "article, bursty, edge"),
     (["--hardware", "mainframe"], "edge, server"),
     (["--warmup", "lots"], "conservative, clone, guard"),
@@ -316,6 +316,8 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--warmup", "none", "--conservative", "ppo"], "'ppo' is a learning agent"),
     (["--hp", "warp_speed=9"], "warp_speed"),
     (["--env-id", "InferenceAllocSplit-v0", "--agents", "dqn"], "discrete actions"),
+    (["--agents", "sac"], "sac needs continuous (Box) actions: it trains on "
+                          "InferenceAllocSplit-v0 (train.py --env InferenceAllocSplit-v0)"),
     (["--hp", "gamma=abc"], "gamma must be a number"),
     (["--hp", "n_steps=abc"], "n_steps must be an integer"),
     (["--hp", "n_steps=64.5"], "n_steps must be an integer"),

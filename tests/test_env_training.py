@@ -170,7 +170,7 @@ def test_a_zip_saved_by_sb3_itself_is_recognised_and_evaluated(
 def test_a_zip_of_an_unknown_algorithm_says_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "model.zip"
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("data", b'{"policy_class": {"__module__": "stable_baselines3.sac.policies"}}')
+        zf.writestr("data", b'{"policy_class": {"__module__": "stable_baselines3.td3.policies"}}')
     with pytest.raises(ValueError, match="has no infer_agent entry, and its policy is not one of"):
         load_sb3(path)
 

@@ -195,7 +195,7 @@ def test_a_model_named_as_a_baseline_is_not_pooled_with_it(tmp_path: Path) -> No
     ("agents: [ppo, dqn]\nseeds: [0, 1]\n", "agents ['ppo', 'dqn'], warmup ['none', 'all'], "
                                              "seeds [0, 1]"),
     ("agents: []\n", "agents [], "),                  # was an IndexError traceback
-    ("agents: [sac]\nwarmup: [none]\n", "agents ['sac']"),
+    ("agents: [td3]\nwarmup: [none]\n", "agents ['td3']"),
     ("seeds: []\nwarmup: [none]\n", "seeds []"),
 ])
 def test_a_config_yaml_that_is_no_runs_is_named_not_taken_for_one(text: str, expected: str,
