@@ -160,6 +160,9 @@ class HeldOutEval(BaseCallback):
         self._next = 0
         self._end: int | None = None        # the step learn() stops at
         self._written_at: int | None = None
+        # (step, per-task latencies) of the last point written: once learn() returns, the
+        # saved model's run of the episode, which the trainer's final/ row takes as it is
+        self.last: tuple[int, np.ndarray] | None = None
 
     def _on_training_start(self) -> None:
         self.writer = tensorboard_writer(self.logger)
@@ -187,6 +190,7 @@ class HeldOutEval(BaseCallback):
         latency = self.evaluate()
         mean = float(latency.mean())
         step = self._written_at = self.num_timesteps
+        self.last = (step, latency)
         self.writer.add_scalar("eval/latency_mean", mean, step)
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
         self.writer.add_scalar("eval/vs_best_static", mean / self.static_mean, step)

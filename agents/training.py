@@ -450,8 +450,9 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
             name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
             save_vecnormalize=cfg.normalize, warmup=agent.warmup))
-    if cfg.eval_interval and cfg.eval_tasks:
-        callbacks.append(_held_out_eval(agent, cfg))
+    held = _held_out_eval(agent, cfg) if cfg.eval_interval and cfg.eval_tasks else None
+    if held is not None:
+        callbacks.append(held)
     start, t0 = model.num_timesteps, time.perf_counter()
     try:
         if fresh:
@@ -487,7 +488,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                        new_steps=model.num_timesteps - start)
     try:
         if cfg.eval_tasks:
-            _final_metrics(result, cfg, logger)
+            _final_metrics(result, cfg, logger, held.last if held is not None else None)
     finally:
         logger.close()
     return result
@@ -502,11 +503,21 @@ def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
                        float(static.mean()), cfg.eval_interval)
 
 
-def _final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
-    """Held-out episode of the saved model: the comparison row and the HPARAMS metrics."""
-    env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
-    policy = load_policy(result.run_dir / "model.zip", env)
-    result.latency = episode_latencies(policy, env, cfg.eval_seed)
+def _final_metrics(result: RunResult, cfg: TrainConfig, logger: Any,
+                   evaluated: tuple[int, np.ndarray] | None = None) -> None:
+    """Held-out episode of the saved model: the comparison row and the HPARAMS metrics.
+
+    `evaluated`: the eval/ curve's last point (``HeldOutEval.last``: step, per-task
+    latencies). At the run's last step it is the saved model's deterministic run of this
+    very episode (written as learn() ends, before the model is saved), so it is taken
+    as it is: running the episode again from model.zip gave the same latencies to the bit
+    and cost a model load and an episode of SB3 predicts per run."""
+    if evaluated is not None and evaluated[0] == result.steps:
+        result.latency = evaluated[1]
+    else:
+        env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
+        policy = load_policy(result.run_dir / "model.zip", env)
+        result.latency = episode_latencies(policy, env, cfg.eval_seed)
     static = baseline_latency(_env_key(cfg), "best-static")
     result.vs_best_static = float(result.latency.mean() / static.mean())
     values = (float(result.latency.mean()), float(np.percentile(result.latency, 95)),

@@ -495,3 +495,35 @@ def test_warm_up_specs_have_one_spelling_and_label(spec: str, canonical: str, la
 
     assert canonical_warmup(spec) == canonical
     assert RunSpec("ppo", canonical, 0).label == label
+
+
+@pytest.mark.parametrize(("interval", "runs"), [(32, 3), (0, 1)])
+def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs: int,
+                                                           tmp_path: Path, monkeypatch) -> None:
+    """The eval/ curve's last point is the saved model's run of the held-out episode: the
+    final/ row loaded model.zip and ran that episode a second time, to the same latencies.
+    Without eval/ points (--eval-interval 0) the row still runs the saved model itself."""
+    import agents.training as training
+    from agents.config import TrainConfig
+    from agents.evaluation import episode_latencies
+    from agents.registry import load_policy
+    from agents.sb3_factory import SB3Agent
+
+    learned = []        # held-out episodes of the learned model (the baselines' are cached)
+    original = training.episode_latencies
+
+    def counted(policy, env, seed, episodes=1):
+        if isinstance(policy, SB3Agent):
+            learned.append(seed)
+        return original(policy, env, seed, episodes)
+
+    monkeypatch.setattr(training, "episode_latencies", counted)
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, log_dir=str(tmp_path),
+                         episode_tasks=20, eval_tasks=30, eval_interval=interval,
+                         checkpoint_interval=0, progress_bar=False,
+                         hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (result,) = training.train(config, report=lambda line: None)
+    assert len(learned) == runs     # eval/ at steps 0, 32 and 64, the last being the row's
+    env = training.env_for(config, episode_tasks=30, reward="latency")
+    saved = load_policy(result.run_dir / "model.zip", env)
+    assert np.array_equal(result.latency, episode_latencies(saved, env, config.eval_seed))
