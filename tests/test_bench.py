@@ -56,7 +56,8 @@ def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys)
     assert "placement 0,1,1" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["bench_env", "bench_planning", "bench_simulator", "bench_traces"])
+@pytest.mark.parametrize("name", ["bench_env", "bench_planning", "bench_simulator", "bench_traces",
+                                  "bench_training"])
 def test_every_bench_option_shows_its_default(name, capsys):
     with pytest.raises(SystemExit):
         bench_main(name)(["--help"])
@@ -123,3 +124,30 @@ def test_the_trace_bench_exits_1_when_a_target_is_missed(target, monkeypatch, ca
     monkeypatch.setattr(module, target, 0.0)
     assert module.main(["--rows", "200", "--repeats", "1"]) == 1
     assert capsys.readouterr().out.count("MISSED") == 1
+
+
+def test_the_training_bench_splits_a_run_and_checks_the_final_row_bit_for_bit(capsys):
+    code = bench_main("bench_training")(["--timesteps", "64", "--eval-tasks", "20",
+                                         "--repeats", "1"])
+    out = capsys.readouterr().out
+    shares = [float(line.rsplit(None, 1)[-1].rstrip("%")) for line in out.splitlines()
+              if line.startswith("  ")]
+    assert len(shares) == 5 and sum(shares) == pytest.approx(100, abs=0.5)
+    assert "the same latencies to the bit: yes" in out
+    assert code == (0 if out.rstrip().endswith("met") else 1)
+
+
+@pytest.mark.parametrize("args", [["--timesteps", "0"], ["--eval-tasks", "0"],
+                                  ["--repeats", "0"]])
+def test_a_bad_training_bench_option_is_a_usage_error_before_any_training(args, capsys,
+                                                                          monkeypatch):
+    module = bench_module("bench_training")
+
+    def trained(*_args, **_kwargs):
+        raise AssertionError("trained a run")
+
+    monkeypatch.setattr(module.training, "train", trained)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "must be >= 1" in err and out == ""
