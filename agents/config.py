@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agents.sb3_factory import layer_hyperparams, parse_overrides
+from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
 from inference.messages import argparse_type, shown

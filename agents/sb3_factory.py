@@ -1,21 +1,18 @@
-"""Stable-Baselines3 agents by name, from YAML hyper-parameters keyed by env id.
+"""Stable-Baselines3 agents by name, from YAML hyper-parameters keyed by env id
+(``agents.sb3_hyperparams`` reads and checks those).
 
     agent = make_sb3("ppo", env, seed=0, overrides={"learning_rate": 3e-4})
     agent.learn(10_000)
     action, _ = agent.predict(obs)
 
-Hyper-parameters live in ``agents/hyperparams/<agent>.yaml`` under the env id;
-overrides come from code (a dict) or the CLI (``key=value`` strings parsed as
-YAML scalars, never ``eval``-ed). DQN needs a ``Discrete`` action space, so its
-env is wrapped to flatten ``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``;
-the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
+DQN needs a ``Discrete`` action space, so its env is wrapped to flatten
+``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``; the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
 with the env's own actions. DQN and MaskablePPO act in ``InferenceAlloc-v0`` only,
 SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``ONLY_ENV``).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -26,16 +23,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import yaml
 from gymnasium import spaces
-from sb3_contrib import MaskablePPO
-from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy
 from agents.files import zip_target
+from agents.sb3_hyperparams import ALGORITHMS, hyperparams_with
 from agents.warmup import (
     WARM_ALGORITHMS,
     WarmupConfig,
@@ -44,17 +39,8 @@ from agents.warmup import (
     warm_policy_class,
 )
 from envs import ENV_IDS
-from inference.checks import is_integer, is_number
 from inference.messages import shown
-from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
 
-ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
-                                              "maskable-ppo": MaskablePPO, "sac": SAC}
-# The agents whose action space is one env's only: DQN and MaskablePPO take discrete actions
-# (InferenceAlloc-v0's device ids), SAC a Box (InferenceAllocSplit-v0's split weights).
-ONLY_ENV = {"dqn": ENV_IDS[0], "maskable-ppo": ENV_IDS[0], "sac": ENV_IDS[1]}
-HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
-WARM_START = "warm_start"   # the YAML key of a warm-started learner's hyper-parameters
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
 
 
@@ -68,105 +54,10 @@ def env_id_of(env: gym.Env | Any) -> str:
     return ENV_IDS[1] if "Split" in name else ENV_IDS[0]
 
 
-def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[str, Any]:
-    """The YAML's hyper-parameters of `agent` on `env_id`. An env's ``warm_start`` mapping
-    holds the values a learner that starts from a behaviour clone uses instead (see
-    ``starts_warm``); `warm_start` puts them on top."""
-    if agent not in ALGORITHMS:
-        raise ValueError(f"unknown SB3 agent {shown(agent)}; known: {', '.join(ALGORITHMS)}")
-    check_agent_env(agent, env_id)
-    path = HYPERPARAMS_DIR / f"{agent}.yaml"
-    # a ValueError naming the file, as every check below: an edit that broke the YAML (a key
-    # given twice, a tab) was a yaml traceback out of train.py, and a list there a TypeError
-    table = load_yaml_file(path, "hyper-parameter file") or {}
-    if not isinstance(table, dict):
-        raise ValueError(f"{path} must map env ids to hyper-parameters, got {table!r}")
-    if env_id not in table:
-        raise ValueError(f"no {agent} hyper-parameters for env {shown(env_id)} in {path}; "
-                         f"envs there: {', '.join(table) or 'none'}")
-    params = table[env_id]
-    if not isinstance(params, dict):
-        raise ValueError(f"{path}: {env_id} must map hyper-parameter names to values, "
-                         f"got {params!r}")
-    params = dict(params)
-    warm = params.pop(WARM_START, None)
-    warm = {} if warm is None else warm    # absent or null: none; 0 or '' is a mistake
-    if not isinstance(warm, dict):
-        raise ValueError(f"{path}: {env_id}.{WARM_START} must map hyper-parameter names to "
-                         f"values, got {warm!r}")
-    # checked here, not by SB3: a typo'd key was a bare TypeError traceback, and a value of
-    # the wrong type (gamma: abc) failed only once training had started
-    try:
-        check_keys(agent, params)
-        check_override_types(agent, {}, params)
-        check_keys(agent, warm)
-        check_override_types(agent, params, warm)
-    except ValueError as exc:
-        raise ValueError(f"{path}, {env_id}: {exc}") from None
-    return layer_hyperparams(params, warm) if warm_start else params
-
-
-def check_agent_env(agent: str, env_id: str) -> None:
-    """Refuse an agent in the env whose action space it cannot take (``ONLY_ENV``), naming the
-    env it trains on and the agents this one takes."""
-    only = ONLY_ENV.get(agent)
-    if only is None or env_id == only or env_id not in ENV_IDS:
-        return
-    kind = "discrete" if only == ENV_IDS[0] else "continuous (Box)"
-    others = [a for a in ALGORITHMS if ONLY_ENV.get(a, env_id) == env_id]
-    raise ValueError(f"{agent} needs {kind} actions: it trains on {only} (train.py --env "
-                     f"{only}), not {env_id}; for {env_id} use {', '.join(others)}")
-
-
-def layer_hyperparams(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """`top` over `params` (a warm start's values, or overrides): a policy_kwargs in `top`
-    merges into the one below. Replacing it, {net_arch: [8]} used to drop activation_fn (and
-    log_std_init), so the net trained with ReLU unannounced."""
-    out = {**params, **top}
-    if isinstance(top.get("policy_kwargs"), dict) and isinstance(
-            params.get("policy_kwargs") or {}, dict):
-        out["policy_kwargs"] = {**(params.get("policy_kwargs") or {}), **top["policy_kwargs"]}
-    return out
-
-
 def starts_warm(warmup: WarmupConfig | None) -> bool:
     """Whether a learner with this warm-up fine-tunes a behaviour clone, and so takes its
     env's ``warm_start`` hyper-parameters."""
     return warmup is not None and warmup.clone
-
-
-# set by make_sb3 itself (train.py's --seeds and the CPU device), never by hyper-parameters
-RESERVED = ("env", "seed", "device", "verbose", "tensorboard_log", "_init_setup_model")
-
-
-def check_keys(name: str, params: dict[str, Any]) -> None:
-    """Every key a keyword the agent's constructor takes (and not one make_sb3 sets)."""
-    known = [k for k in inspect.signature(ALGORITHMS[name].__init__).parameters
-             if k != "self" and k not in RESERVED]
-    for key in params:
-        if key in RESERVED:
-            raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
-                             + (" (train.py --seeds)" if key == "seed" else ""))
-        if key not in known:
-            raise ValueError(f"unknown {name} hyper-parameter {shown(key)}; known: {', '.join(known)}")
-
-
-def parse_overrides(items: list[str] | None) -> dict[str, Any]:
-    """``["learning_rate=3e-4", "policy_kwargs={net_arch: [32, 32]}"]`` -> dict (YAML scalars)."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"hyper-parameter override {shown(item)} must look like key=value")
-        try:
-            parsed = safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"hyper-parameter override {shown(item)}: value is not valid YAML "
-                             f"({describe_yaml_error(exc)})") from None
-        # layered as a warm start's values are: "--hp policy_kwargs={net_arch: [8]} --hp
-        # policy_kwargs={activation_fn: relu}" kept only the second, net_arch dropped
-        out = layer_hyperparams(out, {key.strip(): parsed})
-    return out
 
 
 class FlatDiscreteActions(gym.ActionWrapper):
@@ -284,169 +175,6 @@ class SB3Agent(Policy):
         finally:
             tmp.unlink(missing_ok=True)
         return target
-
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)   # SB3 turns the numbers into float32 tensors
-# Ranges of the numeric hyper-parameters SB3 does not check itself (None: unbounded).
-HP_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0),
-    "learning_rate": (0.0, None), "clip_range": (1e-9, None), "ent_coef": (0.0, None),
-    "vf_coef": (0.0, None), "max_grad_norm": (1e-9, None), "n_steps": (1, None),
-    "n_epochs": (1, None), "batch_size": (1, None), "buffer_size": (1, None),
-    "learning_starts": (0, None), "target_update_interval": (1, None), "gradient_steps": (-1, None),
-    "exploration_fraction": (0.0, 1.0), "exploration_initial_eps": (0.0, 1.0),
-    "exploration_final_eps": (0.0, 1.0),
-    # these two failed only inside each run, after its cloning, with a traceback per run
-    # (stats_window_size=-1: deque's "maxlen must be non-negative"; train_freq=0: an assert)
-    "stats_window_size": (0, None), "train_freq": (1, None),
-}
-# SAC's entropy settings, whose SB3 default is the text "auto" (learned): what they take
-# beside it. SB3 parses them only when it sets the model up: auto_abc was a bare float()
-# ValueError, auto_0 an assert, Auto a float() error.
-AUTO_FORMS = {"ent_coef": "auto, auto_<initial value > 0> (e.g. auto_0.1) or a number >= 0",
-              "target_entropy": "auto or a number (e.g. -9.0)"}
-
-
-def check_override_types(name: str, params: dict[str, Any], overrides: dict[str, Any]) -> None:
-    """A number where the agent takes a number, an integer where it takes an integer.
-
-    SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
-    would otherwise fail deep inside training. The expected type is that of `params` (the
-    YAML hyper-parameters), else of the constructor's default; keys without one (schedules, kwargs dicts) and
-    other structured values are left to SB3. The off-policy agents' ``train_freq`` is a number
-    of steps or a pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); SAC's
-    ``ent_coef`` and ``target_entropy`` ``auto`` or a number (``_is_auto``); ``policy_kwargs``
-    a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``).
-    """
-    defaults = {key: p.default for key, p in
-                inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
-    expected = {**defaults, **params}
-    for key, value in overrides.items():
-        if key == "train_freq":
-            _check_train_freq(value)
-            continue
-        if key == "policy_kwargs":
-            _check_policy_kwargs(name, value)
-            continue
-        ref = expected.get(key)
-        if key in AUTO_FORMS and defaults.get(key) == "auto":
-            if _is_auto(key, value):
-                continue
-            ref = 0.0       # a number: checked as the others are, below
-        if value is None and defaults.get(key, 0) is None:
-            continue    # None where SB3's own default is None (target_kl, clip_range_vf): "off"
-        if isinstance(value, (list, dict)) and not isinstance(ref, (bool, int, float)):
-            continue    # other structured values (kwargs dicts) are SB3's to check
-        if isinstance(ref, bool):
-            ok, kind = isinstance(value, bool), "true or false"
-        elif isinstance(ref, int):
-            ok, kind = is_integer(value), "an integer"
-        elif isinstance(ref, float):
-            ok, kind = is_number(value), "a number"
-        else:
-            continue
-        if not ok:
-            raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {shown(value)}")
-        if not abs(value) <= FLOAT32_MAX:
-            # NaN passed every range check (comparisons with it are false), and SB3 trained on
-            # nan/inf to NaN weights, or failed converting 1e300 to the float32 tensors it uses
-            raise ValueError(f"hyper-parameter {key} must be a finite number of at most "
-                             f"{FLOAT32_MAX:.3g} in size, got {shown(value)}")
-        low, high = HP_RANGES.get(key, (None, None))
-        if (low is not None and value < low) or (high is not None and value > high):
-            # SB3 takes gamma=1.5 or clip_range=-1 without a word, and n_epochs=0 fails deep
-            # inside its training loop
-            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-            raise ValueError(f"hyper-parameter {key} must be {bounds}, got {shown(value)}")
-        if key == "gradient_steps" and value == 0:
-            # SB3 takes 0 and never trains: the run's "learning" left the network as built
-            raise ValueError("hyper-parameter gradient_steps must be -1 (as many as the env "
-                             "steps since the last update) or >= 1, got 0")
-
-
-def _is_auto(key: str, value: Any) -> bool:
-    """Whether `value` is one of the texts SAC's `key` takes (``AUTO_FORMS``); False for a
-    number, which the caller checks as any other; a ValueError for anything else."""
-    if is_number(value):
-        return False
-    init = value.removeprefix("auto_") if isinstance(value, str) and key == "ent_coef" \
-        and value.startswith("auto_") else None
-    try:        # "_" in the initial value: SB3 reads auto_1_0 as 1, float() as 10
-        ok = value == "auto" or (init is not None and "_" not in init
-                                 and 0 < float(init) <= FLOAT32_MAX)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"hyper-parameter {key} must be {AUTO_FORMS[key]}, got {shown(value)}")
-    return True
-
-
-def _check_train_freq(value: Any) -> None:
-    """The off-policy agents' (DQN, SAC) train_freq: an integer n >= 1 (every n steps) or a
-    pair [n, step | episode]."""
-    low = HP_RANGES["train_freq"][0]
-    pair = value if isinstance(value, (list, tuple)) and len(value) == 2 else (value, "step")
-    n, unit = pair
-    if not is_integer(n) or n < (low or 0) \
-            or unit not in ("step", "episode"):
-        raise ValueError(f"hyper-parameter train_freq must be an integer >= {low} or a pair "
-                         f"[n, step] or [n, episode] with n >= {low} (e.g. 4 or [4, episode]), "
-                         f"got {shown(value)}")
-
-
-# A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
-# with a torch traceback (1e12 units: "can't allocate memory").
-MAX_LAYER_WIDTH = 65_536
-
-
-def _check_policy_kwargs(name: str, value: Any) -> None:
-    """policy_kwargs is a mapping (or null), and its net_arch one SB3 builds: a list of layer
-    widths, or for the actor-critic agents ``{pi: [...], vf: [...]}`` (SAC: ``{pi: [...],
-    qf: [...]}``, both given; DQN takes the list only). SB3 checks neither: [-1, 64] or
-    [1e18, 64] was a torch traceback once the net was built, and [0, 64] trained a net with a
-    zero-width layer."""
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        raise ValueError(f"hyper-parameter policy_kwargs must be a mapping "
-                         f"(e.g. {{net_arch: [64, 64]}}), got {shown(value)}")
-    arch = value.get("net_arch")
-    if arch is None:
-        return      # SB3's default net
-
-    def widths(layers: Any) -> bool:
-        return isinstance(layers, list) and all(
-            is_integer(n) and 1 <= n <= MAX_LAYER_WIDTH
-            for n in layers)
-
-    if name == "dqn":
-        ok, form = widths(arch), "a list of layer widths"
-    else:
-        # SAC's critic is "qf", and SB3 asserts both of its keys; the on-policy agents' may
-        # each be left out (no layers of their own)
-        critic, both = ("qf", True) if name == "sac" else ("vf", False)
-        keys = {"pi", critic}
-        ok = widths(arch) or (isinstance(arch, dict) and bool(arch)
-                              and (set(arch) == keys if both else set(arch) <= keys)
-                              and all(map(widths, arch.values())))
-        form = (f"a list of layer widths or a mapping {{pi: [...], {critic}: [...]}} of such "
-                f"lists{' (both keys)' if both else ''}")
-    if not ok:
-        raise ValueError(f"hyper-parameter policy_kwargs.net_arch must be {form} for {name}, "
-                         f"each width an integer in 1..{MAX_LAYER_WIDTH} (e.g. [64, 64]), "
-                         f"got {shown(arch)}")
-
-
-def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
-                     warm_start: bool = False) -> dict[str, Any]:
-    """The YAML's hyper-parameters of `name` on `env_id` (with its ``warm_start`` ones for a
-    warm-started learner) with `overrides` (checked) on top, layered by ``layer_hyperparams``."""
-    params = load_hyperparams(name, env_id, warm_start)
-    if overrides:
-        check_keys(name, overrides)
-        check_override_types(name, params, overrides)
-        params = layer_hyperparams(params, overrides)
-    return params
 
 
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,

@@ -76,15 +76,8 @@ from agents.registry import (
     runs_on,
     valid_names,
 )
-from agents.sb3_factory import (
-    ALGORITHMS,
-    SB3Agent,
-    hyperparams_with,
-    load_hyperparams,
-    make_sb3,
-    starts_warm,
-    wrap_for,
-)
+from agents.sb3_factory import SB3Agent, make_sb3, starts_warm, wrap_for
+from agents.sb3_hyperparams import ALGORITHMS, hyperparams_with, load_hyperparams
 from agents.warmup import WARM_ALGORITHMS, WarmupConfig, WarmupController, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file

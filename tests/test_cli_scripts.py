@@ -30,7 +30,7 @@ from agents.config import (
 )
 from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
-from agents.sb3_factory import check_override_types, load_hyperparams
+from agents.sb3_hyperparams import check_override_types, load_hyperparams
 from agents.training import saved_steps
 from envs.scenario import MAX_EPISODE_TASKS
 
@@ -353,7 +353,7 @@ def test_dqn_trains_with_a_train_freq_pair_from_hp_or_its_yaml(tmp_path: Path,
     """[n, episode] came as a YAML list, and SB3 refused it: it takes a tuple only."""
     import shutil
 
-    import agents.sb3_factory as factory
+    import agents.sb3_hyperparams as hyperparams
 
     main = load_main("train.py")
     args = ["--agents", "dqn", "--warmup", "none", "--timesteps", "40", "--episode-tasks", "20",
@@ -362,12 +362,12 @@ def test_dqn_trains_with_a_train_freq_pair_from_hp_or_its_yaml(tmp_path: Path,
                  str(tmp_path / "hp")]) == 0
     (run,) = (tmp_path / "hp").iterdir()
     assert yaml.safe_load((run / "config.yaml").read_text())["hp"]["train_freq"] == [1, "episode"]
-    shutil.copytree(factory.HYPERPARAMS_DIR, tmp_path / "hyperparams")
+    shutil.copytree(hyperparams.HYPERPARAMS_DIR, tmp_path / "hyperparams")
     text = (tmp_path / "hyperparams" / "dqn.yaml").read_text()
     assert "  train_freq: 1\n" in text
     (tmp_path / "hyperparams" / "dqn.yaml").write_text(
         text.replace("  train_freq: 1\n", "  train_freq: [1, episode]\n"))
-    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path / "hyperparams")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path / "hyperparams")
     assert main([*args, "--log-dir", str(tmp_path / "yaml")]) == 0
 
 
@@ -407,9 +407,9 @@ def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, t
                                                                monkeypatch) -> None:
     """A typo'd key in agents/hyperparams/ppo.yaml was a bare TypeError traceback, and a value
     of the wrong type failed only once training had started (--hp was checked, the YAML not)."""
-    import agents.sb3_factory as factory
+    import agents.sb3_hyperparams as hyperparams
     (tmp_path / "ppo.yaml").write_text(f"InferenceAlloc-v0:\n  n_steps: 16\n  {entry}\n")
-    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path)
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
     main = load_main("train.py")
     assert main(["--warmup", "none", "--log-dir", str(tmp_path / "runs"), "--timesteps", "32"]) == 2
     err = capsys.readouterr().err
@@ -448,7 +448,7 @@ def test_none_turns_off_what_sb3_lets_be_none_and_a_warm_starts_overrides_fail_u
         tmp_path, capsys):
     # the Split env's warm_start sets target_kl 0.03: null (SB3's default, "no limit") must
     # replace it, and a mistyped value fail before any run, not as a traceback once it starts
-    from agents.sb3_factory import hyperparams_with
+    from agents.sb3_hyperparams import hyperparams_with
 
     assert hyperparams_with("ppo", "InferenceAllocSplit-v0", {"target_kl": None},
                             warm_start=True)["target_kl"] is None

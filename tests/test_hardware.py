@@ -286,7 +286,7 @@ def test_an_unknown_resident_device_is_refused():
 def test_exponent_only_floats_read_as_numbers_everywhere():
     data = safe_load("a: 1e9\nb: -3E-4\nc: 2.5e14\nd: '1e9'\ne: 7\nf: e5")
     assert data == {"a": 1e9, "b": -3e-4, "c": 2.5e14, "d": "1e9", "e": 7, "f": "e5"}
-    from agents.sb3_factory import parse_overrides
+    from agents.sb3_hyperparams import parse_overrides
 
     assert parse_overrides(["learning_rate=3e-4"]) == {"learning_rate": 3e-4}
 

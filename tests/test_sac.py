@@ -14,7 +14,8 @@ import torch
 import envs
 from agents.config import ConfigError, EvalConfig, TrainConfig
 from agents.registry import load_policy, make_policy
-from agents.sb3_factory import hyperparams_with, make_sb3
+from agents.sb3_factory import make_sb3
+from agents.sb3_hyperparams import hyperparams_with
 from agents.warmup import WarmSAC, WarmupConfig
 
 V0, SPLIT = envs.ENV_IDS

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from agents.registry import load_policy, make_policy
-from agents.sb3_factory import load_hyperparams, make_sb3, parse_overrides
+from agents.sb3_factory import make_sb3
+from agents.sb3_hyperparams import load_hyperparams, parse_overrides
 from agents.warmup import WarmupConfig, WarmupController
 
 torch.set_num_threads(1)
@@ -717,30 +718,30 @@ def test_a_cloned_dqn_fine_tunes_greedily_and_with_a_smaller_learning_rate():
 def test_a_warm_start_policy_kwargs_merges_into_the_envs_like_an_override(tmp_path, monkeypatch):
     """A warm_start {net_arch: ...} replaced the env's policy_kwargs whole, dropping its
     activation_fn, where the same --hp override merges into them."""
-    import agents.sb3_factory as factory
+    import agents.sb3_hyperparams as hyperparams
     (tmp_path / "ppo.yaml").write_text(
         "InferenceAlloc-v0:\n  n_steps: 16\n"
         "  policy_kwargs: {net_arch: [8], activation_fn: tanh}\n"
         "  warm_start: {policy_kwargs: {net_arch: [4]}}\n")
-    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path)
-    warm = factory.load_hyperparams("ppo", "InferenceAlloc-v0", warm_start=True)
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    warm = hyperparams.load_hyperparams("ppo", "InferenceAlloc-v0", warm_start=True)
     assert warm["policy_kwargs"] == {"net_arch": [4], "activation_fn": "tanh"}
-    override = factory.hyperparams_with("ppo", "InferenceAlloc-v0",
+    override = hyperparams.hyperparams_with("ppo", "InferenceAlloc-v0",
                                         {"policy_kwargs": {"net_arch": [4]}})
     assert override["policy_kwargs"] == warm["policy_kwargs"]
-    assert factory.load_hyperparams("ppo", "InferenceAlloc-v0")["policy_kwargs"]["net_arch"] == [8]
+    assert hyperparams.load_hyperparams("ppo", "InferenceAlloc-v0")["policy_kwargs"]["net_arch"] == [8]
 
 
 def test_the_reward_normaliser_discounts_with_a_warm_starts_gamma(tmp_path, monkeypatch):
     """--normalize built VecNormalize with the YAML's cold gamma, beside an agent that a
     warm_start had given another one: the normalised rewards' scale was for the wrong horizon."""
-    import agents.sb3_factory as factory
+    import agents.sb3_hyperparams as hyperparams
     from agents.config import TrainConfig
     from agents.training import build_vec_env
 
     (tmp_path / "ppo.yaml").write_text(
         "InferenceAlloc-v0:\n  n_steps: 16\n  gamma: 0.9\n  warm_start: {gamma: 0.5}\n")
-    monkeypatch.setattr(factory, "HYPERPARAMS_DIR", tmp_path)
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
     config = TrainConfig(agents=["ppo"], normalize=True, episode_tasks=8)
     assert build_vec_env(config, "ppo", 0, warm_start=True)[0].gamma == 0.5
     assert build_vec_env(config, "ppo", 0)[0].gamma == 0.9
