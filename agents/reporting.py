@@ -119,7 +119,7 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
 def _stale_model_notes(run_dir: Path) -> list[str]:
     """A note when a checkpoint of the run has more steps than its model.zip: a --resume
     stopped after its first checkpoint leaves the old model.zip, evaluated as the run's."""
-    from agents.training import checkpoints
+    from agents.run_folder import checkpoints
 
     found = checkpoints(run_dir)   # model.zip among them, each zip read once
     final = next((steps for steps, path in found if path.name == "model.zip"), None)

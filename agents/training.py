@@ -42,13 +42,11 @@ needs no statistics.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import shutil
 import sys
 import time
 import traceback
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -57,7 +55,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
@@ -76,15 +73,23 @@ from agents.registry import (
     runs_on,
     valid_names,
 )
+from agents.run_folder import (
+    CHECKPOINT_PREFIX,
+    AtomicCheckpoint,
+    checkpoints,
+    companion,
+    new_run_dir,
+    restore_warmup_state,
+    save_warmup_state,
+)
 from agents.sb3_factory import SB3Agent, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import ALGORITHMS, hyperparams_with, load_hyperparams
-from agents.warmup import WARM_ALGORITHMS, WarmupConfig, WarmupController, attach_warmup
+from agents.warmup import WARM_ALGORITHMS, WarmupConfig, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import shown
 
 WARMUP_PARTS = ("conservative", "clone", "guard")
-CHECKPOINT_PREFIX = "model"
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_interval",
              "metrics_window"}
@@ -251,99 +256,6 @@ def resume_seed(seed: int, steps: int) -> int:
 
 def run_name(config: TrainConfig, spec: RunSpec) -> str:
     return f"{config.env_id}__{spec.label}__{spec.seed}__{int(time.time())}"
-
-
-def new_run_dir(log_dir: str | Path, name: str) -> Path:
-    """Create the run folder; never reuse an existing one (suffix -1, -2, ... instead)."""
-    root = Path(log_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    for k in range(1000):
-        path = root / (name if k == 0 else f"{name}-{k}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"could not create a new run folder for {name} under {root}")
-
-
-class AtomicCheckpoint(CheckpointCallback):
-    """SB3's CheckpointCallback, each file written via temp + rename; one replay buffer kept.
-    `warmup`: the controller whose state (``save_warmup_state``) a resume continues from."""
-
-    def __init__(self, *args: Any, warmup: WarmupController | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.warmup = warmup
-
-    def _on_step(self) -> bool:
-        if self.n_calls % self.save_freq:
-            return True
-        if self.warmup is not None:      # before the model: a model zip always has its state
-            save_warmup_state(self.warmup, Path(self._checkpoint_path("warmup_", extension="json")),
-                              self.num_timesteps)
-        with atomic_path(self._checkpoint_path(extension="zip")) as tmp:
-            self.model.save(tmp)
-        buffer = getattr(self.model, "replay_buffer", None)
-        if self.save_replay_buffer and buffer is not None:
-            target = Path(self._checkpoint_path("replay_buffer_", extension="pkl"))
-            with atomic_path(target) as tmp:
-                self.model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
-            for old in target.parent.glob(f"{self.name_prefix}_replay_buffer_*_steps.pkl"):
-                if old != target:
-                    old.unlink(missing_ok=True)
-        vecnorm = self.model.get_vec_normalize_env()
-        if self.save_vecnormalize and vecnorm is not None:
-            with atomic_path(self._checkpoint_path("vecnormalize_", extension="pkl")) as tmp:
-                vecnorm.save(str(tmp))
-        return True
-
-
-def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(steps, path) of the readable model checkpoints and final model of a run, by steps."""
-    found = []
-    candidates = [*sorted((run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}_*_steps.zip")),
-                  run_dir / "model.zip"]
-    for path in candidates:
-        if path.is_file() and (steps := saved_steps(path)) is not None:
-            found.append((steps, path))
-    return sorted(found, key=lambda sp: (sp[0], sp[1].name != "model.zip"))
-
-
-def companion(model_path: Path, kind: str, steps: int, extension: str = "pkl") -> Path:
-    """The VecNormalize / replay-buffer / warm-up file saved with a checkpoint or the final
-    model."""
-    if model_path.name == "model.zip":
-        return model_path.with_name(f"{kind}.{extension}")
-    return model_path.with_name(f"{CHECKPOINT_PREFIX}_{kind}_{steps}_steps.{extension}")
-
-
-def save_warmup_state(controller: WarmupController, path: Path, steps: int) -> None:
-    """The warm-up's state at `steps` (``WarmupController.state``), as JSON, atomically."""
-    write_text(path, json.dumps({"num_timesteps": steps, **controller.state()}) + "\n")
-
-
-def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -> None:
-    """Continue `controller` from the state saved with the model of `steps` steps. None saved
-    (a run from before it was), or one of another step (a model.zip whose save failed after
-    its warmup.json was written): the count starts again from 0, as it did before."""
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if isinstance(state, dict) and state.get("num_timesteps") == steps:
-        try:
-            controller.restore(state)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-
-
-def saved_steps(path: Path) -> int | None:
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return int(json.loads(zf.read("data"))["num_timesteps"])
-    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile):
-        return None
 
 
 def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:

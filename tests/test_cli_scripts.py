@@ -30,8 +30,8 @@ from agents.config import (
 )
 from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
+from agents.run_folder import saved_steps
 from agents.sb3_hyperparams import check_override_types, load_hyperparams
-from agents.training import saved_steps
 from envs.scenario import MAX_EPISODE_TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -932,7 +932,7 @@ def test_a_warm_up_state_of_another_step_is_not_restored_and_a_bad_one_is_refuse
         tmp_path: Path) -> None:
     import json
 
-    from agents.training import restore_warmup_state
+    from agents.run_folder import restore_warmup_state
     from agents.warmup import WarmupConfig, WarmupController
 
     ctl = WarmupController(None, WarmupConfig(clone=False))
