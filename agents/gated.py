@@ -21,7 +21,10 @@ Stable-Baselines3 models). The inner policy is always called on the whole batch
 gated rows are overwritten in the format the inner policy answered in: device
 ids (``MultiDiscrete``), Split-env ``Box`` rows (the previous fractions, mapped
 back to [-1, 1]), or a single index per row for a ``Discrete(D**3)`` flattening
-in ``envs.reference.all_placements`` order.
+in ``envs.reference.all_placements`` order. The Split env rounds the kept
+fractions to whole sequences of the new task's batch, so a device of the previous
+placement may get none of a smaller batch (it then pays nothing), and a device
+that had no share never gets one.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ _CACHE_LIMIT = 16384        # memoised (task size, cache signal) -> stage costs
 
 
 class _StageCosts(NamedTuple):
+    batch: int                             # the task's batch, as observed (capped at 64)
     times: tuple[tuple[float, ...], ...]   # nominal seconds per stage per device
     fixed: tuple[tuple[float, ...], ...]   # the part of `times` any share pays (weights, launches)
     output_bytes: tuple[float, float, float]
@@ -126,6 +127,7 @@ class HeftPolicy(Policy):
             need = w.footprint + (self._weights if w.needs_weights else 0.0)
             fits.append(tuple(need <= self._memory[i] for i in devices))
         costs = _StageCosts(
+            batch=batch,
             times=tuple(tuple(seconds(w, i) for i in devices) for w in works),
             fixed=tuple(tuple(seconds(w, i, 0.0) for i in devices) for w in works),
             output_bytes=(works[0].output_bytes, works[1].output_bytes, works[2].output_bytes),

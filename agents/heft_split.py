@@ -24,10 +24,18 @@ the simulator sends d only its fraction of it, but that fraction is what is bein
 solved for (another upper bound; it matters where a large output moves, which is
 decode's input, and decode is rarely split, see below).
 
-Every non-empty subset of the allowed devices is tried. Subsets with a share
-below ``MIN_SHARE`` are dropped, unless the subset has a single device. The
-earliest F wins, and the next stage starts from it. A subset of one device is
-HEFT's own choice: heft-split only divides a stage where that finishes it earlier.
+The env gives each device whole sequences of the batch (it rounds the fractions
+by the largest-remainder method, ``envs.inference_alloc_split.whole_sequences``),
+so the plan does too: each subset's shares are rounded as the env will round them,
+and the subset's finish is then its latest share's, ``max_S c_d + a_d + f_d b_d``.
+The batch is the one the observation shows, which caps it at 64; a larger batch's
+fractions (multiples of 1/64) are rounded again by the env.
+
+Every non-empty subset of the allowed devices is tried. A subset is dropped, unless
+it has a single device, when a share is below ``MIN_SHARE`` or rounds to no
+sequence at all (that is a smaller subset, tried on its own). The earliest finish
+wins, and the next stage starts from it. A subset of one device is HEFT's own
+choice: heft-split only divides a stage where that finishes it earlier.
 
 Decode streams every weight once per step (per generated token after the first)
 on each device it runs on, so its ``a_d`` is large: decode is rarely split.
@@ -44,6 +52,7 @@ import numpy as np
 
 from agents.heft import HeftPolicy
 from agents.static import is_split
+from envs.inference_alloc_split import whole_sequences
 
 MIN_SHARE = 0.05     # a smaller share costs its fixed part for almost no work
 
@@ -64,7 +73,8 @@ class HeftSplitPolicy(HeftPolicy):
         self.name = "heft-split"
 
     def fractions(self, obs: Any, masks: Any = None) -> np.ndarray:
-        """(3, D) share of each stage per device (rows sum to 1) for one observation."""
+        """(3, D) share of each stage per device for one observation: whole sequences of the
+        observed batch, so each row is a multiple of 1 / batch and sums to 1."""
         costs, avail, resident, speed, allowed, prev_block = self._context(obs, masks)
         d = self.n_devices
         has_prev = any(x > 0 for x in prev_block)
@@ -83,20 +93,37 @@ class HeftSplitPolicy(HeftPolicy):
             best_finish, best = math.inf, {}
             for k in range(1, len(allowed[s]) + 1):
                 for subset in itertools.combinations(allowed[s], k):
-                    inv = sum(1.0 / slope[i] for i in subset)
-                    finish = (1.0 + sum(start_cost[i] / slope[i] for i in subset)) / inv
-                    shares = {i: (finish - start_cost[i]) / slope[i] for i in subset}
-                    if k > 1 and min(shares.values()) < MIN_SHARE:
+                    shares = self._whole_shares(subset, start_cost, slope, costs.batch)
+                    if shares is None:
                         continue
+                    finish = max(start_cost[i] + f * slope[i] for i, f in shares.items())
                     if finish < best_finish:
                         best_finish, best = finish, shares
             for i, f in best.items():
                 out[s, i] = f
-                avail[i] = best_finish
+                avail[i] = start_cost[i] + f * slope[i]   # each share's own end
                 if costs.needs_weights[s]:
                     resident[i] = True
             prev_shares, prev_finish, prev_out = tuple(best.items()), best_finish, costs.output_bytes[s]
-        return out / out.sum(axis=1, keepdims=True)
+        return out
+
+    @staticmethod
+    def _whole_shares(subset: tuple[int, ...], start_cost: dict[int, float],
+                      slope: dict[int, float], batch: int) -> dict[int, float] | None:
+        """The fractions that make `subset`'s shares finish together (the module docstring's
+        f_d), rounded to whole sequences of `batch` as the env rounds them; None when a
+        subset of several devices leaves one a share under ``MIN_SHARE`` or none."""
+        if len(subset) == 1:
+            return {subset[0]: 1.0}
+        inv = sum(1.0 / slope[i] for i in subset)
+        together = (1.0 + sum(start_cost[i] / slope[i] for i in subset)) / inv
+        exact = [(together - start_cost[i]) / slope[i] for i in subset]
+        if min(exact) < MIN_SHARE:
+            return None
+        counts = whole_sequences([exact], batch)[0]
+        if counts.min() < MIN_SHARE * batch:   # a device left with no sequence included
+            return None
+        return {i: int(n) / batch for i, n in zip(subset, counts, strict=True)}
 
     def _action(self, obs: Any, masks: Any) -> np.ndarray:
         return (2.0 * self.fractions(obs, masks) - 1.0).reshape(-1).astype(np.float32)

@@ -292,8 +292,9 @@ class InferenceAllocEnv(gym.Env):
     def _make_action_space(self) -> spaces.Space:
         return spaces.MultiDiscrete([self.n_devices] * 3)
 
-    def _requested_shares(self, action: Any) -> Shares:
-        """Validate an action into per-stage (device, fraction) shares.
+    def _requested_shares(self, action: Any, batch: int) -> Shares:
+        """Validate an action into per-stage (device, fraction) shares for a task of `batch`
+        sequences (a whole stage per device here; the Split env rounds its shares to them).
 
         The shares list each stage's devices once, in increasing order (as `_dispatch` returns
         them), so that with every device allowed `step` can skip the dispatch."""
@@ -433,9 +434,9 @@ class InferenceAllocEnv(gym.Env):
         if episode is None or index >= len(episode.tasks):
             self._require_reset()   # raises: no task stream yet, or the episode is over
         assert episode is not None
-        requested = self._requested_shares(action)
         tasks = episode.tasks
         task = tasks[index]
+        requested = self._requested_shares(action, task.batch)
         noise = self._noise[index]
         masks, everywhere = self._masks(task)
         if everywhere:   # every device allowed: dispatch would change nothing

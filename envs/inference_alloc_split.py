@@ -16,6 +16,24 @@ from inference.simulator import Shares
 BOX_SLACK = 1e-6
 
 
+def whole_sequences(weights: Any, batch: int) -> np.ndarray:
+    """How many of a batch's `batch` sequences each device takes, per stage: `weights` is a
+    (stages, D) array of non-negative weights, each row with a positive sum. The
+    largest-remainder method: floor(B f) each, then one more each for the devices with the
+    largest remainders, a tie going to the device listed first. Integers; each row sums to
+    `batch`, and a zero weight gets 0. The Split env rounds its fractions with it, and
+    heft-split plans with it."""
+    w = np.asarray(weights, dtype=np.float64)
+    quota = batch * w / w.sum(axis=1, keepdims=True)
+    counts = np.floor(quota).astype(np.int64)
+    # A zero weight ranks last, whatever float rounding leaves in the others' remainders.
+    remainder = np.where(w > 0, quota - counts, -1.0)
+    order = np.argsort(-remainder, axis=1, kind="stable")   # largest first, ties in device order
+    for row, ranked in enumerate(order):
+        counts[row, ranked[:batch - counts[row].sum()]] += 1
+    return counts
+
+
 class InferenceAllocSplitEnv(InferenceAllocEnv):
     """
     ## Description
@@ -35,7 +53,21 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     A stage whose weights are all zero (every entry at -1) is split evenly over
     all devices: it lies inside the box, and SB3 clips Gaussian samples onto
     that corner often enough early in training (about 0.4% of stages per step
-    with three devices) that refusing it would crash plain PPO or A2C. A
+    with three devices) that refusing it would crash plain PPO or A2C.
+
+    A stage's batch of B sequences is split data-parallel, so a device takes
+    whole sequences: every stage's fractions (load included: it reads each
+    sequence's data) are rounded to whole sequences of the task's batch by the
+    largest-remainder method (`whole_sequences`). Each device gets
+    floor(B f) sequences, and the ones left over go one each to the devices
+    with the largest remainders B f - floor(B f), a tie to the device listed
+    first. The shares sum to B; a batch of one runs each stage wholly on the
+    device of largest weight; a weight worth under 1/D of a sequence (D
+    devices) never gets a share, and one under half a sequence rarely does.
+    So a tiny weight costs nothing, where it used to give its device a sliver
+    that paid the share's fixed costs in full (weights, launches, set-up).
+    The memory checks, `info` and the previous-placement observation block
+    see the rounded fractions (multiples of 1 / B). A
     non-numeric (string, bool) or non-finite entry, or an entry outside
     [-1, 1], is an error (ValueError); an entry past the box by no more than
     float32 rounding (1e-6, as gymnasium's `RescaleAction` leaves at its own
@@ -68,7 +100,7 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     def _make_action_space(self) -> spaces.Space:
         return spaces.Box(-1.0, 1.0, (3 * self.n_devices,), np.float32)
 
-    def _requested_shares(self, action: Any) -> Shares:
+    def _requested_shares(self, action: Any, batch: int) -> Shares:
         arr = np.asarray(action)
         if arr.dtype.kind not in "iuf" or holds_bool(action):
             # A cheap dtype check: strings would fail inside numpy's float conversion with its
@@ -90,9 +122,9 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
             arr = np.clip(arr, -1.0, 1.0)
         weights = (arr.reshape(3, self.n_devices) + 1.0) / 2.0
         weights[weights.sum(axis=1) <= 0] = 1.0      # an all -1 stage: an even split
-        sums = weights.sum(axis=1)
-        fractions = weights / sums[:, None]
-        return tuple(tuple((d, float(f)) for d, f in enumerate(row) if f > 0) for row in fractions)
+        # whole sequences per device (the class docstring): fractions k / B, a whole stage 1.0
+        counts = whole_sequences(weights, batch).tolist()
+        return tuple(tuple((d, n / batch) for d, n in enumerate(row) if n > 0) for row in counts)
 
     def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
         """As `InferenceAlloc-v0`'s, with the masks' whole-batch check relaxed per share: a

@@ -21,7 +21,7 @@ from agents.oracle import OraclePolicy
 from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import BACKLOG_SCALE_S, InferenceAllocEnv
-from envs.inference_alloc_split import InferenceAllocSplitEnv
+from envs.inference_alloc_split import InferenceAllocSplitEnv, whole_sequences
 from envs.observation import decode_observation
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
@@ -394,13 +394,15 @@ def hand_made_costs(policy: HeftPolicy, monkeypatch: pytest.MonkeyPatch,
                     fixed: tuple[tuple[float, ...], ...] | None = None,
                     speed: tuple[float, ...] = (1.0, 1.0, 1.0),
                     allowed: list[list[int]] | None = None,
-                    needs_weights: tuple[bool, bool, bool] = (True, True, True)) -> None:
+                    needs_weights: tuple[bool, bool, bool] = (True, True, True),
+                    batch: int = 64) -> None:
     """Give `policy` hand-made stage costs for any observation: idle devices, no weights held
     anywhere, no previous task, no disk read before the load, links with no latency and
-    stages with no output, so only the times given and copying the weights decide."""
+    stages with no output, so only the times given and copying the weights decide. `batch`:
+    the task's sequences (heft-split gives each device whole ones)."""
     d = policy.n_devices
     zero = tuple((0.0,) * d for _ in range(3))
-    costs = _StageCosts(times=times, fixed=fixed or zero, output_bytes=(0.0, 0.0, 0.0),
+    costs = _StageCosts(batch=batch, times=times, fixed=fixed or zero, output_bytes=(0.0, 0.0, 0.0),
                         needs_weights=needs_weights, fits=((True,) * d,) * 3, io_time=0.0)
     rows = allowed or [list(range(d))] * 3
     monkeypatch.setattr(policy, "_context", lambda obs, masks: (
@@ -598,28 +600,33 @@ def test_gate_in_an_episode_pays_no_replacement_for_small_batches() -> None:
 
 
 def test_gate_keeps_the_previous_fractions_in_the_split_env() -> None:
+    """The kept fractions run as the env rounds them to the new batch's whole sequences: on the
+    previous devices or fewer of them, which pay no set-up."""
     prev = slice(5 + 4 * 3, None)
     for inner_name in ("random", "heft"):
         env = InferenceAllocSplitEnv("short-text", episode_tasks=30)
         obs, _ = env.reset(seed=1)
         inner = RandomPolicy(env.action_space, seed=0) if inner_name == "random" else HeftPolicy(env)
         gated = GatedScheduling(inner)
-        kept = 0
+        kept = resized = 0
         for _ in range(30):
-            small = env._current_task().batch < 16 and obs[prev].any()
-            before = obs[prev].copy()
+            batch = env._current_task().batch
+            small = batch < 16 and obs[prev].any()
+            before = obs[prev].reshape(3, 3).astype(np.float64)
             obs, _, _, truncated, info = env.step(gated.predict(obs)[0])
             if small:
                 kept += 1
-                np.testing.assert_allclose(obs[prev], before, atol=1e-6)
-                if inner_name == "heft":
-                    # one-hot fractions come back exactly, so the simulator sees no re-placement
-                    # (arbitrary fractions rebuilt from the float32 observation differ in the
-                    # last bits and are still charged the overhead)
+                expected = whole_sequences(before, batch) / batch
+                np.testing.assert_allclose(obs[prev].reshape(3, 3), expected, atol=1e-6)
+                assert not (expected[before == 0] > 0).any()     # no device it did not use
+                resized += int(not np.allclose(expected, before, atol=1e-6))
+                if info["failed_dispatch"] == 0:
                     assert info["breakdown"]["overhead"] == 0.0
             if truncated:
                 break
         assert kept >= 5
+        if inner_name == "random":
+            assert resized > 0          # a split kept for another batch size is rounded anew
 
 
 def test_gate_does_not_keep_a_placement_on_a_device_now_offline(episode_obs: np.ndarray) -> None:

@@ -18,6 +18,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
+from envs.inference_alloc_split import whole_sequences
 
 IDS = envs.ENV_IDS
 V0, SPLIT = IDS
@@ -677,12 +678,75 @@ def test_failed_split_share_moves_to_a_device_that_holds_the_whole_stage(tmp_pat
     env.reset(seed=0)
     gpu = raw.device_names.index("gpu")
     work, weights = raw._task_works(raw._current_task())[1], raw._weight_bytes
-    assert 0.3 * work.footprint + weights <= raw._device_memory[gpu] < work.footprint + weights
+    # 0.3 of 32 sequences: the GPU takes 10 of them, the NPU 22
+    assert 10 / 32 * work.footprint + weights <= raw._device_memory[gpu] < work.footprint + weights
     assert raw.stage_masks()[1].tolist() == [True, False, False]
     raw.sim.state.busy_until[0] = 1e3      # the CPU has the longest backlog, the GPU none
     info = env.step(split_action([[1, 0, 0], [0, 0.3, 0.7], [1, 0, 0]]))[-1]
     assert info["failed_dispatch"] == 1
-    assert info["placement"][1] == "cpu:0.70+gpu:0.30"
+    assert info["placement"][1] == "cpu:0.69+gpu:0.31"
+
+
+def fixed_batch_scenario(tmp_path: Path, batch: int) -> str:
+    """The article's stream with every task a batch of `batch` sequences."""
+    path = tmp_path / f"batch{batch}.yaml"
+    path.write_text(f"name: batch{batch}\nepisode_tasks: 4\nworkload: {{batch: {batch}}}\n",
+                    encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 7, 16, 32, 64, 100])
+def test_whole_sequences_sum_to_the_batch(batch: int) -> None:
+    rng = np.random.default_rng(batch)
+    weights = rng.random((200, 3)) * (rng.random((200, 3)) > 0.3)
+    weights[weights.sum(axis=1) == 0, 0] = 1.0
+    counts = whole_sequences(weights, batch)
+    assert counts.dtype.kind == "i" and (counts >= 0).all()
+    assert (counts.sum(axis=1) == batch).all()
+    assert (counts[weights == 0] == 0).all()                  # a zero weight: no sequence
+    quota = batch * weights / weights.sum(axis=1, keepdims=True)
+    assert (np.abs(counts - quota) < 1).all()                 # each within a sequence of its due
+    assert (counts[quota < 1 / 3] == 0).all()                 # under 1/D of one: none, ever
+
+
+def test_whole_sequences_give_a_batch_of_one_to_the_largest_weight() -> None:
+    weights = [[0.2, 0.5, 0.3], [0.4, 0.3, 0.3], [0.01, 0.01, 0.02], [1.0, 1.0, 1.0]]
+    assert whole_sequences(weights, 1).tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1],
+                                                          [1, 0, 0]]   # a tie: the first
+
+
+def test_whole_sequences_give_under_half_a_sequence_nothing() -> None:
+    """A sliver (2% of a 16-sequence stage, a third of a sequence) runs nowhere."""
+    assert whole_sequences([[1.0, 1.0, 0.0425]], 16).tolist() == [[8, 8, 0]]
+    assert whole_sequences([[0.45, 0.45, 0.1]], 4).tolist() == [[2, 2, 0]]    # 0.4 of one
+    assert whole_sequences([[0.4, 0.4, 0.2]], 4).tolist() == [[2, 1, 1]]      # 0.8: one
+
+
+def test_whole_sequences_break_ties_by_device_order() -> None:
+    assert whole_sequences([[1.0, 1.0, 1.0]], 4).tolist() == [[2, 1, 1]]
+    assert whole_sequences([[1.0, 1.0, 1.0]], 5).tolist() == [[2, 2, 1]]
+    assert whole_sequences([[0.0, 1.0, 1.0]], 3).tolist() == [[0, 2, 1]]
+    for _ in range(3):    # the same weights, the same counts
+        assert whole_sequences([[0.5, 0.25, 0.25]], 2).tolist() == [[1, 1, 0]]
+
+
+def test_split_env_gives_each_device_whole_sequences(tmp_path: Path) -> None:
+    """A stage's batch splits data-parallel: a weight worth under half a sequence gives its
+    device no share (it paid the share's fixed costs in full), info and the observed previous
+    placement hold multiples of 1 / B, and a batch of one runs each stage on one device."""
+    env = make(SPLIT, scenario=fixed_batch_scenario(tmp_path, 32))
+    raw = env.unwrapped
+    env.reset(seed=0)
+    # prefill's CPU and decode's NPU are due a third of a sequence; the load splits 11, 11, 10
+    obs, *_, info = env.step(split_action([[1, 1, 1], [0.01, 0.7, 0.3], [0, 1, 0.01]]))
+    assert info["placement"] == ("cpu:0.34+gpu:0.34+npu:0.31", "gpu:0.69+npu:0.31", "gpu")
+    previous = obs[5 + 4 * raw.n_devices:].reshape(3, 3) * 32
+    np.testing.assert_allclose(previous, [[11, 11, 10], [0, 22, 10], [0, 32, 0]], atol=1e-5)
+    assert info["share"] == pytest.approx({"cpu": 11 / 96, "gpu": 65 / 96, "npu": 20 / 96})
+    single = make(SPLIT, scenario=fixed_batch_scenario(tmp_path, 1))
+    single.reset(seed=0)
+    info = single.step(split_action([[0.3, 0.3, 0.4], [0.5, 0.9, 0.8], [1, 1, 1]]))[-1]
+    assert info["placement"] == ("npu", "gpu", "cpu")
 
 
 # --- measurements the agent observes -----------------------------------------------------------

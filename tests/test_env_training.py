@@ -56,8 +56,8 @@ def test_ppo_trains(env_id: str) -> None:
 def test_an_all_minus_one_stage_is_an_even_split() -> None:
     """SB3 clips Gaussian samples onto the box's -1 corner; plain PPO used to crash on it."""
     env = make(SPLIT)
-    requested = env.unwrapped._requested_shares(
-        np.array([1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 0.2, -1.0, 0.5], dtype=np.float32))
+    requested = env.unwrapped._requested_shares(   # a batch of 3: one sequence a device
+        np.array([1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 0.2, -1.0, 0.5], dtype=np.float32), 3)
     assert requested[0] == ((0, 1.0),)                            # other stages untouched
     assert [d for d, _ in requested[1]] == [0, 1, 2]              # the empty stage: all devices
     assert all(f == pytest.approx(1 / 3) for _, f in requested[1])
@@ -86,12 +86,12 @@ def test_split_env_reads_float32_rounding_past_its_box_as_the_bound() -> None:
     edge = env.action(wrapped)
     assert edge.min() < -1.0 or edge.max() > 1.0                  # the rounding this is about
     base = env.unwrapped
-    assert base._requested_shares(edge) == base._requested_shares(np.tile([1.0, -1.0, -1.0], 3))
+    assert base._requested_shares(edge, 8) == base._requested_shares(np.tile([1.0, -1.0, -1.0], 3), 8)
     env.reset(seed=0)
     *_, info = env.step(wrapped)
     assert info["latency"] > 0
     with pytest.raises(ValueError, match=r"must lie in \[-1, 1\]"):
-        base._requested_shares(np.full(9, -1.001))
+        base._requested_shares(np.full(9, -1.001), 8)
 
 
 # MaskablePPO needs a discrete action space, so it runs on InferenceAlloc-v0 only: the Split
