@@ -21,16 +21,27 @@ def whole_sequences(weights: Any, batch: int) -> np.ndarray:
     (stages, D) array of non-negative weights, each row with a positive sum. The
     largest-remainder method: floor(B f) each, then one more each for the devices with the
     largest remainders, a tie going to the device listed first. Integers; each row sums to
-    `batch`, and a zero weight gets 0. The Split env rounds its fractions with it, and
-    heft-split plans with it."""
-    w = np.asarray(weights, dtype=np.float64)
-    quota = batch * w / w.sum(axis=1, keepdims=True)
-    counts = np.floor(quota).astype(np.int64)
-    # A zero weight ranks last, whatever float rounding leaves in the others' remainders.
-    remainder = np.where(w > 0, quota - counts, -1.0)
-    order = np.argsort(-remainder, axis=1, kind="stable")   # largest first, ties in device order
-    for row, ranked in enumerate(order):
-        counts[row, ranked[:batch - counts[row].sum()]] += 1
+    `batch`, and a zero weight gets 0. The Split env rounds its fractions with it (a row at a
+    time, `sequences_of`), and heft-split plans with it."""
+    rows = np.asarray(weights, dtype=np.float64).tolist()
+    return np.array([sequences_of(row, batch) for row in rows], dtype=np.int64).reshape(
+        len(rows), -1)
+
+
+def sequences_of(row: list[float], batch: int) -> list[int]:
+    """`whole_sequences` of one stage's weights (plain floats): the env's per-step form. In
+    Python, not numpy: on three devices numpy's per-call overhead made the rounding cost half
+    a Split-env step."""
+    total = sum(row)
+    quota = [batch * w / total for w in row]
+    counts = [int(q) for q in quota]        # floor: every quota is >= 0
+    left = batch - sum(counts)
+    if left:
+        # largest remainder first, ties in device order; a zero weight last, whatever float
+        # rounding leaves in the others' remainders
+        ranked = sorted(range(len(row)), key=lambda d: (row[d] <= 0.0, counts[d] - quota[d], d))
+        for d in ranked[:left]:
+            counts[d] += 1
     return counts
 
 
@@ -123,7 +134,7 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
         weights = (arr.reshape(3, self.n_devices) + 1.0) / 2.0
         weights[weights.sum(axis=1) <= 0] = 1.0      # an all -1 stage: an even split
         # whole sequences per device (the class docstring): fractions k / B, a whole stage 1.0
-        counts = whole_sequences(weights, batch).tolist()
+        counts = [sequences_of(row, batch) for row in weights.tolist()]
         return tuple(tuple((d, n / batch) for d, n in enumerate(row) if n > 0) for row in counts)
 
     def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:

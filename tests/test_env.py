@@ -730,6 +730,21 @@ def test_whole_sequences_break_ties_by_device_order() -> None:
         assert whole_sequences([[0.5, 0.25, 0.25]], 2).tolist() == [[1, 1, 0]]
 
 
+def test_whole_sequences_match_the_largest_remainder_method_on_random_weights() -> None:
+    """The env's per-row Python rounding against the method written in numpy, array-wise."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        d, batch = int(rng.integers(1, 6)), int(rng.integers(1, 65))
+        w = rng.uniform(0.0, 1.0, (3, d)) * (rng.uniform(size=(3, d)) > 0.3)
+        w[w.sum(axis=1) == 0, 0] = 1.0
+        quota = batch * w / w.sum(axis=1, keepdims=True)
+        expected = np.floor(quota).astype(np.int64)
+        order = np.argsort(-np.where(w > 0, quota - expected, -1.0), axis=1, kind="stable")
+        for row, ranked in enumerate(order):
+            expected[row, ranked[:batch - expected[row].sum()]] += 1
+        assert whole_sequences(w, batch).tolist() == expected.tolist(), (w, batch)
+
+
 def test_split_env_gives_each_device_whole_sequences(tmp_path: Path) -> None:
     """A stage's batch splits data-parallel: a weight worth under half a sequence gives its
     device no share (it paid the share's fixed costs in full), info and the observed previous
