@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import os
 from bisect import bisect_left
 from collections.abc import Mapping
@@ -26,8 +25,8 @@ from envs.reference import ReferencePlanner, dispatch
 from envs.render import draw_frame
 from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE, Scenario, load_scenario
 from envs.workload import Episode, generate_episode, precomputed_domains
-from inference.checks import is_integer
-from inference.hardware import load_hardware
+from inference.checks import is_integer, is_number
+from inference.hardware import load_hardware, path_text
 from inference.model_config import get_model
 from inference.simulator import Shares, SimConfig, Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -46,10 +45,12 @@ HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hi
 
 def _json_able(value: Any) -> Any:
     """An env argument as plain data that makes the same env: a Scenario as its `to_dict`,
-    a path as its string."""
+    a path as a string that stays a path (`path_text`), a numpy scalar as a Python one."""
     if isinstance(value, Scenario):
         return value.to_dict()
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
+    if isinstance(value, os.PathLike):
+        return path_text(value)
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def holds_bool(action: Any) -> bool:
@@ -175,7 +176,7 @@ class InferenceAllocEnv(gym.Env):
         # writes a Scenario among them as dataclasses.asdict (every dist's parameters in each
         # Distribution: a mapping no scenario reader accepts) and fails on a Path; their plain
         # forms are what from_json must give back to make the same env.
-        if value is not None and any(isinstance(v, (Scenario, os.PathLike))
+        if value is not None and any(isinstance(v, (Scenario, os.PathLike, np.generic))
                                      for v in value.kwargs.values()):
             value = dataclasses.replace(value, kwargs={key: _json_able(v)
                                                        for key, v in value.kwargs.items()})
@@ -193,8 +194,7 @@ class InferenceAllocEnv(gym.Env):
                                  f"got {episode_tasks!r}")
             sc = dataclasses.replace(sc, episode_tasks=int(episode_tasks))
         if noise is not None:
-            if isinstance(noise, (bool, np.bool_)) or not isinstance(noise, numbers.Real) \
-                    or not 0 <= noise <= MAX_NOISE:   # NaN fails the comparison too
+            if not is_number(noise) or not 0 <= noise <= MAX_NOISE:   # NaN fails it too
                 raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
             sc = dataclasses.replace(sc, noise=float(noise))
         if reference not in (True, False):   # "no" would count as True
@@ -202,20 +202,19 @@ class InferenceAllocEnv(gym.Env):
         if trace is not None:
             if not isinstance(trace, (str, os.PathLike)):
                 raise ValueError(f"trace must be a trace name or a CSV path, got {trace!r}")
-            sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=os.fspath(trace)))
+            sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=path_text(trace)))
         if trace_time_scale is not None:
             if sc.workload.trace is None:
                 raise ValueError("trace_time_scale scales a replayed trace; give trace= too "
                                  "(or a scenario with workload.trace)")
-            if isinstance(trace_time_scale, (bool, np.bool_)) \
-                    or not isinstance(trace_time_scale, numbers.Real) \
+            if not is_number(trace_time_scale) \
                     or not MIN_RATE <= trace_time_scale <= 1 / MIN_RATE:   # NaN fails it too
                 raise ValueError(f"trace_time_scale must be a number in [{MIN_RATE:g}, "
                                  f"{1 / MIN_RATE:g}], got {trace_time_scale!r}")
             sc = dataclasses.replace(sc, workload=dataclasses.replace(
                 sc.workload, trace_time_scale=float(trace_time_scale)))
         if hardware is not None:
-            sc = dataclasses.replace(sc, hardware=str(hardware))
+            sc = dataclasses.replace(sc, hardware=path_text(hardware))
         if variant is not None:
             sc = dataclasses.replace(sc, variant=resolve_variant(variant))
         if reward not in REWARDS:

@@ -37,6 +37,7 @@ Access patterns: ``sequential``, ``strided``, ``random``.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,16 @@ def preset_file(spec: str | Path, preset_dir: Path) -> Path | None:
         return None
     preset = preset_dir / f"{spec}.yaml"
     return preset if unusable_path(preset) is None and preset.is_file() else None
+
+
+def path_text(path: str | os.PathLike[str]) -> str:
+    """`path` as a string that `preset_file` still reads as a path: a bare name such as
+    Path("server") becomes "./server". (str(Path("server")) is "server", the preset: a Path
+    given to the env or kept in its JSON spec turned into the preset of that name.)"""
+    text = os.fspath(path)
+    if isinstance(path, str) or text != Path(text).name or Path(text).suffix in (".yaml", ".yml"):
+        return text
+    return os.path.join(os.curdir, text)
 
 
 def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:

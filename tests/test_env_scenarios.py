@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.scenario import load_scenario, scenario_from_dict, scenario_names
+from envs.scenario import SCENARIO_DIR, load_scenario, scenario_from_dict, scenario_names
 from envs.traces import batch_requests, read_trace
 from inference.hardware import PRESET_DIR
 
@@ -709,6 +709,23 @@ def test_a_scenario_object_survives_the_env_specs_json(env_id: str) -> None:
     assert len(first) == len(second) == 37
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_path_named_like_a_preset_stays_that_file_in_the_env_and_its_spec(tmp_path, monkeypatch):
+    # str(Path("article")) is "article", the preset: a Path given to the env (hardware=) or
+    # kept in its JSON spec (scenario=) turned into the packaged preset of that name, against
+    # the rule that a Path is always a path. numpy arguments made to_json fail outright.
+    (tmp_path / "article").write_text((SCENARIO_DIR / "bursty.yaml").read_text())
+    (tmp_path / "server").write_text((PRESET_DIR / "edge.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    env = gym.make(V0, scenario=Path("article"), hardware=Path("server"),
+                   episode_tasks=np.int64(9))
+    assert env.unwrapped.scenario.name == "bursty" and env.unwrapped.hardware.name == "edge"
+    again = gym.make(gym.envs.registration.EnvSpec.from_json(env.spec.to_json()))
+    assert again.unwrapped.scenario == env.unwrapped.scenario
+    assert again.unwrapped.hardware.name == "edge" and again.unwrapped.scenario.episode_tasks == 9
+    # the bare names are still the presets
+    assert gym.make(V0, scenario="article", hardware="server").unwrapped.hardware.name == "server"
 
 
 @pytest.mark.parametrize("raw, message", [
