@@ -91,8 +91,10 @@ class WarmupConfig:
             value = getattr(self, name)
             if not is_integer(value) or value < 0:
                 raise ValueError(f"WarmupConfig.{name} must be an integer >= 0, got {value!r}")
+            object.__setattr__(self, name, int(value))   # numpy's: stored plain (frozen class)
         if not 0 <= self.guard_margin < 10:
             raise ValueError(f"WarmupConfig.guard_margin must be in [0, 10), got {self.guard_margin!r}")
+        object.__setattr__(self, "guard_margin", float(self.guard_margin))
         if self.clone and self.clone_samples < 10:
             # as train.py's --clone-samples: under 5, cloning held none out to score the clone
             # on and failed inside SB3 (a reshape of 0 elements); 0 failed on an empty batch

@@ -567,6 +567,18 @@ def test_a_bad_warmup_config_is_a_value_error(kwargs: dict, message: str) -> Non
         WarmupConfig(**kwargs)
 
 
+def test_a_warmup_config_stores_numpy_numbers_plain() -> None:
+    # np.int64 passed the checks and was kept: deque(maxlen=np.int64(50)) in the controller
+    # was a bare TypeError, and a cooldown of np.int64 made the saved warm-up state unwritable
+    import json
+
+    config = WarmupConfig(guard_window=np.int64(50), guard_cooldown=np.int64(5),
+                          steps=np.uint16(30), guard_margin=np.float32(0.25))
+    assert config == WarmupConfig(guard_window=50, guard_cooldown=5, steps=30, guard_margin=0.25)
+    assert type(config.guard_window) is int and type(config.guard_margin) is float
+    json.dumps(dataclasses.asdict(config))
+
+
 def test_a_warmup_that_does_not_clone_takes_any_number_of_clone_samples() -> None:
     assert WarmupConfig(clone=False, clone_samples=0).clone_samples == 0
 
