@@ -142,7 +142,8 @@ class HeldOutEval(BaseCallback):
     state alone (deterministic actions, its own env), so a run is the same with or without it.
 
     Points: step 0 (before any update), each interval crossed, and the end of training. The
-    last is written once learn() returns, not at its last step: the algorithms update once more
+    last is written as training ends (``_on_training_end``, after the algorithm's last update
+    and before the model is saved), not at its last step: the algorithms update once more
     after their last step's callback (PPO on the last rollout, DQN its gradient step), and a
     point taken there was not the saved model that the run's ``final/`` row measures (DQN: up
     to 0.008 of best-static apart).
@@ -160,8 +161,8 @@ class HeldOutEval(BaseCallback):
         self._next = 0
         self._end: int | None = None        # the step learn() stops at
         self._written_at: int | None = None
-        # (step, per-task latencies) of the last point written: once learn() returns, the
-        # saved model's run of the episode, which the trainer's final/ row takes as it is
+        # (step, per-task latencies) of the last point written: at the end of training, the
+        # run of the episode by the model then saved, which the trainer's final/ row takes
         self.last: tuple[int, np.ndarray] | None = None
 
     def _on_training_start(self) -> None:

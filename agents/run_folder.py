@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
-from agents.config import ConfigError
 from agents.files import atomic_path, write_text
-from agents.warmup import WarmupController
+
+if TYPE_CHECKING:
+    from agents.warmup import WarmupController
 
 CHECKPOINT_PREFIX = "model"
 
@@ -43,26 +45,37 @@ class AtomicCheckpoint(CheckpointCallback):
         self.warmup = warmup
 
     def _on_step(self) -> bool:
-        if self.n_calls % self.save_freq:
-            return True
-        if self.warmup is not None:      # before the model: a model zip always has its state
-            save_warmup_state(self.warmup, Path(self._checkpoint_path("warmup_", extension="json")),
-                              self.num_timesteps)
-        with atomic_path(self._checkpoint_path(extension="zip")) as tmp:
-            self.model.save(tmp)
-        buffer = getattr(self.model, "replay_buffer", None)
-        if self.save_replay_buffer and buffer is not None:
-            target = Path(self._checkpoint_path("replay_buffer_", extension="pkl"))
-            with atomic_path(target) as tmp:
-                self.model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
-            for old in target.parent.glob(f"{self.name_prefix}_replay_buffer_*_steps.pkl"):
+        if self.n_calls % self.save_freq == 0:
+            save_model_files(self.model, Path(self._checkpoint_path(extension="zip")),
+                             self.num_timesteps, self.warmup,
+                             replay_buffer=self.save_replay_buffer,
+                             vecnormalize=self.save_vecnormalize)
+        return True
+
+
+def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
+                     warmup: WarmupController | None = None, *, replay_buffer: bool = True,
+                     vecnormalize: bool = True) -> None:
+    """`model` at `steps` steps saved to `model_path` (a checkpoint's or the run's model.zip)
+    with what a resume needs beside it, each named by `companion` and written whole: the
+    warm-up's state first (so a model zip always has its state), the model, its replay buffer
+    (of the checkpoints' buffers only the newest is kept) and its VecNormalize statistics."""
+    if warmup is not None:
+        save_warmup_state(warmup, companion(model_path, "warmup", steps, "json"), steps)
+    with atomic_path(model_path) as tmp:
+        model.save(tmp)
+    if replay_buffer and getattr(model, "replay_buffer", None) is not None:
+        target = companion(model_path, "replay_buffer", steps)
+        with atomic_path(target) as tmp:
+            model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
+        if model_path.name != "model.zip":
+            for old in target.parent.glob(f"{CHECKPOINT_PREFIX}_replay_buffer_*_steps.pkl"):
                 if old != target:
                     old.unlink(missing_ok=True)
-        vecnorm = self.model.get_vec_normalize_env()
-        if self.save_vecnormalize and vecnorm is not None:
-            with atomic_path(self._checkpoint_path("vecnormalize_", extension="pkl")) as tmp:
-                vecnorm.save(str(tmp))
-        return True
+    vecnorm = model.get_vec_normalize_env()
+    if vecnormalize and vecnorm is not None:
+        with atomic_path(companion(model_path, "vecnormalize", steps)) as tmp:
+            vecnorm.save(str(tmp))
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -101,7 +114,7 @@ def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -
         try:
             controller.restore(state)
         except ValueError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ValueError(f"{path}: {exc}") from None
 
 
 def saved_steps(path: Path) -> int | None:

@@ -8,7 +8,7 @@
 DQN needs a ``Discrete`` action space, so its env is wrapped to flatten
 ``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``; the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
 with the env's own actions. DQN and MaskablePPO act in ``InferenceAlloc-v0`` only,
-SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``ONLY_ENV``).
+SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``sb3_hyperparams.ONLY_ENV``).
 """
 
 from __future__ import annotations
@@ -276,9 +276,9 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     space = getattr(getattr(env, "unwrapped", None), "action_space", None)
     if space is not None and isinstance(space, spaces.Box) != (env_id == ENV_IDS[1]):
         # SB3's own refusal was "Action spaces do not match" (and a DQN's a missing nvec)
-        raise ValueError(f"model file {p} holds a {ALGORITHMS[name].__name__}, which acts in "
-                         f"{env_id}; this env's actions are {space}: load it with an {env_id} "
-                         f"env")
+        raise ValueError(f"model file {p} holds an SB3 {ALGORITHMS[name].__name__} model, which "
+                         f"acts in {env_id}; this env's actions are {space}: load it with an "
+                         f"{env_id} env")
     wrapped = wrap_for(name, env) if env is not None else None
     torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:

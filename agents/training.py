@@ -62,7 +62,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from agents.callbacks import FINAL_METRICS, HeldOutEval, LatencyMetrics, RunInfo
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env
-from agents.files import atomic_path, write_text
+from agents.files import write_text
 from agents.registry import (
     SB3_NAMES,
     UnknownPolicyName,
@@ -80,7 +80,7 @@ from agents.run_folder import (
     companion,
     new_run_dir,
     restore_warmup_state,
-    save_warmup_state,
+    save_model_files,
 )
 from agents.sb3_factory import SB3Agent, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import ALGORITHMS, hyperparams_with, load_hyperparams
@@ -337,7 +337,10 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     if warm is not None:
         controller = attach_warmup(agent, first, warm, seed=spec.seed,
                                    metrics_window=cfg.metrics_window)
-        restore_warmup_state(controller, companion(path, "warmup", steps, "json"), steps)
+        try:
+            restore_warmup_state(controller, companion(path, "warmup", steps, "json"), steps)
+        except ValueError as exc:      # a damaged warmup.json: the CLI's one-line error
+            raise ConfigError(str(exc)) from None
     write_text(run_dir / "config.yaml", to_yaml(cfg))
     return _run(agent, run_dir, cfg, spec, first, fresh=False)
 
@@ -365,18 +368,9 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         agent.learn(cfg.timesteps - start, callback=callbacks, reset_num_timesteps=fresh,
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar)
         seconds = time.perf_counter() - t0
-        if agent.warmup is not None:
-            save_warmup_state(agent.warmup, run_dir / "warmup.json", model.num_timesteps)
-        agent.save(run_dir / "model.zip")
-        if getattr(model, "replay_buffer", None) is not None:
-            # a resume continues from model.zip when it is the newest: DQN and SAC need their buffer
-            # beside it, or it starts again from an empty one
-            with atomic_path(run_dir / "replay_buffer.pkl") as tmp:
-                model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
-        vecnorm = model.get_vec_normalize_env()
-        if vecnorm is not None:
-            with atomic_path(run_dir / "vecnormalize.pkl") as tmp:
-                vecnorm.save(str(tmp))
+        # a resume continues from model.zip when it is the newest: DQN and SAC need their
+        # buffer beside it, or it starts again from an empty one
+        save_model_files(model, run_dir / "model.zip", model.num_timesteps, agent.warmup)
     except BaseException as exc:
         logger.close()
         kept = bool(checkpoints(run_dir))

@@ -237,7 +237,7 @@ def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> No
     loaded = load_sb3(path)                           # no env: flat ids used to come back
     assert np.asarray(loaded.predict(obs)[0]).tolist() == np.asarray(agent.predict(obs)[0]).tolist()
     assert np.asarray(loaded.predict(obs)[0]).shape == (3,)
-    with pytest.raises(ValueError, match="holds a DQN, which acts in InferenceAlloc-v0"):
+    with pytest.raises(ValueError, match="holds an SB3 DQN model, which acts in InferenceAlloc-v0"):
         load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
 
 
@@ -248,7 +248,7 @@ def test_a_model_loaded_with_the_other_envs_actions_names_the_env_it_acts_in(
     from agents.sb3_factory import make_sb3
 
     path = make_sb3("ppo", make(SPLIT), seed=0).save(tmp_path / "split")
-    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} holds a PPO, which "
+    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} holds an SB3 PPO model, which "
                                          f"acts in {SPLIT}; this env's actions are MultiDiscrete"
                                          f".*: load it with an {SPLIT} env"):
         load_policy(path, make(V0))

@@ -142,7 +142,7 @@ def test_sac_on_the_discrete_env_names_the_env_it_trains_on_and_what_to_use() ->
 
 def test_a_sac_model_loaded_with_the_discrete_env_names_the_env_it_acts_in(tmp_path) -> None:
     path = make_sb3("sac", _env(), seed=0).save(tmp_path / "sac")
-    with pytest.raises(ValueError, match=f"holds a SAC, which acts in {SPLIT}; this env's actions "
+    with pytest.raises(ValueError, match=f"holds an SB3 SAC model, which acts in {SPLIT}; this env's actions "
                                          f"are MultiDiscrete.*: load it with an {SPLIT} env"):
         load_policy(path, _env(V0))
 
