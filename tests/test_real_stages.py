@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -348,7 +349,7 @@ def test_an_adaptive_cache_adopts_the_entries_a_previous_one_left(tmp_path):
     assert smaller.cached_sources() == {srcs[3].resolve()} and len(entry_files(folder)) == 1
 
 
-def test_adoption_drops_stale_and_half_written_entries_and_keeps_foreign_files(tmp_path, monkeypatch):
+def test_adoption_drops_stale_and_half_written_entries_and_keeps_foreign_files(tmp_path):
     src, other = write(tmp_path / "a.txt", "a"), write(tmp_path / "b.txt", "b")
     folder = tmp_path / "cache"
     first = AdaptiveLoad(folder, capacity=2)
@@ -356,6 +357,12 @@ def test_adoption_drops_stale_and_half_written_entries_and_keeps_foreign_files(t
     first.run(other)
     half = folder / f"{disk_cache.TEMP_PREFIX}x{disk_cache.TEMP_SUFFIX}"
     half.write_text('{"source": ')
+    old = time.time() - 2 * disk_cache.STALE_TEMP_S      # an interrupted write's leftover
+    os.utime(half, (old, old))
+    # a young temp file may be another live loader's write in progress: its rename must not
+    # fail because a second loader opened the folder meanwhile
+    writing = folder / f"{disk_cache.TEMP_PREFIX}y{disk_cache.TEMP_SUFFIX}"
+    writing.write_text('{"source": ')
     # files that are no entry of this cache: left alone and not counted
     foreign = {"notes.txt": "mine", "0" * 32 + ".json": '{"not": "an entry"}',
                "1" * 32 + ".json": json.dumps({"source": str(src.resolve()),
@@ -368,11 +375,26 @@ def test_adoption_drops_stale_and_half_written_entries_and_keeps_foreign_files(t
     first.cache.entry_path(src).write_text(json.dumps(entry))
     second = AdaptiveLoad(folder, capacity=2)
     assert second.cached_sources() == {other.resolve()}
-    assert not half.exists() and not first.cache.entry_path(src).exists()
+    assert not half.exists() and writing.exists() and not first.cache.entry_path(src).exists()
     assert all((folder / name).read_text() == text for name, text in foreign.items())
     assert second.run(other).cache_hit is True and second.run(src).cache_hit is False
     assert second.run(src).cache_hit is True and second.stale == 0
 
+
+
+def test_adopted_entries_are_evicted_oldest_first(tmp_path):
+    # Adopted entries all scored 0 and broke ties by path: the newest could go first.
+    sources = [write(tmp_path / f"{name}.txt", name) for name in "xyz"]
+    folder = tmp_path / "cache"
+    first = AdaptiveLoad(folder, capacity=3)
+    for age, src in enumerate(sources):     # x the oldest entry, z the newest
+        first.run(src)
+        stamp = time.time() - 1000 + age
+        os.utime(first.cache.entry_path(src), (stamp, stamp))
+    second = AdaptiveLoad(folder, capacity=3)
+    second.run(write(tmp_path / "w.txt", "w"))
+    assert second.cached_sources() == {tmp_path.resolve() / f"{n}.txt" for n in "wyz"}
+    assert not second.cache.entry_path(sources[0]).exists()
 
 
 def test_a_cached_request_reads_its_source_once(tmp_path, monkeypatch):

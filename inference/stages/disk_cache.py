@@ -12,11 +12,13 @@ loader counts them against its capacity); see there for what it keeps, removes a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import TypeAlias
 
@@ -32,6 +34,10 @@ def validation_key(raw: bytes, version: int) -> dict[str, object]:
     """What a cache entry must match: the source's sha256 and size, and the version of the
     preprocessing (bytes -> tokens) that made the entry's tokens."""
     return {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw), "version": version}
+
+
+# A temp file this old is an interrupted write's leftover, not a write in progress.
+STALE_TEMP_S = 3600.0
 
 
 class DiskCache:
@@ -100,7 +106,9 @@ class DiskCache:
             its name hashes) of this preprocessing version is adopted;
           * an entry another preprocessing version wrote (or one from before versions were
             keyed) is removed: it is stale, no lookup could ever hit on it;
-          * a temp file an interrupted `write` left (partial-*.tmp) is removed;
+          * a temp file an interrupted `write` left (partial-*.tmp) is removed once it is
+            older than STALE_TEMP_S: a younger one may be another live loader's write in
+            progress, whose rename would fail if it went;
           * anything else (other files, folders, a file named like an entry that does not hold
             its source's entry) is not this cache's: it is left alone and not counted.
         """
@@ -108,7 +116,9 @@ class DiskCache:
         for item in self.dir.iterdir():
             name = item.name
             if name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX) and item.is_file():
-                item.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):    # gone meanwhile: its write finished
+                    if time.time() - item.stat().st_mtime > STALE_TEMP_S:
+                        item.unlink()
                 continue
             entry = _read_entry(item) if ENTRY_NAME.fullmatch(name) else None
             if entry is None or self._entry_file(entry[0]) != item:

@@ -284,8 +284,9 @@ class AdaptiveLoad(_CacheLoader):
             adopted = self._cache.adopt()
             for source in adopted[capacity:]:
                 self._cache.entry_path(source).unlink(missing_ok=True)
-            for source in adopted[:capacity]:
-                self.scores[source] = 0.0
+            for rank, source in enumerate(adopted[:capacity]):
+                # below every score a request earns, the newest highest: the oldest goes first
+                self.scores[source] = -1e-9 * rank
                 self.cached.add(source)
 
     def _top(self) -> set[Path]:
