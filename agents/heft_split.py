@@ -52,7 +52,7 @@ import numpy as np
 
 from agents.heft import HeftPolicy
 from agents.static import is_split
-from envs.inference_alloc_split import whole_sequences
+from envs.inference_alloc_split import sequences_of
 
 MIN_SHARE = 0.05     # a smaller share costs its fixed part for almost no work
 
@@ -120,8 +120,8 @@ class HeftSplitPolicy(HeftPolicy):
         exact = [(together - start_cost[i]) / slope[i] for i in subset]
         if min(exact) < MIN_SHARE:
             return None
-        counts = whole_sequences([exact], batch)[0]
-        if counts.min() < MIN_SHARE * batch:   # a device left with no sequence included
+        counts = sequences_of(exact, batch)
+        if min(counts) < MIN_SHARE * batch:   # a device left with no sequence included
             return None
         return {i: int(n) / batch for i, n in zip(subset, counts, strict=True)}
 

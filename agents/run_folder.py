@@ -6,7 +6,6 @@ model (VecNormalize statistics, the replay buffer, the warm-up's state), so that
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,8 +117,10 @@ def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -
 
 
 def saved_steps(path: Path) -> int | None:
+    """The step count an SB3 model zip was saved at, or None when it holds no readable one."""
+    from agents.sb3_factory import saved_data  # the factory imports the whole of SB3
+
     try:
-        with zipfile.ZipFile(path) as zf:
-            return int(json.loads(zf.read("data"))["num_timesteps"])
-    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile):
+        return int(saved_data(path)["num_timesteps"])
+    except (OSError, KeyError, ValueError, TypeError):
         return None

@@ -177,6 +177,13 @@ class SB3Agent(Policy):
         return target
 
 
+def algorithm_class(name: str, warm: bool) -> type[BaseAlgorithm]:
+    """The SB3 class agent `name` is built as: an off-policy agent with a warm-up is its
+    ``WARM_ALGORITHMS`` subclass (the conservative policy takes its exploration steps); the
+    on-policy ones keep theirs and swap the policy class instead (``make_sb3``)."""
+    return WARM_ALGORITHMS.get(name, ALGORITHMS[name]) if warm else ALGORITHMS[name]
+
+
 def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
              overrides: dict[str, Any] | None = None, warmup: WarmupConfig | None = None,
              tensorboard_log: str | None = None, verbose: int = 0,
@@ -193,13 +200,10 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
                                    warm_start=starts_warm(warmup))
     params = _resolve_kwargs(hyperparams)
     policy = params.pop("policy", "MlpPolicy")
-    algo = ALGORITHMS[name]
+    algo = algorithm_class(name, warm=warmup is not None)
     train_env = vec_env if vec_env is not None else wrap_for(name, env)
-    if warmup is not None:
-        if name in WARM_ALGORITHMS:
-            algo = WARM_ALGORITHMS[name]
-        else:
-            policy = warm_policy_class(name)
+    if warmup is not None and name not in WARM_ALGORITHMS:
+        policy = warm_policy_class(name)
     model = algo(policy, train_env, seed=seed, verbose=verbose, device="cpu",
                  tensorboard_log=tensorboard_log, **params)
     setattr(model, "infer_agent", name)  # noqa: B010  saved with the model: load_sb3 reads it
@@ -210,7 +214,9 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     return agent
 
 
-def _saved_data(path: Path) -> dict[str, Any]:
+def saved_data(path: Path) -> dict[str, Any]:
+    """The JSON `data` entry of an SB3 model zip (its settings, step count, spaces): a
+    ValueError naming the file when it is no such zip."""
     try:
         with zipfile.ZipFile(path) as zf:
             data = json.loads(zf.read("data"))
@@ -250,7 +256,7 @@ def saved_model_info(path: str | Path) -> tuple[str, str]:
     weights; a MultiDiscrete (or DQN's flattened Discrete) is InferenceAlloc-v0's device ids.
     """
     p = Path(path)
-    data = _saved_data(p)
+    data = saved_data(p)
     name = data.get("infer_agent")
     if name is None:
         name = _algorithm_of_plain_zip(data)

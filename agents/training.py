@@ -82,9 +82,9 @@ from agents.run_folder import (
     restore_warmup_state,
     save_model_files,
 )
-from agents.sb3_factory import SB3Agent, make_sb3, starts_warm, wrap_for
-from agents.sb3_hyperparams import ALGORITHMS, hyperparams_with, load_hyperparams
-from agents.warmup import WARM_ALGORITHMS, WarmupConfig, attach_warmup
+from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
+from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
+from agents.warmup import WarmupConfig, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import shown
@@ -321,9 +321,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     seed = resume_seed(spec.seed, steps)
     venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
-    algo = ALGORITHMS[spec.agent]
-    if warm is not None:
-        algo = WARM_ALGORITHMS.get(spec.agent, algo)   # as make_sb3 builds it
+    algo = algorithm_class(spec.agent, warm=warm is not None)
     torch.set_num_threads(1)   # as make_sb3 does: a resumed DQN ran 10x slower on two threads
     model = algo.load(path, env=venv, device="cpu")
     # SB3's load seeds everything (the envs' next resets too) with the model's saved seed, the

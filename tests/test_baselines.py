@@ -20,9 +20,9 @@ from agents.heft import HeftPolicy, _StageCosts
 from agents.oracle import OraclePolicy
 from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
-from envs.inference_alloc import BACKLOG_SCALE_S, InferenceAllocEnv
+from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv, whole_sequences
-from envs.observation import decode_observation
+from envs.observation import BACKLOG_SCALE_S, decode_observation
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
 from inference.task import Task

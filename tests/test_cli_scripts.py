@@ -944,7 +944,7 @@ def test_a_warm_up_state_of_another_step_is_not_restored_and_a_bad_one_is_refuse
     restore_warmup_state(ctl, path, 96)
     assert ctl.guard_trips == 3
     path.write_text(json.dumps({"num_timesteps": 96, "guard_trips": -1}))
-    with pytest.raises(ConfigError, match="guard_trips must be an integer >= 0"):
+    with pytest.raises(ValueError, match="guard_trips must be an integer >= 0"):
         restore_warmup_state(ctl, path, 96)
 
 

@@ -11,9 +11,9 @@ from test_baselines import hand_made_costs, idle_obs  # as HEFT is tested
 from agents.heft_split import MIN_SHARE, HeftSplitPolicy
 from agents.online import rollout
 from agents.registry import load_policy, make_policy, valid_names
-from envs.inference_alloc import BACKLOG_SCALE_S, InferenceAllocEnv
+from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv
-from envs.observation import previous_entries
+from envs.observation import BACKLOG_SCALE_S, previous_entries
 
 CPU, GPU, NPU = 0, 1, 2
 PREFILL = 1
