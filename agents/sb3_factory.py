@@ -30,7 +30,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy
 from agents.files import zip_target
-from agents.sb3_hyperparams import ALGORITHMS, hyperparams_with
+from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, hyperparams_with
 from agents.warmup import (
     WARM_ALGORITHMS,
     WarmupConfig,
@@ -39,9 +39,6 @@ from agents.warmup import (
     warm_policy_class,
 )
 from envs import ENV_IDS
-from inference.messages import shown
-
-ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
 
 
 def env_id_of(env: gym.Env | Any) -> str:
@@ -90,11 +87,8 @@ def _resolve_kwargs(params: dict[str, Any]) -> dict[str, Any]:
         # frequency itself ("must be an integer and not [4, 'episode']")
         params["train_freq"] = tuple(params["train_freq"])
     pk = dict(params.get("policy_kwargs") or {})
-    if isinstance(pk.get("activation_fn"), str):
-        name = pk["activation_fn"]
-        if name not in ACTIVATIONS:
-            raise ValueError(f"unknown activation_fn {shown(name)}; known: {', '.join(ACTIVATIONS)}")
-        pk["activation_fn"] = ACTIVATIONS[name]
+    if isinstance(pk.get("activation_fn"), str):   # a name checked with the hyper-parameters
+        pk["activation_fn"] = ACTIVATIONS[pk["activation_fn"]]
     if pk:
         params["policy_kwargs"] = pk
     return params

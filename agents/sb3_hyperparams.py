@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO, SAC
@@ -32,6 +33,8 @@ ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN
 # (InferenceAlloc-v0's device ids), SAC a Box (InferenceAllocSplit-v0's split weights).
 ONLY_ENV = {"dqn": ENV_IDS[0], "maskable-ppo": ENV_IDS[0], "sac": ENV_IDS[1]}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
+# policy_kwargs.activation_fn by name, as YAML and --hp give it
+ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
 WARM_START = "warm_start"   # the YAML key of a warm-started learner's hyper-parameters
 
 
@@ -250,12 +253,17 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     widths, or for the actor-critic agents ``{pi: [...], vf: [...]}`` (SAC: ``{pi: [...],
     qf: [...]}``, both given; DQN takes the list only). SB3 checks neither: [-1, 64] or
     [1e18, 64] was a torch traceback once the net was built, and [0, 64] trained a net with a
-    zero-width layer."""
+    zero-width layer. Its activation_fn, given by name, is one of ``ACTIVATIONS``: checked here,
+    with the rest, so that a typo in a YAML file fails before the first run, not as it starts."""
     if value is None:
         return
     if not isinstance(value, dict):
         raise ValueError(f"hyper-parameter policy_kwargs must be a mapping "
                          f"(e.g. {{net_arch: [64, 64]}}), got {shown(value)}")
+    activation = value.get("activation_fn")
+    if isinstance(activation, str) and activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation_fn {shown(activation)}; known: "
+                         f"{', '.join(ACTIVATIONS)}")
     arch = value.get("net_arch")
     if arch is None:
         return      # SB3's default net

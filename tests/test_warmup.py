@@ -744,6 +744,21 @@ def test_a_warm_start_policy_kwargs_merges_into_the_envs_like_an_override(tmp_pa
     assert hyperparams.load_hyperparams("ppo", "InferenceAlloc-v0")["policy_kwargs"]["net_arch"] == [8]
 
 
+def test_an_unknown_activation_is_refused_with_the_hyper_parameters(tmp_path, monkeypatch):
+    # It was checked only as the agent was built: train.py's plan() passed a YAML typo, and
+    # the run failed as it started.
+    import agents.sb3_hyperparams as hyperparams
+
+    (tmp_path / "ppo.yaml").write_text(
+        "InferenceAlloc-v0:\n  policy_kwargs: {net_arch: [8], activation_fn: sigmoid}\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"ppo\.yaml, InferenceAlloc-v0: unknown activation_fn "
+                                         r"'sigmoid'; known: tanh, relu, elu"):
+        hyperparams.load_hyperparams("ppo", "InferenceAlloc-v0")
+    with pytest.raises(ValueError, match="unknown activation_fn 'gelu'"):
+        hyperparams.check_override_types("ppo", {}, {"policy_kwargs": {"activation_fn": "gelu"}})
+
+
 def test_the_reward_normaliser_discounts_with_a_warm_starts_gamma(tmp_path, monkeypatch):
     """--normalize built VecNormalize with the YAML's cold gamma, beside an agent that a
     warm_start had given another one: the normalised rewards' scale was for the wrong horizon."""
