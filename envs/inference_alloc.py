@@ -116,7 +116,8 @@ class InferenceAllocEnv(gym.Env):
 
     Per step: `latency` (s), `breakdown` (overhead, queue, load, transfer, compute,
     memory_stall: they add up to the latency), `device_s` (device-seconds the task kept its
-    devices busy, set-ups included: its cost in throughput), `placement` (device label per stage),
+    devices busy, set-ups included: its cost in throughput), `placement` (device label per stage;
+    a stage split in `InferenceAllocSplit-v0` reads `cpu:11/32+gpu:21/32`, sequences of the batch),
     `cache_hit` (None without a loader cache), `utilisation` (per device: its busy time over
     the time booked so far, from the episode start to the end of the last work booked on any
     device), `share` (per device),
@@ -276,8 +277,8 @@ class InferenceAllocEnv(gym.Env):
         # The current task's masks, asked for by action_masks() and again by step() (see _masks).
         self._mask_memo: list[Any] | None = None
         # Labels, device shares and observed previous placement of a placement, which depend on
-        # the placement alone (a discrete action space has D**3 of them): see _placement_facts.
-        self._facts_memo: dict[Shares, PlacementFacts] = {}
+        # the placement and (a split label counts sequences) the batch: see _placement_facts.
+        self._facts_memo: dict[tuple[Shares, int], PlacementFacts] = {}
         # (task, works): the current task's `stage.work` records, which the masks, the run,
         # the references and the speed measurement all price; built once per task.
         self._works_memo: tuple[Task, Works] | None = None
@@ -456,7 +457,7 @@ class InferenceAllocEnv(gym.Env):
         if self._clients:
             self._submit_next(index, task.arrival + res.latency)
         # Looked up once: hashing the nested shares tuple is a good part of the lookup's cost.
-        facts = self._placement_facts(shares)
+        facts = self._placement_facts(shares, task.batch)
         self._observe(res, facts)
         if self.reward_kind == "latency":
             reward = -res.latency
@@ -487,7 +488,7 @@ class InferenceAllocEnv(gym.Env):
         parts = " ".join(f"{k}={v:.3f}" for k, v in res.breakdown().items())
         hit = {None: "-", True: "hit", False: "miss"}[res.cache_hit]
         return (f"task {self._index - 1:4d} B={task.batch:<3d} n={task.prompt_tokens:<6d} "
-                f"m={task.output_tokens:<5d} {self._placement_label(shares):<24s} "
+                f"m={task.output_tokens:<5d} {self._placement_label(shares, task.batch):<24s} "
                 f"latency={res.latency:8.3f}s [{parts}] cache={hit}")
 
     # ------------------------------------------------------------------ internals
@@ -602,17 +603,23 @@ class InferenceAllocEnv(gym.Env):
         values += self._prev
         return np.array(values, dtype=np.float32)   # float64 -> float32, rounded to nearest
 
-    def _placement_label(self, shares: Shares) -> str:
+    def _placement_label(self, shares: Shares, batch: int) -> str:
+        """A device per stage, or for a split stage each device's sequences of the batch:
+        `cpu:11/32+gpu:21/32` (a share is whole sequences: two decimals, 0.34+0.66, were
+        neither exact nor multiples of 1 / B)."""
         names = self.device_names
-        return ",".join("+".join(f"{names[dev]}" if frac == 1.0 else f"{names[dev]}:{frac:.2f}"
+        return ",".join("+".join(f"{names[dev]}" if frac == 1.0
+                                 else f"{names[dev]}:{round(frac * batch)}/{batch}"
                                  for dev, frac in stage) for stage in shares)
 
-    def _placement_facts(self, shares: Shares) -> PlacementFacts:
+    def _placement_facts(self, shares: Shares, batch: int) -> PlacementFacts:
         """(info's placement labels, info's device shares by name, observed previous placement).
 
         The shares dict is a template: `_step_info` hands out a copy, which is cheaper than
-        building it again."""
-        facts = self._facts_memo.get(shares)
+        building it again. A split placement's labels count sequences of the batch, so the
+        batch is part of the key."""
+        key = (shares, batch)
+        facts = self._facts_memo.get(key)
         if facts is not None:
             return facts
         d = self.n_devices
@@ -622,11 +629,11 @@ class InferenceAllocEnv(gym.Env):
             for dev, frac in stage_shares:
                 share[dev] += frac / 3.0
                 prev[s * d + dev] = frac
-        labels = tuple(self._placement_label((stage_shares,)) for stage_shares in shares)
+        labels = tuple(self._placement_label((stage_shares,), batch) for stage_shares in shares)
         facts = (labels, dict(zip(self.device_names, share, strict=True)), tuple(prev))
         if len(self._facts_memo) >= 4096:   # split placements rarely repeat: keep it bounded
             self._facts_memo.clear()
-        self._facts_memo[shares] = facts
+        self._facts_memo[key] = facts
         return facts
 
     def _task_info(self, task: Task) -> dict[str, Any]:

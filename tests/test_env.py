@@ -643,7 +643,7 @@ def test_split_share_that_fits_runs_where_the_whole_batch_would_not(tmp_path: Pa
     assert not masks[1, npu] and not masks[2, npu]      # whole batch: still masked
     info = env.step(split_action([[1, 0, 0], [0, 1, 1], [0, 1, 1]]))[-1]
     assert info["failed_dispatch"] == 0
-    assert info["placement"][1:] == ("gpu:0.50+npu:0.50",) * 2
+    assert info["placement"][1:] == ("gpu:16/32+npu:16/32",) * 2
     assert info["breakdown"]["overhead"] == 0.0
 
 
@@ -684,7 +684,7 @@ def test_failed_split_share_moves_to_a_device_that_holds_the_whole_stage(tmp_pat
     raw.sim.state.busy_until[0] = 1e3      # the CPU has the longest backlog, the GPU none
     info = env.step(split_action([[1, 0, 0], [0, 0.3, 0.7], [1, 0, 0]]))[-1]
     assert info["failed_dispatch"] == 1
-    assert info["placement"][1] == "cpu:0.69+gpu:0.31"
+    assert info["placement"][1] == "cpu:22/32+gpu:10/32"
 
 
 def fixed_batch_scenario(tmp_path: Path, batch: int) -> str:
@@ -749,12 +749,13 @@ def test_split_env_gives_each_device_whole_sequences(tmp_path: Path) -> None:
     """A stage's batch splits data-parallel: a weight worth under half a sequence gives its
     device no share (it paid the share's fixed costs in full), info and the observed previous
     placement hold multiples of 1 / B, and a batch of one runs each stage on one device."""
-    env = make(SPLIT, scenario=fixed_batch_scenario(tmp_path, 32))
+    env = make(SPLIT, scenario=fixed_batch_scenario(tmp_path, 32), render_mode="ansi")
     raw = env.unwrapped
     env.reset(seed=0)
     # prefill's CPU and decode's NPU are due a third of a sequence; the load splits 11, 11, 10
     obs, *_, info = env.step(split_action([[1, 1, 1], [0.01, 0.7, 0.3], [0, 1, 0.01]]))
-    assert info["placement"] == ("cpu:0.34+gpu:0.34+npu:0.31", "gpu:0.69+npu:0.31", "gpu")
+    assert info["placement"] == ("cpu:11/32+gpu:11/32+npu:10/32", "gpu:22/32+npu:10/32", "gpu")
+    assert "cpu:11/32+gpu:11/32+npu:10/32,gpu:22/32+npu:10/32,gpu " in raw.render()
     previous = obs[5 + 4 * raw.n_devices:].reshape(3, 3) * 32
     np.testing.assert_allclose(previous, [[11, 11, 10], [0, 22, 10], [0, 32, 0]], atol=1e-5)
     assert info["share"] == pytest.approx({"cpu": 11 / 96, "gpu": 65 / 96, "npu": 20 / 96})
