@@ -556,7 +556,11 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
             rows.append((r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else ""),
                          r.latency))
     rows += [(name, baseline_latency(key, name)) for name in table_baselines(cfg)]
-    lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.scenario}, workload seed "
+    # as evaluate.py names its sections: the hardware and variant where not the scenario's own
+    given = [f"{what} {shown(value, quote=False)}" for what, value in
+             (("hardware", cfg.hardware), ("variant", cfg.variant)) if value]
+    setting = f" ({', '.join(given)})" if given else ""
+    lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.scenario}{setting}, workload seed "
              f"{cfg.eval_seed}, {cfg.eval_tasks} tasks",
              "",
              "| agent | mean latency (s) | p95 latency (s) | vs best-static |",

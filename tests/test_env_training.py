@@ -527,3 +527,20 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
     env = training.env_for(config, episode_tasks=30, reward="latency")
     saved = load_policy(result.run_dir / "model.zip", env)
     assert np.array_equal(result.latency, episode_latencies(saved, env, config.eval_seed))
+
+
+def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenarios():
+    # its header read "scenario article" for a run on --hardware edge, where evaluate.py's
+    # sections name the hardware
+    from types import SimpleNamespace
+
+    from agents.config import TrainConfig
+    from agents.training import comparison_table
+
+    run = SimpleNamespace(latency=np.ones(12), spec=SimpleNamespace(label="ppo", seed=0))
+    for kwargs, header in (({}, "scenario article, workload"),
+                           ({"hardware": "edge"}, "scenario article (hardware edge), workload"),
+                           ({"hardware": "edge", "variant": "glm-5.3"},
+                            "scenario article (hardware edge, variant glm-5.3), workload")):
+        table = comparison_table(TrainConfig(eval_tasks=12, **kwargs), [run])
+        assert table is not None and header in table.splitlines()[0], table
