@@ -9,6 +9,7 @@ sample has its references.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,22 +105,34 @@ class OnlineResult:
         }
 
 
+#: The step-info keys the harness's curves read (`_curves`). A recorder keeps these alone: a
+#: whole info (breakdown, utilisation, task, ...) is ~1.8 kB, so a million-sample stream
+#: held ~1.8 GB to yield two floats a sample.
+CURVE_KEYS = ("latency", "static_latency")
+
+
+def _curve_fields(info: dict[str, Any]) -> dict[str, Any]:
+    return {key: info[key] for key in CURVE_KEYS if key in info}
+
+
 class _Recorder(BaseCallback):
     def __init__(self, controller: Any = None) -> None:
         super().__init__()
-        self.infos: list[dict[str, Any]] = []
+        self.infos: list[dict[str, Any]] = []   # each step's `_curve_fields`
         self.conservative: list[bool] = []
         self.controller = controller
 
     def _on_step(self) -> bool:
-        self.infos.append(self.locals["infos"][0])
+        self.infos.append(_curve_fields(self.locals["infos"][0]))
         if self.controller is not None:
             self.conservative.append(bool(self.controller.last_conservative))
         return True
 
 
-def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, Any]]:
-    """The step infos of the first n_samples tasks of the stream `seed` under `policy`.
+def rollout(policy: Any, env: Any, n_samples: int, seed: int,
+            keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The step infos of the first n_samples tasks of the stream `seed` under `policy`
+    (each passed through `keep` when given, which may drop what the caller does not read).
 
     `env` is stepped as given: its wrappers (an observation wrapper the policy sees through,
     a TimeLimit) act as they do when the policy learns on it.
@@ -130,7 +143,7 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, 
     for i in range(n_samples):
         action, _ = policy.predict(obs, deterministic=True)
         obs, _, terminated, truncated, info = env.step(action)
-        infos.append(info)
+        infos.append(info if keep is None else keep(info))
         if (terminated or truncated) and i + 1 < n_samples:
             raise ValueError(f"the env's episode ended after {i + 1} tasks; this needs "
                              f"episodes of >= n_samples ({n_samples}) tasks: raise its "
@@ -140,7 +153,7 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int) -> list[dict[str, 
 
 def run_policy(policy: Any, env: Any, n_samples: int, seed: int) -> np.ndarray:
     """Latency of each of the first n_samples tasks of the stream `seed` under `policy`."""
-    return _curves(rollout(policy, env, n_samples, seed))[0]
+    return _curves(rollout(policy, env, n_samples, seed, _curve_fields))[0]
 
 
 def _curves(infos: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -189,6 +202,6 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
         latency, here = _curves(recorder.infos[:n_samples])
         acting = np.asarray(recorder.conservative[:n_samples]) if controller is not None else None
     else:
-        latency, here = _curves(rollout(agent, env, n_samples, seed))
+        latency, here = _curves(rollout(agent, env, n_samples, seed, _curve_fields))
         acting = None
     return OnlineResult(latency, static, oracle, acting, here)

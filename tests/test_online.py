@@ -164,10 +164,12 @@ def test_a_fixed_policy_is_stable_from_the_first_window(name):
 
 
 def _record_step_infos(monkeypatch) -> list[list[dict]]:
-    """Every run deploy prices (references first, then the agent), as its step infos."""
+    """Every run deploy prices (references first, then the agent), as its step infos (the
+    fields the curves read, and the task)."""
     import agents.online as online
 
     runs: list[list[dict]] = []
+    monkeypatch.setattr(online, "CURVE_KEYS", (*online.CURVE_KEYS, "task"))
     curves = online._curves
 
     def recording(infos):
@@ -195,6 +197,21 @@ def test_deploy_runs_the_learner_on_its_references_tasks(monkeypatch, learn):
     runs.clear()                                    # another seed is another stream
     deploy(agent, env, n, learn=learn, seed=8)
     assert [info["task"] for info in runs[2]] != tasks[2]
+
+
+@pytest.mark.parametrize("learn", [True, False])
+def test_deploy_keeps_only_the_fields_its_curves_read(monkeypatch, learn):
+    # A whole step info is ~1.8 kB; deploy kept every one, so its memory grew by that much a
+    # sample (1.8 GB over a million-sample stream) to yield two floats a sample.
+    import agents.online as online
+
+    n = 40
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=n, reward="relative")
+    agent = make_sb3("ppo", env, seed=0)
+    runs = _record_step_infos(monkeypatch)    # which adds "task" to what is kept
+    deploy(agent, env, n, learn=learn, seed=7)
+    assert len(runs) == 3 and all(len(run) >= n for run in runs)
+    assert {key for run in runs for info in run for key in info} == set(online.CURVE_KEYS)
 
 
 def test_a_rollout_acts_deterministically():
