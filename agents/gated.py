@@ -37,7 +37,7 @@ from agents.base import Policy, start_stream_of
 from agents.heft import HeftPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy
-from envs.observation import decode_batch, n_devices_of, online_entries, previous_entries
+from envs.observation import decode_batch, device_entries, n_devices_of, previous_entries
 from inference.checks import is_integer
 
 DEFAULT_THRESHOLD = 16
@@ -73,7 +73,7 @@ class GatedScheduling(Policy):
             return False, None
         if decode_batch(float(obs[0])) >= self.threshold:
             return False, previous
-        online = obs[online_entries(d)] > 0.5   # a device it used is offline: the inner policy decides
+        online = obs[device_entries(d, "online")] > 0.5   # a device it used is offline: the inner policy decides
         return bool(online[previous.any(axis=0)].all()), previous
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

@@ -50,7 +50,7 @@ from envs.observation import (
     SPEED_SCALE,
     decode_backlog,
     decode_task,
-    online_entries,
+    device_entries,
     previous_entries,
 )
 from inference.task import Task
@@ -215,12 +215,12 @@ class HeftPolicy(Policy):
         if len(v) != self.obs_dim:
             raise ValueError(f"observation has {len(v)} entries, this env's have {self.obs_dim}")
         costs = self._stage_costs(*decode_task(v))
-        devices = range(d)
-        avail = [decode_backlog(v[4 + 4 * i]) for i in devices]
-        online = [x > 0.5 for x in v[online_entries(d)]]
-        resident = [v[5 + 4 * i] < self._resident_below[i] for i in devices]
-        speed = ([max(SPEED_SCALE * v[7 + 4 * i], 1e-3) for i in devices] if self.calibrated
-                 else [1.0] * d)
+        avail = [decode_backlog(x) for x in v[device_entries(d, "backlog")]]
+        online = [x > 0.5 for x in v[device_entries(d, "online")]]
+        resident = [x < below for x, below in zip(v[device_entries(d, "free_memory")],
+                                                   self._resident_below, strict=True)]
+        speed = ([max(SPEED_SCALE * x, 1e-3) for x in v[device_entries(d, "speed")]]
+                 if self.calibrated else [1.0] * d)
         return costs, avail, resident, speed, self._allowed(costs, online, masks), v[previous_entries(d)]
 
     def _allowed(self, costs: _StageCosts, online: list[bool], masks: Any) -> list[list[int]]:
@@ -243,7 +243,7 @@ class HeftPolicy(Policy):
         """(3, D) bool: the env's stage masks as rebuilt from one observation."""
         v = np.asarray(obs, dtype=np.float64).reshape(-1).tolist()
         costs = self._stage_costs(*decode_task(v))
-        online = [x > 0.5 for x in v[online_entries(self.n_devices)]]
+        online = [x > 0.5 for x in v[device_entries(self.n_devices, "online")]]
         masks = np.zeros((3, self.n_devices), dtype=bool)
         for s, row in enumerate(self._allowed(costs, online, None)):
             masks[s, row] = True

@@ -34,9 +34,15 @@ def n_devices_of(obs_dim: int) -> int:
     return (obs_dim - 5) // 7
 
 
-def online_entries(d: int) -> slice:
-    """Where the D online flags are (entries 6 + 4d), as a slice of a list or array."""
-    return slice(6, 6 + 4 * d, 4)
+# The four entries of each device d, from 4 + 4d, in this order.
+DEVICE_FIELDS = ("backlog", "free_memory", "online", "speed")
+
+
+def device_entries(d: int, field: str) -> slice:
+    """Where one of the `DEVICE_FIELDS` of each of the D devices is (entries 4 + 4d + k), as a
+    slice of a list or array."""
+    k = DEVICE_FIELDS.index(field)
+    return slice(4 + k, 4 + 4 * d, 4)
 
 
 def previous_entries(d: int) -> slice:
@@ -93,10 +99,10 @@ def decode_observation(obs: Any) -> ObservedState:
     batch, prompt, output, cache_hit = decode_task(v)
     return ObservedState(
         batch=batch, prompt_tokens=prompt, output_tokens=output, cache_hit=cache_hit,
-        backlog=tuple(decode_backlog(v[4 + 4 * i]) for i in range(d)),
-        free_memory=tuple(v[5 + 4 * i] for i in range(d)),
-        online=tuple(x > 0.5 for x in v[online_entries(d)]),
-        speed_ratio=tuple(SPEED_SCALE * v[7 + 4 * i] for i in range(d)),
+        backlog=tuple(decode_backlog(x) for x in v[device_entries(d, "backlog")]),
+        free_memory=tuple(v[device_entries(d, "free_memory")]),
+        online=tuple(x > 0.5 for x in v[device_entries(d, "online")]),
+        speed_ratio=tuple(SPEED_SCALE * x for x in v[device_entries(d, "speed")]),
         hit_rate=v[4 + 4 * d],
         previous=o[previous_entries(d)].reshape(3, d).copy(),
     )
