@@ -472,10 +472,8 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
             raise ValueError(f"{MAPPING_ORIGIN}: scenario field source must be a string, "
                              f"got {source!r}")
         return replace(scenario_from_dict(raw, MAPPING_ORIGIN), source=source)
-    raw, origin = load_named_yaml(spec, SCENARIO_DIR, "scenario")
-    # load_named_yaml read the preset when `spec` names one (even if a file of that name
-    # exists too), else the file `origin`. Absolute, so that the paths resolved against it
-    # stay right if the working directory changes before the env reads them.
-    preset = preset_file(spec, SCENARIO_DIR) is not None
-    base_dir = SCENARIO_DIR if preset else Path(origin).absolute().parent
-    return scenario_from_dict(raw, origin, base_dir)
+    raw, origin, read = load_named_yaml(spec, SCENARIO_DIR, "scenario")
+    # Relative paths in it resolve against the folder of the file read (a preset's: the
+    # presets'); absolute, so that they stay right if the working directory changes before
+    # the env reads them.
+    return scenario_from_dict(raw, origin, read.absolute().parent)

@@ -364,10 +364,10 @@ def path_text(path: str | os.PathLike[str]) -> str:
     return os.path.join(os.curdir, text)
 
 
-def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str]:
-    """(parsed YAML, origin) for a preset name in `preset_dir` or a path to a YAML file; a
-    name that is both is the preset (see `preset_file`). The origin is the name as given for
-    a preset, the path for a file."""
+def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str, Path]:
+    """(parsed YAML, origin, the file read) for a preset name in `preset_dir` or a path to a
+    YAML file; a name that is both is the preset (see `preset_file`). The origin is the name
+    as given for a preset, the path for a file."""
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
@@ -378,12 +378,12 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
                          f"{problem}")
     preset = preset_file(spec, preset_dir)
     if preset is not None:
-        return load_yaml_file(preset, f"{what} preset"), str(spec)
+        return load_yaml_file(preset, f"{what} preset"), str(spec), preset
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ValueError(f"{what} file {shown(path, quote=False)} {not_a_file(path, 'a YAML file')}")
-        return load_yaml_file(path, f"{what} file"), str(path)
+        return load_yaml_file(path, f"{what} file"), str(path), path
     names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
     raise ValueError(f"unknown {what} {shown(spec)}: not a preset ({names}) "
                      "and not a path to a YAML file")
@@ -393,4 +393,5 @@ def load_hardware(spec: str | Path | Hardware) -> Hardware:
     """A Hardware from a preset name (``server``, ``edge``), a YAML path, or as is."""
     if isinstance(spec, Hardware):
         return spec
-    return hardware_from_dict(*load_named_yaml(spec, PRESET_DIR, "hardware"))
+    raw, origin, _ = load_named_yaml(spec, PRESET_DIR, "hardware")
+    return hardware_from_dict(raw, origin)
