@@ -124,7 +124,7 @@ class HeftPolicy(Policy):
         devices = range(self.n_devices)
         fits = []
         for w in mask_works:
-            need = w.footprint + (self._weights if w.needs_weights else 0.0)
+            need = w.memory_need(self._weights)
             fits.append(tuple(need <= self._memory[i] for i in devices))
         costs = _StageCosts(
             batch=batch,

@@ -350,7 +350,7 @@ class InferenceAllocEnv(gym.Env):
         if everywhere:
             smallest = self._memory_sorted[0]
             for work in works:
-                if work.footprint + (weights if work.needs_weights else 0.0) > smallest:
+                if work.memory_need(weights) > smallest:
                     everywhere = False
                     break
         masks = self._allowed_everywhere if everywhere else self._fitting_masks(works, online)
@@ -365,7 +365,7 @@ class InferenceAllocEnv(gym.Env):
         all_online = all(online)
         rows = []
         for work in works:
-            need = work.footprint + (weights if work.needs_weights else 0.0)
+            need = work.memory_need(weights)
             below = bisect_left(self._memory_sorted, need)   # devices that cannot hold `need`
             row = self._fit_rows[below]                      # need <= memory[d], per device d
             if not all_online:

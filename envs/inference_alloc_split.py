@@ -162,13 +162,12 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
                 rows = list(masks)
             assert rows is not None
             work = works[s]
-            weights = self._weight_bytes if work.needs_weights else 0.0
             frac_on = dict(stage_shares)
             relaxed = [bool(allowed) for allowed in row]
             for dev, _ in stage_shares:
                 if relaxed[dev] or not online[dev]:
                     continue
                 held = sum(frac_on.get(peer, 0.0) for peer in peers[dev])
-                relaxed[dev] = held * work.footprint + weights <= memory[dev]
+                relaxed[dev] = work.memory_need(self._weight_bytes, held) <= memory[dev]
             rows[s] = relaxed
         return masks if rows is None else tuple(tuple(row) for row in rows)

@@ -51,7 +51,7 @@ def memory_overflows(sim: Simulator, task: Task, placement: Sequence[str | int])
     for name, stage, shares in zip(STAGES, sim.stages, sim.shares(placement), strict=True):
         work = stage.work(task, sim.model)
         for dev, fraction in shares:
-            need = fraction * work.footprint + (weights if work.needs_weights else 0.0)
+            need = work.memory_need(weights, fraction)
             device = sim.hardware.devices[dev]
             if need > device.memory:
                 out.append(f"{name} on {device.name} needs {need / 1e9:,.0f} GB of its "

@@ -66,6 +66,12 @@ class StageWork(NamedTuple):
     def launches(self) -> float:
         return sum(p.launches for p in self.parts)
 
+    def memory_need(self, weight_bytes: float, fraction: float = 1.0) -> float:
+        """Device memory a `fraction` of this stage holds while it runs: that share of the
+        footprint (KV cache, activations, buffers scale with the batch) plus the whole
+        weights, which every device running any share of it needs."""
+        return fraction * self.footprint + (weight_bytes if self.needs_weights else 0.0)
+
     def part(self, tag: str) -> WorkPart:
         for p in self.parts:
             if p.tag == tag:
