@@ -165,6 +165,7 @@ class InferenceAllocEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    _labels_count_sequences = False    # whole stages only: a label never names the batch
     _spec: EnvSpec | None = None
 
     @property
@@ -616,9 +617,10 @@ class InferenceAllocEnv(gym.Env):
         """(info's placement labels, info's device shares by name, observed previous placement).
 
         The shares dict is a template: `_step_info` hands out a copy, which is cheaper than
-        building it again. A split placement's labels count sequences of the batch, so the
-        batch is part of the key."""
-        key = (shares, batch)
+        building it again. A split placement's labels count sequences of the batch, so in the
+        Split env the batch is part of the key; here every stage is whole, and keying on the
+        batch too would only multiply the entries (27 placements times every batch size)."""
+        key = (shares, batch if self._labels_count_sequences else 0)
         facts = self._facts_memo.get(key)
         if facts is not None:
             return facts

@@ -101,6 +101,8 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     masked for a stage can still take a share of it that fits.
     """
 
+    _labels_count_sequences = True     # cpu:11/32+gpu:21/32 (see _placement_label)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         domains = [profile.memory_domain for profile in self.hardware.devices]
