@@ -347,8 +347,7 @@ def preset_file(spec: str | Path, preset_dir: Path) -> Path | None:
     it is run; a file of that name is still read when written as a path (``./server``) or
     with its suffix. A Path is always a path.
     """
-    if not isinstance(spec, str) or spec != Path(spec).name \
-            or Path(spec).suffix in (".yaml", ".yml"):
+    if not isinstance(spec, str) or not _bare_name(spec):
         return None
     preset = preset_dir / f"{spec}.yaml"
     return preset if unusable_path(preset) is None and preset.is_file() else None
@@ -359,9 +358,13 @@ def path_text(path: str | os.PathLike[str]) -> str:
     Path("server") becomes "./server". (str(Path("server")) is "server", the preset: a Path
     given to the env or kept in its JSON spec turned into the preset of that name.)"""
     text = os.fspath(path)
-    if isinstance(path, str) or text != Path(text).name or Path(text).suffix in (".yaml", ".yml"):
-        return text
-    return os.path.join(os.curdir, text)
+    return os.path.join(os.curdir, text) if not isinstance(path, str) and _bare_name(text) \
+        else text
+
+
+def _bare_name(text: str) -> bool:
+    """Could `text` be a preset's name: no folder part and no YAML suffix (`preset_file`)?"""
+    return text == Path(text).name and Path(text).suffix not in (".yaml", ".yml")
 
 
 def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any, str, Path]:

@@ -259,7 +259,7 @@ class Simulator:
             for stage, dev in zip(STAGES, arr, strict=True):
                 if isinstance(dev, str):
                     dev = self.hardware.device_id(dev)
-                if isinstance(dev, (bool, np.bool_)) or not isinstance(dev, (int, np.integer)):
+                if not is_integer(dev):
                     raise ValueError(f"placement[{stage}] must be a device id or name, got {dev!r}")
                 if not 0 <= dev < self.n_devices:
                     raise ValueError(f"placement[{stage}] = {dev} is not a device id in 0..{self.n_devices - 1}")
