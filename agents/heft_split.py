@@ -25,7 +25,7 @@ solved for (another upper bound; it matters where a large output moves, which is
 decode's input, and decode is rarely split, see below).
 
 The env gives each device whole sequences of the batch (it rounds the fractions
-by the largest-remainder method, ``envs.inference_alloc_split.whole_sequences``),
+by the largest-remainder method, ``envs.inference_alloc_split.sequences_of``),
 so the plan does too: each subset's shares are rounded as the env will round them,
 and the subset's finish is then its latest share's, ``max_S c_d + a_d + f_d b_d``.
 The batch is the one the observation shows, which caps it at 64; a larger batch's
