@@ -313,9 +313,10 @@ def limit_decimals(row: dict[str, Any]) -> int:
     return MAX_EXTRA_DECIMALS
 
 
-def verdict_decimals(row: dict[str, Any]) -> int:
+def verdict_decimals(row: dict[str, Any], tol: int | None = None) -> int:
     """The extra decimals a row's value needs for what it prints, beside its limits (printed
-    with ``max(this, limit_decimals(row))`` extra decimals), to agree with its verdict.
+    with ``max(this, tol)`` extra decimals; `tol`: ``limit_decimals(row)``, computed when not
+    given), to agree with its verdict.
 
     The verdict is decided on the unrounded value, the tolerance being the criterion; a value
     just outside a limit printed "0.68x" with the limits "0.68x .. 0.84x" and "NO". Deciding
@@ -324,7 +325,7 @@ def verdict_decimals(row: dict[str, Any]) -> int:
     decimals than the unit's (0.6845 beside 0.684x) gets the digits that show it inside.
     """
     unit = row["unit"]
-    tol = limit_decimals(row)
+    tol = limit_decimals(row) if tol is None else tol
     for extra in range(MAX_EXTRA_DECIMALS + 1):
         low, high = (_shown(row[key], unit, max(extra, tol)) for key in ("low", "high"))
         ours = _shown(row["ours"], unit, extra)
@@ -343,8 +344,9 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
              "| figure | article | ours | tolerance | in |", "|---|---|---|---|---|"]
     notes: list[str] = []
     for row in table:
-        extra = verdict_decimals(row)
-        places = max(extra, limit_decimals(row))
+        tol_places = limit_decimals(row)
+        extra = verdict_decimals(row, tol_places)
+        places = max(extra, tol_places)
         tol = (format_value(row["low"], float("nan"), row["unit"], places) + " .. "
                + format_value(row["high"], float("nan"), row["unit"], places))
         ours = format_value(row["ours"], row["ci"], row["unit"], extra)
