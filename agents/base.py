@@ -55,6 +55,12 @@ class Policy:
         return target
 
 
+def flat_index(action: Any, nvec: Any) -> int:
+    """A device-id action (one per stage, `nvec` devices each) as the single index of DQN's
+    ``Discrete(prod(nvec))`` flattening (``sb3_factory.FlatDiscreteActions``)."""
+    return int(np.ravel_multi_index(tuple(int(x) for x in np.asarray(action).reshape(-1)), nvec))
+
+
 def start_stream_of(policy: Any, seed: int) -> None:
     """Tell `policy` that the task stream `seed` begins, if it is one of ours (SB3 models keep
     no state between streams), so its actions on a stream depend on that stream alone, not on

@@ -22,6 +22,7 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional as F
 
+from agents.base import flat_index
 from agents.warmup import WarmupConfig, as_env_actions, box_targets
 
 if TYPE_CHECKING:
@@ -135,8 +136,7 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     held = order[: int(n * HELDOUT_FRACTION)]
     train = order[int(n * HELDOUT_FRACTION):]
     if agent.name == "dqn":
-        nvec = space.nvec
-        stored = np.array([np.ravel_multi_index(tuple(a), nvec) for a in targets])
+        stored = np.array([flat_index(a, space.nvec) for a in targets])
     elif agent.name == "sac":
         stored = model.policy.scale_action(targets).astype(np.float32)
     elif isinstance(space, spaces.Box):

@@ -28,7 +28,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
-from agents.base import Policy
+from agents.base import Policy, flat_index
 from agents.files import zip_target
 from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, hyperparams_with
 from agents.warmup import (
@@ -70,7 +70,7 @@ class FlatDiscreteActions(gym.ActionWrapper):
         return np.array(np.unravel_index(int(action), self.nvec))
 
     def flatten(self, action: Any) -> int:
-        return int(np.ravel_multi_index(tuple(np.asarray(action).reshape(-1)), self.nvec))
+        return flat_index(action, self.nvec)
 
 
 def wrap_for(agent: str, env: gym.Env) -> gym.Env:

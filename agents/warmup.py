@@ -38,6 +38,7 @@ from stable_baselines3 import DQN, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 
+from agents.base import flat_index
 from inference.checks import is_integer, is_number
 from inference.messages import shown
 
@@ -412,7 +413,7 @@ def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | N
         model.warmup = controller
         if isinstance(model, WarmDQN):
             nvec = tuple(env.unwrapped.action_space.nvec)
-            model.flatten = lambda a: int(np.ravel_multi_index(tuple(int(x) for x in a), nvec))
+            model.flatten = lambda a: flat_index(a, nvec)
     else:
         setattr(model.policy, "warmup", controller)  # noqa: B010  (a Warm* policy class)
     agent.warmup = controller
