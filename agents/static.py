@@ -30,8 +30,7 @@ from gymnasium import spaces
 from agents.base import Policy
 from agents.files import write_text
 from envs.inference_alloc import InferenceAllocEnv
-from envs.reference import CALIBRATION_SEED, CALIBRATION_TASKS
-from envs.workload import file_version
+from envs.reference import best_static_key
 
 Placement = tuple[int, int, int]
 
@@ -162,14 +161,10 @@ class StaticPolicy(Policy):
 
 
 def _best_static_key(base: InferenceAllocEnv) -> str:
-    """A digest of everything the best-static search depends on (scenario, hardware, model,
-    pipeline variant, calibration workload, and the version of the trace file it replays, as
-    the search's own cache keys it), so a saved result is reused only when it applies: a trace
-    CSV rewritten at the same path read back the placement searched on its old tasks."""
-    trace = base.scenario.workload.trace
-    text = repr((base.scenario, trace and file_version(trace), base.hardware, base.model,
-                 base.variant, CALIBRATION_TASKS, CALIBRATION_SEED))
-    return hashlib.sha256(text.encode()).hexdigest()
+    """A digest of what the best-static search depends on (`envs.reference.best_static_key`),
+    so a saved result is reused only when it applies: a trace CSV rewritten at the same path
+    read back the placement searched on its old tasks."""
+    return hashlib.sha256(best_static_key(base).encode()).hexdigest()
 
 
 def search_best_static(env: Any, path: str | os.PathLike[str] | None = None) -> Placement:

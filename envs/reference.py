@@ -22,6 +22,7 @@ from inference.simulator import Shares, Simulator
 
 if TYPE_CHECKING:
     from envs.inference_alloc import InferenceAllocEnv
+    from envs.scenario import Scenario
 
 CALIBRATION_TASKS = 300
 CALIBRATION_SEED = 20231116
@@ -87,16 +88,29 @@ def mean_latency(sim: Simulator, tasks: Any, placement: tuple[int, ...],
     return total / max(len(tasks), 1)
 
 
-def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
-    """The best static placement for the env's configuration, by nominal simulation."""
+def _searched_scenario(env: InferenceAllocEnv) -> Scenario:
     # The search reads the scenario with no noise and its own number of tasks: envs that
     # differ only in noise or episode length share it (the key held both, and searched again).
-    scenario = dataclasses.replace(env.scenario, noise=0.0, episode_tasks=CALIBRATION_TASKS)
-    # ... and it reads what the scenario's names point to now: the hardware's figures (a name
-    # or path gives other figures once its file is edited) and the replayed trace's version
-    # (a CSV rewritten in the same process; see `generate_episode`'s own trace cache).
+    return dataclasses.replace(env.scenario, noise=0.0, episode_tasks=CALIBRATION_TASKS)
+
+
+def best_static_key(env: InferenceAllocEnv) -> str:
+    """Everything the best-static search depends on, as text: the scenario as searched, and
+    what its names point to now: the hardware's figures (a name or path gives other figures
+    once its file is edited), the model, the variant, the replayed trace's version (a CSV
+    rewritten at the same path; see `generate_episode`'s own trace cache) and the calibration
+    workload. The search's cache keys on it, and so does a result saved to a file
+    (`agents.static.search_best_static`)."""
+    scenario = _searched_scenario(env)
     trace = scenario.workload.trace
-    key = repr((scenario, trace and file_version(trace), env.hardware, env.variant))
+    return repr((scenario, trace and file_version(trace), env.hardware, env.model, env.variant,
+                 CALIBRATION_TASKS, CALIBRATION_SEED))
+
+
+def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
+    """The best static placement for the env's configuration, by nominal simulation."""
+    key = best_static_key(env)
+    scenario = _searched_scenario(env)
     if key not in _BEST_STATIC:
         tasks = generate_episode(scenario, np.random.default_rng(CALIBRATION_SEED), CALIBRATION_TASKS).tasks
         sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
