@@ -96,10 +96,10 @@ class DiskCache:
         self.stale += 1
         return None
 
-    def adopt(self) -> list[Path]:
-        """The sources of the entries already in the folder that this cache can use, newest
-        entry first, so that a cache opened on a previous process's folder reuses them and
-        counts them against its capacity.
+    def adopt(self) -> list[tuple[Path, Path]]:
+        """(source, entry file) of the entries already in the folder that this cache can use,
+        newest entry first, so that a cache opened on a previous process's folder reuses them
+        and counts them against its capacity.
 
         One folder serves one adaptive loader at a time. Of what lies there:
           * an entry (a file named as `entry_path` names one, holding the entry of the source
@@ -127,10 +127,10 @@ class DiskCache:
                 item.unlink(missing_ok=True)
                 continue
             try:
-                found.append((item.stat().st_mtime_ns, entry[0], Path(entry[0])))
+                found.append((item.stat().st_mtime_ns, entry[0], item))
             except OSError:   # removed meanwhile
                 continue
-        return [source for *_, source in sorted(found, key=lambda f: (-f[0], f[1]))]
+        return [(Path(source), item) for _, source, item in sorted(found, key=lambda f: (-f[0], f[1]))]
 
 
 def _read_entry(path: Path) -> tuple[str, dict[str, object], tuple[int, ...]] | None:

@@ -282,9 +282,9 @@ class AdaptiveLoad(_CacheLoader):
             # Without this a new process started empty: the folder grew past `capacity` over
             # runs, and what earlier runs cached was neither reused nor ever evicted.
             adopted = self._cache.adopt()
-            for source in adopted[capacity:]:
-                self._cache.entry_path(source).unlink(missing_ok=True)
-            for rank, source in enumerate(adopted[:capacity]):
+            for _, entry_file in adopted[capacity:]:
+                entry_file.unlink(missing_ok=True)
+            for rank, (source, _) in enumerate(adopted[:capacity]):
                 # below every score a request earns, the newest highest: the oldest goes first
                 self.scores[source] = -1e-9 * rank
                 self.cached.add(source)
