@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
+from agents.warmup import MIN_CLONE_SAMPLES
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
 from inference.messages import argparse_type, shown
@@ -120,8 +121,9 @@ class TrainConfig:
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
-        _require(self.clone_samples is None or self.clone_samples >= 10,
-                 "--clone-samples must be >= 10")
+        # checked even where no warm-up clones: the flag is wrong whichever run it reaches
+        _require(self.clone_samples is None or self.clone_samples >= MIN_CLONE_SAMPLES,
+                 f"--clone-samples must be >= {MIN_CLONE_SAMPLES}")
         _require(self.episode_tasks is None or 1 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 1..{MAX_EPISODE_TASKS}")
 

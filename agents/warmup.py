@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
 
 
+# Fewer held none out to score the clone on (SB3 failed on a reshape of 0 elements).
+MIN_CLONE_SAMPLES = 10
+
+
 @dataclass(frozen=True)
 class WarmupConfig:
     """Which warm-up parts to use, and how.
@@ -96,10 +100,10 @@ class WarmupConfig:
         if not 0 <= self.guard_margin < 10:
             raise ValueError(f"WarmupConfig.guard_margin must be in [0, 10), got {self.guard_margin!r}")
         object.__setattr__(self, "guard_margin", float(self.guard_margin))
-        if self.clone and self.clone_samples < 10:
+        if self.clone and self.clone_samples < MIN_CLONE_SAMPLES:
             # as train.py's --clone-samples: under 5, cloning held none out to score the clone
             # on and failed inside SB3 (a reshape of 0 elements); 0 failed on an empty batch
-            raise ValueError(f"WarmupConfig.clone_samples must be >= 10 to clone, got "
+            raise ValueError(f"WarmupConfig.clone_samples must be >= {MIN_CLONE_SAMPLES} to clone, got "
                              f"{self.clone_samples!r}")
 
     @classmethod
