@@ -289,20 +289,19 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
     run_dir = find_run(config.log_dir, config.resume or "latest")
     saved = read_run_config(run_dir / "config.yaml")
-    for key in HELD_OUT:
-        if key in given and getattr(config, key) != getattr(saved, key):
-            flag = flag_of(key)
-            raise ConfigError(
-                f"--resume continues {run_dir.name} on its own held-out episode: {flag} "
-                f"{getattr(config, key)} is not the run's {flag} {getattr(saved, key)} "
-                f"(its config.yaml), and its later eval/ and final/ points would come from "
-                f"another episode on the same curves; resume without {flag}, or start a new "
-                f"run (python train.py without --resume) for {flag} {getattr(config, key)}")
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
     # (file paths compared absolute, as runs record them)
     given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)
     extra = sorted(k for k in given - RESUMABLE - {"resume", "log_dir"}
                    if getattr(given_abs, k) != getattr(saved_abs, k))
+    for key in (k for k in HELD_OUT if k in extra):   # the one a user most likely means
+        flag = flag_of(key)
+        raise ConfigError(
+            f"--resume continues {run_dir.name} on its own held-out episode: {flag} "
+            f"{getattr(config, key)} is not the run's {flag} {getattr(saved, key)} "
+            f"(its config.yaml), and its later eval/ and final/ points would come from "
+            f"another episode on the same curves; resume without {flag}, or start a new "
+            f"run (python train.py without --resume) for {flag} {getattr(config, key)}")
     if extra:
         raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
                           f"{', '.join(flag_of(k) for k in sorted(RESUMABLE))}"
