@@ -433,6 +433,22 @@ def test_a_failed_adaptive_request_leaves_the_statistics_alone(tmp_path):
     assert loader.run(good).cache_hit is True
     assert bad.resolve() not in loader.scores
 
+def test_adaptive_scores_stay_bounded_over_a_stream_of_distinct_sources(tmp_path):
+    """The loader kept a score for every source it had ever seen: a long-running loader over
+    a stream of distinct files grew without bound (and so did its per-request decay loop)."""
+    hot = write(tmp_path / "hot.txt", "hot")
+    loader = AdaptiveLoad(tmp_path / "cache", capacity=2, decay=1.0)
+    bound = load.TRACKED_PER_SLOT * loader.capacity
+    for i in range(5 * bound):
+        if i % 4 == 0:
+            loader.run(hot)
+        loader.run(write(tmp_path / f"cold{i}.txt", f"cold {i}"))
+        assert len(loader.scores) <= bound
+    assert hot.resolve() in loader.cached_sources() and hot.resolve() in loader.scores
+    assert loader.run(hot).cache_hit is True
+    assert len(list((tmp_path / "cache").glob("*.json"))) <= loader.capacity
+
+
 def test_a_source_whose_file_name_is_not_utf8_is_cached(tmp_path):
     """The entry's name hashed str(path).encode(): a POSIX file name that is not UTF-8 (its
     bytes decoded as surrogate escapes) raised UnicodeEncodeError in both cached loaders, with

@@ -61,6 +61,14 @@ APPLY_OPS_PER_BYTE = 80.0         # deserialise and lay out a cached entry
 INTERMEDIATE_BYTES_PER_BYTE = 6.0  # the miss path keeps decoded/normalised copies in RAM
 TRACK_OPS_PER_REQUEST = 5.0e4     # adaptive cache: update the runtime distribution
 
+#: The adaptive loader keeps the scores of at most this many sources per cache slot, forgetting
+#: the lowest ranked. Admission only asks whether a source ranks among the top `capacity`; one
+#: ranked below 8x that has at least 7x `capacity` uncached sources to overtake first, and with
+#: decay < 1 a score that low is mostly decayed. Forgetting it (it restarts at 0 if it comes
+#: back) can only delay its own admission by the requests it had. The bound keeps the memory,
+#: the per-request decay loop and the ranking O(capacity) for a long-running loader.
+TRACKED_PER_SLOT = 8
+
 
 @dataclass(frozen=True)
 class LoadResult:
@@ -247,7 +255,9 @@ class AdaptiveLoad(_CacheLoader):
     Each request multiplies every source's score by `decay` and adds 1 to the requested one
     (runtime distribution tracking: recent requests weigh more). After a full preprocess the
     source is admitted if it ranks in the top `capacity` scores; sources that drop out of the
-    top are evicted (entry deleted). Validation is the same as `CachedLoad`'s.
+    top are evicted (entry deleted). Validation is the same as `CachedLoad`'s. Only the
+    `TRACKED_PER_SLOT * capacity` highest scores are kept (see there): a stream of distinct
+    sources grew the scores, and the per-request decay over them, without bound.
 
     Opened on a folder a previous loader filled, it adopts the entries there
     (`DiskCache.adopt`: stale, half-written and foreign files as documented there): they count
@@ -289,10 +299,9 @@ class AdaptiveLoad(_CacheLoader):
                 self.scores[source] = -1e-9 * rank
                 self.cached.add(source)
 
-    def _top(self) -> set[Path]:
+    def _ranked(self) -> list[Path]:
         # Ties keep what is already cached (no churn), then go by path for determinism.
-        ranked = sorted(self.scores, key=lambda p: (-self.scores[p], p not in self.cached, str(p)))
-        return set(ranked[: self.capacity])
+        return sorted(self.scores, key=lambda p: (-self.scores[p], p not in self.cached, str(p)))
 
     def run(self, path: StrPath) -> LoadResult:
         cache = self.cache
@@ -311,7 +320,12 @@ class AdaptiveLoad(_CacheLoader):
         self.scores[source] = self.scores.get(source, 0.0) + 1.0
         if hit:
             return LoadResult(tokens, True, Path(path))
-        top = self._top()
+        ranked = self._ranked()
+        top = set(ranked[: self.capacity])
+        # Only a miss adds a source, so trimming here bounds the scores; what is cached ranks
+        # in the top `capacity` and is never forgotten.
+        for forgotten in ranked[TRACKED_PER_SLOT * self.capacity:]:
+            del self.scores[forgotten]
         for evicted in self.cached - top:
             cache.entry_path(evicted).unlink(missing_ok=True)
         self.cached &= top
