@@ -3,7 +3,8 @@
 * best static: the single-device-per-stage placement with the lowest mean
   latency on a calibration workload of the scenario, simulated with the
   *nominal* figures (what a planner can know before deployment). Searched once
-  per (scenario, hardware, variant) and kept for the process.
+  per (scenario, hardware, variant) and kept for the process (the
+  `BEST_STATIC_MEMO` most recently used).
 * oracle: every placement tried for this task on a copy of the current state
   with the *true* figures and the task's own noise; the lowest latency wins.
   It is myopic -- best for this task now, not for the stream.
@@ -26,7 +27,12 @@ if TYPE_CHECKING:
 
 CALIBRATION_TASKS = 300
 CALIBRATION_SEED = 20231116
-_BEST_STATIC: dict[str, tuple[int, ...]] = {}
+#: Most configurations whose best static placement the process keeps, least recently used
+#: forgotten first: each key is the whole scenario, hardware and model as text (~3.4 kB), and a
+#: sweep over many configurations grew the memo for the whole process. A run uses a handful; a
+#: forgotten one is searched again, with the same result (the search is deterministic).
+BEST_STATIC_MEMO = 256
+_BEST_STATIC: dict[str, tuple[int, ...]] = {}   # in order of use, the most recent last
 
 
 def all_placements(n_devices: int) -> list[tuple[int, int, int]]:
@@ -110,8 +116,9 @@ def best_static_key(env: InferenceAllocEnv) -> str:
 def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
     """The best static placement for the env's configuration, by nominal simulation."""
     key = best_static_key(env)
-    scenario = _searched_scenario(env)
-    if key not in _BEST_STATIC:
+    best = _BEST_STATIC.pop(key, None)
+    if best is None:
+        scenario = _searched_scenario(env)
         tasks = generate_episode(scenario, np.random.default_rng(CALIBRATION_SEED), CALIBRATION_TASKS).tasks
         sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
         # Priced as the env runs it: a task a stage's device cannot hold fails over and pays
@@ -120,9 +127,12 @@ def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
         # prefill on the NPU, which 4% of the article's tasks do not fit.)
         masks = memory_masks(env, tasks)
         penalty = env.scenario.failed_dispatch_s
-        _BEST_STATIC[key] = min(all_placements(env.n_devices),
-                                key=lambda p: mean_latency(sim, tasks, p, masks, penalty))
-    return _BEST_STATIC[key]
+        best = min(all_placements(env.n_devices),
+                   key=lambda p: mean_latency(sim, tasks, p, masks, penalty))
+    _BEST_STATIC[key] = best     # (re)inserted: the most recently used
+    while len(_BEST_STATIC) > BEST_STATIC_MEMO:
+        del _BEST_STATIC[next(iter(_BEST_STATIC))]
+    return best
 
 
 class ReferencePlanner:

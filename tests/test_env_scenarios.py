@@ -596,6 +596,31 @@ def test_best_static_is_searched_once_whatever_the_episode_length_or_noise(
     assert len(searches) == 54      # another pipeline is searched on its own
 
 
+def test_the_best_static_memo_keeps_the_most_recently_used_configurations(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo kept every configuration searched (~3.4 kB each) for the whole process; it
+    keeps the most recently used, and one it forgot is searched again to the same answer."""
+    from envs import reference
+
+    monkeypatch.setattr(reference, "_BEST_STATIC", {})
+    monkeypatch.setattr(reference, "BEST_STATIC_MEMO", 2)
+    searches = []
+    real = reference.mean_latency
+    monkeypatch.setattr(reference, "mean_latency",
+                        lambda *args, **kwargs: searches.append(1) or real(*args, **kwargs))
+    configs = [{}, {"variant": "glm-5.3-flash"}, {"scenario": "edge"}]
+    first = [envs.InferenceAllocEnv(**kw).planner.best_static for kw in configs[:2]]
+    assert envs.InferenceAllocEnv(**configs[0]).planner.best_static == first[0]   # used again
+    searched = len(searches)
+    assert envs.InferenceAllocEnv(**configs[2]).planner.best_static   # forgets the flash one
+    assert len(reference._BEST_STATIC) == 2 and len(searches) > searched
+    searched = len(searches)
+    assert envs.InferenceAllocEnv(**configs[0]).planner.best_static == first[0]
+    assert len(searches) == searched                            # still remembered
+    assert envs.InferenceAllocEnv(**configs[1]).planner.best_static == first[1]
+    assert len(searches) > searched and len(reference._BEST_STATIC) == 2
+
+
 def test_a_scenario_without_sections_takes_the_dataclass_defaults() -> None:
     """scenario_from_dict's fallbacks are the dataclasses' own defaults, not a second copy."""
     from envs.scenario import Burst, CacheSpec, SimulatorSpec, Workload
