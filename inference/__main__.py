@@ -59,6 +59,16 @@ def memory_overflows(sim: Simulator, task: Task, placement: Sequence[str | int])
     return out
 
 
+def model_name(text: str) -> str:
+    """--model's argparse type: the name of a known model. (`choices` echoed a refused value
+    whole: a 10000-character --model filled the terminal.)"""
+    try:
+        get_model(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Simulate one task under each variant and compare the latencies.",
@@ -81,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--variants", default=",".join(VARIANTS), metavar="V[,V...]",
                        help="comma-separated recipe names or load+prefill+decode mixes, e.g. "
                             "adaptive+window+prefetched (default: all three recipes)")
-    where.add_argument("--model", default="glm-9b", choices=sorted(MODELS), metavar="NAME",
+    where.add_argument("--model", default="glm-9b", type=model_name, metavar="NAME",
                        help=f"model shape the cost model prices: {', '.join(MODELS)} "
                             "(default: %(default)s)")
     cache = where.add_mutually_exclusive_group()
@@ -95,12 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_placement(text: str) -> tuple[str | int, ...]:
     """'cpu,gpu,gpu' or '0,1,1' -> one device name or id per stage."""
-    # isdecimal, not isdigit: '²' is a digit that int() refuses (a bare "invalid literal")
-    devices = tuple(int(d) if d.strip().isdecimal() else d.strip() for d in text.split(","))
+    devices = tuple(_device(d.strip()) for d in text.split(","))
     if len(devices) != len(STAGES):
         raise ValueError(f"--placement needs one device per stage ({','.join(STAGES)}), "
                          f"got {len(devices)}: {shown(text)}")
     return devices
+
+
+def _device(text: str) -> str | int:
+    # isdecimal, not isdigit: '²' is a digit that int() refuses (a bare "invalid literal");
+    # past int()'s 4300-digit limit the id stays text, an unknown device name to the simulator
+    try:
+        return int(text) if text.isdecimal() else text
+    except ValueError:
+        return text
 
 
 def parse_variants(text: str) -> list[dict[str, str]]:
@@ -216,7 +234,9 @@ def render(outcomes: Sequence[Outcome], title: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:   # parse_args's own refusal echoed them whole
+        parser.error(f"unrecognized arguments: {shown(' '.join(extras), quote=False)}")
     try:
         outcomes = compare(args)
     except (ValueError, OSError) as exc:

@@ -45,6 +45,7 @@ import numpy as np
 
 from inference.checks import is_integer, is_number
 from inference.hardware import OP_CLASSES, PATTERNS, Hardware, Link
+from inference.messages import shown
 from inference.model_config import ModelConfig
 from inference.task import STAGES, Task
 from inference.work import StageWork
@@ -260,9 +261,9 @@ class Simulator:
                 if isinstance(dev, str):
                     dev = self.hardware.device_id(dev)
                 if not is_integer(dev):
-                    raise ValueError(f"placement[{stage}] must be a device id or name, got {dev!r}")
+                    raise ValueError(f"placement[{stage}] must be a device id or name, got {shown(dev)}")
                 if not 0 <= dev < self.n_devices:
-                    raise ValueError(f"placement[{stage}] = {dev} is not a device id in 0..{self.n_devices - 1}")
+                    raise ValueError(f"placement[{stage}] = {shown(dev)} is not a device id in 0..{self.n_devices - 1}")
                 out.append(((int(dev), 1.0),))
             return tuple(out)
         fractions = np.asarray(placement, dtype=float)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from inference.checks import is_integer, is_number
+from inference.messages import shown
 
 STAGES: tuple[str, str, str] = ("load", "prefill", "decode")
 
@@ -33,13 +34,13 @@ class Task:
         for name in ("batch", "prompt_tokens", "output_tokens"):
             value = getattr(self, name)
             if not is_integer(value) or value < 1:
-                raise ValueError(f"Task.{name} must be a positive integer, got {value!r}")
+                raise ValueError(f"Task.{name} must be a positive integer, got {shown(value)}")
             object.__setattr__(self, name, int(value))    # as the frozen __init__ sets a field
         if not is_integer(self.domain) or self.domain < 0:
-            raise ValueError(f"Task.domain must be a non-negative integer, got {self.domain!r}")
+            raise ValueError(f"Task.domain must be a non-negative integer, got {shown(self.domain)}")
         object.__setattr__(self, "domain", int(self.domain))
         if not (is_number(self.arrival) and math.isfinite(self.arrival)) or self.arrival < 0:
-            raise ValueError(f"Task.arrival must be a finite time >= 0, got {self.arrival!r}")
+            raise ValueError(f"Task.arrival must be a finite time >= 0, got {shown(self.arrival)}")
         object.__setattr__(self, "arrival", float(self.arrival))
 
     @classmethod

@@ -86,18 +86,47 @@ LONG = "y" * 2500 + "z" * 2500   # its head and its tail differ
 @pytest.mark.parametrize("args", [
     ["--variants", LONG], ["--variants", f"adaptive+{LONG}+prefetched"],
     ["--placement", f"{LONG},gpu,gpu"], ["--placement", LONG], ["--hardware", LONG],
-    ["--domain", LONG],
+    ["--domain", LONG], [LONG], ["--model", LONG],
 ])
 def test_a_huge_value_is_shown_shortened_in_the_error(args, capsys):
     """A 5000-character value was echoed whole, burying the message: it is cut to its head and
     tail, saying how many characters were left out."""
     try:
         assert main(args) == 2
-    except SystemExit as exc:   # argparse's own refusal (--domain)
+    except SystemExit as exc:   # argparse's own refusal (--domain, --model, an extra value)
         assert exc.code == 2
     err = capsys.readouterr().err.splitlines()[-1]
     assert len(err) < 400 and "characters elided]" in err, err
     assert "y" * 30 in err and "z" * 30 in err, err
+
+
+def test_a_huge_model_name_is_refused_in_one_short_line_naming_the_option(capsys):
+    """argparse's `choices` echoed a refused --model whole: 10000 characters of error."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", "m" * 10000])
+    assert exc.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "m" * 30 in line]
+    assert len(lines) == 1 and len(lines[0]) < 300, lines
+    assert "--model" in lines[0] and "characters elided]" in lines[0]
+    assert "known models: glm-9b" in lines[0]
+
+
+HUGE_INT = "9" * 4000      # int() takes it (its limit is 4300 digits)
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (["--batch", "-" + HUGE_INT], "Task.batch"),
+    (["--domain", "-" + HUGE_INT], "Task.domain"),
+    (["--placement", f"cpu,gpu,{HUGE_INT}"], "placement[decode]"),
+    (["--placement", f"cpu,gpu,{HUGE_INT * 2}"], "unknown device"),   # past int()'s limit
+])
+def test_a_huge_number_is_shown_shortened_in_the_error(argv, names, capsys):
+    """The checks behind the CLI echoed a 4000-digit number whole; past int()'s limit the
+    placement's error was int()'s own, naming neither the option nor the value."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and len(err) < 300, err
+    assert names in err and "characters elided]" in err, err
 
 
 def test_shown_keeps_a_normal_value_whole_and_cuts_a_huge_one():
