@@ -301,9 +301,23 @@ def _section(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
         raise ValueError(f"scenario field {where} must be a mapping")
     unknown = set(raw) - allowed
     if unknown:
+        homes = _homes()
+        misplaced = [f"{key} {homes[key]}" for key in sorted(unknown, key=str)
+                     if isinstance(key, str) and key in homes]
+        hint = f" ({', '.join(misplaced)})" if misplaced else ""
         raise ValueError(f"scenario field {where} has unknown keys "
-                         f"{sorted(unknown, key=str)}; allowed: {sorted(allowed)}")
+                         f"{sorted(unknown, key=str)}{hint}; allowed: {sorted(allowed)}")
     return raw
+
+
+def _homes() -> dict[str, str]:
+    """Where each scenario field belongs, for the error of one written in the wrong section
+    (e.g. `trace`, an env argument, at the YAML's top level instead of under `workload:`).
+    No field name is used in two sections."""
+    homes = {f.name: "at the top level" for f in fields(Scenario) if f.name != "source"}
+    for section, cls in (("workload", Workload), ("cache", CacheSpec), ("simulator", SimulatorSpec)):
+        homes.update({f.name: f"belongs under {section}:" for f in fields(cls)})
+    return homes
 
 
 def _int(raw: Any, where: str, low: float = 0.0, strict: bool = True,

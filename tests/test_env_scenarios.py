@@ -305,6 +305,10 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     # keys of mixed types used to fail sorting them for the message (int < str)
     ({1: 2, "foo": 3}, "<top level> has unknown keys [1, 'foo']"),
     ({"workload": {1: 2, "foo": 3}}, "workload has unknown keys [1, 'foo']"),
+    # a key of another section says where it belongs (the README's `trace=` is an env argument)
+    ({"trace": "azure-conv"}, "['trace'] (trace belongs under workload:)"),
+    ({"workload": {"noise": 0.1, "capacity": 4}},
+     "(capacity belongs under cache:, noise at the top level)"),
     # sizes used to be clipped or rounded into something else without a word
     ({"workload": {"batch": 0}}, "workload.batch.value must be >= 1.0"),
     ({"workload": {"batch": {"dist": "choice", "values": [0, 3]}}},
