@@ -78,22 +78,46 @@ def check_fixed_policy_name(name: str, what: str) -> None:
                          f"policy: {valid_names(learners=False)}")
 
 
-def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -> Policy:
-    """`make_policy` where a fixed policy is needed (a baseline, the conservative policy):
-    a learner, an unknown name and a name the env cannot take are each one ValueError
-    naming `what` (`learner_hint` follows the learner's); the first two an UnknownPolicyName,
-    wrong whatever the env."""
+def check_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -> None:
+    """What `make_fixed_policy` refuses whatever the env can take, found without building the
+    policy (best-static is a search): a learner or an unknown name, each an UnknownPolicyName
+    naming `what` (`learner_hint` follows the learner's)."""
     try:
         check_fixed_policy_name(name, what)
     except ValueError as exc:
         raise UnknownPolicyName(f"{exc}{learner_hint}") from None
+    if not is_policy_name(name, env):
+        raise UnknownPolicyName(f"unknown {what} {shown(name)}; valid names: "
+                                f"{valid_names(learners=False)}")
+
+
+def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -> Policy:
+    """`make_policy` where a fixed policy is needed (a baseline, the conservative policy):
+    a learner, an unknown name and a name the env cannot take are each one ValueError
+    naming `what` (`learner_hint` follows the learner's); the first two an UnknownPolicyName,
+    wrong whatever the env (`check_fixed_policy`)."""
+    check_fixed_policy(name, env, what, learner_hint)
     try:
         return make_policy(name, env)
-    except UnknownPolicyName:
-        raise UnknownPolicyName(f"unknown {what} {shown(name)}; valid names: "
-                                f"{valid_names(learners=False)}") from None
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{what}: {exc}") from None
+
+
+def is_policy_name(name: Any, env: Any) -> bool:
+    """Whether `make_policy` knows `name`, told without building the policy; it may still
+    refuse the env or the keywords. `env`'s hardware is read for an all-<device> name alone:
+    all-A100 is a name where a device is called A100."""
+    if not isinstance(name, str):
+        return False
+    key = name.strip().lower()
+    if key.startswith("gated-"):
+        return is_policy_name(name.strip()[len("gated-"):], env)
+    if key.startswith("all-"):
+        names = unwrap_env(env).device_names
+        # a device kind is a name on hardware without it too (make_policy's own error)
+        return (key[len("all-"):] in DEVICE_KINDS
+                or _device_name(name.strip()[len("all-"):], names) in names)
+    return key.startswith("static:") or key in (*POLICY_NAMES, *SPLIT_POLICY_NAMES, *SB3_NAMES)
 
 
 def runs_on(name: str, devices: tuple[str, ...]) -> bool:

@@ -65,7 +65,7 @@ from agents.evaluation import episode_latencies, make_env
 from agents.files import write_text
 from agents.registry import (
     SB3_NAMES,
-    UnknownPolicyName,
+    check_fixed_policy,
     load_policy,
     make_fixed_policy,
     make_policy,
@@ -184,12 +184,15 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     env = env_for(config)
     warming = any(w != "none" for w in specs)
     try:
-        conservative = make_fixed_policy(config.conservative, env, "--conservative policy")
+        if warming:
+            conservative = make_fixed_policy(config.conservative, env, "--conservative policy")
+        else:
+            # a name no fixed policy has is refused without warm-up too: it went unnoticed
+            # until the config file was reused with warm-up on (nothing is built, and one the
+            # env cannot take is left be)
+            check_fixed_policy(config.conservative, env, "--conservative policy")
     except ValueError as exc:
-        # a name no fixed policy has is refused without warm-up too: it went unnoticed until
-        # the config file was reused with warm-up on (one the env cannot take is left be)
-        if warming or isinstance(exc, UnknownPolicyName):
-            raise ConfigError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
     warms = [warmup_config(config, w) for w in specs]
     if config.n_envs > 1 and any(w is not None and (w.steps or w.guard) for w in warms):
         # It acts for every sub-env at once, a batch per vector step: the oracle decides

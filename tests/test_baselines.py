@@ -745,9 +745,8 @@ def test_static_names_give_their_placements(article: InferenceAllocEnv) -> None:
         make_policy("static:cpu,gpu", article)
 
 
-def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None:
-    """A hardware YAML may call a device A100: make_policy lower-cased the whole name, so
-    all-A100 was an unknown agent and static:CPU,A100,npu an unknown device 'cpu'."""
+def capitals_hardware(tmp_path: Path) -> str:
+    """The server preset with its devices named CPU, A100 and npu."""
     import yaml
 
     from inference.hardware import PRESET_DIR
@@ -760,7 +759,14 @@ def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None
         link["between"] = [rename.get(d, d) for d in link["between"]]
     path = tmp_path / "capitals.yaml"
     path.write_text(yaml.safe_dump(raw))
-    env = InferenceAllocEnv("article", hardware=str(path), episode_tasks=5)
+    return str(path)
+
+
+def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None:
+    """A hardware YAML may call a device A100: make_policy lower-cased the whole name, so
+    all-A100 was an unknown agent and static:CPU,A100,npu an unknown device 'cpu'."""
+    path = capitals_hardware(tmp_path)
+    env = InferenceAllocEnv("article", hardware=path, episode_tasks=5)
     assert env.device_names == ("CPU", "A100", "npu")
     obs = np.zeros(5 + 7 * env.n_devices, np.float32)
     for name, placement in (("all-A100", [1, 1, 1]), ("all-a100", [1, 1, 1]),
@@ -773,7 +779,33 @@ def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None
     assert [runs_on(n, env.device_names) for n in ("all-cpu", "all-npu", "all-gpu", "all-A100")] \
         == [True, True, False, True]
     with pytest.raises(ValueError, match="no device 'GPU'"):     # a kind it lacks, named
-        make_policy("all-GPU", InferenceAllocEnv("article", hardware=str(path), episode_tasks=5))
+        make_policy("all-GPU", InferenceAllocEnv("article", hardware=path, episode_tasks=5))
+
+
+def test_is_policy_name_tells_what_make_policy_calls_unknown(tmp_path: Path) -> None:
+    """The warm-up-less plan checks --conservative with it instead of building the policy
+    (best-static is a search): a name it takes must never be unknown to make_policy, nor the
+    other way round."""
+    from agents.registry import UnknownPolicyName, is_policy_name
+
+    env = InferenceAllocEnv("article", hardware=capitals_hardware(tmp_path), episode_tasks=5)
+
+    def known(name: Any) -> bool:
+        try:
+            make_policy(name, env)
+        except UnknownPolicyName:
+            return False
+        except (TypeError, ValueError):     # a name the env cannot take is still a name
+            pass
+        return True
+
+    names = [*POLICY_NAMES, "heft-split", " Heft ", "all-A100", "all-a100", "all-GPU", "all-gpus",
+             "all-", "static:cpu", "static:CPU,A100,npu", "gated-random", "gated-gated-heft",
+             "gated-hefty", "gated-", "gated-all-gpus", "hefty", "", 3, None]
+    verdicts = {name: is_policy_name(name, env) for name in names}
+    assert verdicts == {name: known(name) for name in names}
+    assert sum(verdicts.values()) >= len(POLICY_NAMES) + 6 and not all(verdicts.values())
+    assert all(is_policy_name(name, env) for name in SB3_NAMES)
 
 
 def test_random_is_seeded_and_reproducible(article: InferenceAllocEnv,
