@@ -16,22 +16,14 @@ from inference.simulator import Shares
 BOX_SLACK = 1e-6
 
 
-def whole_sequences(weights: Any, batch: int) -> np.ndarray:
-    """How many of a batch's `batch` sequences each device takes, per stage: `weights` is a
-    (stages, D) array of non-negative weights, each row with a positive sum. The
-    largest-remainder method: floor(B f) each, then one more each for the devices with the
-    largest remainders, a tie going to the device listed first. Integers; each row sums to
-    `batch`, and a zero weight gets 0. The Split env rounds its fractions with it (a row at a
-    time, `sequences_of`), and heft-split plans with it."""
-    rows = np.asarray(weights, dtype=np.float64).tolist()
-    return np.array([sequences_of(row, batch) for row in rows], dtype=np.int64).reshape(
-        len(rows), -1)
-
-
 def sequences_of(row: list[float], batch: int) -> list[int]:
-    """`whole_sequences` of one stage's weights (plain floats): the env's per-step form. In
-    Python, not numpy: on three devices numpy's per-call overhead made the rounding cost half
-    a Split-env step."""
+    """How many of a batch's `batch` sequences each device takes in one stage: `row` holds the
+    stage's non-negative weights (plain floats), one per device, with a positive sum. The
+    largest-remainder method: floor(B f) each, then one more each for the devices with the
+    largest remainders, a tie going to the device listed first. Integers that sum to `batch`;
+    a zero weight gets 0. The Split env rounds its fractions with it, and heft-split plans
+    with it. In Python, not numpy: on three devices numpy's per-call overhead made the
+    rounding cost half a Split-env step."""
     total = sum(row)
     quota = [batch * w / total for w in row]
     counts = [int(q) for q in quota]        # floor: every quota is >= 0
@@ -69,7 +61,7 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     A stage's batch of B sequences is split data-parallel, so a device takes
     whole sequences: every stage's fractions (load included: it reads each
     sequence's data) are rounded to whole sequences of the task's batch by the
-    largest-remainder method (`whole_sequences`). Each device gets
+    largest-remainder method (`sequences_of`). Each device gets
     floor(B f) sequences, and the ones left over go one each to the devices
     with the largest remainders B f - floor(B f), a tie to the device listed
     first. The shares sum to B; a batch of one runs each stage wholly on the

@@ -21,7 +21,7 @@ from agents.oracle import OraclePolicy
 from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import InferenceAllocEnv
-from envs.inference_alloc_split import InferenceAllocSplitEnv, whole_sequences
+from envs.inference_alloc_split import InferenceAllocSplitEnv, sequences_of
 from envs.observation import BACKLOG_SCALE_S, decode_observation
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
@@ -616,7 +616,7 @@ def test_gate_keeps_the_previous_fractions_in_the_split_env() -> None:
             obs, _, _, truncated, info = env.step(gated.predict(obs)[0])
             if small:
                 kept += 1
-                expected = whole_sequences(before, batch) / batch
+                expected = np.array([sequences_of(row, batch) for row in before.tolist()]) / batch
                 np.testing.assert_allclose(obs[prev].reshape(3, 3), expected, atol=1e-6)
                 assert not (expected[before == 0] > 0).any()     # no device it did not use
                 resized += int(not np.allclose(expected, before, atol=1e-6))

@@ -18,7 +18,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
-from envs.inference_alloc_split import whole_sequences
+from envs.inference_alloc_split import sequences_of
 
 IDS = envs.ENV_IDS
 V0, SPLIT = IDS
@@ -695,13 +695,20 @@ def fixed_batch_scenario(tmp_path: Path, batch: int) -> str:
     return str(path)
 
 
+def rows_of_sequences(weights: Any, batch: int) -> list[list[int]]:
+    """`sequences_of` of each row (stage) of `weights`."""
+    return [sequences_of(row, batch) for row in np.asarray(weights, dtype=np.float64).tolist()]
+
+
 @pytest.mark.parametrize("batch", [1, 2, 3, 5, 7, 16, 32, 64, 100])
-def test_whole_sequences_sum_to_the_batch(batch: int) -> None:
+def test_sequences_of_sum_to_the_batch(batch: int) -> None:
     rng = np.random.default_rng(batch)
     weights = rng.random((200, 3)) * (rng.random((200, 3)) > 0.3)
     weights[weights.sum(axis=1) == 0, 0] = 1.0
-    counts = whole_sequences(weights, batch)
-    assert counts.dtype.kind == "i" and (counts >= 0).all()
+    rows = rows_of_sequences(weights, batch)
+    assert all(type(n) is int for row in rows for n in row)
+    counts = np.array(rows)
+    assert (counts >= 0).all()
     assert (counts.sum(axis=1) == batch).all()
     assert (counts[weights == 0] == 0).all()                  # a zero weight: no sequence
     quota = batch * weights / weights.sum(axis=1, keepdims=True)
@@ -709,28 +716,28 @@ def test_whole_sequences_sum_to_the_batch(batch: int) -> None:
     assert (counts[quota < 1 / 3] == 0).all()                 # under 1/D of one: none, ever
 
 
-def test_whole_sequences_give_a_batch_of_one_to_the_largest_weight() -> None:
+def test_sequences_of_give_a_batch_of_one_to_the_largest_weight() -> None:
     weights = [[0.2, 0.5, 0.3], [0.4, 0.3, 0.3], [0.01, 0.01, 0.02], [1.0, 1.0, 1.0]]
-    assert whole_sequences(weights, 1).tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1],
-                                                          [1, 0, 0]]   # a tie: the first
+    assert rows_of_sequences(weights, 1) == [[0, 1, 0], [1, 0, 0], [0, 0, 1],
+                                             [1, 0, 0]]   # a tie: the first
 
 
-def test_whole_sequences_give_under_half_a_sequence_nothing() -> None:
+def test_sequences_of_give_under_half_a_sequence_nothing() -> None:
     """A sliver (2% of a 16-sequence stage, a third of a sequence) runs nowhere."""
-    assert whole_sequences([[1.0, 1.0, 0.0425]], 16).tolist() == [[8, 8, 0]]
-    assert whole_sequences([[0.45, 0.45, 0.1]], 4).tolist() == [[2, 2, 0]]    # 0.4 of one
-    assert whole_sequences([[0.4, 0.4, 0.2]], 4).tolist() == [[2, 1, 1]]      # 0.8: one
+    assert sequences_of([1.0, 1.0, 0.0425], 16) == [8, 8, 0]
+    assert sequences_of([0.45, 0.45, 0.1], 4) == [2, 2, 0]    # 0.4 of one
+    assert sequences_of([0.4, 0.4, 0.2], 4) == [2, 1, 1]      # 0.8: one
 
 
-def test_whole_sequences_break_ties_by_device_order() -> None:
-    assert whole_sequences([[1.0, 1.0, 1.0]], 4).tolist() == [[2, 1, 1]]
-    assert whole_sequences([[1.0, 1.0, 1.0]], 5).tolist() == [[2, 2, 1]]
-    assert whole_sequences([[0.0, 1.0, 1.0]], 3).tolist() == [[0, 2, 1]]
+def test_sequences_of_break_ties_by_device_order() -> None:
+    assert sequences_of([1.0, 1.0, 1.0], 4) == [2, 1, 1]
+    assert sequences_of([1.0, 1.0, 1.0], 5) == [2, 2, 1]
+    assert sequences_of([0.0, 1.0, 1.0], 3) == [0, 2, 1]
     for _ in range(3):    # the same weights, the same counts
-        assert whole_sequences([[0.5, 0.25, 0.25]], 2).tolist() == [[1, 1, 0]]
+        assert sequences_of([0.5, 0.25, 0.25], 2) == [1, 1, 0]
 
 
-def test_whole_sequences_match_the_largest_remainder_method_on_random_weights() -> None:
+def test_sequences_of_match_the_largest_remainder_method_on_random_weights() -> None:
     """The env's per-row Python rounding against the method written in numpy, array-wise."""
     rng = np.random.default_rng(7)
     for _ in range(2000):
@@ -742,7 +749,7 @@ def test_whole_sequences_match_the_largest_remainder_method_on_random_weights() 
         order = np.argsort(-np.where(w > 0, quota - expected, -1.0), axis=1, kind="stable")
         for row, ranked in enumerate(order):
             expected[row, ranked[:batch - expected[row].sum()]] += 1
-        assert whole_sequences(w, batch).tolist() == expected.tolist(), (w, batch)
+        assert rows_of_sequences(w, batch) == expected.tolist(), (w, batch)
 
 
 def test_split_env_gives_each_device_whole_sequences(tmp_path: Path) -> None:
