@@ -153,7 +153,13 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int,
 
 def run_policy(policy: Any, env: Any, n_samples: int, seed: int) -> np.ndarray:
     """Latency of each of the first n_samples tasks of the stream `seed` under `policy`."""
-    return _curves(rollout(policy, env, n_samples, seed, _curve_fields))[0]
+    return _rollout_curves(policy, env, n_samples, seed)[0]
+
+
+def _rollout_curves(policy: Any, env: Any, n_samples: int, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    """`_curves` of a `rollout` that keeps only the fields they read."""
+    return _curves(rollout(policy, env, n_samples, seed, _curve_fields))
 
 
 def _curves(infos: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -202,6 +208,6 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
         latency, here = _curves(recorder.infos[:n_samples])
         acting = np.asarray(recorder.conservative[:n_samples]) if controller is not None else None
     else:
-        latency, here = _curves(rollout(agent, env, n_samples, seed, _curve_fields))
+        latency, here = _rollout_curves(agent, env, n_samples, seed)
         acting = None
     return OnlineResult(latency, static, oracle, acting, here)
