@@ -137,6 +137,8 @@ class RunResult:
     latency: np.ndarray | None = None       # on the held-out episode
     vs_best_static: float = float("nan")
     new_steps: int | None = None            # taken in `seconds` (a resumed run's steps - its start)
+    # the eval/ curves' last point (``HeldOutEval.last``: step, per-task latencies), if any
+    evaluated: tuple[int, np.ndarray] | None = None
 
 
 # ----------------------------------------------------------------------------- planning
@@ -384,10 +386,11 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         print(f"run {run_dir.name} interrupted; {what}", file=sys.stderr)
         raise
     result = RunResult(run_dir, spec, model.num_timesteps, seconds,
-                       new_steps=model.num_timesteps - start)
+                       new_steps=model.num_timesteps - start,
+                       evaluated=held.last if held is not None else None)
     try:
         if cfg.eval_tasks:
-            _final_metrics(result, cfg, logger, held.last if held is not None else None)
+            final_metrics(result, cfg, logger)
     finally:
         logger.close()
     return result
@@ -402,15 +405,15 @@ def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
                        float(static.mean()), cfg.eval_interval)
 
 
-def _final_metrics(result: RunResult, cfg: TrainConfig, logger: Any,
-                   evaluated: tuple[int, np.ndarray] | None = None) -> None:
-    """Held-out episode of the saved model: the comparison row and the HPARAMS metrics.
+def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
+    """Held-out episode of the saved model: `result`'s latency and vs_best_static, the
+    comparison row, and the HPARAMS metrics, which `logger` records at the run's last step.
 
-    `evaluated`: the eval/ curve's last point (``HeldOutEval.last``: step, per-task
-    latencies). At the run's last step it is the saved model's deterministic run of this
-    very episode (written as learn() ends, before the model is saved), so it is taken
-    as it is: running the episode again from model.zip gave the same latencies to the bit
-    and cost a model load and an episode of SB3 predicts per run."""
+    `result.evaluated`, the eval/ curve's last point, at the run's last step is the saved
+    model's deterministic run of this very episode (written as learn() ends, before the model
+    is saved), so it is taken as it is: running the episode again from model.zip gave the same
+    latencies to the bit and cost a model load and an episode of SB3 predicts per run."""
+    evaluated = result.evaluated
     if evaluated is not None and evaluated[0] == result.steps:
         result.latency = evaluated[1]
     else:

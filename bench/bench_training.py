@@ -9,7 +9,7 @@ this project's parts and the rest, Stable-Baselines3 and torch: the env's steps,
 TensorBoard callbacks (``LatencyMetrics``, the warm-up's), and the eval/ points less their
 env steps (SB3 predicts, one per held-out task). Each part's time excludes the parts it calls.
 
-Then it times the run's final held-out row (``agents.training._final_metrics``) both ways in
+Then it times the run's final held-out row (``agents.training.final_metrics``) both ways in
 this process, ``--repeats`` times each, alternately: the reference loads model.zip and runs the
 held-out episode again, as the trainer did before; ours takes the eval/ curve's last point,
 the same model's run of the same episode. Target: ours at most 0.05 of the reference's median
@@ -87,29 +87,12 @@ def timed_parts() -> Iterator[dict[str, float]]:
             setattr(cls, name, method)
 
 
-@contextmanager
-def held_out_callback() -> Iterator[list[HeldOutEval]]:
-    """The run's HeldOutEval, as `agents.training._run` builds it."""
-    made: list[HeldOutEval] = []
-    original = training._held_out_eval
-
-    def keep(*args: Any, **kwargs: Any) -> HeldOutEval:
-        made.append(original(*args, **kwargs))
-        return made[-1]
-
-    training._held_out_eval = keep      # type: ignore[assignment]
-    try:
-        yield made
-    finally:
-        training._held_out_eval = original      # type: ignore[assignment]
-
-
 def final_row_seconds(result: training.RunResult, cfg: TrainConfig,
                       evaluated: tuple[int, np.ndarray] | None) -> tuple[float, np.ndarray]:
     """Seconds of the run's final row, and its latencies (None: the reference's re-run)."""
-    row = dataclasses.replace(result, latency=None)
+    row = dataclasses.replace(result, latency=None, evaluated=evaluated)
     start = time.perf_counter()
-    training._final_metrics(row, cfg, Logger(None, []), evaluated)
+    training.final_metrics(row, cfg, Logger(None, []))
     seconds = time.perf_counter() - start
     assert row.latency is not None
     return seconds, row.latency
@@ -133,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = TrainConfig(agents=["ppo"], warmup=[args.warmup], timesteps=args.timesteps,
                           eval_tasks=args.eval_tasks, eval_interval=args.timesteps,
                           checkpoint_interval=0, progress_bar=False, log_dir=folder)
-        with timed_parts() as seconds, held_out_callback() as held:
+        with timed_parts() as seconds:
             (result,) = training.train(cfg, report=lambda line: None)
         learn = sum(seconds.values())
         print(f"ppo (warm-up {args.warmup}), {result.steps} steps, held-out episode of "
@@ -141,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, _, _ in PARTS:
             print(f"  {label:<38}{seconds[label]:>8.2f} s {100 * seconds[label] / learn:>6.1f}%")
 
-        evaluated = held[0].last
+        evaluated = result.evaluated
         run_cfg = training.read_run_config(result.run_dir / "config.yaml")
         reference, ours = [], []
         for _ in range(args.repeats):

@@ -527,6 +527,11 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
     env = training.env_for(config, episode_tasks=30, reward="latency")
     saved = load_policy(result.run_dir / "model.zip", env)
     assert np.array_equal(result.latency, episode_latencies(saved, env, config.eval_seed))
+    if interval:        # the point the row took, kept for bench/bench_training.py
+        assert result.evaluated is not None and result.evaluated[0] == result.steps == 64
+        assert result.evaluated[1] is result.latency
+    else:
+        assert result.evaluated is None
 
 
 def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenarios():
