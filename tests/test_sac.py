@@ -124,7 +124,7 @@ def test_a_warm_started_sac_takes_its_envs_warm_start_values() -> None:
     cold = make_sb3("sac", _env(), seed=0).model
     warm = make_sb3("sac", _env(), seed=0, warmup=WarmupConfig(
         conservative="heft-split", clone_samples=32, clone_epochs=1)).model
-    assert cold.ent_coef == "auto" and warm.ent_coef == 0.001
+    assert cold.ent_coef == "auto_0.01" and warm.ent_coef == 0.001
     assert warm.lr_schedule(1.0) < cold.lr_schedule(1.0)
 
 
