@@ -376,7 +376,7 @@ def scenarios_of(cfg: EvalConfig, entries: list[ModelEntry]) -> list[str]:
 
 
 def heldout_seeds(cfg: EvalConfig, n: int | None = None) -> list[int]:
-    return [cfg.seed_base + i for i in range(n if n is not None else cfg.seeds)]
+    return [cfg.seed_base + i for i in range(n if n is not None else cfg.seed_count())]
 
 
 def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str],
@@ -424,7 +424,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
 
 def work_units(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> int:
     """Progress-bar items of the evaluation: one per agent x context x held-out seed."""
-    return cfg.seeds * sum(len([e for e in entries if _in_context(cfg, e, ctx)])
+    return cfg.seed_count() * sum(len([e for e in entries if _in_context(cfg, e, ctx)])
                            + len(runnable_baselines(cfg, ctx))
                            for ctx in contexts_of(cfg, entries, scenarios))
 

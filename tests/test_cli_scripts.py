@@ -17,6 +17,9 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from agents.config import (
+    ARTICLE_SEEDS,
+    EVAL_SEEDS,
+    HELDOUT_SEED,
     MAX_EVAL_SEEDS,
     MAX_SEED,
     MIN_ONLINE_SEEDS,
@@ -30,6 +33,7 @@ from agents.config import (
 )
 from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
+from agents.reporting import heldout_seeds
 from agents.run_folder import saved_steps
 from agents.sb3_hyperparams import check_override_types, load_hyperparams
 from envs.scenario import MAX_EPISODE_TASKS
@@ -763,6 +767,21 @@ def test_eval_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> No
     assert EvalConfig(online=True, seeds=2).online_seed_count() == MIN_ONLINE_SEEDS
     assert EvalConfig(online=True, seeds=2, online_seeds=3).online_seed_count() == 3
     assert EvalConfig(seeds=2).online_seed_count() == 2
+
+
+def test_the_article_reproduction_defaults_to_its_own_seed_count(tmp_path: Path) -> None:
+    out = str(tmp_path / "results")
+    # 10 seeds by default (its seed-mean-curve rows need them); the evaluation's 5 otherwise
+    assert heldout_seeds(EvalConfig(out=out, reproduce_article=True)) == \
+        [HELDOUT_SEED + i for i in range(ARTICLE_SEEDS)]
+    assert heldout_seeds(EvalConfig(out=out)) == [HELDOUT_SEED + i for i in range(EVAL_SEEDS)]
+    assert EvalConfig(online=True).online_seed_count() == max(EVAL_SEEDS, MIN_ONLINE_SEEDS)
+    # --seeds given is taken as it is, fewer too (a quick check)
+    assert heldout_seeds(EvalConfig(out=out, reproduce_article=True, seeds=2)) == \
+        [HELDOUT_SEED, HELDOUT_SEED + 1]
+    # the top seed base fits 10 seeds' room only when they are asked for
+    with pytest.raises(ConfigError, match="--seed-base"):
+        EvalConfig(out=out, reproduce_article=True, seed_base=MAX_SEED - 5).validate()
 
 
 def test_an_unwritable_output_folder_is_refused_first(tmp_path: Path, monkeypatch) -> None:
