@@ -152,8 +152,8 @@ class InferenceAllocEnv(gym.Env):
       default the scenario's `workload.trace_time_scale` (1, the real rate). The Azure
       traces are a whole service's load: at their real rate they give one `server` 18-66x
       the `article` scenario's tasks per second, and every policy's queue grows without end
-      (heft-calibrated on azure-conv, workload seed 10000, 1,000 tasks: 172 s mean latency
-      over the first 100, 3,261 s over the last 100). One server keeps up at about 0.05
+      (heft-calibrated on azure-conv, workload seed 10000, 1,000 tasks: 171 s mean latency
+      over the first 100, 3,220 s over the last 100). One server keeps up at about 0.05
       (the same run: 5.8 s over the first 100, 5.5 s over the last, 5.4-7.2 s per 100).
     - `noise`: sigma of the multiplicative log-normal stage-time noise (0 .. 2): median
       factor 1, mean exp(sigma**2 / 2), so noise also lengthens the mean latency.
