@@ -3,13 +3,13 @@
 Three parts, each optional, composable with any SB3 agent:
 
 1. conservative initial allocation -- for the first ``steps`` decisions a
-   conservative policy (best-static or heft-calibrated) acts while the learner
-   stores and learns from those transitions. For PPO/A2C the policy's forward
-   pass returns the conservative action with the learner's own value and
-   log-probability of it, so the rollout is consistent and the update pulls
-   the learner toward actions that paid; for the off-policy DQN and SAC it
-   takes the exploration steps, in place of SB3's random ``learning_starts``
-   actions, and its transitions go to the replay buffer;
+   conservative policy (a fixed one: heft-calibrated, best-static, or heft-split in
+   InferenceAllocSplit-v0) acts while the learner stores and learns from those
+   transitions. For PPO/A2C the policy's forward pass returns the conservative
+   action with the learner's own value and log-probability of it, so the rollout
+   is consistent and the update pulls the learner toward actions that paid; for
+   the off-policy DQN and SAC it takes the exploration steps, in place of SB3's
+   random ``learning_starts`` actions, and its transitions go to the replay buffer;
 2. behaviour cloning -- before RL the network is trained to imitate the
    conservative policy on observations of the scenario (and the critic to
    predict the returns it earned), so learning starts where it is;
@@ -55,7 +55,8 @@ class WarmupConfig:
     """Which warm-up parts to use, and how.
 
     Attributes:
-        conservative: name of the conservative policy (``best-static`` or ``heft-calibrated``).
+        conservative: name of the conservative policy, a fixed one (``heft-calibrated``,
+            ``best-static``; ``heft-split`` in InferenceAllocSplit-v0).
         steps: first decisions taken by the conservative policy (0 = part 1 off).
         clone: behaviour-clone the conservative policy before RL (part 2).
         clone_samples: observations collected for cloning.
