@@ -8,7 +8,8 @@
     tensorboard --logdir runs
 
 Each agent x warm-up spec x seed is one run in runs/{env}__{agent}[-warm]__{seed}__{time}/
-(see agents/training.py for what a run folder holds and what a failed run leaves).
+(a partial warm-up reads -warm-clone+guard; see agents/training.py for what a run folder
+holds and what a failed run leaves).
 Options resolve as: flags > --config YAML > defaults.
 """
 
