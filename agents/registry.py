@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,20 +105,13 @@ def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") ->
 
 
 def is_policy_name(name: Any, env: Any) -> bool:
-    """Whether `make_policy` knows `name`, told without building the policy; it may still
-    refuse the env or the keywords. `env`'s hardware is read for an all-<device> name alone:
-    all-A100 is a name where a device is called A100."""
-    if not isinstance(name, str):
-        return False
-    key = name.strip().lower()
-    if key.startswith("gated-"):
-        return is_policy_name(name.strip()[len("gated-"):], env)
-    if key.startswith("all-"):
-        names = unwrap_env(env).device_names
-        # a device kind is a name on hardware without it too (make_policy's own error)
-        return (key[len("all-"):] in DEVICE_KINDS
-                or _device_name(name.strip()[len("all-"):], names) in names)
-    return key.startswith("static:") or key in (*POLICY_NAMES, *SPLIT_POLICY_NAMES, *SB3_NAMES)
+    """Whether `make_policy` knows `name`, told without building the policy (its grammar is
+    `_policy_maker`'s); it may still refuse the env or the keywords."""
+    try:
+        _policy_maker(name, env)
+    except ValueError as exc:   # a name the env cannot take (all-gpu, no GPU) is still a name
+        return not isinstance(exc, UnknownPolicyName)
+    return True
 
 
 def runs_on(name: str, devices: tuple[str, ...]) -> bool:
@@ -160,25 +154,32 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
 
     Raises ValueError, listing every valid name, for an unknown name.
     """
+    return _policy_maker(name, env)(**kwargs)
+
+
+def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
+    """The names' grammar: what builds the policy `name` for `env` from make_policy's keywords,
+    found without building it (best-static is a search). An unknown name is an
+    UnknownPolicyName; some names the env cannot take are a ValueError here already."""
     if not isinstance(name, str):
         raise UnknownPolicyName(f"agent name must be a string; valid names: {valid_names()}")
     key = name.strip().lower()
     if key in SB3_NAMES:
-        return _sb3("make_sb3", key)(key, env, **kwargs)
+        return lambda **kwargs: _sb3("make_sb3", key)(key, env, **kwargs)
     if key.startswith("gated-"):
-        threshold = kwargs.pop("threshold", DEFAULT_THRESHOLD)
         # the inner name as written: its device names may have capitals (see _device_name)
         try:
-            inner = make_policy(name.strip()[len("gated-"):], env, **kwargs)
+            inner = _policy_maker(name.strip()[len("gated-"):], env)
         except UnknownPolicyName:   # named 'bogus' for gated-bogus, the part after gated-
             raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: "
                                     f"{valid_names()}") from None
-        return GatedScheduling(inner, threshold=threshold)
+        return lambda threshold=DEFAULT_THRESHOLD, **kwargs: GatedScheduling(
+            inner(**kwargs), threshold=threshold)
     if key.startswith("all-"):
         base = unwrap_env(env)
         device = _device_name(name.strip()[len("all-"):], base.device_names)
         if device in base.device_names:
-            return StaticPolicy.for_env(env, [device] * 3, **kwargs)
+            return lambda **kwargs: StaticPolicy.for_env(env, [device] * 3, **kwargs)
         if device.lower() in DEVICE_KINDS:   # a valid name, on hardware without that device
             raise ValueError(f"{shown(name)}: the hardware has no device {shown(device)} (it has "
                              f"{', '.join(base.device_names)})")
@@ -189,17 +190,17 @@ def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
         if len(devices) != 3:
             raise ValueError(f"{shown(name)}: a static placement names three devices (load, prefill, "
                              f"decode), e.g. static:cpu,gpu,gpu")
-        return StaticPolicy.for_env(env, devices, **kwargs)
+        return lambda **kwargs: StaticPolicy.for_env(env, devices, **kwargs)
     if key == "best-static":
-        return best_static(env, **kwargs)
+        return lambda **kwargs: best_static(env, **kwargs)
     if key == "random":
-        return RandomPolicy(unwrap_env(env).action_space, **kwargs)
+        return lambda **kwargs: RandomPolicy(unwrap_env(env).action_space, **kwargs)
     if key in ("heft", "heft-calibrated"):
-        return HeftPolicy(env, calibrated=key == "heft-calibrated", **kwargs)
+        return lambda **kwargs: HeftPolicy(env, calibrated=key == "heft-calibrated", **kwargs)
     if key == "heft-split":
-        return HeftSplitPolicy(env, **kwargs)
+        return lambda **kwargs: HeftSplitPolicy(env, **kwargs)
     if key == "oracle":
-        return OraclePolicy(env, **kwargs)
+        return lambda **kwargs: OraclePolicy(env, **kwargs)
     raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: {valid_names()}")
 
 
