@@ -15,7 +15,7 @@ import envs
 from agents.config import ConfigError, EvalConfig, TrainConfig
 from agents.registry import load_policy, make_policy
 from agents.sb3_factory import make_sb3
-from agents.sb3_hyperparams import hyperparams_with
+from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
 from agents.warmup import WarmSAC, WarmupConfig
 from envs.inference_alloc_split import sequences_of
 
@@ -167,8 +167,13 @@ def test_a_warm_started_sac_takes_its_envs_warm_start_values() -> None:
     cold = make_sb3("sac", _env(), seed=0).model
     warm = make_sb3("sac", _env(), seed=0, warmup=WarmupConfig(
         conservative="heft-split", clone_samples=32, clone_epochs=1)).model
-    assert cold.ent_coef == "auto_0.01" and warm.ent_coef == 0.001
-    assert warm.lr_schedule(1.0) < cold.lr_schedule(1.0)
+    # sac.yaml's values, read back: its literals were copied here and went stale at each tuning
+    yaml = {w: load_hyperparams("sac", SPLIT, warm_start=w) for w in (False, True)}
+    for key in ("ent_coef", "learning_rate"):
+        assert yaml[True][key] != yaml[False][key]       # each overridden, or nothing is tested
+    assert cold.ent_coef == yaml[False]["ent_coef"] and warm.ent_coef == yaml[True]["ent_coef"]
+    assert cold.lr_schedule(1.0) == pytest.approx(yaml[False]["learning_rate"])
+    assert warm.lr_schedule(1.0) == pytest.approx(yaml[True]["learning_rate"])
 
 
 # ----------------------------------------------------------------------------- refusals
