@@ -93,8 +93,8 @@ def _attention_share(run: JobRun) -> float:
 
     Both share rows take it from a best-static job, one allocator for both variants, so they
     compare the two pipelines rather than two allocators' placements. (On the cold learner's
-    Flash job it is 42.5% on seeds 10000-10004, below the Flash row's band: the share follows
-    the devices the stages run on.)
+    Flash job it falls below the Flash row's band, docs/CALIBRATION.md gives the figure: the
+    share follows the devices the stages run on.)
     """
     processing = sum(run.total(k, _five_k) for k in ("load", "compute", "memory_stall"))
     return run.total("attention_s", _five_k) / processing
