@@ -157,12 +157,14 @@ class EvalConfig:
         "tasks per episode (default: the scenario's)"))
     out: str = field(default="results", metadata=_help("output folder", path=True))
     online: bool = field(default=False, metadata=_help(
-        "only the online stabilisation experiment (>= 5 seeds; stabilization.png/.md)",
+        f"only the online stabilisation experiment (>= {MIN_ONLINE_SEEDS} seeds; "
+        "stabilization.png/.md)",
         action="store_true", clears=("no_online",)))
     online_samples: int = field(default=600, metadata=_help(
         "samples per online deployment (stabilization.png)"))
     online_seeds: int | None = field(default=None, metadata=_help(
-        "seeds of the online experiment (default: --seeds, at least 5 with --online)"))
+        f"seeds of the online experiment (default: --seeds, at least {MIN_ONLINE_SEEDS} with "
+        "--online)"))
     no_online: bool = field(default=False, metadata=_help(
         "skip the online experiment in the default evaluation (writes no stabilization.png; "
         "one of an earlier evaluation is kept)",
