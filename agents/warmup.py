@@ -3,8 +3,8 @@
 Three parts, each optional, composable with any SB3 agent:
 
 1. conservative initial allocation -- for the first ``steps`` decisions a
-   conservative policy (a fixed one: heft-calibrated, best-static, or heft-split in
-   InferenceAllocSplit-v0) acts while the learner stores and learns from those
+   conservative policy (any fixed one, e.g. heft-calibrated, best-static, or heft-split
+   in InferenceAllocSplit-v0) acts while the learner stores and learns from those
    transitions. For PPO/A2C the policy's forward pass returns the conservative
    action with the learner's own value and log-probability of it, so the rollout
    is consistent and the update pulls the learner toward actions that paid; for
@@ -55,8 +55,8 @@ class WarmupConfig:
     """Which warm-up parts to use, and how.
 
     Attributes:
-        conservative: name of the conservative policy, a fixed one (``heft-calibrated``,
-            ``best-static``; ``heft-split`` in InferenceAllocSplit-v0).
+        conservative: name of the conservative policy, any fixed one (e.g.
+            ``heft-calibrated``, ``best-static``; ``heft-split`` in InferenceAllocSplit-v0).
         steps: first decisions taken by the conservative policy (0 = part 1 off).
         clone: behaviour-clone the conservative policy before RL (part 2).
         clone_samples: observations collected for cloning.
