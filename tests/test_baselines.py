@@ -808,6 +808,23 @@ def test_is_policy_name_tells_what_make_policy_calls_unknown(tmp_path: Path) -> 
     assert all(is_policy_name(name, env) for name in SB3_NAMES)
 
 
+def test_is_policy_name_builds_no_policy(article: InferenceAllocEnv, monkeypatch) -> None:
+    """It answers from make_policy's grammar without calling a constructor: best-static's is a
+    search, which plan() skips when nothing warms up."""
+    import agents.registry as registry
+
+    def built(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a policy was built")
+
+    for name in ("best_static", "OraclePolicy", "HeftPolicy", "StaticPolicy"):
+        monkeypatch.setattr(registry, name, built)
+    for name in ("best-static", "oracle", "gated-heft-calibrated", "all-gpu", "static:cpu,gpu,gpu"):
+        assert registry.is_policy_name(name, article)
+        registry.check_fixed_policy(name, article, "--conservative policy")
+    with pytest.raises(AssertionError, match="built"):      # make_policy does call them
+        make_policy("best-static", article)
+
+
 def test_random_is_seeded_and_reproducible(article: InferenceAllocEnv,
                                            episode_obs: np.ndarray) -> None:
     a = make_policy("random", article, seed=5).predict(episode_obs)[0]
