@@ -433,6 +433,7 @@ def test_a_failed_adaptive_request_leaves_the_statistics_alone(tmp_path):
     assert loader.run(good).cache_hit is True
     assert bad.resolve() not in loader.scores
 
+
 def test_adaptive_scores_stay_bounded_over_a_stream_of_distinct_sources(tmp_path):
     """The loader kept a score for every source it had ever seen: a long-running loader over
     a stream of distinct files grew without bound (and so did its per-request decay loop)."""
@@ -447,6 +448,21 @@ def test_adaptive_scores_stay_bounded_over_a_stream_of_distinct_sources(tmp_path
     assert hot.resolve() in loader.cached_sources() and hot.resolve() in loader.scores
     assert loader.run(hot).cache_hit is True
     assert len(list((tmp_path / "cache").glob("*.json"))) <= loader.capacity
+
+
+def test_a_source_requested_again_and_again_outranks_the_tracked_ones(tmp_path):
+    """With every tracked score above 1 the bound forgot the requested source itself at each
+    miss: it restarted at 1 every time and, with decay 1, was never cached however often it
+    came (before the bound, its third request outranked sources requested twice)."""
+    loader = AdaptiveLoad(tmp_path / "cache", capacity=1, decay=1.0)
+    tracked = [write(tmp_path / f"old{i}.txt", f"old {i}")
+               for i in range(load.TRACKED_PER_SLOT * loader.capacity)]
+    for src in tracked * 2:          # each at 2, the bound full
+        loader.run(src)
+    new = write(tmp_path / "new.txt", "new")
+    hits = [loader.run(new).cache_hit for _ in range(6)]
+    assert hits == [False, False, False, True, True, True]     # admitted at 3 > 2
+    assert len(loader.scores) <= load.TRACKED_PER_SLOT * loader.capacity
 
 
 def test_a_source_whose_file_name_is_not_utf8_is_cached(tmp_path):

@@ -65,8 +65,10 @@ TRACK_OPS_PER_REQUEST = 5.0e4     # adaptive cache: update the runtime distribut
 #: the lowest ranked. Admission only asks whether a source ranks among the top `capacity`; one
 #: ranked below 8x that has at least 7x `capacity` uncached sources to overtake first, and with
 #: decay < 1 a score that low is mostly decayed. Forgetting it (it restarts at 0 if it comes
-#: back) can only delay its own admission by the requests it had. The bound keeps the memory,
-#: the per-request decay loop and the ranking O(capacity) for a long-running loader.
+#: back) delays its own admission by the requests it had, more if it is forgotten again
+#: between its requests; the source being requested is never the one forgotten, so a run of
+#: requests for it adds up. The bound keeps the memory, the per-request decay loop and the
+#: ranking O(capacity) for a long-running loader.
 TRACKED_PER_SLOT = 8
 
 
@@ -256,8 +258,9 @@ class AdaptiveLoad(_CacheLoader):
     (runtime distribution tracking: recent requests weigh more). After a full preprocess the
     source is admitted if it ranks in the top `capacity` scores; sources that drop out of the
     top are evicted (entry deleted). Validation is the same as `CachedLoad`'s. Only the
-    `TRACKED_PER_SLOT * capacity` highest scores are kept (see there): a stream of distinct
-    sources grew the scores, and the per-request decay over them, without bound.
+    `TRACKED_PER_SLOT * capacity` highest scores are kept, the requested source's always among
+    them (see there): a stream of distinct sources grew the scores, and the per-request decay
+    over them, without bound.
 
     Opened on a folder a previous loader filled, it adopts the entries there
     (`DiskCache.adopt`: stale, half-written and foreign files as documented there): they count
@@ -322,10 +325,15 @@ class AdaptiveLoad(_CacheLoader):
             return LoadResult(tokens, True, Path(path))
         ranked = self._ranked()
         top = set(ranked[: self.capacity])
-        # Only a miss adds a source, so trimming here bounds the scores; what is cached ranks
-        # in the top `capacity` and is never forgotten.
-        for forgotten in ranked[TRACKED_PER_SLOT * self.capacity:]:
-            del self.scores[forgotten]
+        # Only a miss adds a source, so trimming here bounds the scores; what stays cached
+        # ranks in the top `capacity` and is never forgotten. Nor is the requested source:
+        # forgotten, it would restart at 1 at each request and never outrank the tracked ones.
+        bound = TRACKED_PER_SLOT * self.capacity
+        forgotten = ranked[bound:]
+        if source in forgotten:
+            forgotten[forgotten.index(source)] = ranked[bound - 1]
+        for known in forgotten:
+            del self.scores[known]
         for evicted in self.cached - top:
             cache.entry_path(evicted).unlink(missing_ok=True)
         self.cached &= top
