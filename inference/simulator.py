@@ -262,8 +262,8 @@ class Simulator:
                     dev = self.hardware.device_id(dev)
                 if not is_integer(dev):
                     raise ValueError(f"placement[{stage}] must be a device id or name, got {shown(dev)}")
-                if not 0 <= dev < self.n_devices:
-                    raise ValueError(f"placement[{stage}] = {shown(dev)} is not a device id in 0..{self.n_devices - 1}")
+                if not 0 <= dev < self.n_devices:   # str: numpy's repr of an id names its type
+                    raise ValueError(f"placement[{stage}] = {shown(dev, quote=False)} is not a device id in 0..{self.n_devices - 1}")
                 out.append(((int(dev), 1.0),))
             return tuple(out)
         fractions = np.asarray(placement, dtype=float)

@@ -747,3 +747,13 @@ def test_execute_refuses_a_noise_it_would_not_draw(sigma, rng):
 def test_execute_without_noise_needs_no_generator():
     plain = simulator().execute(ARTICLE, ("cpu", "gpu", "gpu")).latency
     assert simulator().execute(ARTICLE, ("cpu", "gpu", "gpu"), None, noise_sigma=0).latency == plain
+
+
+@pytest.mark.parametrize("placement", [
+    (0, 1, 7), np.array([0, 1, 7]), [0, 1, np.int64(7)], (0, 1, np.uint8(7)),
+])
+def test_a_device_id_out_of_range_is_named_as_the_caller_wrote_it(placement):
+    # Shown through repr, a numpy id read "placement[decode] = np.int64(7)": the env and
+    # numpy callers pass such ids, and the message named a type instead of the device id.
+    with pytest.raises(ValueError, match=r"^placement\[decode\] = 7 is not a device id in 0\.\.2$"):
+        simulator().shares(placement)
