@@ -29,7 +29,7 @@ from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.warmup import MIN_CLONE_SAMPLES
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
-from inference.messages import argparse_type, shown
+from inference.messages import argparse_type, shown, unrecognized
 from inference.yamlio import (
     describe_yaml_error,
     not_a_file,
@@ -465,8 +465,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None,
         if counts_seeds and all(x.isdigit() for x in extras):
             # train.py's --seeds is a list; evaluate.py's is a count: "--seeds 0 1 2" lands here
             hint = " (--seeds is a count here: N held-out seeds from --seed-base, not a list)"
-        unknown = " ".join(shown(x, quote=False) for x in extras)
-        parser.error(f"unrecognized arguments: {unknown}{hint}")
+        parser.error(f"{unrecognized(extras)}{hint}")
     given = vars(namespace)
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference.hardware import load_hardware, preset_names
-from inference.messages import argparse_type, shown
+from inference.messages import argparse_type, shown, unrecognized
 from inference.model_config import MODELS, get_model
 from inference.simulator import Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:   # parse_args's own refusal echoed them whole
-        parser.error(f"unrecognized arguments: {shown(' '.join(extras), quote=False)}")
+        parser.error(unrecognized(extras))
     try:
         outcomes = compare(args)
     except (ValueError, OSError) as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -31,6 +31,13 @@ def shown(value: object, *, quote: bool = True, limit: int = SHOWN_MAX) -> str:
     elided = len(text) - head - tail
     short = f"{text[:head]}...[{elided} characters elided]...{text[len(text) - tail:]}"
     return short if len(text) > limit and len(short) < len(text) else text
+
+
+def unrecognized(extras: Sequence[str]) -> str:
+    """argparse's "unrecognized arguments" refusal, the arguments shortened together by `shown`
+    (argparse echoed them whole; shortened one by one, fifty long strays still filled the
+    screen)."""
+    return f"unrecognized arguments: {shown(' '.join(extras), quote=False)}"
 
 
 def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:

@@ -529,6 +529,15 @@ def test_evaluate_seeds_given_as_a_list_says_it_is_a_count(tmp_path, capsys) -> 
     assert not (tmp_path / "results").exists()
 
 
+def test_many_long_unrecognized_arguments_are_shortened_together(capsys) -> None:
+    # each was shortened alone, so fifty 150-character strays still filled the screen
+    with pytest.raises(SystemExit):
+        parse_config(EvalConfig, [f"stray{i}-" + "x" * 150 for i in range(50)])
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "unrecognized" in x]
+    assert "stray0-" in line and "characters elided" in line
+    assert len(line) < 400
+
+
 def test_evaluate_checks_its_output_folder_first(tmp_path: Path, capsys) -> None:
     main = load_main("evaluate.py")
     a_file = tmp_path / "results"
