@@ -54,11 +54,18 @@ NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<deco
 _SB3_MODULE = "agents.sb3_factory"
 
 
+def _ungated(name: str) -> str:
+    """The policy a ``gated-<name>`` gates, as written (its device names may have capitals,
+    see _device_name); `name` stripped if not gated. The prefix matches in any case, as the
+    names do."""
+    key = name.strip()
+    return key[len("gated-"):] if key.lower().startswith("gated-") else key
+
+
 def policy_env_id(name: str) -> str:
     """The env a named policy acts in: the Split env for those that divide stages (e.g.
     heft-split, gated or not), else the discrete env."""
-    key = name.strip().lower()
-    return ENV_IDS[1] if key.removeprefix("gated-") in SPLIT_POLICY_NAMES else ENV_IDS[0]
+    return ENV_IDS[1] if _ungated(name).lower() in SPLIT_POLICY_NAMES else ENV_IDS[0]
 
 
 class UnknownPolicyName(ValueError):
@@ -74,7 +81,7 @@ def valid_names(learners: bool = True) -> str:
 
 def check_fixed_policy_name(name: str, what: str) -> None:
     """Refuse a learner where a fixed policy is needed, naming the valid ones."""
-    if isinstance(name, str) and name.strip().lower().removeprefix("gated-") in SB3_NAMES:
+    if isinstance(name, str) and _ungated(name).lower() in SB3_NAMES:
         raise ValueError(f"{what} {shown(name)} is a learning agent; it needs a fixed "
                          f"policy: {valid_names(learners=False)}")
 
@@ -118,7 +125,7 @@ def runs_on(name: str, devices: tuple[str, ...]) -> bool:
     """Whether hardware with `devices` can run the policy `name`: an all-<kind> policy (gated
     or not) needs a device of that name. A name that is no device kind (all-gpus) counts as
     runnable, for make_policy to refuse."""
-    key = name.strip().lower().removeprefix("gated-")
+    key = _ungated(name).lower()
     device = key[len("all-"):] if key.startswith("all-") else None
     # ignoring case, as make_policy finds the device: a CPU named CPU runs all-cpu
     return device not in DEVICE_KINDS or device in {d.lower() for d in devices}
@@ -167,9 +174,8 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
     if key in SB3_NAMES:
         return lambda **kwargs: _sb3("make_sb3", key)(key, env, **kwargs)
     if key.startswith("gated-"):
-        # the inner name as written: its device names may have capitals (see _device_name)
         try:
-            inner = _policy_maker(name.strip()[len("gated-"):], env)
+            inner = _policy_maker(_ungated(name), env)
         except UnknownPolicyName:   # named 'bogus' for gated-bogus, the part after gated-
             raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: "
                                     f"{valid_names()}") from None
