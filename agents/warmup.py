@@ -374,13 +374,10 @@ class _WarmSampleAction:
 class WarmDQN(_WarmSampleAction, DQN):
     """DQN whose exploration steps may be taken by the conservative policy."""
 
-    flatten: Any = None
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "flatten"]
-
     def _conservative_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        flat = np.array([self.flatten(a) for a in np.atleast_2d(actions)])
+        # the controller's space is the env's own MultiDiscrete, which DQN's Discrete flattens
+        nvec = self.warmup.action_space.nvec  # type: ignore[union-attr]
+        flat = np.array([flat_index(a, nvec) for a in np.atleast_2d(actions)])
         return flat, flat
 
 
@@ -416,9 +413,6 @@ def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | N
         assert isinstance(model, WARM_ALGORITHMS[agent.name]), \
             "make_sb3 builds the WARM_ALGORITHMS class when warm-up is asked"
         model.warmup = controller
-        if isinstance(model, WarmDQN):
-            nvec = tuple(env.unwrapped.action_space.nvec)
-            model.flatten = lambda a: flat_index(a, nvec)
     else:
         setattr(model.policy, "warmup", controller)  # noqa: B010  (a Warm* policy class)
     agent.warmup = controller
