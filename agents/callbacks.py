@@ -160,7 +160,6 @@ class HeldOutEval(BaseCallback):
         self.writer: Any = None
         self._next = 0
         self._end: int | None = None        # the step learn() stops at
-        self._written_at: int | None = None
         # (step, per-task latencies) of the last point written: at the end of training, the
         # run of the episode by the model then saved, which the trainer's final/ row takes
         self.last: tuple[int, np.ndarray] | None = None
@@ -182,7 +181,7 @@ class HeldOutEval(BaseCallback):
         return True
 
     def _on_training_end(self) -> None:
-        if self._written_at != self.num_timesteps:
+        if self.last is None or self.last[0] != self.num_timesteps:
             self._write()
 
     def _write(self) -> None:
@@ -190,7 +189,7 @@ class HeldOutEval(BaseCallback):
             return
         latency = self.evaluate()
         mean = float(latency.mean())
-        step = self._written_at = self.num_timesteps
+        step = self.num_timesteps
         self.last = (step, latency)
         self.writer.add_scalar("eval/latency_mean", mean, step)
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
