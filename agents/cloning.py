@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
 from torch.nn import functional as F
 
-from agents.base import flat_index
-from agents.warmup import WarmupConfig, as_env_actions, box_targets
+from agents.warmup import WarmupConfig, as_env_actions, learner_actions
 
 if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
@@ -140,14 +138,7 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     order = rng.permutation(n)
     held = order[: int(n * HELDOUT_FRACTION)]
     train = order[int(n * HELDOUT_FRACTION):]
-    if agent.name == "dqn":
-        stored = np.array([flat_index(a, space.nvec) for a in targets])
-    elif agent.name == "sac":
-        stored = model.policy.scale_action(targets).astype(np.float32)
-    elif isinstance(space, spaces.Box):
-        stored = box_targets(targets, space)
-    else:
-        stored = targets
+    stored = learner_actions(model, targets, space)
     policy_net = model.q_net if agent.name == "dqn" else model.policy  # type: ignore[attr-defined]
     optimizer = torch.optim.Adam(policy_net.parameters(), lr=CLONE_LR)
     obs_t = torch.as_tensor(data["obs"])

@@ -163,6 +163,20 @@ def box_targets(targets: np.ndarray, space: spaces.Box) -> np.ndarray:
     return np.where(targets <= low, targets - BOX_EDGE_MARGIN, targets).astype(np.float32)
 
 
+def learner_actions(model: Any, actions: np.ndarray, space: Any) -> np.ndarray:
+    """The env `actions` (``as_env_actions``) of `space` as `model` learns from its own: DQN's
+    index of the flattened ``Discrete``; SAC's in its policy's [-1, 1] scale (its critic is
+    fitted on squashed actions, so a zero weight stays on the box's edge); the Gaussian
+    policies' below that edge (``box_targets``); device ids as they are."""
+    if isinstance(model, DQN):
+        return np.array([flat_index(a, space.nvec) for a in np.atleast_2d(actions)])
+    if isinstance(model, SAC):
+        return model.policy.scale_action(actions).astype(np.float32)
+    if isinstance(space, spaces.Box):
+        return box_targets(actions, space)
+    return actions
+
+
 class WarmupController:
     """Decides, decision by decision, whether the conservative policy acts."""
 
@@ -375,9 +389,7 @@ class WarmDQN(_WarmSampleAction, DQN):
     """DQN whose exploration steps may be taken by the conservative policy."""
 
     def _conservative_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # the controller's space is the env's own MultiDiscrete, which DQN's Discrete flattens
-        nvec = self.warmup.action_space.nvec  # type: ignore[union-attr]
-        flat = np.array([flat_index(a, nvec) for a in np.atleast_2d(actions)])
+        flat = learner_actions(self, actions, self.warmup.action_space)  # type: ignore[union-attr]
         return flat, flat
 
 
@@ -385,11 +397,10 @@ class WarmSAC(_WarmSampleAction, SAC):
     """SAC whose exploration steps may be taken by the conservative policy."""
 
     def _conservative_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # The buffer holds the action the env receives, in the policy's [-1, 1] scale as SAC's
-        # own are: unlike PPO's Gaussian (box_targets), SAC's critic is fitted on squashed
-        # actions, so a zero weight stays on the box's edge.
+        # The buffer holds the action the env receives, as SAC's own (learner_actions)
         env_actions = np.asarray(actions, dtype=np.float32)     # (n_envs, 9): ctl.actions'
-        return env_actions, self.policy.scale_action(env_actions)
+        return env_actions, learner_actions(self, env_actions,
+                                            self.warmup.action_space)  # type: ignore[union-attr]
 
 
 # The off-policy agents whose algorithm class takes the warm-up (the others' policy class does).
