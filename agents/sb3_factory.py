@@ -14,7 +14,6 @@ SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``sb3_hyperparams.O
 from __future__ import annotations
 
 import json
-import os
 import sys
 import zipfile
 from pathlib import Path
@@ -29,7 +28,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy, flat_index
-from agents.files import zip_target
+from agents.files import atomic_path, zip_target
 from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, hyperparams_with
 from agents.warmup import (
     WARM_ALGORITHMS,
@@ -161,13 +160,10 @@ class SB3Agent(Policy):
 
     def save(self, path: Any) -> Path:
         target = zip_target(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp.zip")   # SB3 wants a .zip
-        try:
+        # SB3 appends ".zip" only to a name without a suffix; the temp name ends in ".tmp",
+        # so the model is written to the very file that is renamed
+        with atomic_path(target) as tmp:
             self.model.save(tmp)
-            tmp.replace(target)
-        finally:
-            tmp.unlink(missing_ok=True)
         return target
 
 

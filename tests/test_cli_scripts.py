@@ -652,7 +652,7 @@ def test_an_atomic_write_replaces_the_target_only_once_complete(tmp_path: Path) 
 def test_leftover_temp_files_finds_every_temp_form_at_any_depth(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     temps = [tmp_path / "run" / ".config.yaml.7.tmp",                    # atomic_path's
-             tmp_path / "run" / "checkpoints" / ".model.7.tmp.zip"]      # SB3Agent.save's
+             tmp_path / "run" / "checkpoints" / ".model.7.tmp.zip"]      # SB3Agent.save's, once
     for path in (*temps, tmp_path / "run" / "model.zip"):
         path.write_text("")
     assert leftover_temp_files(tmp_path) == sorted(temps)

@@ -241,6 +241,30 @@ def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> No
         load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
 
 
+def test_an_sb3_save_leaves_only_the_final_zip_and_a_failed_one_the_old_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SB3 appends ".zip" to a path without a suffix: the temp file must not get one, or it
+    would be written beside the name that is renamed (and left behind)."""
+    from agents.sb3_factory import make_sb3
+
+    agent = make_sb3("ppo", make(V0), seed=0)
+    folder = tmp_path / "new"                         # made by the save
+    path = agent.save(folder / "ppo.v1")
+    assert path == folder / "ppo.v1.zip"
+    assert [p.name for p in folder.iterdir()] == ["ppo.v1.zip"]
+    assert load_sb3(path).name == "ppo"
+    saved = path.read_bytes()
+
+    def crash_mid_write(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash_mid_write)   # after SB3 opened its zip
+    with pytest.raises(OSError, match="disk full"):
+        agent.save(path)
+    assert [p.name for p in folder.iterdir()] == ["ppo.v1.zip"]
+    assert path.read_bytes() == saved                 # left as it was
+
+
 def test_a_model_loaded_with_the_other_envs_actions_names_the_env_it_acts_in(
         tmp_path: Path) -> None:
     """A Split-env PPO given InferenceAlloc-v0 was SB3's "Action spaces do not match"."""
