@@ -299,7 +299,9 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)
     extra = sorted(k for k in given - RESUMABLE - {"resume", "log_dir"}
                    if getattr(given_abs, k) != getattr(saved_abs, k))
-    for key in (k for k in HELD_OUT if k in extra):   # the one a user most likely means
+    held_out = [k for k in HELD_OUT if k in extra]
+    if held_out:                                     # the one a user most likely means
+        key = held_out[0]
         flag = flag_of(key)
         raise ConfigError(
             f"--resume continues {run_dir.name} on its own held-out episode: {flag} "

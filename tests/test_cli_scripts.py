@@ -1050,6 +1050,22 @@ def test_a_resume_keeps_the_runs_held_out_episode(flag: str, saved: int, given: 
     assert "has no checkpoint or model" in capsys.readouterr().err   # next check
 
 
+def test_a_resume_changing_both_held_out_options_and_more_names_eval_seed(
+        tmp_path: Path, capsys) -> None:
+    """Of several refused options, the held-out episode's is named (the one a user most likely
+    means), --eval-seed before --eval-tasks."""
+    main = load_main("train.py")
+    run = tmp_path / "InferenceAlloc-v0__ppo__0__1"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(TrainConfig(warmup=["none"], eval_tasks=40,
+                                                         log_dir=str(tmp_path))))
+    assert main(["--resume", run.name, "--log-dir", str(tmp_path), "--timesteps", "128",
+                 "--seeds", "3", "--eval-tasks", "1000", "--eval-seed", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--eval-seed 5 is not the run's --eval-seed 10000" in err, err
+    assert "--eval-tasks" not in err and "may change" not in err
+
+
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
     from agents.training import plan
