@@ -91,12 +91,11 @@ def check_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -
     policy (best-static is a search): a learner or an unknown name, each an UnknownPolicyName
     naming `what` (`learner_hint` follows the learner's)."""
     try:
-        check_fixed_policy_name(name, what)
-    except ValueError as exc:
-        raise UnknownPolicyName(f"{exc}{learner_hint}") from None
-    if not is_policy_name(name, env):
-        raise UnknownPolicyName(f"unknown {what} {shown(name)}; valid names: "
-                                f"{valid_names(learners=False)}")
+        _fixed_policy_maker(name, env, what, learner_hint)
+    except UnknownPolicyName:
+        raise
+    except ValueError:          # a name the env cannot take (all-gpu, no GPU) is still a name
+        pass
 
 
 def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") -> Policy:
@@ -104,10 +103,27 @@ def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") ->
     a learner, an unknown name and a name the env cannot take are each one ValueError
     naming `what` (`learner_hint` follows the learner's); the first two an UnknownPolicyName,
     wrong whatever the env (`check_fixed_policy`)."""
-    check_fixed_policy(name, env, what, learner_hint)
+    build = _fixed_policy_maker(name, env, what, learner_hint)
     try:
-        return make_policy(name, env)
+        return build()
     except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def _fixed_policy_maker(name: str, env: Any, what: str, learner_hint: str) -> Callable[..., Any]:
+    """`_policy_maker` for a fixed policy, the name parsed once for both the checks and the
+    build: a learner or an unknown name is an UnknownPolicyName naming `what`, a name the env
+    cannot take a plain ValueError naming it."""
+    try:
+        check_fixed_policy_name(name, what)
+    except ValueError as exc:
+        raise UnknownPolicyName(f"{exc}{learner_hint}") from None
+    try:
+        return _policy_maker(name, env)
+    except UnknownPolicyName:
+        raise UnknownPolicyName(f"unknown {what} {shown(name)}; valid names: "
+                                f"{valid_names(learners=False)}") from None
+    except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
 
 

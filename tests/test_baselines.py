@@ -783,9 +783,9 @@ def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None
 
 
 def test_is_policy_name_tells_what_make_policy_calls_unknown(tmp_path: Path) -> None:
-    """The warm-up-less plan checks --conservative with it instead of building the policy
-    (best-static is a search): a name it takes must never be unknown to make_policy, nor the
-    other way round."""
+    """It tells a name from make_policy's grammar instead of building the policy (best-static
+    is a search): a name it takes must never be unknown to make_policy, nor the other way
+    round."""
     from agents.registry import UnknownPolicyName, is_policy_name
 
     env = InferenceAllocEnv("article", hardware=capitals_hardware(tmp_path), episode_tasks=5)
@@ -823,6 +823,40 @@ def test_is_policy_name_builds_no_policy(article: InferenceAllocEnv, monkeypatch
         registry.check_fixed_policy(name, article, "--conservative policy")
     with pytest.raises(AssertionError, match="built"):      # make_policy does call them
         make_policy("best-static", article)
+
+
+def test_make_fixed_policy_names_what_in_each_refusal_and_parses_the_name_once(
+        tmp_path: Path, monkeypatch) -> None:
+    import agents.registry as registry
+    from agents.registry import UnknownPolicyName, make_fixed_policy
+
+    env = InferenceAllocEnv("article", hardware=capitals_hardware(tmp_path), episode_tasks=5)
+    with pytest.raises(UnknownPolicyName, match=r"^baseline 'gated-ppo' is a learning agent; "
+                                                r"it needs a fixed policy: all-cpu.*; a hint$"):
+        make_fixed_policy("gated-ppo", env, "baseline", "; a hint")
+    with pytest.raises(UnknownPolicyName, match=r"^unknown baseline 'hefty'; valid names: all-cpu"):
+        make_fixed_policy("hefty", env, "baseline")
+    with pytest.raises(ValueError, match=r"^baseline: 'all-gpu': the hardware has no device "
+                                         r"'gpu' \(it has CPU, A100, npu\)$") as refused:
+        make_fixed_policy("all-gpu", env, "baseline")     # a name; this env cannot take it
+    assert not isinstance(refused.value, UnknownPolicyName)
+    registry.check_fixed_policy("all-gpu", env, "baseline")
+
+    parses = []
+    parse = registry._policy_maker
+
+    def counted(name: Any, env: Any) -> Any:
+        parses.append(name)
+        return parse(name, env)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise TypeError("not this env")
+
+    monkeypatch.setattr(registry, "_policy_maker", counted)
+    monkeypatch.setattr(registry, "HeftPolicy", refuse)
+    with pytest.raises(ValueError, match="^baseline: not this env$"):   # a constructor's too
+        make_fixed_policy("heft", env, "baseline")
+    assert parses == ["heft"]
 
 
 def test_random_is_seeded_and_reproducible(article: InferenceAllocEnv,
