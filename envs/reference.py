@@ -107,7 +107,11 @@ def best_static_key(env: InferenceAllocEnv) -> str:
     rewritten at the same path; see `generate_episode`'s own trace cache) and the calibration
     workload. The search's cache keys on it, and so does a result saved to a file
     (`agents.static.search_best_static`)."""
-    scenario = _searched_scenario(env)
+    return _key_of(env, _searched_scenario(env))
+
+
+def _key_of(env: InferenceAllocEnv, scenario: Scenario) -> str:
+    """`best_static_key` of `env` with its scenario as searched, `scenario`."""
     trace = scenario.workload.trace
     return repr((scenario, trace and file_version(trace), env.hardware, env.model, env.variant,
                  CALIBRATION_TASKS, CALIBRATION_SEED))
@@ -115,10 +119,10 @@ def best_static_key(env: InferenceAllocEnv) -> str:
 
 def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
     """The best static placement for the env's configuration, by nominal simulation."""
-    key = best_static_key(env)
+    scenario = _searched_scenario(env)      # once, for the key and, on a miss, the search
+    key = _key_of(env, scenario)
     best = _BEST_STATIC.pop(key, None)
     if best is None:
-        scenario = _searched_scenario(env)
         tasks = generate_episode(scenario, np.random.default_rng(CALIBRATION_SEED), CALIBRATION_TASKS).tasks
         sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
         # Priced as the env runs it: a task a stage's device cannot hold fails over and pays
