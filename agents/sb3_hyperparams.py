@@ -11,7 +11,9 @@ The agents are built from these in ``agents.sb3_factory``.
 
 from __future__ import annotations
 
+import copy
 import inspect
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from envs import ENV_IDS
+from envs.workload import file_version
 from inference.checks import is_integer, is_number
 from inference.messages import shown
 from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
@@ -48,7 +51,7 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     path = HYPERPARAMS_DIR / f"{agent}.yaml"
     # a ValueError naming the file, as every check below: an edit that broke the YAML (a key
     # given twice, a tab) was a yaml traceback out of train.py, and a list there a TypeError
-    table = load_yaml_file(path, "hyper-parameter file") or {}
+    table = _hyperparam_table(path) or {}
     if not isinstance(table, dict):
         raise ValueError(f"{path} must map env ids to hyper-parameters, got {table!r}")
     if env_id not in table:
@@ -74,6 +77,17 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     except ValueError as exc:
         raise ValueError(f"{path}, {env_id}: {exc}") from None
     return layer_hyperparams(params, warm) if warm_start else params
+
+
+def _hyperparam_table(path: Path) -> Any:
+    """The YAML at `path`, read once per version of the file (planning one run loads it 3-5
+    times), as a copy of its own: callers change what they get."""
+    return copy.deepcopy(_read_table(path, file_version(str(path))))
+
+
+@lru_cache(maxsize=2 * len(ALGORITHMS))
+def _read_table(path: Path, version: tuple[object, ...]) -> Any:
+    return load_yaml_file(path, "hyper-parameter file")
 
 
 def check_agent_env(agent: str, env_id: str) -> None:

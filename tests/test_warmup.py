@@ -759,6 +759,39 @@ def test_an_unknown_activation_is_refused_with_the_hyper_parameters(tmp_path, mo
         hyperparams.check_override_types("ppo", {}, {"policy_kwargs": {"activation_fn": "gelu"}})
 
 
+def test_a_hyperparameter_file_is_read_once_per_version_and_never_shared(tmp_path, monkeypatch):
+    """Planning a run loaded its learner's YAML 3-5 times (the check, the --hp build, the warm
+    start's, VecNormalize's gamma, the run's own build); each load now gets its own copy of
+    one read, and an edited file is read again."""
+    import agents.sb3_hyperparams as hyperparams
+    from agents.config import TrainConfig
+    from agents.training import build_vec_env, plan
+
+    path = tmp_path / "ppo.yaml"
+    path.write_text("InferenceAlloc-v0:\n  n_steps: 16\n  batch_size: 16\n"
+                    "  policy_kwargs: {net_arch: [8]}\n  warm_start: {gamma: 0.5}\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    reads = []
+    read = hyperparams.load_yaml_file
+    monkeypatch.setattr(hyperparams, "load_yaml_file",
+                        lambda p, what: reads.append(p) or read(p, what))
+    config = TrainConfig(agents=["ppo"], warmup=["none", "all"], normalize=True, episode_tasks=8,
+                         hp={"learning_rate": 1e-3}, log_dir=str(tmp_path / "runs"))
+    (spec, _) = plan(config)
+    build_vec_env(config, spec.agent, 0, warm_start=True)
+    make_sb3("ppo", gym.make("envs:InferenceAlloc-v0", episode_tasks=8), overrides=config.hp)
+    assert reads == [path]
+
+    loaded = load_hyperparams("ppo", "InferenceAlloc-v0", warm_start=True)
+    loaded["policy_kwargs"]["net_arch"].append(99)
+    loaded["gamma"] = 0.1
+    assert load_hyperparams("ppo", "InferenceAlloc-v0", warm_start=True) == {
+        "n_steps": 16, "batch_size": 16, "policy_kwargs": {"net_arch": [8]}, "gamma": 0.5}
+    path.write_text("InferenceAlloc-v0:\n  n_steps: 32\n")    # an edit: read again
+    assert load_hyperparams("ppo", "InferenceAlloc-v0") == {"n_steps": 32}
+    assert reads == [path, path]
+
+
 def test_the_reward_normaliser_discounts_with_a_warm_starts_gamma(tmp_path, monkeypatch):
     """--normalize built VecNormalize with the YAML's cold gamma, beside an agent that a
     warm_start had given another one: the normalised rewards' scale was for the wrong horizon."""
