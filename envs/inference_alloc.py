@@ -216,7 +216,10 @@ class InferenceAllocEnv(gym.Env):
             sc = dataclasses.replace(sc, workload=dataclasses.replace(
                 sc.workload, trace_time_scale=float(trace_time_scale)))
         if hardware is not None:
-            sc = dataclasses.replace(sc, hardware=path_text(hardware))
+            # Anything but a path goes to load_hardware as given, which names a wrong type
+            # (path_text would fail on it inside os.fspath, naming no argument).
+            sc = dataclasses.replace(sc, hardware=path_text(hardware) if isinstance(
+                hardware, os.PathLike) else hardware)
         if variant is not None:
             sc = dataclasses.replace(sc, variant=resolve_variant(variant))
         if reward not in REWARDS:

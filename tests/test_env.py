@@ -204,6 +204,8 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     ({"scenario": None}, "scenario must be a preset name .* or a path to a YAML file, got None"),
     ({"scenario": "/"}, "scenario file / is a folder, not a YAML file"),
     ({"hardware": ""}, "hardware must be a preset name"),
+    ({"hardware": 3}, "hardware must be a preset name .* got 3"),   # was: os.fspath TypeError
+    ({"hardware": b"server"}, "hardware must be a preset name"),
     ({"variant": {"load": {"a": 1}, "prefill": "dynamic", "decode": "hierarchical"}},
      "unknown load implementation"),                               # was: unhashable dict
     ({"variant": {1: "x", "load": "direct", "prefill": "dynamic", "decode": "hierarchical"}},
