@@ -142,6 +142,12 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
         if not path.is_file():
             raise ValueError(f"packaged trace {shown(name_or_path)} is missing: no file at {path}")
         return name_or_path, path
+    unknown = ValueError(
+        f"unknown trace {shown(name_or_path)}; known names: {', '.join(sorted(TRACES))} "
+        "(or pass the path of a CSV file)"
+    )
+    if isinstance(name_or_path, str) and not name_or_path.strip():
+        raise unknown   # Path("") is the working folder: "trace file . is a folder"
     problem = unusable_path(name_or_path)
     if problem is not None:
         raise ValueError(f"trace {shown(name_or_path)} is neither a packaged trace nor a "
@@ -159,10 +165,7 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     )
     if looks_like_path:
         raise ValueError(f"trace file not found: {shown(path, quote=False)}")
-    raise ValueError(
-        f"unknown trace {shown(name_or_path)}; known names: {', '.join(sorted(TRACES))} "
-        "(or pass the path of a CSV file)"
-    )
+    raise unknown
 
 
 class _TimestampParser:

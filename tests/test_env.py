@@ -201,6 +201,7 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     ({"reference": "no"}, "reference must be True or False"),      # a string counted as True
     ({"trace": "no-such-trace"}, "unknown trace 'no-such-trace'"),
     ({"trace": Path("/no/such.csv")}, "trace file not found"),     # a Path is a path
+    ({"trace": ""}, "unknown trace ''; known names"),   # was: "trace file . is a folder"
     ({"scenario": None}, "scenario must be a preset name .* or a path to a YAML file, got None"),
     ({"scenario": "/"}, "scenario file / is a folder, not a YAML file"),
     ({"hardware": ""}, "hardware must be a preset name"),
