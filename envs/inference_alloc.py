@@ -416,6 +416,14 @@ class InferenceAllocEnv(gym.Env):
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode: `seed` fixes its tasks and noise; without one, the env's generator
+        goes on from the last seed (a new stream each time). `options` are refused (None or {},
+        what vector envs pass, are fine): the episode is set by the env's arguments, and an
+        ignored `{"episode_tasks": 10}` would run the old episode unnoticed. Returns the first
+        task's observation and an info holding only `task`."""
+        if options is not None and not (isinstance(options, Mapping) and not options):
+            raise ValueError(f"reset() takes no options (the episode follows the env's arguments, "
+                             f"e.g. gym.make(..., episode_tasks=10)); got options={options!r}")
         super().reset(seed=seed)
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
         if self._clients:

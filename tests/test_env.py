@@ -286,6 +286,18 @@ def test_step_before_reset_and_after_the_end_say_reset(env_id: str) -> None:
         raw.step(raw.action_space.sample())
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_reset_refuses_options_it_would_ignore(env_id: str) -> None:
+    env = make(env_id, episode_tasks=3)
+    first, _ = env.reset(seed=0, options=None)
+    assert np.array_equal(env.reset(seed=0, options={})[0], first)   # what vector envs pass
+    for options in ({"episode_tasks": 10}, "fast"):
+        with pytest.raises(ValueError, match="reset.. takes no options"):
+            env.reset(seed=1, options=options)
+    # the refused reset changed nothing: the episode of seed 0 goes on
+    assert len([env.step(env.action_space.sample()) for _ in range(3)]) == 3
+
+
 # --- observations and info ---------------------------------------------------------------------
 
 
