@@ -320,10 +320,10 @@ class InferenceAllocEnv(gym.Env):
         if not np.issubdtype(arr.dtype, np.integer) and (
                 not np.all(np.isfinite(arr.astype(float))) or np.any(arr != np.round(arr))):
             raise ValueError(f"action must hold integer device ids, got {action!r}")
-        ids = arr.astype(np.int64)
-        if np.any(ids < 0) or np.any(ids >= self.n_devices):
+        # The range before the cast: a float past int64 (1e20) made numpy warn as it cast.
+        if np.any(arr < 0) or np.any(arr >= self.n_devices):
             raise ValueError(f"action entries must be device ids in 0..{self.n_devices - 1}, got {action!r}")
-        return tuple(((int(i), 1.0),) for i in ids)
+        return tuple(((int(i), 1.0),) for i in arr.astype(np.int64))
 
     def stage_masks(self) -> np.ndarray:
         """(3, D) bool: may stage s run on device d for the current task? After the episode's

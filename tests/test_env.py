@@ -160,6 +160,7 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     (V0, np.zeros((3, 3), dtype=np.int64), "shape"),
     (V0, np.array([0.0, np.nan, 1.0]), "integer device ids"),
     (V0, np.array([0.0, 1.5, 1.0]), "integer device ids"),     # not device 1
+    (V0, [1e20, 1, 2], "device ids in 0..2"),   # past int64: numpy warned of its cast first
     # bools used to run as device ids 0/1; strings failed with numpy's own message
     (V0, np.array([True, False, True]), "action must hold integer device ids, not booleans"),
     (V0, [True, False, True], "action must hold integer device ids, not booleans"),
@@ -179,7 +180,8 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
 def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> None:
     env = make(env_id, episode_tasks=5)
     env.reset(seed=0)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match), warnings.catch_warnings():
+        warnings.simplefilter("error")   # one clear error, no numpy warning before it
         env.step(action)
     # the failed call changed nothing: a valid step still works and places the first task
     obs, reward, _, _, info = env.step(env.action_space.sample())
