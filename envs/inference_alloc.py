@@ -121,10 +121,13 @@ class InferenceAllocEnv(gym.Env):
     `cache_hit` (None without a loader cache), `utilisation` (per device: its busy time over
     the time booked so far, from the episode start to the end of the last work booked on any
     device), `share` (per device),
-    `failed_dispatch` (masked picks this step), `attention_s`, `kv_wait_s`, `speed_ratio`
-    (the measured ratios the observation shows, unscaled) and `task` (batch, prompt_tokens,
-    output_tokens, domain, arrival of the task this step placed: the observation returned
-    with it shows the next task). With `reference=True` (or `reward="relative"`):
+    `failed_dispatch` (masked picks this step), `attention_s` (seconds of the prefill and
+    decode stages' attention operations, a part of compute and memory_stall; in a split stage,
+    its slowest share's), `kv_wait_s` (seconds of memory_stall spent reading the KV cache),
+    `speed_ratio` (the measured ratios the observation shows, unscaled) and `task` (batch,
+    prompt_tokens, output_tokens, domain (the data domain the loader's cache is keyed on),
+    arrival (seconds from the episode's start) of the task this step placed: the observation
+    returned with it shows the next task). With `reference=True` (or `reward="relative"`):
     `static_latency` and `static_placement`; with `reference=True` also `oracle_latency` and
     `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
 
