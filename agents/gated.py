@@ -37,7 +37,13 @@ from agents.base import Policy, start_stream_of
 from agents.heft import HeftPolicy
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy
-from envs.observation import decode_batch, device_entries, n_devices_of, previous_entries
+from envs.observation import (
+    check_in_box,
+    decode_batch,
+    device_entries,
+    n_devices_of,
+    previous_entries,
+)
 from inference.checks import is_integer
 
 DEFAULT_THRESHOLD = 16
@@ -68,6 +74,7 @@ class GatedScheduling(Policy):
     def gate(self, obs: np.ndarray) -> tuple[bool, np.ndarray | None]:
         """(keep the previous placement?, that placement's (3, D) shares) for one observation."""
         d = n_devices_of(obs.shape[0])
+        check_in_box(obs.tolist(), self.name)
         previous = obs[previous_entries(d)].reshape(3, d)
         if not previous.any():
             return False, None

@@ -48,6 +48,7 @@ from agents.base import Policy
 from agents.static import is_split, placement_action, unwrap_env
 from envs.observation import (
     SPEED_SCALE,
+    check_in_box,
     decode_backlog,
     decode_task,
     device_entries,
@@ -214,6 +215,7 @@ class HeftPolicy(Policy):
         d = self.n_devices
         if len(v) != self.obs_dim:
             raise ValueError(f"observation has {len(v)} entries, this env's have {self.obs_dim}")
+        check_in_box(v, self.name)
         costs = self._stage_costs(*decode_task(v))
         avail = [decode_backlog(x) for x in v[device_entries(d, "backlog")]]
         online = [x > 0.5 for x in v[device_entries(d, "online")]]

@@ -131,6 +131,29 @@ def test_decoded_observation_matches_the_env_state() -> None:
             break
 
 
+@pytest.mark.parametrize(("env_cls", "name"), [
+    (InferenceAllocEnv, "heft"), (InferenceAllocEnv, "heft-calibrated"),
+    (InferenceAllocEnv, "gated-heft"), (InferenceAllocSplitEnv, "heft-split")])
+def test_observation_decoders_refuse_a_rescaled_observation(env_cls: type, name: str) -> None:
+    """Behind NormalizeObservation, HEFT read the rescaled entries as the env's own and placed
+    almost every task otherwise, silently: an entry outside [0, 1] is not the env's."""
+    import gymnasium as gym
+
+    env = gym.wrappers.NormalizeObservation(env_cls("article", episode_tasks=5))
+    policy = make_policy(name, env)
+    env.reset(seed=0)
+    obs, *_ = env.step(env.action_space.sample())   # the first one alone is its own mean
+    assert obs.min() < 0.0
+    with pytest.raises(ValueError, match=r"entries lie in \[0, 1\].*entry \d+ is"):
+        policy.predict(obs)
+    with pytest.raises(ValueError, match=r"entries lie in \[0, 1\]"):
+        decode_observation(obs)
+    raw = env.unwrapped._observation(env.unwrapped._current_task())
+    with pytest.raises(ValueError, match="entry 0 is nan"):
+        decode_observation(np.concatenate([[np.nan], raw[1:]]))
+    policy.predict(raw)   # the env's own observation of the same task is read
+
+
 @pytest.mark.parametrize("scenario", ["faults", "edge", "long-context"])
 def test_heft_rebuilds_the_env_masks_from_the_observation(scenario: str) -> None:
     env = InferenceAllocEnv(scenario, episode_tasks=130)
