@@ -127,16 +127,6 @@ def _fixed_policy_maker(name: str, env: Any, what: str, learner_hint: str) -> Ca
         raise ValueError(f"{what}: {exc}") from None
 
 
-def is_policy_name(name: Any, env: Any) -> bool:
-    """Whether `make_policy` knows `name`, told without building the policy (its grammar is
-    `_policy_maker`'s); it may still refuse the env or the keywords."""
-    try:
-        _policy_maker(name, env)
-    except ValueError as exc:   # a name the env cannot take (all-gpu, no GPU) is still a name
-        return not isinstance(exc, UnknownPolicyName)
-    return True
-
-
 def runs_on(name: str, devices: tuple[str, ...]) -> bool:
     """Whether hardware with `devices` can run the policy `name`: an all-<kind> policy (gated
     or not) needs a device of that name. A name that is no device kind (all-gpus) counts as

@@ -54,8 +54,9 @@ def _draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def file_version(trace: str) -> tuple[object, ...]:
-    """What identifies the file a trace name or path reads now: its absolute path, inode, size
-    and change times (a stat, not a read: it runs on every reset). A cache keyed by the bare
+    """What identifies the file a trace name or any path reads now: its absolute path, inode,
+    size and change times (a stat, not a read: it runs on every reset; the hyper-parameter
+    YAMLs' cache keys on it too). A cache keyed by the bare
     string replayed a CSV as it was when first read, after it had been rewritten or deleted, or
     (a relative path) after the working directory changed."""
     path = TRACES.get(trace, Path(trace))

@@ -805,33 +805,7 @@ def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None
         make_policy("all-GPU", InferenceAllocEnv("article", hardware=path, episode_tasks=5))
 
 
-def test_is_policy_name_tells_what_make_policy_calls_unknown(tmp_path: Path) -> None:
-    """It tells a name from make_policy's grammar instead of building the policy (best-static
-    is a search): a name it takes must never be unknown to make_policy, nor the other way
-    round."""
-    from agents.registry import UnknownPolicyName, is_policy_name
-
-    env = InferenceAllocEnv("article", hardware=capitals_hardware(tmp_path), episode_tasks=5)
-
-    def known(name: Any) -> bool:
-        try:
-            make_policy(name, env)
-        except UnknownPolicyName:
-            return False
-        except (TypeError, ValueError):     # a name the env cannot take is still a name
-            pass
-        return True
-
-    names = [*POLICY_NAMES, "heft-split", " Heft ", "all-A100", "all-a100", "all-GPU", "all-gpus",
-             "all-", "static:cpu", "static:CPU,A100,npu", "gated-random", "gated-gated-heft",
-             "gated-hefty", "gated-", "gated-all-gpus", "hefty", "", 3, None]
-    verdicts = {name: is_policy_name(name, env) for name in names}
-    assert verdicts == {name: known(name) for name in names}
-    assert sum(verdicts.values()) >= len(POLICY_NAMES) + 6 and not all(verdicts.values())
-    assert all(is_policy_name(name, env) for name in SB3_NAMES)
-
-
-def test_is_policy_name_builds_no_policy(article: InferenceAllocEnv, monkeypatch) -> None:
+def test_check_fixed_policy_builds_no_policy(article: InferenceAllocEnv, monkeypatch) -> None:
     """It answers from make_policy's grammar without calling a constructor: best-static's is a
     search, which plan() skips when nothing warms up."""
     import agents.registry as registry
@@ -842,7 +816,6 @@ def test_is_policy_name_builds_no_policy(article: InferenceAllocEnv, monkeypatch
     for name in ("best_static", "OraclePolicy", "HeftPolicy", "StaticPolicy"):
         monkeypatch.setattr(registry, name, built)
     for name in ("best-static", "oracle", "gated-heft-calibrated", "all-gpu", "static:cpu,gpu,gpu"):
-        assert registry.is_policy_name(name, article)
         registry.check_fixed_policy(name, article, "--conservative policy")
     with pytest.raises(AssertionError, match="built"):      # make_policy does call them
         make_policy("best-static", article)
