@@ -23,7 +23,14 @@ from envs.observation import (
 )
 from envs.reference import ReferencePlanner, dispatch
 from envs.render import draw_frame
-from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE, Scenario, load_scenario
+from envs.scenario import (
+    MAX_EPISODE_TASKS,
+    MAX_NOISE,
+    MIN_RATE,
+    Scenario,
+    load_scenario,
+    naming_field,
+)
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.checks import is_integer, is_number
 from inference.hardware import load_hardware, path_text
@@ -230,19 +237,24 @@ class InferenceAllocEnv(gym.Env):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None, 'ansi' or 'rgb_array', got {render_mode!r}")
         if sc.workload.trace is not None:
-            generate_episode(sc, np.random.default_rng(0), 1)   # fail now on a bad trace
+            with naming_field(sc, "workload.trace", given=trace is not None):
+                generate_episode(sc, np.random.default_rng(0), 1)   # fail now on a bad trace
         self.scenario = sc
         self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward
         self.reference = bool(reference)
         self.render_mode = render_mode
-        self.hardware = load_hardware(sc.hardware)
-        self.model = get_model(sc.model)
-        self.variant = variant_label(sc.variant)
-        stages = build_stages(sc.variant)
+        with naming_field(sc, "hardware", given=hardware is not None):
+            self.hardware = load_hardware(sc.hardware)
+        with naming_field(sc, "model"):
+            self.model = get_model(sc.model)
+        with naming_field(sc, "variant", given=variant is not None):
+            self.variant = variant_label(sc.variant)
+            stages = build_stages(sc.variant)
         device_names = self.hardware.device_names
-        for fault in sc.faults:
-            self.hardware.device_id(fault.device)   # unknown device -> ValueError
+        for i, fault in enumerate(sc.faults):
+            with naming_field(sc, f"faults[{i}].device"):
+                self.hardware.device_id(fault.device)   # unknown device -> ValueError
         self._check_someone_is_online(sc)
         config = SimConfig(
             prefetch_depth=sc.simulator.prefetch_depth,

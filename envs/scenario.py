@@ -52,7 +52,8 @@ working directory (write ``./server`` for such a file; see `inference.hardware.p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -466,6 +467,21 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
                                   strict=False, high=MAX_SECONDS),
         workload=workload, cache=cache, simulator=sim, faults=tuple(faults), source=origin,
     )
+
+
+@contextmanager
+def naming_field(scenario: Scenario, field: str, given: bool = False) -> Iterator[None]:
+    """Name `scenario`'s source and `field` in a ValueError raised inside: for the names a
+    scenario holds that only the env resolves (its hardware, model, variant, trace, a fault's
+    device), whose errors named neither ("unknown device 'tpu' in hardware 'server'"). As
+    raised when the value was `given` as an env argument instead of read from the scenario."""
+    try:
+        yield
+    except ValueError as exc:
+        if given:
+            raise
+        raise ValueError(f"{scenario.source or scenario.name}: scenario field {field}: "
+                         f"{exc}") from None
 
 
 #: The origin (and default name) of a scenario given as a mapping, as errors name it.

@@ -689,7 +689,8 @@ def test_a_scenario_naming_hardware_no_file_can_have_is_one_clear_error(tmp_path
                            "File name too long"):
             load_scenario(str(path))
     path.write_text("workload: {trace: " + "x" * 300 + ".csv}\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"^trace 'x+\.\.\.\[\d+ characters elided\]\.\.\.x+\.csv' .* File name too long"):
+    with pytest.raises(ValueError, match=r"^.*s\.yaml: scenario field workload\.trace: trace "
+                       r"'x+\.\.\.\[\d+ characters elided\]\.\.\.x+\.csv' .* File name too long"):
         gym.make("envs:InferenceAlloc-v0", scenario=str(path)).reset(seed=0)
 
 
@@ -768,3 +769,39 @@ def test_a_mapping_that_is_no_scenario_is_one_clear_error(raw: dict[str, Any], m
         with pytest.raises(ValueError, match=f"^<scenario mapping>: {message}") as err:
             make(raw)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, field, problem", [
+    ("hardware: mainframe\n", "hardware", "unknown hardware 'mainframe'"),
+    ("hardware: nothere.yaml\n", "hardware", "hardware file nothere.yaml does not exist"),
+    ("model: glm-999b\n", "model", "unknown model 'glm-999b'"),
+    ("variant: glm-6\n", "variant", "unknown variant 'glm-6'"),
+    ("variant: {load: cached, prefill: nope, decode: hierarchical}\n", "variant",
+     "unknown prefill implementation 'nope'"),
+    ("workload: {trace: azure-cod}\n", "workload.trace", "unknown trace 'azure-cod'"),
+    ("faults: [{device: tpu, kind: offline, start_task: 0, end_task: 5}]\n", "faults[0].device",
+     "unknown device 'tpu'"),
+])
+@pytest.mark.parametrize("env_id", [V0, SPLIT])
+def test_a_name_in_a_scenario_file_that_names_nothing_is_refused_naming_the_file_and_field(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_id: str, text: str, field: str,
+        problem: str) -> None:
+    # These names are resolved by the env, not by load_scenario: their errors named neither
+    # the scenario nor the field ("unknown device 'tpu' in hardware 'server'"), so a user whose
+    # own scenario file names the wrong hardware file or device could not tell where it was.
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "mine.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        gym.make(f"envs:{env_id}", scenario=str(path))
+    assert str(info.value).startswith(f"{path}: scenario field {field}: {problem}")
+
+
+def test_a_name_given_as_an_env_argument_is_refused_without_a_scenario_field() -> None:
+    # the same lookups, when the name came from gym.make's arguments, name no scenario field
+    for kwargs, problem in (({"hardware": "mainframe"}, "unknown hardware 'mainframe'"),
+                            ({"variant": "glm-6"}, "unknown variant 'glm-6'"),
+                            ({"trace": "azure-cod"}, "unknown trace 'azure-cod'")):
+        with pytest.raises(ValueError) as info:
+            gym.make(f"envs:{V0}", **kwargs)
+        assert str(info.value).startswith(problem)
