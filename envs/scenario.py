@@ -171,8 +171,9 @@ class Distribution:
             else:
                 # a size given outright is a whole one: 2.5 (a constant or a choice's value)
                 # drew as 2 without a word; a continuous dist's parameters are not sizes
+                # a log-normal's median scales every draw: at 0 each one was 0, clipped to min
                 args[key] = _number(value, f"{where}.{key}", low=1.0 if key == "value" else 0.0,
-                                    strict=False, high=MAX_QUANTITY,
+                                    strict=key == "median", high=MAX_QUANTITY,
                                     integer=key in ("value", "min", "max"))   # 1.5..1.7 drew 1
         out = cls(**args)
         if kind == "choice" and out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):

@@ -325,6 +325,9 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
      "workload.batch: 0.5 lies outside min..max 1..1e+09"),
     ({"workload": {"prompt_tokens": {"dist": "lognormal", "median": 100, "sigma": 200}}},
      "workload.prompt_tokens.sigma must be <= 10"),
+    # a log-normal's median of 0 drew only zeros, every one clipped to min without a word
+    ({"workload": {"prompt_tokens": {"dist": "lognormal", "median": 0, "sigma": 0.5}}},
+     "workload.prompt_tokens.median must be > 0"),
     ({"workload": {"batch": {"value": 5, "min": 1.5, "max": 1.7}}},
      "workload.batch.min must be an integer"),
     ({"workload": {"batch": {"value": 5, "min": 8}}}, "workload.batch: 5 lies outside min..max 8..1e+09"),
