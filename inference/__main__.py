@@ -141,6 +141,13 @@ def compare(args: argparse.Namespace) -> list[Outcome]:
     task = Task(args.batch, args.prompt_tokens, args.output_tokens, args.domain)
     hardware, model = load_hardware(args.hardware), get_model(args.model)
     placement = parse_placement(args.placement)
+    absent = [d for d in placement if isinstance(d, str) and d not in hardware.index]
+    if args.placement == DEFAULT_PLACEMENT and absent:
+        # "unknown device 'gpu'" alone left a user who gave no --placement to guess its source
+        raise ValueError(f"the default --placement {DEFAULT_PLACEMENT} names device "
+                         f"{shown(absent[0])}, which hardware {shown(hardware.name)} lacks "
+                         f"(devices: {', '.join(hardware.device_names)}); give --placement "
+                         f"with its devices")
     outcomes = []
     for recipe in parse_variants(args.variants):
         stages = build_stages(recipe)

@@ -67,6 +67,27 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_the_default_placement_on_hardware_without_its_devices_says_to_give_placement(
+        tmp_path, capsys):
+    """The default cpu,gpu,gpu on a profile without a device named gpu was 'unknown device
+    'gpu'': a user who gave no --placement could not tell where 'gpu' came from."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "edge.yaml").read_text(encoding="utf-8"))
+    raw["devices"] = [d for d in raw["devices"] if d["name"] != "gpu"]
+    raw["links"] = [link for link in raw["links"] if "gpu" not in link["between"]]
+    path = tmp_path / "cpu-npu.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["--hardware", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "default --placement cpu,gpu,gpu" in err and "give --placement" in err, err
+    assert "devices: cpu, npu" in err, err
+    assert main(["--hardware", str(path), "--placement", "cpu,npu,npu"]) == 0
+
+
 def test_python_m_inference_runs_and_import_stays_light():
     run = subprocess.run([sys.executable, "-m", "inference"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
