@@ -34,6 +34,7 @@ from envs.scenario import (
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.checks import is_integer, is_number
 from inference.hardware import load_hardware, path_text
+from inference.messages import shown
 from inference.model_config import get_model
 from inference.simulator import Shares, SimConfig, Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -151,7 +152,8 @@ class InferenceAllocEnv(gym.Env):
       `edge`, `faults`), a YAML path, a `Scenario`, or a mapping as `Scenario.to_dict`
       writes it. Default `article`. The env's `spec` holds a `Scenario` (and a path) in that
       plain form, so that `env.spec.to_json()` and `EnvSpec.from_json` make the same env.
-    - `hardware`: preset name (`server`, `edge`) or YAML path; default the scenario's.
+    - `hardware`: preset name (`server`, `edge`) or YAML path; default the scenario's. Some
+      device's `memory` must hold the model's weights (glm-9b: 18.8 GB), else a ValueError.
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
     - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's.
@@ -251,6 +253,7 @@ class InferenceAllocEnv(gym.Env):
         with naming_field(sc, "variant", given=variant is not None):
             self.variant = variant_label(sc.variant)
             stages = build_stages(sc.variant)
+        self._check_the_weights_fit_somewhere(sc)
         device_names = self.hardware.device_names
         for i, fault in enumerate(sc.faults):
             with naming_field(sc, f"faults[{i}].device"):
@@ -390,8 +393,8 @@ class InferenceAllocEnv(gym.Env):
             if not all_online:
                 row = tuple(up and fits for up, fits in zip(online, row, strict=True))
             if not any(row):
-                # Nothing can hold it: allow the online device with the most memory (it will be
-                # slow).
+                # Nothing can hold it: allow the online device with the most memory, which runs
+                # it priced as if it fit (the simulator does not offload).
                 devices = range(self.n_devices)
                 candidates = [i for i in devices if online[i]] or list(devices)
                 fallback = max(candidates, key=memory.__getitem__)
@@ -557,6 +560,20 @@ class InferenceAllocEnv(gym.Env):
     def _current_task(self) -> Task:
         assert self._episode is not None
         return self._episode.tasks[min(self._index, len(self._episode.tasks) - 1)]
+
+    def _check_the_weights_fit_somewhere(self, sc: Scenario) -> None:
+        """Refuse hardware on which no device holds the model's weights: every prefill and
+        decode would fall back to the device with the most memory and run there priced as if
+        it fit (the simulator has no offloading), so every latency would be a fiction. A task
+        that fits nowhere only for its batch's footprint still falls back (see _fitting_masks)."""
+        weights = self.model.weight_bytes
+        largest = max(self.hardware.devices, key=lambda device: device.memory)
+        if weights > largest.memory:
+            raise ValueError(
+                f"hardware {shown(sc.hardware, quote=False)}: no device can hold the weights of "
+                f"model {shown(sc.model)} ({weights / 1e9:.1f} GB); the most memory is {largest.name}'s "
+                f"({largest.memory / 1e9:.1f} GB). Give a device `memory` >= {weights:.4g} "
+                f"bytes, or name a smaller `model` in the scenario")
 
     def _check_someone_is_online(self, sc: Scenario) -> None:
         """Refuse faults that take every device offline at once: the tasks would have nowhere

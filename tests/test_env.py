@@ -595,6 +595,23 @@ def test_a_stage_no_device_can_hold_may_run_on_the_online_device_with_most_memor
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_hardware_on_which_the_models_weights_fit_no_device_is_refused(
+        tmp_path: Path, env_id: str) -> None:
+    """glm-9b's ~18.8 GB of weights on devices of 16 GB each: every prefill and decode used to
+    fall back to the device with the most memory and run there priced as if it fit, so every
+    policy's latency was a fiction, without a word."""
+    hardware = server_with_memory(tmp_path, cpu=1.6e10, gpu=1.6e10, npu=1.6e10)
+    with pytest.raises(ValueError) as info:
+        make(env_id, hardware=str(hardware))
+    message = str(info.value)
+    assert str(hardware) in message and "glm-9b" in message, message
+    assert "no device" in message and "memory" in message, message
+    # one device that holds them is enough: the others' stages fail over per task as before
+    make(env_id, hardware=str(server_with_memory(tmp_path, cpu=1.6e10, gpu=2.0e10,
+                                                 npu=1.6e10))).reset(seed=0)
+
+
+@pytest.mark.parametrize("env_id", IDS)
 def test_masked_pick_is_a_failed_dispatch_not_an_error(env_id: str, tmp_path: Path) -> None:
     env = make(env_id, scenario=str(big_batch_scenario(tmp_path, failed_dispatch_s=0.75)))
     raw = env.unwrapped
