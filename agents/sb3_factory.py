@@ -38,6 +38,7 @@ from agents.warmup import (
     warm_policy_class,
 )
 from envs import ENV_IDS
+from envs.observation import n_devices_of
 
 
 def env_id_of(env: gym.Env | Any) -> str:
@@ -263,6 +264,27 @@ def saved_model_info(path: str | Path) -> tuple[str, str]:
     return name, env_id
 
 
+def _check_device_count(path: Path, env: gym.Env | None) -> None:
+    """Refuse `env` when its hardware has another device count than the model's observations
+    were built for (5 + 7 D entries): SB3's own refusal, "Observation spaces do not match:
+    Box(0.0, 1.0, (19,), float32) != Box(...(26,)...)", said nothing of devices."""
+    base: Any = getattr(env, "unwrapped", None)
+    here = getattr(base, "n_devices", None)
+    space = saved_data(path).get("observation_space")
+    shape = space.get("_shape") if isinstance(space, dict) else None
+    if here is None or not isinstance(shape, list) or len(shape) != 1:
+        return
+    try:
+        saved = n_devices_of(int(shape[0]))
+    except (TypeError, ValueError):
+        return          # not one of our observations: SB3's load says what it makes of it
+    if saved != here:
+        raise ValueError(f"model file {path} was trained on hardware of {saved} devices (its "
+                         f"observations have {shape[0]} entries); this env's hardware has "
+                         f"{here} ({', '.join(base.device_names)}): load it with hardware of "
+                         f"{saved} devices, such as the one it was trained on")
+
+
 def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     """Load an agent saved by SB3Agent.save; the zip records which algorithm it is."""
     p = Path(path)
@@ -275,6 +297,7 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
         raise ValueError(f"model file {p} holds an SB3 {ALGORITHMS[name].__name__} model, which "
                          f"acts in {env_id}; this env's actions are {space}: load it with an "
                          f"{env_id} env")
+    _check_device_count(p, env)
     wrapped = wrap_for(name, env) if env is not None else None
     torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:

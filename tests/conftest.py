@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +21,19 @@ def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Itera
         os.environ.pop("SB3_LOGDIR", None)
     else:
         os.environ["SB3_LOGDIR"] = old
+
+
+@pytest.fixture
+def cpu_npu_hardware(tmp_path: Path) -> str:
+    """A hardware profile of two devices, no GPU: the edge preset without its GPU (a user's
+    own machine that the presets lack)."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "edge.yaml").read_text(encoding="utf-8"))
+    raw["devices"] = [d for d in raw["devices"] if d["name"] != "gpu"]
+    raw["links"] = [link for link in raw["links"] if "gpu" not in link["between"]]
+    path = tmp_path / "cpu-npu.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return str(path)

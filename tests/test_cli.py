@@ -68,18 +68,10 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
 
 
 def test_the_default_placement_on_hardware_without_its_devices_says_to_give_placement(
-        tmp_path, capsys):
+        cpu_npu_hardware, capsys):
     """The default cpu,gpu,gpu on a profile without a device named gpu was 'unknown device
     'gpu'': a user who gave no --placement could not tell where 'gpu' came from."""
-    import yaml
-
-    from inference.hardware import PRESET_DIR
-
-    raw = yaml.safe_load((PRESET_DIR / "edge.yaml").read_text(encoding="utf-8"))
-    raw["devices"] = [d for d in raw["devices"] if d["name"] != "gpu"]
-    raw["links"] = [link for link in raw["links"] if "gpu" not in link["between"]]
-    path = tmp_path / "cpu-npu.yaml"
-    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    path = cpu_npu_hardware
     assert main(["--hardware", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err

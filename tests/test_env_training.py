@@ -278,6 +278,23 @@ def test_a_model_loaded_with_the_other_envs_actions_names_the_env_it_acts_in(
         load_policy(path, make(V0))
 
 
+def test_a_model_loaded_on_hardware_of_another_device_count_names_both_counts(
+        tmp_path: Path, cpu_npu_hardware: str) -> None:
+    """A model trained on a 2-device profile, given the 3-device server (evaluate.py
+    --hardware server), was SB3's "Observation spaces do not match: Box(0.0, 1.0, (19,),
+    float32) != Box(0.0, 1.0, (26,), float32)", which says nothing of devices."""
+    from agents.registry import load_policy
+    from agents.sb3_factory import make_sb3
+
+    path = make_sb3("ppo", make(V0, hardware=cpu_npu_hardware), seed=0).save(tmp_path / "two")
+    with pytest.raises(ValueError) as info:
+        load_policy(path, make(V0))
+    message = str(info.value)
+    assert message.startswith(f"model file {path} was trained on hardware of 2 devices"), message
+    assert "3 (cpu, gpu, npu)" in message, message
+    assert load_policy(path, make(V0, hardware=cpu_npu_hardware)).name == "ppo"
+
+
 # ----------------------------------------------------------------------------- train.py's parts
 class _Logger:
     """Stands in for SB3's logger (records its key -> value) and TensorBoard's writer."""

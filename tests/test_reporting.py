@@ -241,7 +241,8 @@ def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> No
     cfg = cfg_for(runs=str(tmp_path / "runs"), scenarios=["article", str(tmp_path / "small.yaml")],
                   baselines=["best-static"])
     entries, _ = discover_models(cfg)
-    with pytest.raises(ConfigError, match=r"could not be loaded as ppo.*\(scenario .*small.yaml\)"):
+    with pytest.raises(ConfigError, match=r"trained on hardware of 3 devices.*has 2 \(cpu, gpu\)"
+                                          r".*\(scenario .*small.yaml\)"):
         check_inputs(cfg, entries, cfg.scenarios)
 
 
