@@ -10,7 +10,7 @@ YAML schema (see ``inference/presets/server.yaml`` for a full example)::
     name: server
     disk_bandwidth: 7.0e9            # bytes/s, sequential read of the data disk
     devices:
-      - name: gpu                    # unique; a placement names devices by it
+      - name: gpu                    # unique, no comma; a placement names devices by it
         kind: gpu                    # cpu | gpu | npu
         peak_flops: 9.89e14          # dense bf16 FLOP/s
         mem_bandwidth: 3.35e12       # bytes/s
@@ -223,6 +223,11 @@ def _device(raw: Any, i: int) -> DeviceProfile:
     if not isinstance(name, str) or not name:
         _known_keys(raw, _DEVICE_KEYS, where)   # first, so that a misspelt `name` is named
         raise ValueError(f"{where}.name must be a non-empty string")
+    if "," in name or name != name.strip():
+        # placements list devices by name, comma-separated (static:cpu,gpu,gpu, --placement),
+        # and their parsers strip each entry: such a device could not be named in one
+        raise ValueError(f"{where}.name must hold no comma and no surrounding spaces (placements "
+                         f"list devices by name, comma-separated), got {shown(name)}")
     where = f"devices[{name}]"
     _known_keys(raw, _DEVICE_KEYS, where)
     kind = raw.get("kind")

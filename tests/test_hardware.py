@@ -228,6 +228,10 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
      r"links\[3\]\.between must name two different devices"),
     (lambda r: device(r, "npu").update(memory_domain=""),
      r"devices\[npu\]\.memory_domain must be a non-empty string"),
+    # a name no comma-separated placement can write (static:..., --placement): it loaded, and
+    # static:cpu,gpu,0,gpu,0 was 'a static placement names three devices'
+    (lambda r: device(r, "gpu").update(name="gpu,0"), r"devices\[1\]\.name .*comma.*'gpu,0'"),
+    (lambda r: device(r, "gpu").update(name=" gpu"), r"devices\[1\]\.name .*spaces.*' gpu'"),
 ])
 def test_a_bad_profile_names_the_offending_field(change, field):
     with pytest.raises(ValueError, match=field) as info:
