@@ -8,8 +8,8 @@ Each variant runs on a fresh simulator, so every one sees the same idle cluster;
 gives the latency, its breakdown (the six parts add up to the latency), the prefill
 attention time and its share of processing (attention / (load + compute + memory stall)),
 the decode KV-read wait, the loading cache's outcome and the latency relative to the first
-variant. A stage whose share does not fit its device's memory is priced all the same (the
-envs would fail its dispatch), and a note under the table names it. Bad input exits with
+variant. A stage whose share does not fit its device's memory is priced all the same, and a note
+under the table names it and what the envs would do instead. Bad input exits with
 status 2 and a one-line message.
 """
 
@@ -21,9 +21,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from inference.hardware import load_hardware, preset_names
+from inference.hardware import Hardware, load_hardware, preset_names
 from inference.messages import argparse_type, shown, unrecognized
-from inference.model_config import MODELS, get_model
+from inference.model_config import MODELS, ModelConfig, get_model
 from inference.simulator import Simulator, TaskResult
 from inference.task import STAGES, Task
 from inference.variants import VARIANTS, build_stages, resolve_variant, variant_label
@@ -41,6 +41,7 @@ class Outcome:
     classes: tuple[str, ...]
     result: TaskResult
     too_big: tuple[str, ...] = ()    # the stages that do not fit their device's memory
+    envs_would: str = ""             # what the envs would do with such a placement instead
 
 
 def memory_overflows(sim: Simulator, task: Task, placement: Sequence[str | int]) -> list[str]:
@@ -136,6 +137,17 @@ def parse_variants(text: str) -> list[dict[str, str]]:
     return recipes
 
 
+def envs_would(hardware: Hardware, model: ModelConfig) -> str:
+    """What the envs do with a stage that does not fit its device: they refuse hardware on
+    which no device holds the model's weights, and otherwise move the stage to a device that
+    holds it (the scenario's failed-dispatch cost added; the one with the most memory where
+    none does)."""
+    if model.weight_bytes > max(device.memory for device in hardware.devices):
+        return (f"the envs refuse hardware {hardware.name} for model {model.name}: no device "
+                f"holds its weights")
+    return "the envs would move it to a device that holds it, at the failed-dispatch cost"
+
+
 def compare(args: argparse.Namespace) -> list[Outcome]:
     """Run the task once per variant, each on a fresh simulator."""
     task = Task(args.batch, args.prompt_tokens, args.output_tokens, args.domain)
@@ -160,7 +172,8 @@ def compare(args: argparse.Namespace) -> list[Outcome]:
         too_big = tuple(memory_overflows(sim, task, placement))
         result = sim.execute(task, placement)
         classes = tuple(type(s).__name__ for s in stages)
-        outcomes.append(Outcome(variant_label(recipe), recipe, classes, result, too_big))
+        outcomes.append(Outcome(variant_label(recipe), recipe, classes, result, too_big,
+                                envs_would(hardware, model) if too_big else ""))
     return outcomes
 
 
@@ -235,8 +248,7 @@ def render(outcomes: Sequence[Outcome], title: str) -> None:
         print(f"{o.label}: {uses}")
     for o in outcomes:
         if o.too_big:
-            print(f"note: {o.label}: {'; '.join(o.too_big)}: priced as if it fit (the envs "
-                  f"would fail this dispatch)")
+            print(f"note: {o.label}: {'; '.join(o.too_big)}: priced as if it fit ({o.envs_would})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,8 +39,28 @@ def test_a_stage_too_big_for_its_device_is_named(capsys):
     assert len(notes) == 1
     assert "prefill on gpu needs" in notes[0] and "decode on npu needs" in notes[0]
     assert "load on cpu" not in notes[0]       # the direct loader holds no batch-sized buffer
+    assert notes[0].endswith("the envs would move it to a device that holds it, at the "
+                             "failed-dispatch cost)")
     assert main(["--variants", "glm-5.3"]) == 0   # the article task fits: no note
     assert "note:" not in capsys.readouterr().out
+
+
+def test_the_note_says_the_envs_refuse_hardware_holding_the_weights_nowhere(tmp_path, capsys):
+    """Where no device holds the weights, the envs refuse the hardware outright (they do not
+    move the stage), and the note says so instead of a dispatch the envs would never run."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+    profile = yaml.safe_load((PRESET_DIR / "edge.yaml").read_text())
+    for device in profile["devices"]:
+        device["memory"] = 1e9
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    assert main(["--variants", "glm-5.3", "--hardware", str(path)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1
+    assert notes[0].endswith(f"(the envs refuse hardware {profile['name']} for model glm-9b: "
+                             f"no device holds its weights)")
 
 
 def test_forcing_the_cache_changes_the_load_time():
