@@ -239,6 +239,9 @@ class SimulatorSpec:
     contention: float = 1.0
 
 
+FAULT_NEEDS = ("device", "kind", "start_task", "end_task")   # factor defaults to 1
+
+
 @dataclass(frozen=True)
 class Fault:
     device: str
@@ -425,6 +428,10 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     for i, f_raw in enumerate(faults_raw):
         where = f"faults[{i}]"
         f = _section(f_raw, where, {"device", "kind", "start_task", "end_task", "factor"})
+        missing = [key for key in FAULT_NEEDS if key not in f]
+        if missing:   # each check below would read the absent key as None: "got None"
+            raise ValueError(f"scenario field {where} is missing {', '.join(missing)} (a fault "
+                             f"needs {', '.join(FAULT_NEEDS)})")
         if f.get("kind") not in ("offline", "throttle"):
             raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {shown(f.get('kind'))}")
         if not isinstance(f.get("device"), str):

@@ -344,6 +344,12 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 5, "end_task": 5}]},
      "need start_task < end_task"),
     ({"faults": {"device": "npu", "kind": "offline"}}, "scenario field faults must be a list"),
+    # an absent key read as None: "faults[0].start_task must be ..., got None"
+    ({"faults": [{"device": "npu", "kind": "offline", "end_task": 5}]},
+     "scenario field faults[0] is missing start_task (a fault needs device, kind, start_task, "
+     "end_task)"),
+    ({"faults": [{}]}, "faults[0] is missing device, kind, start_task, end_task"),
+    ({"faults": [None]}, "faults[0] is missing device, kind, start_task, end_task"),
     # a falsy non-list was read as none (`or []`); null still is
     ({"faults": 0}, "scenario field faults must be a list, got 0"),
     ({"faults": False}, "scenario field faults must be a list, got False"),
