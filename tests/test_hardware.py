@@ -413,3 +413,21 @@ def test_a_variant_label_is_the_recipe_name_or_the_implementations_joined():
         == "glm-5.3-flash"
     assert variant_label({"decode": "prefetched", "load": "direct", "prefill": "gated"}) \
         == "direct+gated+prefetched"
+
+
+def test_a_path_named_like_a_preset_with_no_such_file_says_to_give_the_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Path is always a file; with none there, the error named the preset it lists ("unknown
+    hardware 'server': not a preset (edge, server)"), which contradicts itself."""
+    from envs.scenario import load_scenario
+    monkeypatch.chdir(tmp_path)
+    for name, what, load in (("server", "hardware", load_hardware),
+                             ("edge", "scenario", load_scenario)):
+        with pytest.raises(ValueError, match=rf"^{what} '{name}' was given as a Path, which is "
+                                             rf"always read as a file, and there is no such "
+                                             rf"file; for the preset, give its name as a "
+                                             rf"string: '{name}'$"):
+            load(Path(name))
+        load(name)
+    with pytest.raises(ValueError, match="^unknown hardware 'mainframe': not a preset"):
+        load_hardware(Path("mainframe"))
