@@ -29,7 +29,7 @@ from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.warmup import MIN_CLONE_SAMPLES
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
-from inference.messages import argparse_type, shown, unrecognized
+from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
 from inference.yamlio import (
     describe_yaml_error,
     not_a_file,
@@ -312,7 +312,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 
 def build_parser(cls: type, description: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with a flag per field of `cls` (defaults shown, values SUPPRESSed)."""
-    parser = argparse.ArgumentParser(
+    parser = ShortErrorParser(
         description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", metavar="FILE.yaml",

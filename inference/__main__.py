@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference.hardware import Hardware, load_hardware, preset_names
-from inference.messages import argparse_type, shown, unrecognized
+from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
 from inference.model_config import MODELS, ModelConfig, get_model
 from inference.simulator import Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -71,7 +71,7 @@ def model_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ShortErrorParser(
         prog=PROG, description="Simulate one task under each variant and compare the latencies.",
     )
     task = parser.add_argument_group("the task")

@@ -3,7 +3,8 @@
 with a count of what was left out, so the message stays readable and its end visible.
 
 Every CLI (train.py, evaluate.py, ``python -m inference``) and loader shows user values through
-`shown`; `argparse_type` does the same for the values argparse itself refuses.
+`shown`; `argparse_type` does the same for the values argparse itself refuses, and
+`ShortErrorParser` for the rest of argparse's own messages.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -53,3 +54,13 @@ def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:
 
     parse.__name__ = name
     return parse
+
+
+class ShortErrorParser(argparse.ArgumentParser):
+    """An ArgumentParser whose refusals shorten each long word through `shown`: argparse builds
+    some messages from the raw argument ("ambiguous option: --cache-=<10000 characters> could
+    match --cache-hit, --cache-miss"), past `argparse_type` and `unrecognized`."""
+
+    def error(self, message: str) -> NoReturn:
+        words = message.split(" ")
+        super().error(" ".join(shown(word, quote=False) for word in words))

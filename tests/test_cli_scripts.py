@@ -1239,3 +1239,18 @@ def test_a_folder_or_device_given_as_a_file_is_named_so(script_name, flag, where
     expected = "is not a regular file" if where == "/dev/null" else "is a folder, not a"
     assert err.count("\n") == 1 and f"{name} {expected}" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("prog", ["train.py", "evaluate.py", "inference"])
+def test_an_ambiguous_long_option_is_shortened(prog: str, capsys) -> None:
+    """argparse builds "ambiguous option: --x=<value> could match ..." from the raw argument
+    itself, so a 10000-character value came back whole."""
+    from inference.__main__ import main as inference_main
+    main = inference_main if prog == "inference" else load_main(prog)
+    option = {"inference": "--cache-", "train.py": "--e", "evaluate.py": "--o"}[prog]
+    with pytest.raises(SystemExit) as info:
+        main([f"{option}={'x' * 10000}"])
+    assert info.value.code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "ambiguous option" in x]
+    assert "characters elided" in line and "could match --" in line
+    assert len(line) < 400
