@@ -734,7 +734,10 @@ class Simulator:
         if len(entries) < self.config.cache_capacity:
             entries.add(domain)
             return
-        coldest = min(entries, key=counts.__getitem__)
+        # A tie keeps what is cached (the newcomer must outscore it) and evicts the highest
+        # domain of the coldest, as AdaptiveLoad goes by path: by the set's hash order, a
+        # bigger cache could evict what a smaller one kept, and hit less often.
+        coldest = min(entries, key=lambda e: (counts[e], -e))
         if counts[coldest] < counts[domain]:
             entries.discard(coldest)
             entries.add(domain)
