@@ -19,7 +19,14 @@ from inference.stages.decode import (
     block_read_overhead,
 )
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
-from inference.stages.prefill import QUERY_TILE, GatedAttention, WindowAttention
+from inference.stages.prefill import (
+    PAIR_WEIGHT_FLOPS,
+    PAIR_WEIGHT_PASSES,
+    QUERY_TILE,
+    DynamicAttention,
+    GatedAttention,
+    WindowAttention,
+)
 from inference.task import Task
 from inference.variants import COST_PARAMS, IMPLEMENTATIONS, VARIANTS, build_stages
 from inference.work import TOKEN_ID_BYTES, StageWork, causal_pairs
@@ -317,3 +324,43 @@ def test_fused_attention_streams_the_keys_once_per_tile_of_queries(n):
     kv = tiles * min(n, window) * GLM.kv_bytes_per_token
     part = WindowAttention(window=window).work(Task(b, n, 1), GLM).part("attention")
     assert part.nbytes == pytest.approx(b * (qo + kv), rel=1e-12)
+
+
+@pytest.mark.parametrize("model", [GLM, get_model("tiny")], ids=lambda m: m.name)
+def test_dynamic_attention_weighs_every_causal_pair_however_few_keys_survive(model):
+    """Per causal (query, key) pair, head and layer, dynamic attention does full attention's
+    QK^T and AV (2 x head_dim FLOPs each) plus the relevance MLP and selection; it writes the
+    pair's weight once and reads it twice (select, normalise), in the model's dtype."""
+    b, n = 3, 200
+    pairs = b * causal_pairs(n) * model.n_heads * model.n_layers
+    for threshold in (0.0, 0.5):   # the selection's cut-off saves nothing: the weights are built
+        part = DynamicAttention(threshold).work(Task(b, n, 4), model).part("attention")
+        assert part.flops == pytest.approx(pairs * (4 * model.head_dim + PAIR_WEIGHT_FLOPS),
+                                           rel=1e-12)
+        assert part.nbytes == pytest.approx(pairs * model.dtype_bytes * PAIR_WEIGHT_PASSES,
+                                            rel=1e-12)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("n", [1000, 12000])   # below and above the gate's 8192 tokens
+def test_prefill_streams_the_weights_once_whatever_its_attention(variant, n):
+    """The weights are read in the dense part; attention, gate and pair weights read only
+    activations and the KV cache, so the stage's fixed bytes are the weights, once."""
+    work = build_stages(variant)[1].work(prompt(n), GLM)
+    assert sum(p.fixed_bytes for p in work.parts) == GLM.weight_bytes
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 1.0])
+def test_gated_prefill_above_the_gate_is_window_and_dynamic_attention_layer_by_layer(fraction):
+    """Past gate_tokens, `open_fraction` of the layers run dynamic attention and the rest
+    window attention: each part is that share of the variant's whole-model attention."""
+    task = prompt(12000)
+    gated = GatedAttention(window=2048, open_fraction=fraction).work(task, GLM)
+    window = WindowAttention(window=2048).work(task, GLM).part("attention")
+    dynamic = DynamicAttention().work(task, GLM).part("attention")
+    kept, opened = [p for p in gated.parts if p.tag == "attention"]
+    assert (kept.op, opened.op) == (window.op, dynamic.op)
+    for part, whole, share in ((kept, window, 1 - fraction), (opened, dynamic, fraction)):
+        for field in ("flops", "nbytes", "launches"):
+            assert getattr(part, field) == pytest.approx(share * getattr(whole, field), rel=1e-12)
+
