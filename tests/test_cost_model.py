@@ -364,3 +364,68 @@ def test_gated_prefill_above_the_gate_is_window_and_dynamic_attention_layer_by_l
         for field in ("flops", "nbytes", "launches"):
             assert getattr(part, field) == pytest.approx(share * getattr(whole, field), rel=1e-12)
 
+
+def test_decode_launches_its_kernels_per_layer_and_step():
+    """A step launches the same weight kernels in every layer whatever the decoder, and its KV
+    kernels once per layer (sequential) or twice (block decoders: score the block summaries,
+    then gather); no step (one token) launches nothing."""
+    b, n = 2, 300
+    small, big = get_model("tiny"), GLM
+    for model in (small, big):
+        for name, kv_launches in (("sequential", 1), ("hierarchical", 2), ("prefetched", 2)):
+            decoder = cost_instance(name)
+            one = decoder.work(Task(b, n, 1), model)
+            assert one.launches == 0.0
+            per_step = [decoder.work(Task(b, n, m), model).launches
+                        - decoder.work(Task(b, n, m - 1), model).launches for m in (3, 40)]
+            weights = SequentialDecode().work(Task(b, n, 2), model).part("weights").launches
+            assert per_step == pytest.approx([weights + kv_launches * model.n_layers] * 2,
+                                             rel=1e-12)
+    per_layer = [SequentialDecode().work(Task(b, n, 2), model).part("weights").launches
+                 / model.n_layers for model in (small, big)]
+    assert per_layer[0] == pytest.approx(per_layer[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_only_loading_reads_the_disk_and_only_the_model_stages_stream_weights(variant):
+    """Loading reads the source (and on a hit the entry) from disk and never touches the
+    weights; prefill and decode read nothing from disk, and decode streams the weights once
+    per step, in its weights part (the KV reads carry no fixed bytes)."""
+    task = Task(3, 900, 40)
+    load, prefill, decode = build_stages(variant)
+    for hit in (False, True):
+        work = load.load_work(task, GLM, hit)
+        assert not work.needs_weights
+        assert all(p.fixed_bytes == 0.0 for p in work.parts)
+    for work in (prefill.work(task, GLM), decode.work(task, GLM)):
+        assert work.io_bytes == 0.0 and work.needs_weights
+    dec = decode.work(task, GLM)
+    assert sum(p.fixed_bytes for p in dec.parts) == (task.output_tokens - 1) * GLM.weight_bytes
+
+
+@pytest.mark.parametrize("name", ["cached", "adaptive"])
+def test_a_cache_hit_reads_and_lays_out_the_entry_beside_the_source(name):
+    """A hit holds what it read (the source, to validate it, and the entry) and moves the
+    entry's token ids twice (read, then laid out); validating and applying launch a kernel
+    each, as the miss path's validation and preprocess do. Holding the miss path's
+    intermediates is memory, not arithmetic."""
+    task, loader = Task(5, 3000, 8), cost_instance(name)
+    hit, miss = loader.load_work(task, GLM, True), loader.load_work(task, GLM, False)
+    assert hit.footprint == hit.io_bytes == DirectLoad().load_work(task, GLM).io_bytes + \
+        hit.output_bytes
+    assert hit.part("apply").nbytes == 2 * hit.output_bytes
+    for work, steps in ((hit, ("validate", "apply")), (miss, ("validate", "preprocess"))):
+        assert work.launches == len(steps)
+        assert all(work.part(tag).launches == 1 for tag in steps)
+    assert miss.part("intermediates").flops == 0.0
+
+
+def test_a_block_decoder_prices_its_new_block_size_on_the_model_it_priced_before():
+    """The block overhead is computed once per (model, block size): a block size changed
+    after a run on the same model is priced afresh, not with the old size's overhead."""
+    task = prompt(5000, 16, 256)
+    decoder = HierarchicalDecode(block_size=16)
+    decoder.work(task, GLM)
+    decoder.block_size = 8
+    assert decoder.work(task, GLM) == HierarchicalDecode(block_size=8).work(task, GLM)
+
