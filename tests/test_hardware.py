@@ -257,6 +257,7 @@ def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
 @pytest.mark.parametrize(("placement", "message"), [
     (("cpu", "gpu"), "one device per stage"),
     ((0, 1, 7), "not a device id"),
+    ((0, 1, 3), "not a device id"),       # one past the last of the 3 devices
     ((-1, 1, 1), "not a device id"),      # would index the last device
     ((0, 1, 1.5), "device id or name"),
     (np.ones((3, 2)), "shape"),

@@ -144,6 +144,12 @@ def test_noise_is_reproducible_from_the_seed():
     assert a.latency != c.latency
     quiet = simulator("glm-5.3-flash").execute(ARTICLE, ("cpu", "gpu", "gpu"))
     assert a.latency != quiet.latency
+    # without noise the caller's Generator is left alone: what it draws next is the same
+    rng, untouched = np.random.default_rng(7), np.random.default_rng(7)
+    silent = simulator("glm-5.3-flash").execute(ARTICLE, ("cpu", "gpu", "gpu"), rng=rng,
+                                                noise_sigma=0.0)
+    assert silent.latency == quiet.latency
+    assert rng.random() == untouched.random()
 
 
 def test_splitting_prefill_between_gpu_and_npu_beats_the_slower_device():
@@ -501,6 +507,69 @@ def test_contention_shares_bandwidth_as_a_fluid_while_peers_stay_busy():
     assert slowdown(1.0, 10.0, [[(0, 10.5)], [(9, 11.0)], [(0, 9.0)]]) == pytest.approx(19 / 12)
     assert slowdown(1.0, 10.0, [[(5, 20.0)]]) == pytest.approx(2.0)      # busy throughout
     assert slowdown(1.0, 10.0, [[(9, 10.0)], [(0, 3.0)]]) == 1.0         # none still busy
+
+
+def _memory_seconds(work, device) -> float:
+    """The stage's memory traffic alone, in seconds: bytes over the pattern's bandwidth."""
+    from inference.hardware import PATTERNS
+
+    return sum((p.nbytes + p.fixed_bytes)
+               / (device.mem_bandwidth * device.pattern_efficiency[PATTERNS[p.pattern]])
+               for p in work.parts)
+
+
+def test_a_short_stage_is_slowed_by_a_peer_for_as_long_as_they_overlap():
+    """Edge SoC, c = 1: a decode step whose memory traffic takes M < 1 s alone starts as a
+    peer begins work of M seconds: half its traffic is done at half rate over those M
+    seconds, the other half alone, 1.5 M in all; each part's memory time stretches 1.5x."""
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    npu, gpu = EDGE.device_id("npu"), EDGE.device_id("gpu")
+    device = EDGE.devices[npu]
+    work = build_stages("glm-5.3")[2].work(Task(1, 256, 2), GLM)
+    memory = _memory_seconds(work, device)
+    assert 0.0 < memory < 1.0
+    state, start = sim.initial_state(), 5.0
+    state.booked[gpu].append((start, start + memory))
+    seconds = sim._stage_time(work, npu, 1.0, start, state)[0]
+    assert seconds == pytest.approx(_own_stage_seconds(work, device, slow=1.5), rel=1e-9)
+    assert seconds > _own_stage_seconds(work, device) + 0.4 * memory
+
+
+def test_loading_on_a_shared_memory_domain_contends_like_the_other_stages():
+    """A cache miss keeps its intermediates in memory (traffic, no arithmetic): beside a peer
+    busy throughout, that traffic runs at half rate (c = 1), as prefill's and decode's do."""
+    task = Task(16, 4096, 2)
+    cpu, gpu = EDGE.device_id("cpu"), EDGE.device_id("gpu")
+    work = build_stages("glm-5.3-flash")[0].load_work(task, GLM, False)
+    device = EDGE.devices[cpu]
+
+    def load_base(contention: float) -> float:
+        sim = simulator("glm-5.3-flash", EDGE, SimConfig(contention=contention))
+        sim.state.booked[gpu].append((0.0, 1e6))
+        sim.state.busy_until[gpu] = 1e6
+        result = sim.execute(task, ("cpu", "cpu", "cpu"))
+        assert result.cache_hit is False
+        return result.stage_base[0]
+
+    alone = _own_stage_seconds(work, device)
+    assert load_base(0.0) == pytest.approx(alone, rel=1e-12)
+    assert load_base(1.0) == pytest.approx(_own_stage_seconds(work, device, slow=2.0), rel=1e-12)
+    assert load_base(1.0) > alone * (1 + 1e-6)
+
+
+def test_every_stage_on_a_shared_memory_domain_is_booked_for_its_peers():
+    """A device in a shared memory domain books each stage it runs, loading too, as a span its
+    peers contend with: a task run wholly on the cpu leaves three spans back to back, the
+    load's as long as its work, the last ending with the task."""
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    cpu = EDGE.device_id("cpu")
+    result = sim.execute(Task(4, 1024, 8), ("cpu", "cpu", "cpu"))
+    spans = sim.state.booked[cpu]
+    assert len(spans) == 3
+    assert spans[0][1] - spans[0][0] == pytest.approx(result.stage_base[0], rel=1e-12)
+    assert spans[0][1] == spans[1][0] and spans[1][1] == spans[2][0]
+    assert spans[2][1] == result.finish
+    assert [sim.state.booked[d] for d in range(3) if d != cpu] == [[], []]
 
 
 def test_a_peer_idle_before_its_booked_work_takes_no_bandwidth():
