@@ -18,6 +18,7 @@ torch.set_num_threads(1)
 def test_rolling_mean_is_the_mean_of_each_full_window():
     x = np.arange(10, dtype=float)
     assert np.allclose(rolling_mean(x, 4), [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5])
+    assert np.allclose(rolling_mean(np.array([4.0, 0.0, 2.0, 6.0]), 2), [2.0, 1.0, 4.0])
 
 
 def test_metrics_on_a_planted_learning_curve():
@@ -60,6 +61,32 @@ def test_worst_window_and_steady_ratios_compare_the_same_samples():
     assert m["early_drop"] == pytest.approx(1 - 2500 / 2600)
     assert m["steady_vs_static"] == pytest.approx(1.0)
     assert m["steady_vs_oracle"] == pytest.approx(10 / 8)
+
+
+def test_the_steady_state_is_the_last_200_samples_whatever_the_runs_length():
+    """300 samples, static at 10 throughout: the agent at 20, 12 then 8 for 100 samples each
+    has a steady mean of 10 (samples 100..299), so it is as fast as static there; the oracle
+    at 5 then 10 from sample 200 has a steady mean of 7.5. The per-sample ratio's steady mean
+    is 1, and every 50-sample window of the last 0.8s is 20% off it: not settled in the run."""
+    n = 300
+    static = np.full(n, 10.0)
+    agent = np.repeat([20.0, 12.0, 8.0], 100)
+    oracle = np.where(np.arange(n) < 200, 5.0, 10.0)
+    m = OnlineResult(agent, static, oracle).metrics()
+    assert m["steady_vs_static"] == pytest.approx(1.0)
+    assert m["steady_vs_oracle"] == pytest.approx(10 / 7.5)
+    assert m["samples_to_stabilise"] == n
+
+
+def test_metrics_over_windows_of_one_sample_compare_sample_by_sample():
+    """A window (and an early stretch) of one sample is allowed: the worst window is then the
+    worst single sample's ratio to static, and the early figures are the first sample's."""
+    static = np.full(4, 10.0)
+    m = OnlineResult(np.array([12.0, 9.0, 15.0, 10.0]), static, static).metrics(early=1, window=1)
+    assert m["worst_window"] == pytest.approx(1.5)
+    assert m["early_degradation"] == pytest.approx(1.2)
+    assert m["early_drop"] == pytest.approx(1 - 10 / 12)
+    assert m["samples_to_0.9_static"] == 2      # sample 1 (9 s) ends the first such window
 
 
 def test_metrics_of_a_run_shorter_than_a_window_stay_inside_it():
