@@ -21,9 +21,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from inference.hardware import Hardware, load_hardware, preset_names
+from inference.hardware import load_hardware, preset_names
 from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
-from inference.model_config import MODELS, ModelConfig, get_model
+from inference.model_config import MODELS, get_model
 from inference.simulator import Simulator, TaskResult
 from inference.task import STAGES, Task
 from inference.variants import VARIANTS, build_stages, resolve_variant, variant_label
@@ -137,14 +137,22 @@ def parse_variants(text: str) -> list[dict[str, str]]:
     return recipes
 
 
-def envs_would(hardware: Hardware, model: ModelConfig) -> str:
+def envs_would(sim: Simulator, task: Task) -> str:
     """What the envs do with a stage that does not fit its device: they refuse hardware on
-    which no device holds the model's weights, and otherwise move the stage to a device that
-    holds it (the scenario's failed-dispatch cost added; the one with the most memory where
-    none does)."""
-    if model.weight_bytes > max(device.memory for device in hardware.devices):
-        return (f"the envs refuse hardware {hardware.name} for model {model.name}: no device "
+    which no device holds the model's weights; otherwise they move the stage to a device that
+    holds it, at the failed-dispatch cost, and run a stage that no device holds on the one
+    with the most memory, priced as if it fit (`InferenceAllocEnv._fitting_masks`)."""
+    model = sim.model
+    largest = max(sim.hardware.devices, key=lambda device: device.memory)
+    if model.weight_bytes > largest.memory:
+        return (f"the envs refuse hardware {sim.hardware.name} for model {model.name}: no device "
                 f"holds its weights")
+    nowhere = [name for name, stage in zip(STAGES, sim.stages, strict=True)
+               if stage.work(task, model).memory_need(model.weight_bytes) > largest.memory]
+    if nowhere:
+        return (f"no device holds {', '.join(nowhere)}: the envs would run such a stage on "
+                f"{largest.name}, the device with the most memory, at the failed-dispatch cost "
+                f"if placed elsewhere")
     return "the envs would move it to a device that holds it, at the failed-dispatch cost"
 
 
@@ -173,7 +181,7 @@ def compare(args: argparse.Namespace) -> list[Outcome]:
         result = sim.execute(task, placement)
         classes = tuple(type(s).__name__ for s in stages)
         outcomes.append(Outcome(variant_label(recipe), recipe, classes, result, too_big,
-                                envs_would(hardware, model) if too_big else ""))
+                                envs_would(sim, task) if too_big else ""))
     return outcomes
 
 

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from inference.__main__ import build_parser, compare, main
+from inference.hardware import load_hardware
 from inference.messages import SHOWN_MAX, shown
+from inference.model_config import get_model
+from inference.simulator import Simulator
+from inference.task import Task
+from inference.variants import build_stages, resolve_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,10 +44,29 @@ def test_a_stage_too_big_for_its_device_is_named(capsys):
     assert len(notes) == 1
     assert "prefill on gpu needs" in notes[0] and "decode on npu needs" in notes[0]
     assert "load on cpu" not in notes[0]       # the direct loader holds no batch-sized buffer
-    assert notes[0].endswith("the envs would move it to a device that holds it, at the "
-                             "failed-dispatch cost)")
+    # 100000 x 100000 tokens fit no device: the envs run such a stage on the device with the
+    # most memory, not "a device that holds it" (there is none)
+    largest = max(load_hardware("server").devices, key=lambda device: device.memory)
+    assert (f"no device holds prefill, decode: the envs would run such a stage on "
+            f"{largest.name}, the device with the most memory") in notes[0]
     assert main(["--variants", "glm-5.3"]) == 0   # the article task fits: no note
     assert "note:" not in capsys.readouterr().out
+
+
+def test_the_note_says_a_stage_that_fits_another_device_moves_there(capsys):
+    """A prefill too big for the GPU that the CPU's memory holds: the envs move it there."""
+    argv = ["--variants", "glm-5.3", "--batch", "64", "--prompt-tokens", "200000"]
+    sim = Simulator(load_hardware("server"), get_model("glm-9b"),
+                    build_stages(resolve_variant("glm-5.3")))
+    need = sim.stages[1].work(Task(64, 200000, 256), sim.model).memory_need(
+        sim.model.weight_bytes)
+    memory = {device.name: device.memory for device in sim.hardware.devices}
+    assert memory["gpu"] < need <= memory["cpu"]      # the case this test is about
+    assert main(argv) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "prefill on gpu needs" in notes[0]
+    assert notes[0].endswith("the envs would move it to a device that holds it, at the "
+                             "failed-dispatch cost)")
 
 
 def test_the_note_says_the_envs_refuse_hardware_holding_the_weights_nowhere(tmp_path, capsys):
