@@ -133,7 +133,8 @@ def test_decoded_observation_matches_the_env_state() -> None:
 
 @pytest.mark.parametrize(("env_cls", "name"), [
     (InferenceAllocEnv, "heft"), (InferenceAllocEnv, "heft-calibrated"),
-    (InferenceAllocEnv, "gated-heft"), (InferenceAllocSplitEnv, "heft-split")])
+    (InferenceAllocEnv, "gated-heft"), (InferenceAllocSplitEnv, "heft-split"),
+    (InferenceAllocEnv, "gated-random")])    # the gate's own check: random reads nothing
 def test_observation_decoders_refuse_a_rescaled_observation(env_cls: type, name: str) -> None:
     """Behind NormalizeObservation, HEFT read the rescaled entries as the env's own and placed
     almost every task otherwise, silently: an entry outside [0, 1] is not the env's."""
