@@ -74,7 +74,6 @@ class GatedScheduling(Policy):
     def gate(self, obs: np.ndarray) -> tuple[bool, np.ndarray | None]:
         """(keep the previous placement?, that placement's (3, D) shares) for one observation."""
         d = n_devices_of(obs.shape[0])
-        check_in_box(obs.tolist(), self.name)
         previous = obs[previous_entries(d)].reshape(3, d)
         if not previous.any():
             return False, None
@@ -89,6 +88,8 @@ class GatedScheduling(Policy):
         obs = np.asarray(observation, dtype=np.float32)
         single = obs.ndim == 1
         batch = obs[None] if single else obs
+        for o in batch:     # before the inner policy acts: a refusal leaves it as it was
+            check_in_box(o.tolist(), self.name)
         actions, state = self.inner.predict(observation, state, episode_start, deterministic,
                                             **kwargs)
         out = np.array(actions, copy=True)

@@ -155,6 +155,23 @@ def test_observation_decoders_refuse_a_rescaled_observation(env_cls: type, name:
     policy.predict(raw)   # the env's own observation of the same task is read
 
 
+def test_a_gated_policy_refuses_a_rescaled_observation_before_its_inner_policy_acts() -> None:
+    """The gate checked each row only after the inner policy had predicted on it: the refusal
+    named the inner policy (heft, not gated-heft) and a random inner's stream moved on."""
+    import gymnasium as gym
+
+    env = gym.wrappers.NormalizeObservation(InferenceAllocEnv("article", episode_tasks=5))
+    env.reset(seed=0)
+    rescaled, *_ = env.step(env.action_space.sample())
+    raw = env.unwrapped._observation(env.unwrapped._current_task())
+    with pytest.raises(ValueError, match="^gated-heft reads"):
+        make_policy("gated-heft", env).predict(rescaled)
+    gated, fresh = make_policy("gated-random", env, seed=3), make_policy("gated-random", env, seed=3)
+    with pytest.raises(ValueError, match="^gated-random reads"):
+        gated.predict(rescaled)
+    assert np.array_equal(gated.predict(raw)[0], fresh.predict(raw)[0])
+
+
 @pytest.mark.parametrize("scenario", ["faults", "edge", "long-context"])
 def test_heft_rebuilds_the_env_masks_from_the_observation(scenario: str) -> None:
     env = InferenceAllocEnv(scenario, episode_tasks=130)
