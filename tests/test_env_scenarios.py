@@ -589,6 +589,45 @@ def test_best_static_is_priced_with_the_tasks_its_devices_cannot_hold() -> None:
         bad * (1e3 - env.scenario.failed_dispatch_s) / len(tasks) * 0.999
 
 
+def test_mean_latency_is_the_streams_mean_on_a_fresh_cluster() -> None:
+    """`mean_latency`'s own value, not only its order over placements: each task of the stream
+    run in turn on a fresh cluster, summed and divided by the task count; with masks a failed
+    share moves as `dispatch` moves it and pays the penalty given (none by default)."""
+    from envs.reference import CALIBRATION_SEED, dispatch, mean_latency, memory_masks
+    from envs.workload import generate_episode
+    from inference.simulator import Simulator
+
+    env = envs.InferenceAllocEnv("long-context")
+    tasks = generate_episode(env.scenario, np.random.default_rng(CALIBRATION_SEED), 300).tasks
+    masks = memory_masks(env, tasks)
+    npu = env.device_names.index("npu")
+    # 12 tasks, 4 of which decode cannot hold on the NPU
+    keep = [i for i, m in enumerate(masks) if not m[2][npu]][:4] + list(range(8))
+    keep = sorted(set(keep))
+    assert 8 < len(keep) <= 12 and not all(masks[i][2][npu] for i in keep)
+    tasks, masks = [tasks[i] for i in keep], [masks[i] for i in keep]
+    placement = (0, 1, npu)
+    shares = ((((0, 1.0),), ((1, 1.0),), ((npu, 1.0),)))
+
+    def by_hand(masked: bool, penalty: float) -> float:
+        sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
+        latencies = []
+        for task, mask in zip(tasks, masks, strict=True):
+            run, failed = dispatch(shares, mask, sim.state.busy_until) if masked else (shares, 0)
+            latencies.append(sim.run(task, run, extra_overhead=failed * penalty).latency)
+        return sum(latencies) / len(latencies)
+
+    sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
+    sim.run(tasks[0], shares)              # a busy cluster: the mean starts from a fresh one
+    assert mean_latency(sim, tasks, placement) == pytest.approx(by_hand(False, 0.0), rel=1e-12)
+    assert mean_latency(sim, tasks, placement, masks) == pytest.approx(by_hand(True, 0.0),
+                                                                       rel=1e-12)
+    assert mean_latency(sim, tasks, placement, masks, 7.0) == pytest.approx(by_hand(True, 7.0),
+                                                                            rel=1e-12)
+    assert by_hand(True, 7.0) > by_hand(True, 0.0)
+    assert mean_latency(sim, [], placement) == 0.0
+
+
 def test_best_static_is_searched_once_whatever_the_episode_length_or_noise(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The search runs on its own noiseless calibration tasks, so an env that differs only in
