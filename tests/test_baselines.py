@@ -22,7 +22,7 @@ from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv, sequences_of
-from envs.observation import BACKLOG_SCALE_S, decode_observation
+from envs.observation import BACKLOG_SCALE_S, decode_observation, n_devices_of
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
 from inference.task import Task
@@ -129,6 +129,56 @@ def test_decoded_observation_matches_the_env_state() -> None:
         obs, _, _, truncated, _ = env.step(heft.predict(obs)[0])
         if truncated:
             break
+
+
+def test_every_field_of_a_hand_built_observation_decodes_by_the_table() -> None:
+    """Each entry of a 2-device observation set by hand from the env docstring's table, then
+    decoded: the task's sizes (a prompt of one token stays one), the cache signal, each
+    device's backlog, free memory, online flag and speed ratio (D values each, the hit rate
+    after them not among the backlogs), the hit rate and the previous block."""
+    backlog_s, free, online, ratio = (0.0, 180.0), (0.25, 1.0), (0.0, 1.0), (1.2, 0.5)
+    per_device = [[backlog_entry(backlog_s[d]), free[d], online[d], ratio[d] / 2] for d in (0, 1)]
+    previous = [[1.0, 0.0], [0.25, 0.75], [0.0, 1.0]]
+    obs = np.array([8 / 64, 1 / 32768, 1.0, 0.5, *per_device[0], *per_device[1], 0.3,
+                    *np.ravel(previous)])
+    assert n_devices_of(len(obs)) == 2
+    seen = decode_observation(obs)
+    assert (seen.batch, seen.prompt_tokens, seen.output_tokens, seen.cache_hit) == (8, 1, 2048, None)
+    assert seen.backlog == pytest.approx(backlog_s)
+    assert seen.free_memory == free
+    assert seen.online == (False, True)
+    assert seen.speed_ratio == pytest.approx(ratio)
+    assert seen.hit_rate == 0.3
+    np.testing.assert_array_equal(seen.previous, previous)
+    hit = obs.copy()
+    hit[3] = 1.0
+    assert decode_observation(hit).cache_hit is True
+    hit[3] = 0.0
+    assert decode_observation(hit).cache_hit is False
+
+
+@pytest.mark.parametrize("length", [0, 5, 11, 13, 18, 25, 27])
+def test_an_observation_of_no_device_count_is_refused(length: int) -> None:
+    """5 + 7 * D entries for D >= 1 devices: any other length is no InferenceAlloc observation."""
+    with pytest.raises(ValueError, match=rf"5 \+ 7 \* D entries, got {length}"):
+        n_devices_of(length)
+    with pytest.raises(ValueError, match=rf"5 \+ 7 \* D entries, got {length}"):
+        decode_observation(np.full(length, 0.5))
+
+
+def test_an_entry_above_one_is_refused_as_one_below_zero() -> None:
+    """The observation box is [0, 1] on both sides: a wrapper that rescales may push entries
+    above 1 as well as below 0."""
+    env = InferenceAllocEnv("article", episode_tasks=3)
+    obs, _ = env.reset(seed=0)
+    decode_observation(obs)
+    for entry in (0, 7, 25):
+        above = obs.astype(np.float64)
+        above[entry] = 1.5
+        with pytest.raises(ValueError, match=rf"entry {entry} is 1.5"):
+            decode_observation(above)
+        with pytest.raises(ValueError, match=rf"entry {entry} is 1.5"):
+            HeftPolicy(env).predict(above)
 
 
 @pytest.mark.parametrize(("env_cls", "name"), [
