@@ -24,7 +24,10 @@ PROMPT_SCALE = 32768.0
 OUTPUT_SCALE = 2048.0
 BACKLOG_SCALE_S = 60.0      # backlog b is observed as b / (b + 60 s): 0 idle, 0.5 at 60 s
 SPEED_SCALE = 2.0
-_MAX_BACKLOG_S = 1.0e9      # a saturated backlog entry (x -> 1) decodes to "effectively never"
+# A saturated backlog entry (x -> 1) decodes to "effectively never": longer than any entry
+# below 1 decodes to, whose 1 - x is at least 2**-53 (float64's gap under 1), so that the
+# decoding stays monotone (1e9 s was below float32's largest entry under 1, 1.007e9 s).
+_MAX_BACKLOG_S = BACKLOG_SCALE_S * 2.0 ** 53
 
 
 def n_devices_of(obs_dim: int) -> int:

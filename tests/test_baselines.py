@@ -22,7 +22,7 @@ from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv, sequences_of
-from envs.observation import BACKLOG_SCALE_S, decode_observation, n_devices_of
+from envs.observation import BACKLOG_SCALE_S, decode_backlog, decode_observation, n_devices_of
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
 from inference.task import Task
@@ -155,6 +155,20 @@ def test_every_field_of_a_hand_built_observation_decodes_by_the_table() -> None:
     assert decode_observation(hit).cache_hit is True
     hit[3] = 0.0
     assert decode_observation(hit).cache_hit is False
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_saturated_backlog_decodes_longer_than_any_other(dtype: type) -> None:
+    """x = b / (b + 60 s) rounds to 1 for a long enough backlog (float32: from ~2e9 s): that
+    entry decodes to a backlog at least as long as every entry below 1, so a policy never
+    takes a saturated device for a less busy one. The cap was 1e9 s, below the 1.007e9 s of
+    float32's largest entry under 1."""
+    below = np.nextafter(dtype(1.0), dtype(0.0))
+    assert 1.0 - float(below) > 0.0
+    assert decode_backlog(float(dtype(1.0))) >= decode_backlog(float(below)) > 1e9
+    entries = np.linspace(0.0, 1.0, 1001, dtype=dtype)
+    decoded = [decode_backlog(float(x)) for x in entries]
+    assert decoded == sorted(decoded)
 
 
 @pytest.mark.parametrize("length", [0, 5, 11, 13, 18, 25, 27])
