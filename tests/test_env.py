@@ -836,6 +836,74 @@ def test_measured_speed_ratio_approaches_true_over_nominal() -> None:
         assert obs[7 + 4 * d] == pytest.approx(min(ratio[name] / 2.0, 1.0), abs=1e-6)
 
 
+def test_the_speed_ratio_is_measured_on_prefills_device_on_every_prefill(tmp_path: Path) -> None:
+    """An NPU truly 3x its datasheet runs prefill, the GPU decode: the NPU's ratio leaves 1 at
+    the first step, though each short-text prefill takes well under a second, and the GPU's
+    (true = nominal, and only decoding) stays at 1. Past 2 the observation caps the entry
+    at 1 (ratio / 2, <= 1 in the docstring's table)."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw_hw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    (npu_spec,) = [d for d in raw_hw["devices"] if d["name"] == "npu"]
+    npu_spec["true_figures"] = {"peak_flops": 3 * float(npu_spec["peak_flops"])}
+    hardware = tmp_path / "fast-npu.yaml"
+    hardware.write_text(yaml.safe_dump(raw_hw), encoding="utf-8")
+    env = make(V0, scenario="short-text", hardware=str(hardware), noise=0.0, episode_tasks=12)
+    raw = env.unwrapped
+    cpu, gpu, npu = (raw.device_names.index(n) for n in ("cpu", "gpu", "npu"))
+    env.reset(seed=0)
+    ratios = []
+    for _ in range(12):
+        obs, *_, info = env.step(np.array([cpu, npu, gpu]))
+        assert info["placement"] == ("cpu", "npu", "gpu")
+        assert raw._last[1].stage_time[1] < 1.0          # a sub-second prefill is measured too
+        ratio = info["speed_ratio"]
+        assert ratio["gpu"] == ratio["cpu"] == 1.0
+        assert ratio["npu"] != (ratios[-1] if ratios else 1.0)
+        ratios.append(ratio["npu"])
+        for d, name in enumerate(raw.device_names):
+            assert obs[7 + 4 * d] == pytest.approx(min(ratio[name] / 2.0, 1.0), abs=1e-6)
+    assert ratios[0] > 1.0 and max(ratios) > 2.0 and obs[7 + 4 * npu] == 1.0
+
+
+def test_sizes_past_the_scales_observe_as_one(tmp_path: Path) -> None:
+    """A batch over 64, a prompt over 32768 tokens and an output over 2048 each observe as 1
+    (the table's `<= 1`), inside the observation box."""
+    path = tmp_path / "huge.yaml"
+    path.write_text("name: huge\nepisode_tasks: 2\n"
+                    "workload: {batch: 100, prompt_tokens: 40000, output_tokens: 3000}\n",
+                    encoding="utf-8")
+    env = make(V0, scenario=str(path))
+    obs, info = env.reset(seed=0)
+    assert (info["task"]["batch"], info["task"]["prompt_tokens"],
+            info["task"]["output_tokens"]) == (100, 40000, 3000)
+    assert obs[:3].tolist() == [1.0, 1.0, 1.0] and env.observation_space.contains(obs)
+    obs = env.step(np.array([0, 1, 1]))[0]
+    assert obs[:3].tolist() == [1.0, 1.0, 1.0] and env.observation_space.contains(obs)
+
+
+def test_utilisation_of_a_sub_second_first_task_is_its_busy_share(tmp_path: Path) -> None:
+    """A one-token task alone on the GPU finishes in milliseconds: its utilisation is the GPU's
+    busy time over the time booked, that finish, not over some floor of the horizon."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nepisode_tasks: 2\nnoise: 0\n"
+                    "workload: {batch: 1, prompt_tokens: 16, output_tokens: 1}\n",
+                    encoding="utf-8")
+    env = make(V0, scenario=str(path))
+    raw = env.unwrapped
+    gpu = raw.device_names.index("gpu")
+    env.reset(seed=0)
+    info = env.step(np.array([gpu, gpu, gpu]))[-1]
+    state = raw.sim.state
+    assert info["latency"] < 0.1 and state.busy_until[gpu] == max(state.busy_until) > 0
+    assert info["utilisation"]["gpu"] == pytest.approx(
+        state.busy_time[gpu] / state.busy_until[gpu], rel=1e-12)
+    assert info["utilisation"]["gpu"] > 0.5
+    assert info["utilisation"]["cpu"] == info["utilisation"]["npu"] == 0.0
+
+
 @pytest.mark.parametrize("variant", ["glm-5.3", "glm-5.3-flash"])   # no loader cache, a cache
 def test_observation_entries_follow_the_docstring_table(variant: str) -> None:
     """Each per-device entry and the cache and previous-placement entries, recomputed from the
