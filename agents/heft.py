@@ -157,7 +157,8 @@ class HeftPolicy(Policy):
         """The HEFT placement (device per stage) for one observation.
 
         `masks`: optional (3, D) or flat (3 D,) bool of allowed devices; by default the
-        masks the env would give, rebuilt from the observation.
+        masks the env would give, rebuilt from the observation. Of devices that would finish
+        a stage at the same time, the one listed first takes it.
         """
         costs, avail, resident, speed, allowed, prev_block = self._context(obs, masks)
         has_prev = any(x > 0 for x in prev_block)

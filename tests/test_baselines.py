@@ -526,6 +526,20 @@ def test_heft_knows_the_weights_are_where_it_put_an_earlier_stage(
     assert heft.placement(None) == (CPU, CPU, GPU)
 
 
+def test_heft_breaks_a_tie_for_the_device_listed_first(article: InferenceAllocEnv,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every device equally fast and none holding the weights: the load finishes at the same
+    time everywhere, and the tie goes to the device listed first (as the env's failed-dispatch
+    fallback and the oracle break theirs); the later stages then stay where the weights are."""
+    heft = HeftPolicy(article)
+    hand_made_costs(heft, monkeypatch, times=((1.0,) * 3,) * 3)
+    assert heft.placement(None) == (CPU, CPU, CPU)
+    hand_made_costs(heft, monkeypatch, times=((1.0,) * 3,) * 3, allowed=[[GPU, NPU]] * 3)
+    assert heft.placement(None) == (GPU, GPU, GPU)
+    assert repr(heft) == "HeftPolicy('heft')"
+    assert repr(HeftPolicy(article, calibrated=True)) == "HeftPolicy('heft-calibrated')"
+
+
 def test_heft_considers_every_device_for_a_stage_whose_given_mask_row_is_all_false(
         article: InferenceAllocEnv, episode_obs: np.ndarray) -> None:
     heft = HeftPolicy(article)
