@@ -693,6 +693,35 @@ def test_gate_keeps_the_previous_placement_for_small_batches(episode_obs: np.nda
         GatedScheduling(_Fixed(np.array([2, 2, 2])), threshold=0)
 
 
+class _Shared(_Fixed):
+    """An inner policy answering the very array it holds (a cached action), not a copy."""
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[np.ndarray, Any]:
+        return self.action, state
+
+
+def test_gate_answers_on_its_own_array_in_every_entry_point(episode_obs: np.ndarray) -> None:
+    """gate() says keep only where there is a previous placement to keep; act() answers as
+    predict(); a kept placement is written on a copy, never on the array the inner policy
+    answered (which may be its own); an action format the gate cannot write is refused."""
+    base = episode_obs[0]
+    gated = GatedScheduling(_Fixed(np.array([2, 2, 2])))
+    assert gated.gate(_with(base, 4, None)) == (False, None)
+    keep, previous = gated.gate(_with(base, 4, (0, 1, 1)))
+    assert keep and previous is not None and previous.argmax(axis=1).tolist() == [0, 1, 1]
+    assert gated.act(_with(base, 8, (0, 1, 1))).tolist() == [0, 1, 1]
+    assert gated.act(_with(base, 32, (0, 1, 1))).tolist() == [2, 2, 2]
+    cached = np.array([2, 2, 2])
+    shared = GatedScheduling(_Shared(cached))
+    assert shared.predict(_with(base, 8, (0, 1, 1)))[0].tolist() == [0, 1, 1]
+    assert cached.tolist() == [2, 2, 2]
+    odd = GatedScheduling(_Fixed(np.array([2, 2])))
+    assert odd.predict(_with(base, 32, (0, 1, 1)))[0].tolist() == [2, 2]   # the inner decides
+    with pytest.raises(ValueError, match=r"action format \(action of shape \(2,\)\)"):
+        odd.predict(_with(base, 8, (0, 1, 1)))
+
+
 def test_gate_in_an_episode_pays_no_replacement_for_small_batches() -> None:
     env = InferenceAllocEnv("article", episode_tasks=80)
     obs, _ = env.reset(seed=4)
