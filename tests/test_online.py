@@ -251,11 +251,27 @@ def test_a_rollout_acts_deterministically():
 
 def test_deploy_needs_a_long_enough_episode():
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=50, reward="relative")
-    with pytest.raises(ValueError, match="episode_tasks"):
+    with pytest.raises(ValueError, match="episode_tasks=50 < n_samples=100"):   # before any run
         deploy(make_sb3("ppo", env, seed=0), env, 100)
     for n in (0, -3, 2.5):                                  # were numpy's own errors
         with pytest.raises(ValueError, match="n_samples must be an integer >= 1"):
             deploy(make_policy("heft", env), env, n)
+
+
+def test_a_rollout_past_its_episode_and_a_one_sample_deploy():
+    """A rollout of one sample more than the episode holds is refused naming the episode (not
+    the env's own error for a step past the end); one sample is enough to deploy, and without
+    a seed deploy runs stream 0."""
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=9)
+    heft = make_policy("heft", env)
+    with pytest.raises(ValueError, match=r"episode ended after 9 tasks.*n_samples \(10\)"):
+        rollout(heft, env, 10, seed=0)
+    assert len(rollout(heft, env, 9, seed=0)) == 9
+    one = deploy(heft, env, 1, seed=0)
+    assert one.latency.shape == one.static.shape == one.oracle.shape == (1,)
+    unseeded = deploy(heft, env, 9, references=False).latency
+    assert np.array_equal(unseeded, deploy(heft, env, 9, seed=0, references=False).latency)
+    assert not np.array_equal(unseeded, deploy(heft, env, 9, seed=1, references=False).latency)
 
 
 @pytest.fixture(scope="module")
@@ -274,6 +290,15 @@ def test_the_cold_learner_is_worse_than_static_while_it_learns(stabilisation):
     assert len(result.latency) == 400 and np.all(np.isfinite(result.latency))
     assert result.static_here is not None and np.all(result.static_here > 0)
     assert result.metrics()["early_degradation"] >= 1.2
+
+
+def test_deploy_records_the_samples_the_conservative_policy_placed(stabilisation):
+    """A learner with a warm-up: one flag per sample, set through its conservative phase (the
+    first `steps` samples); a learner without one has no such record."""
+    assert stabilisation["cold"].conservative_acting is None
+    acting = stabilisation["warm"].conservative_acting
+    assert acting is not None and acting.shape == (400,) and acting.dtype == bool
+    assert acting[:WarmupConfig().steps].all()
 
 
 def test_warm_up_removes_the_drop(stabilisation):
