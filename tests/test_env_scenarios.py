@@ -459,6 +459,31 @@ def test_each_dist_draws_from_its_documented_law() -> None:
     assert set(sizes) == {10, 11} and np.mean(sizes == 11) == pytest.approx(0.5, abs=0.02)
 
 
+def test_an_episode_has_three_noise_factors_a_task_and_none_without_noise() -> None:
+    """Episode.noise is (n_tasks, 3), one factor per stage: positive with noise, exactly 1
+    without."""
+    noisy = _episode({}, n=50, noise=0.4).noise
+    assert noisy.shape == (50, 3) and (noisy > 0).all() and not (noisy == 1.0).all()
+    quiet = _episode({}, n=50, noise=0.0).noise
+    assert quiet.shape == (50, 3) and (quiet == 1.0).all()
+
+
+@pytest.mark.parametrize("field", ["batch", "prompt_tokens", "output_tokens"])
+def test_a_size_below_one_from_a_scenario_built_in_code_is_refused(field: str) -> None:
+    """The loaders refuse a size below 1, but a `Distribution` built in code is not checked:
+    the episode refuses the tasks it would draw (they skip `Task`'s own checks), whichever
+    of the three sizes it is."""
+    from envs.scenario import Distribution
+    from envs.workload import generate_episode
+
+    base = load_scenario("article")
+    zero = Distribution(dist="constant", value=0.0, min=0.0)
+    scenario = dataclasses.replace(base, workload=dataclasses.replace(base.workload,
+                                                                      **{field: zero}))
+    with pytest.raises(ValueError, match="generated task sizes must be >= 1"):
+        generate_episode(scenario, np.random.default_rng(0), 5)
+
+
 def test_arrival_gaps_scale_with_one_over_the_rate_and_bursts_multiply_it() -> None:
     """Poisson arrivals: on the same seed, doubling the rate halves every gap, and inside a
     burst (the first `length` tasks of each `period`) the rate is multiplied."""
