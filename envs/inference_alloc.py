@@ -567,7 +567,7 @@ class InferenceAllocEnv(gym.Env):
         it fit (the simulator has no offloading), so every latency would be a fiction. A task
         that fits nowhere only for its batch's footprint still falls back (see _fitting_masks)."""
         weights = self.model.weight_bytes
-        largest = max(self.hardware.devices, key=lambda device: device.memory)
+        largest = self.hardware.most_memory
         if weights > largest.memory:
             raise ValueError(
                 f"hardware {shown(sc.hardware, quote=False)}: no device can hold the weights of "

@@ -143,7 +143,7 @@ def envs_would(sim: Simulator, task: Task) -> str:
     holds it, at the failed-dispatch cost, and run a stage that no device holds on the one
     with the most memory, priced as if it fit (`InferenceAllocEnv._fitting_masks`)."""
     model = sim.model
-    largest = max(sim.hardware.devices, key=lambda device: device.memory)
+    largest = sim.hardware.most_memory
     if model.weight_bytes > largest.memory:
         return (f"the envs refuse hardware {sim.hardware.name} for model {model.name}: no device "
                 f"holds its weights")

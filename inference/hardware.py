@@ -123,6 +123,12 @@ class Hardware:
     def device_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.devices)
 
+    @property
+    def most_memory(self) -> DeviceProfile:
+        """The device with the most memory (the first of a tie): where the envs run a stage
+        that fits nowhere, and the bound on the weights a model may have."""
+        return max(self.devices, key=lambda device: device.memory)
+
     def device_id(self, name: str) -> int:
         try:
             return self.index[name]
