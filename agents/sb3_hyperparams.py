@@ -25,10 +25,9 @@ from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from envs import ENV_IDS
-from envs.workload import file_version
 from inference.checks import is_integer, is_number
 from inference.messages import shown
-from inference.yamlio import describe_yaml_error, load_yaml_file, safe_load
+from inference.yamlio import describe_yaml_error, load_yaml_file, path_version, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
                                               "maskable-ppo": MaskablePPO, "sac": SAC}
@@ -82,7 +81,7 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
 def _hyperparam_table(path: Path) -> Any:
     """The YAML at `path`, read once per version of the file (planning one run loads it 3-5
     times), as a copy of its own: callers change what they get."""
-    return copy.deepcopy(_read_table(path, file_version(str(path))))
+    return copy.deepcopy(_read_table(path, path_version(path)))
 
 
 @lru_cache(maxsize=2 * len(ALGORITHMS))

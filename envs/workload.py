@@ -23,6 +23,7 @@ import numpy as np
 from envs.scenario import Distribution, Scenario, Workload
 from envs.traces import TRACES, BatchColumns, batch_columns
 from inference.task import Task
+from inference.yamlio import path_version
 
 
 def domain_popularity(workload: Workload) -> np.ndarray:
@@ -54,17 +55,10 @@ def _draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def file_version(trace: str) -> tuple[object, ...]:
-    """What identifies the file a trace name or any path reads now: its absolute path, inode,
-    size and change times (a stat, not a read: it runs on every reset; the hyper-parameter
-    YAMLs' cache keys on it too). A cache keyed by the bare
-    string replayed a CSV as it was when first read, after it had been rewritten or deleted, or
-    (a relative path) after the working directory changed."""
-    path = TRACES.get(trace, Path(trace))
-    try:
-        st = path.stat()
-    except (OSError, ValueError):   # ValueError: a NUL byte in the name
-        return (trace,)   # read_trace names what is wrong with it
-    return (str(path.absolute()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    """What identifies the file a trace name or path reads now (`path_version`). A cache keyed
+    by the bare string replayed a CSV as it was when first read, after it had been rewritten or
+    deleted, or (a relative path) after the working directory changed."""
+    return path_version(TRACES.get(trace, Path(trace)))
 
 
 @lru_cache(maxsize=8)

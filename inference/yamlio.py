@@ -85,6 +85,17 @@ def describe_yaml_error(exc: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
+def path_version(path: Path) -> tuple[object, ...]:
+    """What identifies the file at `path` now: its absolute path, inode, size and change times
+    (a stat, not a read: caches of traces and hyper-parameter YAMLs key on it, checked on every
+    use). A path that cannot be stat-ed is its own key: its loader names what is wrong."""
+    try:
+        st = path.stat()
+    except (OSError, ValueError):   # ValueError: a NUL byte in the name
+        return (str(path),)
+    return (str(path.absolute()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def load_yaml_file(path: Path, what: str) -> Any:
     """Read a YAML file; a parse error becomes a ValueError naming the file."""
     try:
