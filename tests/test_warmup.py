@@ -461,6 +461,8 @@ def test_a_resumed_guard_still_compares_the_learner_with_the_conservative_policy
         old.restore({"guard_trips": 3, "conservative_ratios": [1.0, "x"]})
     with pytest.raises(ValueError, match="cooldown must be an integer >= 0"):
         old.restore({"guard_trips": 3, "cooldown": -1})
+    with pytest.raises(ValueError, match="guard_trips must be an integer >= 0"):
+        old.restore({"guard_trips": -1})
 
 
 def test_warm_dqn_acts_greedily_after_the_conservative_phase():
@@ -547,6 +549,30 @@ def test_with_a_device_offline_the_masked_conservative_action_is_never_sent():
     assert all(failed == 0 for failed, _, _ in seen)          # no masked pick reached the env
     assert not any(conservative for _, conservative, _ in seen)
     assert all(lp > -100.0 for _, _, lp in seen)
+
+
+def test_a_masked_pick_is_found_in_whichever_stage_it_is() -> None:
+    """_picks_masked reads stage s's option a at offset sum(nvec[:s]) + a of a row's masks:
+    here only stage 0's option 0 and stage 2's option 1 are ruled out, each pick checked
+    alone (a stage-0 pick read one option off, at 1, looked allowed)."""
+    from gymnasium import spaces
+
+    from agents.warmup import _picks_masked
+
+    space = spaces.MultiDiscrete([2, 3, 2])
+    masks = np.ones(7, dtype=bool)
+    masks[0] = False                                  # stage 0, option 0: offset 0
+    masks[2 + 3 + 1] = False                          # stage 2, option 1: offset 5 + 1
+    assert _picks_masked(np.array([0, 0, 0]), masks, space)
+    assert _picks_masked(np.array([1, 2, 1]), masks, space)
+    assert not _picks_masked(np.array([1, 0, 0]), masks, space)
+    # two rows (two envs): one masked pick in either row counts
+    assert _picks_masked(np.array([[1, 0, 0], [0, 1, 0]]), np.stack([masks, masks]), space)
+    assert not _picks_masked(np.array([[1, 0, 0], [1, 2, 0]]), np.stack([masks, masks]), space)
+    # a flat Discrete action (one dimension) reads its own masks, and no masks rule nothing out
+    assert _picks_masked(np.array([2]), np.array([True, True, False]), spaces.Discrete(3))
+    assert not _picks_masked(np.array([1]), np.array([True, True, False]), spaces.Discrete(3))
+    assert not _picks_masked(np.array([0, 0, 0]), None, space)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
