@@ -277,3 +277,17 @@ def test_a_resumed_warm_sac_run_continues_with_its_warm_up_and_replay_buffer(
     # built as train_run builds it, the warm-up's class, with the run's buffer (the 128-step
     # checkpoint's: SB3 calls the callback that saves it before storing that step's transition)
     assert attached == [(WarmSAC, 127)]
+
+
+def test_sacs_clone_loss_is_the_squared_error_inside_and_one_sided_below_the_edge() -> None:
+    """_sac_actor_loss, worked by hand with SAC_EDGE = e: an entry on the lower edge (-1) costs
+    (relu(mean + e) / e)^2, nothing once its mean is at or below -e; any other entry costs
+    (tanh(mean) - action)^2; the loss is their mean."""
+    from agents.cloning import SAC_EDGE, _sac_actor_loss
+
+    e = SAC_EDGE
+    mean = torch.tensor([2 * e, -e - 1.0, 0.0, 0.0])
+    actions = torch.tensor([-1.0, -1.0, 0.5, -1.0])
+    # edge entries: (3e / e)^2 = 9, 0 below -e, (e / e)^2 = 1; the inside one (0 - 0.5)^2
+    expected = (9.0 + 0.0 + 0.25 + 1.0) / 4
+    assert float(_sac_actor_loss(mean, actions)) == pytest.approx(expected)

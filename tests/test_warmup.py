@@ -83,7 +83,7 @@ def test_cloning_collects_whole_episodes_and_their_discounted_returns():
     policy = make_policy("heft", env)
     data = collect(env, policy, 40, 0.9, seed=5)
     base = env.unwrapped
-    obs, rewards, masks = [], [], []
+    obs, rewards, masks, episodes = [], [], [], []
     for seed in (5, 6):
         o, _ = base.reset(seed=seed)
         episode = []
@@ -93,13 +93,50 @@ def test_cloning_collects_whole_episodes_and_their_discounted_returns():
             o, r, terminated, truncated, _ = base.step(policy.predict(o)[0])
             episode.append(r)
         assert terminated or truncated
-        returns = np.zeros(20)
-        for t in reversed(range(20)):
-            returns[t] = episode[t] + (0.9 * returns[t + 1] if t < 19 else 0.0)
-        rewards.extend(returns)
+        episodes.append(episode)
+        rewards.extend(_discounted(episode, 0.9))
     np.testing.assert_array_equal(data["obs"], np.asarray(obs, dtype=np.float32))
     np.testing.assert_array_equal(data["masks"], np.asarray(masks))
     np.testing.assert_allclose(data["returns"], rewards, rtol=1e-5)
+    # 30 samples: the first episode whole and the second's first 10 decisions, whose returns
+    # are discounted over those 10 rewards alone (the rollout stops there)
+    part = collect(env, policy, 30, 0.9, seed=5)
+    assert len(part["obs"]) == len(part["actions"]) == len(part["returns"]) == 30
+    np.testing.assert_array_equal(part["obs"], np.asarray(obs[:30], dtype=np.float32))
+    np.testing.assert_allclose(part["returns"], [*rewards[:20], *_discounted(episodes[1][:10], 0.9)],
+                               rtol=1e-5)
+
+
+def _discounted(rewards: list[float], gamma: float) -> list[float]:
+    """Each step's reward plus gamma times the next step's return, the last step's its reward."""
+    returns = [0.0] * len(rewards)
+    for t in reversed(range(len(rewards))):
+        returns[t] = rewards[t] + (gamma * returns[t + 1] if t + 1 < len(rewards) else 0.0)
+    return returns
+
+
+def test_cloning_fits_every_training_sample_once_an_epoch_and_scores_on_a_fifth_held_out(
+        monkeypatch):
+    """Of n samples, int(n * HELDOUT_FRACTION) are held out; the other n - that are the
+    minibatches of each epoch, all of them once; the train / held-out agreements are scored on
+    those two parts."""
+    from agents import cloning
+
+    losses: list[int] = []
+    scored: list[int] = []
+    loss, agreement = cloning._loss, cloning._agreement
+    monkeypatch.setattr(cloning, "_loss", lambda agent, obs, *rest: (
+        losses.append(len(obs)), loss(agent, obs, *rest))[1])
+    monkeypatch.setattr(cloning, "_agreement", lambda agent, obs, actions: (
+        scored.append(len(obs)), agreement(agent, obs, actions))[1])
+    env = _env("edge", 20)
+    agent = make_sb3("ppo", env, seed=0)
+    n, epochs = 50, 3
+    held = int(n * cloning.HELDOUT_FRACTION)                       # 10 of 50
+    cloning.behaviour_clone(agent, env, make_policy("heft", env), WarmupConfig(
+        conservative="heft", steps=0, clone_samples=n, clone_epochs=epochs, guard=False), seed=0)
+    assert sum(losses) == epochs * (n - held)
+    assert scored == [n - held, held]
 
 
 @pytest.mark.parametrize(("name", "fit"), [("ppo", 0.25), ("dqn", 0.75)])
