@@ -354,6 +354,56 @@ def test_latency_metrics_are_the_tables_statistics_over_the_window(monkeypatch) 
     assert "latency/vs_static" not in log.values and log.values["latency/mean"] == 5.0
 
 
+def test_per_sample_latency_counts_the_samples_of_every_env(monkeypatch) -> None:
+    """With a VecEnv of n envs a step is n samples: env i's task of the step that brings
+    num_timesteps to T is sample T - n + i, so two envs' steps give samples 0, 1, then 2, 3."""
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    metrics = callbacks.LatencyMetrics(("cpu",), window=10)
+    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    metrics.on_training_start({}, {})
+    for latencies in ((1.0, 2.0), (3.0, 4.0)):
+        metrics.model.num_timesteps += 2
+        metrics.locals = {"infos": [{"latency": x} for x in latencies]}
+        metrics.on_step()
+    assert [(step, value) for tag, value, step in log.scalars if tag == "latency/per_sample"] \
+        == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]
+
+
+def test_latency_metrics_ratio_and_steps_per_second_on_a_fake_clock(monkeypatch) -> None:
+    """vs_static is the window's total latency over its total static latency, however small
+    (tasks of well under a second); charts/SPS is the steps since training started over the
+    seconds since (4 steps in 0.5 s: 8), and is left out while no time has passed."""
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    clock = [10.0]
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    metrics = callbacks.LatencyMetrics(("cpu",), window=10)
+    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    metrics.on_training_start({}, {})
+    metrics.model.num_timesteps = 1
+    metrics.locals = {"infos": [{"latency": 0.1, "static_latency": 0.2}]}
+    metrics.on_step()
+    metrics.on_rollout_end()                # no time has passed: no rate
+    assert "charts/SPS" not in log.values
+    for latency, static in ((0.2, 0.1), (0.3, 0.2), (0.2, 0.1)):
+        metrics.model.num_timesteps += 1
+        metrics.locals = {"infos": [{"latency": latency, "static_latency": static}]}
+        metrics.on_step()
+    clock[0] = 10.5
+    metrics.on_rollout_end()
+    assert log.values["latency/vs_static"] == pytest.approx(0.8 / 0.6)
+    assert log.values["charts/SPS"] == 8
+
+
 def test_latency_metrics_are_current_when_an_off_policy_learner_dumps(monkeypatch) -> None:
     """DQN dumps its logs at an episode's end, after that step's callback and before the
     rollout's end: the values it writes at step S are the window up to S, not the previous
@@ -435,6 +485,44 @@ def test_held_out_evals_last_point_is_the_model_after_its_last_update(monkeypatc
     held.on_step()
     held.on_training_end()
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [350]
+
+
+def test_held_out_evals_end_point_is_written_once_and_for_a_run_that_wrote_none(
+        monkeypatch) -> None:
+    """learn(0) ends where it started: its step-0 point is the end's, written once; a resumed
+    run that ends before its next interval has written no point, and gets one at its end."""
+    from types import SimpleNamespace
+
+    import agents.callbacks as callbacks
+
+    log = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    held = callbacks.HeldOutEval(lambda: np.array([4.0]), static_mean=2.0, interval=100)
+    held.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    held.on_training_start({"total_timesteps": 0}, {})
+    held.on_training_end()
+    assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [0]
+    log.scalars.clear()
+    resumed = callbacks.HeldOutEval(lambda: np.array([4.0]), static_mean=2.0, interval=100)
+    resumed.init_callback(SimpleNamespace(logger=log, num_timesteps=150))
+    resumed.on_training_start({"total_timesteps": 180}, {})
+    for _ in range(10):                     # 3 steps a call, to 180: no interval crossed
+        resumed.model.num_timesteps += 3
+        resumed.on_step()
+    resumed.on_training_end()
+    assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [180]
+
+
+def test_run_info_gives_tensorboard_hparams_it_takes() -> None:
+    """HPARAMS take bool, int, float or str: those pass as they are, numpy scalars as the
+    Python number, anything else (a net_arch list, None) as its text."""
+    from agents.callbacks import RunInfo
+
+    info = RunInfo("", {"lr": 3e-4, "n_steps": np.int64(64), "gamma": np.float32(0.5),
+                        "norm": True, "name": "ppo", "net_arch": [64, 64], "clip": None})
+    assert info.hparams == {"lr": 3e-4, "n_steps": 64, "gamma": 0.5, "norm": True,
+                            "name": "ppo", "net_arch": "[64, 64]", "clip": "None"}
+    assert type(info.hparams["n_steps"]) is int and type(info.hparams["gamma"]) is float
 
 
 def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
