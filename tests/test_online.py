@@ -334,16 +334,54 @@ def test_a_stream_studied_alone_gets_the_learner_it_gets_among_others():
     assert not np.array_equal(pair.curves["ppo"][0], pair.curves["ppo"][1])
 
 
-@pytest.mark.parametrize("n", [60, 600])
+def test_the_studys_learners_learn_as_they_go():
+    """online_study deploys a learner as deploy(..., learn=True) does, on a fresh env of the
+    stream with training seed = the stream's: the same curve, not the acting-only run's."""
+    from agents.evaluation import make_env, online_study
+
+    n, seed = 60, 11
+    curve = online_study(["ppo"], [seed], n_samples=n).curves["ppo"][0]
+
+    def fresh():
+        return make_env(episode_tasks=n, reward="relative")
+
+    def run(learn):
+        env = fresh()
+        return deploy(make_sb3("ppo", env, seed=seed), env, n, learn=learn, seed=seed,
+                      references=False).latency
+
+    learning = run(True)
+    assert np.array_equal(curve, learning)
+    assert not np.array_equal(learning, run(False))
+
+
+def test_stabilization_md_notes_a_metric_defined_on_some_seeds_and_keeps_its_columns():
+    """A cell whose metric is defined on k of n seeds (0 < k < n; here 1 of 2) says so, and the
+    table's delimiter row has a cell per header cell (agent + each metric)."""
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy(metrics={"x": [{"early": 2.0, "reached": np.nan},
+                                       {"early": 4.0, "reached": 3.0}]})
+    lines = online_markdown(study, [1, 2], 600, "article").splitlines()
+    header = lines.index("| agent | early | reached |")
+    assert lines[header + 1] == "|---|---|---|"
+    row = lines[header + 2]
+    assert row.startswith("| x | 3.000 ± ") and row.endswith(" | 3.000 (1/2 seeds) |")
+    # the definitions follow, from OnlineResult.metrics' own list
+    assert any(line.startswith("- early_degradation: mean latency of samples") for line in lines)
+
+
+@pytest.mark.parametrize("n", [60, 200, 600])
 def test_stabilization_md_states_the_spans_its_metrics_used(n):
     """With --online-samples 60 the metrics average samples 1..60 (early) and the last 60
-    (steady), but stabilization.md said the first 200 and the last 200."""
+    (steady), but stabilization.md said the first 200 and the last 200. With 200 (both spans
+    exactly) nothing is clamped."""
     from agents.evaluation import OnlineStudy, online_markdown
 
     study = OnlineStudy()
     study.add("best-static", OnlineResult(np.full(n, 9.0), np.full(n, 9.0), np.full(n, 8.0)))
     text = online_markdown(study, [10000], n, "article")
-    if n == 600:
+    if n >= 200:
         assert "early = the first 200 samples, window = 50 samples" in text
         assert "clamped" not in text
     else:

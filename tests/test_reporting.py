@@ -512,6 +512,26 @@ def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> No
     assert fmt_ci(float("nan"), 0.1) == "-"
 
 
+def test_the_markdown_summary_ends_with_the_modules_definitions() -> None:
+    """The "Definitions" section is the evaluation module's list of them (ratio to best
+    static, gap to the oracle, 95% CI), not the docstring's overview above that list."""
+    import agents.evaluation as evaluation
+
+    text = summary_markdown([], [0], 1)
+    definitions = text.split("## Definitions")[1]
+    for term in ("*ratio to best static*", "*gap to the oracle*", "*95% CI*"):
+        assert term in definitions
+    assert "online_study" in evaluation.__doc__ and "online_study" not in definitions
+
+
+def test_make_env_builds_the_variant_it_is_given() -> None:
+    from inference.variants import resolve_variant, variant_label
+
+    label = variant_label(resolve_variant("glm-5.3"))
+    assert make_env().unwrapped.variant != label          # the article scenario's own is Flash
+    assert make_env(variant="glm-5.3").unwrapped.variant == label
+
+
 def test_the_episodes_of_a_seed_follow_on_from_one_another() -> None:
     """`episodes` consecutive episodes of one stream: the first is the seed's one-episode run,
     the next ones other tasks (not the first episode again)."""
