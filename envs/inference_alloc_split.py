@@ -51,7 +51,8 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     ## Action Space
 
     `Box(-1, 1, (3 * D,), float32)`, read as a 3 x D matrix (stage-major: the
-    load stage's D entries first). Entry `a` gives weight `w = (a + 1) / 2` in
+    load stage's D entries first; an array of shape (3, D) is refused, as the
+    box's `contains` refuses it). Entry `a` gives weight `w = (a + 1) / 2` in
     [0, 1]; each stage's non-negative weights are normalised to fractions.
     A stage whose weights are all zero (every entry at -1) is split evenly over
     all devices: it lies inside the box, and SB3 clips Gaussian samples onto
@@ -114,7 +115,9 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
             raise ValueError(f"action entries must be numbers in [-1, 1], not {what}, got {action!r}")
         arr = arr.astype(np.float64)
         expected = (3 * self.n_devices,)
-        if arr.shape not in (expected, (3, self.n_devices)):
+        # Only the Box's own flat shape, as its contains() and SB3's actions have it: the
+        # (3, D) matrix the entries are read as is refused, not a second accepted form.
+        if arr.shape != expected:
             raise ValueError(f"action must have shape {expected} (stage-major), got {arr.shape}")
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"action entries must be finite, got {action!r}")

@@ -173,6 +173,10 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     (SPLIT, ["0.5"] * 9, r"action entries must be numbers in \[-1, 1\], not dtype .U3"),
     (SPLIT, np.ones(9, dtype=bool), r"action entries must be numbers in \[-1, 1\], not booleans"),
     (SPLIT, np.zeros(8, dtype=np.float32), "shape"),
+    # the (3, D) matrix the flat action is read as: outside the Box (its contains() says so
+    # too), and SB3 sends the flat shape; it used to run, while the error named only (9,)
+    (SPLIT, np.zeros((3, 3), dtype=np.float32), r"action must have shape \(9,\) \(stage-major\), "
+                                                 r"got \(3, 3\)"),
     (SPLIT, np.array([0, 0, 0, 0, np.nan, 0, 0, 0, 0], dtype=np.float32), "finite"),
     (SPLIT, np.array([0, 0, 0, 0, 0, 0, 0, 0, 1.5], dtype=np.float32), r"\[-1, 1\]"),
     (SPLIT, np.array([-1.001, 0, 0, 0, 0, 0, 0, 0, 0]), r"\[-1, 1\]"),
