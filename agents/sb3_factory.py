@@ -247,7 +247,11 @@ def saved_model_info(path: str | Path) -> tuple[str, str]:
     weights; a MultiDiscrete (or DQN's flattened Discrete) is InferenceAlloc-v0's device ids.
     """
     p = Path(path)
-    data = saved_data(p)
+    return _model_info(p, saved_data(p))
+
+
+def _model_info(p: Path, data: dict[str, Any]) -> tuple[str, str]:
+    """`saved_model_info` from the zip's already-read `data` entry (load_sb3 reads it once)."""
     name = data.get("infer_agent")
     if name is None:
         name = _algorithm_of_plain_zip(data)
@@ -264,13 +268,14 @@ def saved_model_info(path: str | Path) -> tuple[str, str]:
     return name, env_id
 
 
-def _check_device_count(path: Path, env: gym.Env | None) -> None:
+def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -> None:
     """Refuse `env` when its hardware has another device count than the model's observations
-    were built for (5 + 7 D entries): SB3's own refusal, "Observation spaces do not match:
-    Box(0.0, 1.0, (19,), float32) != Box(...(26,)...)", said nothing of devices."""
+    were built for (5 + 7 D entries), as the zip's `data` entry records them: SB3's own
+    refusal, "Observation spaces do not match: Box(0.0, 1.0, (19,), float32) !=
+    Box(...(26,)...)", said nothing of devices."""
     base: Any = getattr(env, "unwrapped", None)
     here = getattr(base, "n_devices", None)
-    space = saved_data(path).get("observation_space")
+    space = data.get("observation_space")
     shape = space.get("_shape") if isinstance(space, dict) else None
     if here is None or not isinstance(shape, list) or len(shape) != 1:
         return
@@ -290,14 +295,15 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model file {p} does not exist")
-    name, env_id = saved_model_info(p)
+    data = saved_data(p)
+    name, env_id = _model_info(p, data)
     space = getattr(getattr(env, "unwrapped", None), "action_space", None)
     if space is not None and isinstance(space, spaces.Box) != (env_id == ENV_IDS[1]):
         # SB3's own refusal was "Action spaces do not match" (and a DQN's a missing nvec)
         raise ValueError(f"model file {p} holds an SB3 {ALGORITHMS[name].__name__} model, which "
                          f"acts in {env_id}; this env's actions are {space}: load it with an "
                          f"{env_id} env")
-    _check_device_count(p, env)
+    _check_device_count(p, data, env)
     wrapped = wrap_for(name, env) if env is not None else None
     torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:

@@ -241,6 +241,26 @@ def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> No
         load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
 
 
+def test_loading_reads_the_zips_data_entry_once(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_sb3 with an env reads the zip's JSON `data` once for the agent, env id and device
+    count (it used to parse it twice before SB3's own load)."""
+    from agents import sb3_factory
+
+    agent = sb3_factory.make_sb3("ppo", make(V0), seed=0)
+    path = agent.save(tmp_path / "ppo")
+    calls: list[Path] = []
+    real = sb3_factory.saved_data
+
+    def counted(p: Path) -> dict:
+        calls.append(p)
+        return real(p)
+
+    monkeypatch.setattr(sb3_factory, "saved_data", counted)
+    assert sb3_factory.load_sb3(path, make(V0)).name == "ppo"
+    assert calls == [path]
+
+
 def test_an_sb3_save_leaves_only_the_final_zip_and_a_failed_one_the_old_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SB3 appends ".zip" to a path without a suffix: the temp file must not get one, or it
