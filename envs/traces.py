@@ -135,6 +135,13 @@ class Trace:
         return float(self.time_s[-1])
 
 
+def _unknown(name_or_path: str | os.PathLike[str]) -> ValueError:
+    """The error for a name that is neither a packaged trace nor a path: built only when
+    raised, as every trace a scenario or env names is resolved on the way to a valid one."""
+    return ValueError(f"unknown trace {shown(name_or_path)}; known names: "
+                      f"{', '.join(sorted(TRACES))} (or pass the path of a CSV file)")
+
+
 def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     """Map a packaged name or a file path to (display name, path), with errors that say which."""
     if isinstance(name_or_path, str) and name_or_path in TRACES:
@@ -142,12 +149,8 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
         if not path.is_file():
             raise ValueError(f"packaged trace {shown(name_or_path)} is missing: no file at {path}")
         return name_or_path, path
-    unknown = ValueError(
-        f"unknown trace {shown(name_or_path)}; known names: {', '.join(sorted(TRACES))} "
-        "(or pass the path of a CSV file)"
-    )
     if isinstance(name_or_path, str) and not name_or_path.strip():
-        raise unknown   # Path("") is the working folder: "trace file . is a folder"
+        raise _unknown(name_or_path)   # Path("") is the working folder: "trace file . is a folder"
     problem = unusable_path(name_or_path)
     if problem is not None:
         raise ValueError(f"trace {shown(name_or_path)} is neither a packaged trace nor a "
@@ -165,7 +168,7 @@ def _resolve(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
     )
     if looks_like_path:
         raise ValueError(f"trace file not found: {shown(path, quote=False)}")
-    raise unknown
+    raise _unknown(name_or_path)
 
 
 class _TimestampParser:

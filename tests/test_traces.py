@@ -98,6 +98,16 @@ def test_unknown_name_lists_known_names() -> None:
         read_trace("azure-chat")
 
 
+@pytest.mark.parametrize("name", ["azure-chat", "", "  "])
+def test_unknown_name_message_in_full(name: str) -> None:
+    """Both places that refuse a name (blank, and neither packaged nor path-like) say it alike."""
+    expected = (f"unknown trace {name!r}; known names: azure-code, azure-conv "
+                "(or pass the path of a CSV file)")
+    with pytest.raises(ValueError) as caught:
+        read_trace(name)
+    assert str(caught.value) == expected
+
+
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope.csv"
     with pytest.raises(ValueError, match="nope.csv"):
