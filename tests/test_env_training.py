@@ -334,17 +334,30 @@ class _Logger:
         pass
 
 
-def test_latency_metrics_are_the_tables_statistics_over_the_window(monkeypatch) -> None:
-    """Four tasks through a window of three: each tag is its statistic of the last three,
-    as the callbacks' table defines it; without static latencies no vs_static is written."""
-    from types import SimpleNamespace
-
+@pytest.fixture
+def log(monkeypatch: pytest.MonkeyPatch) -> _Logger:
+    """A _Logger that the callbacks write their TensorBoard scalars to as well."""
     import agents.callbacks as callbacks
 
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
+    logger = _Logger()
+    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda _: logger)
+    return logger
+
+
+def _attach(callback, log: _Logger, num_timesteps: int = 0) -> None:
+    """init_callback with a stand-in model: `log` as its logger, at `num_timesteps`."""
+    from types import SimpleNamespace
+
+    callback.init_callback(SimpleNamespace(logger=log, num_timesteps=num_timesteps))
+
+
+def test_latency_metrics_are_the_tables_statistics_over_the_window(log: _Logger) -> None:
+    """Four tasks through a window of three: each tag is its statistic of the last three,
+    as the callbacks' table defines it; without static latencies no vs_static is written."""
+    import agents.callbacks as callbacks
+
     metrics = callbacks.LatencyMetrics(("cpu", "gpu"), window=3)
-    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(metrics, log)
     metrics.on_training_start({}, {})
     tasks = [(50.0, 1.0, True, 0.9), (1.0, 2.0, False, 0.2), (2.0, 4.0, True, 0.4),
              (10.0, 4.0, True, 0.6)]               # latency, static latency, cache hit, gpu
@@ -374,17 +387,13 @@ def test_latency_metrics_are_the_tables_statistics_over_the_window(monkeypatch) 
     assert "latency/vs_static" not in log.values and log.values["latency/mean"] == 5.0
 
 
-def test_per_sample_latency_counts_the_samples_of_every_env(monkeypatch) -> None:
+def test_per_sample_latency_counts_the_samples_of_every_env(log: _Logger) -> None:
     """With a VecEnv of n envs a step is n samples: env i's task of the step that brings
     num_timesteps to T is sample T - n + i, so two envs' steps give samples 0, 1, then 2, 3."""
-    from types import SimpleNamespace
-
     import agents.callbacks as callbacks
 
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
     metrics = callbacks.LatencyMetrics(("cpu",), window=10)
-    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(metrics, log)
     metrics.on_training_start({}, {})
     for latencies in ((1.0, 2.0), (3.0, 4.0)):
         metrics.model.num_timesteps += 2
@@ -394,7 +403,8 @@ def test_per_sample_latency_counts_the_samples_of_every_env(monkeypatch) -> None
         == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]
 
 
-def test_latency_metrics_ratio_and_steps_per_second_on_a_fake_clock(monkeypatch) -> None:
+def test_latency_metrics_ratio_and_steps_per_second_on_a_fake_clock(monkeypatch,
+                                                                  log: _Logger) -> None:
     """vs_static is the window's total latency over its total static latency, however small
     (tasks of well under a second); charts/SPS is the steps since training started over the
     seconds since (4 steps in 0.5 s: 8), and is left out while no time has passed."""
@@ -404,10 +414,8 @@ def test_latency_metrics_ratio_and_steps_per_second_on_a_fake_clock(monkeypatch)
 
     clock = [10.0]
     monkeypatch.setattr(callbacks, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
     metrics = callbacks.LatencyMetrics(("cpu",), window=10)
-    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(metrics, log)
     metrics.on_training_start({}, {})
     metrics.model.num_timesteps = 1
     metrics.locals = {"infos": [{"latency": 0.1, "static_latency": 0.2}]}
@@ -424,18 +432,14 @@ def test_latency_metrics_ratio_and_steps_per_second_on_a_fake_clock(monkeypatch)
     assert log.values["charts/SPS"] == 8
 
 
-def test_latency_metrics_are_current_when_an_off_policy_learner_dumps(monkeypatch) -> None:
+def test_latency_metrics_are_current_when_an_off_policy_learner_dumps(log: _Logger) -> None:
     """DQN dumps its logs at an episode's end, after that step's callback and before the
     rollout's end: the values it writes at step S are the window up to S, not the previous
     rollout's; the rollout's end then records nothing new, so nothing is written twice."""
-    from types import SimpleNamespace
-
     import agents.callbacks as callbacks
 
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
     metrics = callbacks.LatencyMetrics(("cpu",), window=10)
-    metrics.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(metrics, log)
     metrics.on_training_start({}, {})
     for step, latency in enumerate((1.0, 2.0, 3.0, 6.0), start=1):   # train_freq 2, episode 4
         metrics.model.num_timesteps = step
@@ -450,16 +454,12 @@ def test_latency_metrics_are_current_when_an_off_policy_learner_dumps(monkeypatc
     assert log.values == {}
 
 
-def test_held_out_eval_writes_at_start_and_each_interval_crossed(monkeypatch) -> None:
-    from types import SimpleNamespace
-
+def test_held_out_eval_writes_at_start_and_each_interval_crossed(log: _Logger) -> None:
     import agents.callbacks as callbacks
 
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
     latency = np.array([1.0, 2.0, 3.0, 10.0])
     held = callbacks.HeldOutEval(lambda: latency, static_mean=2.0, interval=100)
-    held.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(held, log)
     held.on_training_start({}, {})
     for _ in range(90):                     # 3 envs: 3 steps a call, 270 in all
         held.model.num_timesteps += 3
@@ -471,7 +471,7 @@ def test_held_out_eval_writes_at_start_and_each_interval_crossed(monkeypatch) ->
                                     "eval/latency_p95": 3 + 0.85 * 7})
     resumed = callbacks.HeldOutEval(lambda: latency, static_mean=2.0, interval=100)
     log.scalars.clear()
-    resumed.init_callback(SimpleNamespace(logger=log, num_timesteps=150))
+    _attach(resumed, log, 150)
     resumed.on_training_start({}, {})      # a resumed run: no step-0 point, next at 200
     for _ in range(20):
         resumed.model.num_timesteps += 3
@@ -479,18 +479,14 @@ def test_held_out_eval_writes_at_start_and_each_interval_crossed(monkeypatch) ->
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [201]
 
 
-def test_held_out_evals_last_point_is_the_model_after_its_last_update(monkeypatch) -> None:
+def test_held_out_evals_last_point_is_the_model_after_its_last_update(log: _Logger) -> None:
     """PPO and DQN update once more after their last step's callback: the point written there
     was not the saved model, and DQN's differed from the run's final/ row by up to 0.008."""
-    from types import SimpleNamespace
-
     import agents.callbacks as callbacks
 
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
     model = {"latency": np.array([4.0])}
     held = callbacks.HeldOutEval(lambda: model["latency"], static_mean=2.0, interval=100)
-    held.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(held, log)
     held.on_training_start({"total_timesteps": 300}, {})
     for _ in range(100):                    # 3 steps a call, to 300 = the end, on an interval
         held.model.num_timesteps += 3
@@ -508,23 +504,19 @@ def test_held_out_evals_last_point_is_the_model_after_its_last_update(monkeypatc
 
 
 def test_held_out_evals_end_point_is_written_once_and_for_a_run_that_wrote_none(
-        monkeypatch) -> None:
+        log: _Logger) -> None:
     """learn(0) ends where it started: its step-0 point is the end's, written once; a resumed
     run that ends before its next interval has written no point, and gets one at its end."""
-    from types import SimpleNamespace
-
     import agents.callbacks as callbacks
 
-    log = _Logger()
-    monkeypatch.setattr(callbacks, "tensorboard_writer", lambda logger: log)
     held = callbacks.HeldOutEval(lambda: np.array([4.0]), static_mean=2.0, interval=100)
-    held.init_callback(SimpleNamespace(logger=log, num_timesteps=0))
+    _attach(held, log)
     held.on_training_start({"total_timesteps": 0}, {})
     held.on_training_end()
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [0]
     log.scalars.clear()
     resumed = callbacks.HeldOutEval(lambda: np.array([4.0]), static_mean=2.0, interval=100)
-    resumed.init_callback(SimpleNamespace(logger=log, num_timesteps=150))
+    _attach(resumed, log, 150)
     resumed.on_training_start({"total_timesteps": 180}, {})
     for _ in range(10):                     # 3 steps a call, to 180: no interval crossed
         resumed.model.num_timesteps += 3
