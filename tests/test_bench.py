@@ -106,15 +106,93 @@ def test_an_episode_the_env_refuses_is_a_usage_error_before_any_timing(name, arg
     assert exit_.value.code == 2 and "1..1000000" in err and out == ""
 
 
-@pytest.mark.parametrize(("ours", "code"), [(30.0, 0), (20.0, 1)])
-def test_the_env_bench_exits_1_below_its_target(ours, code, monkeypatch, capsys):
-    """Below the 0.25 ratio it printed 'below' and exited 0, as bench_simulator and
-    bench_planning do not on a missed target."""
+ENV_RATES = {"envs:InferenceAlloc-v0": 30.0, "envs:InferenceAllocSplit-v0": 12.0,
+             "CartPole-v1": 100.0}
+
+
+def stub_rates(monkeypatch, module, rates: dict[str, float]) -> list[str]:
+    """`module.throughput` answering from `rates`; returns the list of env ids it timed."""
+    timed: list[str] = []
+
+    def throughput(env_id, *_args, **_kwargs):
+        timed.append(env_id)
+        return rates[env_id]
+
+    monkeypatch.setattr(module, "throughput", throughput)
+    return timed
+
+
+@pytest.mark.parametrize(("env", "slow", "code"), [
+    ("discrete", None, 0), ("discrete", "envs:InferenceAlloc-v0", 1),
+    ("split", None, 0), ("split", "envs:InferenceAllocSplit-v0", 1),
+    ("all", None, 0), ("all", "envs:InferenceAlloc-v0", 1),
+    ("all", "envs:InferenceAllocSplit-v0", 1),
+])
+def test_the_env_bench_exits_1_when_an_env_timed_is_below_its_target(env, slow, code,
+                                                                      monkeypatch, capsys):
+    """Below its ratio target an env's line says 'below' and the exit status is 1 (it printed
+    'below' and exited 0, as bench_simulator and bench_planning do not on a missed target)."""
     module = bench_module("bench_env")
-    rates = {"envs:InferenceAlloc-v0": ours, "CartPole-v1": 100.0}
-    monkeypatch.setattr(module, "throughput", lambda env_id, *_a, **_k: rates[env_id])
-    assert module.main(["--repeats", "1"]) == code
-    assert ("meets" if code == 0 else "below") in capsys.readouterr().out
+    rates = dict(ENV_RATES)
+    if slow is not None:
+        rates[slow] = 5.0           # under either target's share of CartPole's 100
+    stub_rates(monkeypatch, module, rates)
+    assert module.main(["--env", env, "--repeats", "1"]) == code
+    out = capsys.readouterr().out
+    assert out.count("below") == (slow is not None)
+
+
+@pytest.mark.parametrize(("env", "ids"), [
+    ("discrete", ["InferenceAlloc-v0"]), ("split", ["InferenceAllocSplit-v0"]),
+    ("all", ["InferenceAlloc-v0", "InferenceAllocSplit-v0"]),
+])
+def test_the_env_bench_times_the_chosen_envs_each_against_cartpole(env, ids, monkeypatch,
+                                                                   capsys):
+    module = bench_module("bench_env")
+    timed = stub_rates(monkeypatch, module, ENV_RATES)
+    module.main(["--env", env, "--repeats", "2"])
+    # alternately: each env of ours, then CartPole-v1, per repeat
+    assert timed == [name for _ in range(2) for env_id in ids
+                     for name in (f"envs:{env_id}", "CartPole-v1")]
+    lines = capsys.readouterr().out.splitlines()
+    rates = [line for line in lines if "steps/s" in line]
+    assert [line.split()[0] for line in rates] == [*ids, "CartPole-v1"]
+    ratios = {line.split()[1]: line for line in lines if line.startswith("ratio ")}
+    assert list(ratios) == ids
+    for env_id in ids:
+        target = dict(module.ENVS.values())[env_id]
+        expected = ENV_RATES[f"envs:{env_id}"] / ENV_RATES["CartPole-v1"]
+        assert f": {expected:12.3f}  (meets the {target} target)" in ratios[env_id]
+
+
+def test_the_split_env_has_its_own_target_below_the_discrete_envs():
+    targets = dict(bench_module("bench_env").ENVS.values())
+    assert 0 < targets["InferenceAllocSplit-v0"] < targets["InferenceAlloc-v0"]
+
+
+def test_an_unknown_env_bench_env_is_a_usage_error_before_any_timing(monkeypatch, capsys):
+    module = bench_module("bench_env")
+    timed = stub_rates(monkeypatch, module, ENV_RATES)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--env", "InferenceAllocSplit", "--repeats", "1"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "--env: invalid choice" in err and out == "" and not timed
+
+
+@pytest.mark.parametrize(("env", "profiled"), [("split", ["InferenceAllocSplit-v0"]),
+                                               ("discrete", ["InferenceAlloc-v0"]),
+                                               ("all", ["InferenceAlloc-v0",
+                                                        "InferenceAllocSplit-v0"])])
+def test_the_env_bench_profiles_the_chosen_envs(env, profiled, monkeypatch, capsys):
+    module = bench_module("bench_env")
+    stub_rates(monkeypatch, module, ENV_RATES)
+    module.main(["--env", env, "--repeats", "1", "--profile", "30", "--episode-tasks", "10"])
+    out = capsys.readouterr().out
+    headers = [line for line in out.splitlines() if line.endswith(", 30 steps:")]
+    assert headers == [f"{env_id}, 30 steps:" for env_id in profiled]
+    assert out.count("function calls") == 2 * len(profiled)    # by tottime, by cumulative
+    # the Split env's own module shows in its profile only
+    assert ("inference_alloc_split.py" in out) == ("InferenceAllocSplit-v0" in profiled)
 
 
 @pytest.mark.parametrize("target", ["TARGET_TIME_RATIO", "TARGET_MEMORY_RATIO"])
