@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -113,26 +114,41 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
             # own message (or, written "0.5", pass), and bools would pass as the entries 0 and 1.
             what = "booleans" if arr.dtype.kind == "b" or holds_bool(action) else f"dtype {arr.dtype}"
             raise ValueError(f"action entries must be numbers in [-1, 1], not {what}, got {action!r}")
-        arr = arr.astype(np.float64)
         expected = (3 * self.n_devices,)
         # Only the Box's own flat shape, as its contains() and SB3's actions have it: the
         # (3, D) matrix the entries are read as is refused, not a second accepted form.
         if arr.shape != expected:
             raise ValueError(f"action must have shape {expected} (stage-major), got {arr.shape}")
+        entries = arr.astype(np.float64).tolist()
+        # The common case in plain Python (numpy's per-call overhead on 3 D entries cost a
+        # third of a step): every entry finite (else the sum is not) and inside the box. Any
+        # other action takes the full checks, which refuse it or clip it onto the box.
+        if not (min(entries) >= -1.0 and max(entries) <= 1.0 and math.isfinite(sum(entries))):
+            entries = self._clipped_entries(arr, action)
+        d = self.n_devices
+        shares = []
+        for start in range(0, 3 * d, d):
+            weights = [(a + 1.0) / 2.0 for a in entries[start:start + d]]   # each >= 0
+            if not any(weights):
+                weights = [1.0] * d     # an all -1 stage: an even split
+            # whole sequences per device (the class docstring): fractions k / B, a whole stage 1.0
+            counts = sequences_of(weights, batch)
+            shares.append(tuple([(dev, n / batch) for dev, n in enumerate(counts) if n > 0]))
+        return tuple(shares)
+
+    @staticmethod
+    def _clipped_entries(arr: np.ndarray, action: Any) -> list[float]:
+        """The entries of `arr` (the action as an array) as floats, float32 rounding past the
+        box clipped onto its bound; a ValueError for a non-finite entry or one past the box."""
+        arr = arr.astype(np.float64)
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"action entries must be finite, got {action!r}")
         low, high = arr.min(), arr.max()
         if low < -1.0 - BOX_SLACK or high > 1.0 + BOX_SLACK:
             raise ValueError(f"action entries must lie in [-1, 1], got {action!r}")
-        if low < -1.0 or high > 1.0:
-            # Float32 rounding past the box (RescaleAction maps its own low bound to
-            # -1.0000001) is the bound: refusing it crashed plain PPO trained through it.
-            arr = np.clip(arr, -1.0, 1.0)
-        weights = (arr.reshape(3, self.n_devices) + 1.0) / 2.0
-        weights[weights.sum(axis=1) <= 0] = 1.0      # an all -1 stage: an even split
-        # whole sequences per device (the class docstring): fractions k / B, a whole stage 1.0
-        counts = [sequences_of(row, batch) for row in weights.tolist()]
-        return tuple(tuple((d, n / batch) for d, n in enumerate(row) if n > 0) for row in counts)
+        # Float32 rounding past the box (RescaleAction maps its own low bound to -1.0000001)
+        # is the bound: refusing it crashed plain PPO trained through it.
+        return np.clip(arr, -1.0, 1.0).tolist()
 
     def _dispatch(self, shares: Shares, masks: Masks | np.ndarray) -> tuple[Shares, int]:
         """As `InferenceAlloc-v0`'s, with the masks' whole-batch check relaxed per share: a

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left
+from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import envs  # noqa: F401  (registers the ids)
+from envs.inference_alloc_split import sequences_of
 from inference.hardware import load_hardware
 from inference.model_config import ModelConfig, get_model
 from inference.simulator import SimConfig, Simulator
@@ -137,3 +140,49 @@ def test_the_recorded_base_time_is_stage_seconds_where_the_figures_agree(
                 assert res.stage_base[s] == nominal.stage_seconds(res.works[s], dev, frac)
             elif not sim._contended[dev]:
                 assert res.stage_base[s] == sim.stage_seconds(res.works[s], dev, frac)
+
+
+@pytest.fixture(scope="module")
+def split_env() -> Any:
+    return gym.make("envs:InferenceAllocSplit-v0").unwrapped
+
+
+def _reference_shares(action: object, n_devices: int, batch: int) -> object:
+    """The Split env's reading of a valid action, the plain numpy way it was first written:
+    clip float32 rounding onto the box, weights (a + 1) / 2, an all-zero stage even."""
+    arr = np.clip(np.asarray(action).astype(np.float64), -1.0, 1.0)
+    weights = (arr.reshape(3, n_devices) + 1.0) / 2.0
+    weights[weights.sum(axis=1) <= 0] = 1.0
+    counts = [sequences_of(row, batch) for row in weights.tolist()]
+    return tuple(tuple((d, n / batch) for d, n in enumerate(row) if n > 0) for row in counts)
+
+
+# entries where the reading has edges: the bounds, float32 rounding past them, tiny weights
+_edges = st.sampled_from([-1.0, 1.0, -1.0000001, 1.0000001, -1.0 + 1e-7, 0.0, -0.9999, 1e-300])
+_entries = st.one_of(st.floats(-1.0, 1.0), _edges)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_entries, min_size=9, max_size=9), st.integers(1, 64),
+       st.sampled_from([np.float32, np.float64, list]))
+def test_the_split_env_reads_an_action_as_the_plain_numpy_reference(
+        split_env: Any, entries: list[float], batch: int, kind: object) -> None:
+    action = entries if kind is list else np.array(entries, dtype=kind)
+    assert split_env._requested_shares(action, batch) == _reference_shares(action, 3, batch)
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (float("nan"), "must be finite"), (float("inf"), "must be finite"),
+    (-float("inf"), "must be finite"), (1.001, r"must lie in \[-1, 1\]"),
+    (-1e300, r"must lie in \[-1, 1\]"), (1e308, r"must lie in \[-1, 1\]"),
+])
+@pytest.mark.parametrize("where", [0, 4, 8])
+def test_the_split_env_refuses_a_bad_entry_wherever_it_lies(split_env: Any, bad: float,
+                                                            message: str, where: int) -> None:
+    # a NaN past the first entry hides from a plain min()/max(), and a huge entry beside its
+    # negative sums to 0: each must still be refused, with its own message
+    entries = [0.5] * 9
+    entries[where] = bad
+    entries[(where + 1) % 9] = -bad if abs(bad) > 1e300 else 0.0
+    with pytest.raises(ValueError, match=message):
+        split_env._requested_shares(np.array(entries), 8)
