@@ -301,6 +301,9 @@ class InferenceAllocEnv(gym.Env):
         # Labels, device shares and observed previous placement of a placement, which depend on
         # the placement and (a split label counts sequences) the batch: see _placement_facts.
         self._facts_memo: dict[tuple[Shares, int], PlacementFacts] = {}
+        # One stage's label, keyed as the facts are: split placements rarely repeat whole, but
+        # their stages do (a few dozen ways to split a batch of 8 over three devices).
+        self._label_memo: dict[tuple[tuple[tuple[int, float], ...], int], str] = {}
         # (task, works): the current task's `stage.work` records, which the masks, the run,
         # the references and the speed measurement all price; built once per task.
         self._works_memo: tuple[Task, Works] | None = None
@@ -663,7 +666,8 @@ class InferenceAllocEnv(gym.Env):
         building it again. A split placement's labels count sequences of the batch, so in the
         Split env the batch is part of the key; here every stage is whole, and keying on the
         batch too would only multiply the entries (27 placements times every batch size)."""
-        key = (shares, batch if self._labels_count_sequences else 0)
+        counted = batch if self._labels_count_sequences else 0
+        key = (shares, counted)
         facts = self._facts_memo.get(key)
         if facts is not None:
             return facts
@@ -674,8 +678,17 @@ class InferenceAllocEnv(gym.Env):
             for dev, frac in stage_shares:
                 share[dev] += frac / 3.0
                 prev[s * d + dev] = frac
-        labels = tuple(self._placement_label((stage_shares,), batch) for stage_shares in shares)
-        facts = (labels, dict(zip(self.device_names, share, strict=True)), tuple(prev))
+        label_memo = self._label_memo
+        labels = []
+        for stage_shares in shares:
+            label = label_memo.get((stage_shares, counted))
+            if label is None:
+                if len(label_memo) >= 4096:   # bounded, as the facts' memo
+                    label_memo.clear()
+                label = self._placement_label((stage_shares,), batch)
+                label_memo[stage_shares, counted] = label
+            labels.append(label)
+        facts = (tuple(labels), dict(zip(self.device_names, share, strict=True)), tuple(prev))
         if len(self._facts_memo) >= 4096:   # split placements rarely repeat: keep it bounded
             self._facts_memo.clear()
         self._facts_memo[key] = facts

@@ -186,3 +186,28 @@ def test_the_split_env_refuses_a_bad_entry_wherever_it_lies(split_env: Any, bad:
     entries[(where + 1) % 9] = -bad if abs(bad) > 1e300 else 0.0
     with pytest.raises(ValueError, match=message):
         split_env._requested_shares(np.array(entries), 8)
+
+
+@FEW
+@given(st.lists(st.lists(_entries, min_size=9, max_size=9), min_size=1, max_size=20),
+       st.lists(st.integers(1, 8), min_size=1, max_size=20))
+def test_memoised_labels_are_the_labels_built_afresh(split_env: Any, actions: list[list[float]],
+                                                     batches: list[int]) -> None:
+    # _placement_facts keeps each stage's label; a split stage's label counts sequences of the
+    # batch, so the same fractions in another batch are another label ("cpu:1/2" vs "cpu:2/4")
+    split_env._facts_memo.clear()
+    for i, entries in enumerate(actions):
+        batch = batches[i % len(batches)]
+        shares = split_env._requested_shares(np.array(entries), batch)
+        if i % 3 == 2:
+            split_env._label_memo.clear()            # now and then, built afresh
+        labels = split_env._placement_facts(shares, batch)[0]
+        assert labels == tuple(split_env._placement_label((stage,), batch) for stage in shares)
+        split_env._facts_memo.clear()                # the next pass meets the stage memo only
+
+
+def test_a_split_stage_label_counts_the_batch_it_was_asked_for(split_env: Any) -> None:
+    halves = ((0, 0.5), (1, 0.5))
+    for batch in (2, 4, 2):
+        labels = split_env._placement_facts((halves, halves, ((2, 1.0),)), batch)[0]
+        assert labels == (f"cpu:{batch // 2}/{batch}+gpu:{batch // 2}/{batch}",) * 2 + ("npu",)
