@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,3 +231,18 @@ def test_a_bad_training_bench_option_is_a_usage_error_before_any_training(args, 
         module.main(args)
     out, err = capsys.readouterr()
     assert exit_.value.code == 2 and "must be >= 1" in err and out == ""
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("bench_*.py")))
+def test_every_bench_script_imports_the_repository_it_lies_in(script):
+    """Run as `python bench/X.py`, a script's folder is bench/, so without putting the root
+    first it timed whatever `envs`/`inference` was installed (an editable install of another
+    checkout), not the code beside it."""
+    probe = ("import runpy, sys\n"
+             f"sys.argv = [{str(ROOT / 'bench' / script)!r}, '--help']\n"
+             "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print(sys.path[0])\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=ROOT / "bench").stdout
+    assert out.splitlines()[-1] == str(ROOT)
