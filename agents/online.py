@@ -62,6 +62,10 @@ class OnlineResult:
           learn, are then stable from the first window (against static's own run: from
           sample 588 of 600, the queue bursts of two trajectories keeping 50-sample windows
           10-20% apart). On one stream their gain still swings with the load (50-553).
+          The cancelling also hides a backlog the agent built itself: static, priced behind
+          it, waits as long, so a learner that overloads a near-capacity stream reads as
+          settled (ratio ~1) while its latency grows; steady_vs_static shows it (azure-conv
+          at trace_time_scale 0.05, 300 samples: cold PPO settled at 50, 70x static).
           A run whose last window is still outside the band gives its length: it has not
           settled within the run, and the number is a lower bound (censored, not NaN, so
           that a mean over seeds counts it as late rather than dropping it).

@@ -118,7 +118,9 @@ class InferenceAllocEnv(gym.Env):
     `reward="latency"` (default): minus the task's latency in seconds.
     `reward="relative"`: `1 - latency / static_latency`, where the static
     latency is the best static placement's for the same task in the same state
-    (0 = as good as static, positive = better).
+    (0 = as good as static, positive = better). In the same state static waits behind
+    the backlog the agent's own earlier placements built, so this reward does not charge
+    a policy for the queue it creates: once one builds, every placement's reward is near 0.
 
     ## Info
 
