@@ -73,6 +73,30 @@ def episode_latencies(policy: Any, env: gym.Env, seed: int, episodes: int = 1) -
     return np.asarray(out)
 
 
+# Under a load the hardware carries, a reference's latency is stationary through an episode
+# (the article's: 0.9x from its first quarter to its last); past the hardware's capacity the
+# backlog, and with it every task's latency, grows with the task's index (the stress presets:
+# 5-8x). Quarters of fewer than 10 tasks are too noisy to tell.
+OVERLOAD_GROWTH = 2.0
+MIN_GROWTH_TASKS = 40
+
+
+def overload_note(latency: np.ndarray, reference: str = "best-static") -> str | None:
+    """A note for a table where `reference`'s per-task latency over one episode grows at least
+    `OVERLOAD_GROWTH` times from the episode's first quarter to its last: the workload arrives
+    faster than the hardware serves it. None otherwise, or for under `MIN_GROWTH_TASKS` tasks."""
+    if len(latency) < MIN_GROWTH_TASKS:
+        return None
+    quarter = len(latency) // 4
+    growth = float(np.mean(latency[-quarter:]) / np.mean(latency[:quarter]))
+    if not growth >= OVERLOAD_GROWTH:
+        return None
+    return (f"note: {reference}'s latency grows {growth:.1f}x from the episode's first quarter "
+            f"to its last: the workload arrives faster than this hardware serves it, so queues "
+            f"grow and every latency above is mostly queueing. For a load it carries, lower "
+            f"the scenario's workload.arrival_rate (trace_time_scale with a trace)")
+
+
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     """Mean and 95% t-interval half-width of the finite values (NaN where undefined)."""
     finite = [v for v in values if np.isfinite(v)]

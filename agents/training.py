@@ -61,7 +61,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from agents.callbacks import FINAL_METRICS, HeldOutEval, LatencyMetrics, RunInfo
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
-from agents.evaluation import episode_latencies, make_env
+from agents.evaluation import episode_latencies, make_env, overload_note
 from agents.files import write_text
 from agents.registry import (
     SB3_NAMES,
@@ -575,4 +575,5 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
     for name, lat in rows:
         lines.append(f"| {name} | {lat.mean():.2f} | {np.percentile(lat, 95):.2f} | "
                      f"{lat.mean() / static:.3f} |")
-    return "\n".join(lines)
+    note = overload_note(baseline_latency(key, "best-static"))
+    return "\n".join(lines + (["", note] if note else []))

@@ -690,3 +690,35 @@ def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenario
                             "scenario article (hardware edge, variant glm-5.3), workload")):
         table = comparison_table(TrainConfig(eval_tasks=12, **kwargs), [run])
         assert table is not None and header in table.splitlines()[0], table
+
+
+@pytest.mark.parametrize(("scenario", "noted"), [("article", False), ("short-text", True)])
+def test_the_comparison_table_says_when_the_workload_overloads_the_hardware(scenario, noted):
+    """A workload that arrives faster than the hardware serves it gave a table of latencies
+    in the thousands of seconds and no word why: short-text (1 task/s) grows best-static's
+    latency ~7x through 200 tasks; the article's load is carried."""
+    from types import SimpleNamespace
+
+    from agents.config import TrainConfig
+    from agents.training import comparison_table
+
+    run = SimpleNamespace(latency=np.ones(200), spec=SimpleNamespace(label="ppo", seed=0))
+    table = comparison_table(TrainConfig(scenario=scenario, eval_tasks=200), [run])
+    assert table is not None
+    note = [line for line in table.splitlines() if line.startswith("note:")]
+    assert bool(note) == noted, table
+    if noted:
+        growth = float(note[0].split("grows ")[1].split("x")[0])
+        assert growth >= 2 and "arrival_rate" in note[0], note
+
+
+def test_the_overload_note_reads_the_growth_of_the_reference_latency():
+    from agents.evaluation import overload_note
+
+    growing = np.arange(1.0, 101.0)      # quarters' means 13 and 88
+    note = overload_note(growing, "heft")
+    assert note is not None and note.startswith("note: heft's latency grows 6.8x"), note
+    assert overload_note(np.full(100, 500.0)) is None      # slow, but not growing
+    assert overload_note(growing[::-1]) is None            # a backlog draining
+    assert overload_note(np.arange(1.0, 40.0)) is None     # too few tasks to tell
+    assert overload_note(np.r_[np.ones(75), np.full(25, 2.0)]) is not None   # 2x: noted
