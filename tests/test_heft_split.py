@@ -14,6 +14,7 @@ from agents.registry import load_policy, make_policy, valid_names
 from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.observation import BACKLOG_SCALE_S, previous_entries
+from envs.scenario import load_scenario
 
 CPU, GPU, NPU = 0, 1, 2
 PREFILL = 1
@@ -77,6 +78,29 @@ def test_a_batch_of_one_runs_each_stage_on_one_device(
     assert ((policy.fractions(None) > 0).sum(axis=1) == 1).all()
 
 
+def test_a_batch_of_one_goes_where_heft_calibrated_puts_it(
+        split_env: InferenceAllocSplitEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One sequence cannot be divided, so each stage goes on HEFT's own choice: with the set-up
+    a device pays where it ran no share of the stage for the previous task (a stream of
+    batch-1 tasks), and a tie going to the device listed first (three equal devices)."""
+    scenario = load_scenario("article").to_dict()
+    scenario["workload"]["batch"] = 1
+    env = InferenceAllocSplitEnv(scenario, variant="glm-5.3", episode_tasks=60)
+    split, heft = HeftSplitPolicy(env), make_policy("heft-calibrated", env)
+    obs, _ = env.reset(seed=0)
+    for _ in range(60):
+        heft_choice = np.zeros((3, env.n_devices))
+        heft_choice[range(3), heft.placement(obs)] = 1.0
+        np.testing.assert_array_equal(split.fractions(obs), heft_choice)
+        obs, *_ = env.step(split.predict(obs)[0])
+
+    tied = HeftSplitPolicy(split_env)
+    for policy in (tied, heft):
+        hand_made_costs(policy, monkeypatch, times=((1.0,) * 3,) * 3, batch=1)
+    assert heft.placement(None) == (CPU, CPU, CPU)
+    np.testing.assert_array_equal(tied.fractions(None), [[1, 0, 0]] * 3)
+
+
 def test_idle_devices_share_the_prefill_by_speed(split_env: InferenceAllocSplitEnv) -> None:
     """Idle devices: prefill (compute bound) is divided, the faster device taking more."""
     policy = HeftSplitPolicy(split_env)
@@ -116,6 +140,25 @@ def test_shares_finish_together_by_the_docstrings_formula(
     finish = c[:2] + a[:2] + f[PREFILL, :2] * b[:2]
     assert abs(finish[0] - finish[1]) <= b[:2].max() / 64
     assert finish.max() < min(c[:2] + a[:2] + b[:2])   # sooner than either device alone
+
+
+def test_a_device_is_free_for_the_next_stage_when_its_share_ends(
+        split_env: InferenceAllocSplitEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU runs the load and a 0.01 s prefill, then is free for decode at once: it keeps
+    decode rather than the NPU, which would first copy the weights (hand-made costs; one
+    sequence, which no split divides)."""
+    policy = HeftSplitPolicy(split_env)
+    hand_made_costs(policy, monkeypatch, times=((1.0,) * 3, (0.01,) * 3, (1.0,) * 3),
+                    allowed=[[CPU], [CPU], [CPU, NPU]], batch=1)
+    np.testing.assert_array_equal(policy.fractions(None), [[1, 0, 0]] * 3)
+
+
+def test_a_split_leaving_a_device_no_whole_sequence_is_no_plan() -> None:
+    """Three equal devices and two sequences: the three-way split rounds to 1, 1 and 0, so it
+    is dropped (it is the pair's plan, tried on its own)."""
+    start, slope = dict.fromkeys(range(3), 0.0), dict.fromkeys(range(3), 1.0)
+    assert HeftSplitPolicy._whole_shares((0, 1, 2), start, slope, batch=2) is None
+    assert HeftSplitPolicy._whole_shares((0, 1), start, slope, batch=2) == {0: 0.5, 1: 0.5}
 
 
 def test_a_busy_device_gets_no_share(split_env: InferenceAllocSplitEnv) -> None:
