@@ -848,6 +848,17 @@ def test_a_dotted_name_gets_zip_appended_not_its_suffix_replaced(
     assert (tmp_path / "m.v1.zip").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_a_path_without_zip_is_read_as_given_when_it_exists(
+        tmp_path: Path, article: InferenceAllocEnv) -> None:
+    """`m` stands for `m.zip` only where `m` itself is absent: a policy zip saved as `m` is
+    read even beside an `m.zip`, and where neither exists the error names the path given."""
+    make_policy("heft", article).save(tmp_path / "m.zip")
+    make_policy("heft-calibrated", article).save(tmp_path / "other.zip").rename(tmp_path / "m")
+    assert load_policy(tmp_path / "m", article).name == "heft-calibrated"
+    with pytest.raises(FileNotFoundError, match=f"model file {tmp_path / 'gone'} does not exist$"):
+        load_policy(tmp_path / "gone", article)
+
+
 @pytest.mark.parametrize("where", ["folder", "under-a-file"])
 def test_saving_onto_a_folder_or_under_a_file_names_the_path(
         tmp_path: Path, article: InferenceAllocEnv, where: str) -> None:
@@ -1025,6 +1036,8 @@ def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
         assert name in str(err.value)
     with pytest.raises(ValueError, match="unknown agent 'gated-hefty'; valid names: all-cpu"):
         make_policy("gated-hefty", article)     # the name as given, not its inner part
+    with pytest.raises(ValueError, match="agent name must be a string; valid names: all-cpu"):
+        make_policy(3, article)
     missing = tmp_path / "nowhere" / "model.zip"
     with pytest.raises(FileNotFoundError, match=str(missing)):
         load_policy(missing, article)
@@ -1048,6 +1061,8 @@ def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
     ({"name": "heft", "config": {"calibrated": "x"}}, "'calibrated' must be true or false"),
     ({"name": "random", "config": {"seed": "x"}}, "seed must be an integer >= 0, got 'x'"),
     ({"name": "random", "config": {"seed": -1}}, "seed must be an integer >= 0, got -1"),
+    ({"name": "gated-heft", "config": {"threshold": [8], "inner": {"name": "heft", "config": {}}}},
+     "argument must be a string"),     # a TypeError from the file, not from the env
 ])
 def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: InferenceAllocEnv,
                                                   saved: dict[str, Any], message: str) -> None:
@@ -1074,6 +1089,9 @@ def test_sb3_names_without_the_sb3_factory(tmp_path: Path, article: InferenceAll
         zf.writestr("data", "{}")
     with pytest.raises(NotImplementedError, match="not available"):
         load_policy(sb3_zip, article)
+    monkeypatch.setattr(agents.registry, "_SB3_MODULE", "agents.base")   # no make_sb3 there
+    with pytest.raises(NotImplementedError, match=r"agents.base has no make_sb3\(\) for 'ppo'"):
+        make_policy("ppo", article)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("agents.sb3_factory") is None,
