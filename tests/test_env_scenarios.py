@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 import envs
-from envs.scenario import SCENARIO_DIR, load_scenario, scenario_from_dict, scenario_names
+from envs.scenario import (
+    MIN_RATE,
+    SCENARIO_DIR,
+    Burst,
+    load_scenario,
+    scenario_from_dict,
+    scenario_names,
+)
 from envs.traces import batch_requests, read_trace
 from inference.hardware import PRESET_DIR
 
@@ -354,11 +361,36 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"faults": 0}, "scenario field faults must be a list, got 0"),
     ({"faults": False}, "scenario field faults must be a list, got False"),
     ({"faults": ""}, "scenario field faults must be a list, got ''"),
+    # not a scenario's shape at all: each a ValueError naming the field, not an AttributeError
+    ({"workload": 5}, "scenario field workload must be a mapping"),
+    ({"workload": {"batch": "8"}}, "workload.batch must be a number or a mapping with `dist`"),
+    ({"workload": {"batch": {"dist": "choice", "values": []}}},
+     "workload.batch.values must be a non-empty list"),
+    ({"workload": {"batch": {"dist": "choice", "values": [4, 8], "weights": [1.0]}}},
+     "workload.batch.weights must match values and sum to > 0"),
+    # a count of tasks, the episode's or a fault's window, is at least one
+    ({"episode_tasks": 0}, "episode_tasks must be > 0.0"),
+    ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
+                  "factor": 1.5}]}, "need start_task < end_task and 0 < factor <= 1"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
         scenario_from_dict(raw, "test")
     assert message in str(info.value)
+
+
+def test_the_inclusive_edges_of_each_documented_range_load() -> None:
+    """The other side of the refusals above: a bound a field may take loads as given."""
+    raw = {"noise": 0, "failed_dispatch_s": 0, "cache": {"decay": 1},
+           "workload": {"zipf": 0, "arrival_rate": MIN_RATE, "trace_time_scale": MIN_RATE,
+                        "burst": {"period": 4, "length": 4, "rate_multiplier": MIN_RATE}},
+           "faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 1,
+                       "factor": 1}]}
+    sc = scenario_from_dict(raw, "edges")
+    assert (sc.noise, sc.failed_dispatch_s, sc.cache.decay) == (0, 0, 1)
+    w = sc.workload
+    assert (w.zipf, w.arrival_rate, w.trace_time_scale) == (0, MIN_RATE, MIN_RATE)
+    assert w.burst == Burst(4, 4, MIN_RATE) and sc.faults[0].factor == 1
 
 
 def test_faults_that_take_every_device_offline_at_once_are_refused() -> None:
