@@ -364,6 +364,11 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     # not a scenario's shape at all: each a ValueError naming the field, not an AttributeError
     ({"workload": 5}, "scenario field workload must be a mapping"),
     ({"workload": {"batch": "8"}}, "workload.batch must be a number or a mapping with `dist`"),
+    ({"workload": {"batch": {"dist": "poisson", "value": 4}}},
+     "workload.batch.dist must be one of normal, lognormal, uniform, choice, constant, got 'poisson'"),
+    ({"workload": {"batch": {"value": 5, "min": 0}}}, "workload.batch: need 1 <= min <= max, got 0.0.."),
+    ({"workload": {"trace": 5}}, "workload.trace must be a trace name or path, got 5"),
+    ({"variant": 5}, "scenario field variant must be a recipe name or a mapping"),
     ({"workload": {"batch": {"dist": "choice", "values": []}}},
      "workload.batch.values must be a non-empty list"),
     ({"workload": {"batch": {"dist": "choice", "values": [4, 8], "weights": [1.0]}}},
@@ -381,13 +386,15 @@ def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], mess
 
 def test_the_inclusive_edges_of_each_documented_range_load() -> None:
     """The other side of the refusals above: a bound a field may take loads as given."""
-    raw = {"noise": 0, "failed_dispatch_s": 0, "cache": {"decay": 1},
+    raw = {"noise": 0, "failed_dispatch_s": 0,
+           "cache": {"decay": 1, "train_shift": 0, "precomputed_size": 0},
            "workload": {"zipf": 0, "arrival_rate": MIN_RATE, "trace_time_scale": MIN_RATE,
                         "burst": {"period": 4, "length": 4, "rate_multiplier": MIN_RATE}},
            "faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 1,
                        "factor": 1}]}
     sc = scenario_from_dict(raw, "edges")
-    assert (sc.noise, sc.failed_dispatch_s, sc.cache.decay) == (0, 0, 1)
+    assert (sc.noise, sc.failed_dispatch_s) == (0, 0)
+    assert (sc.cache.decay, sc.cache.train_shift, sc.cache.precomputed_size) == (1, 0, 0)
     w = sc.workload
     assert (w.zipf, w.arrival_rate, w.trace_time_scale) == (0, MIN_RATE, MIN_RATE)
     assert w.burst == Burst(4, 4, MIN_RATE) and sc.faults[0].factor == 1
