@@ -848,6 +848,13 @@ def test_a_dotted_name_gets_zip_appended_not_its_suffix_replaced(
     assert (tmp_path / "m.v1.zip").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_a_policy_loaded_into_no_env_blames_the_env_not_the_file(
+        tmp_path: Path, article: InferenceAllocEnv) -> None:
+    path = make_policy("heft", article).save(tmp_path / "h.zip")
+    with pytest.raises(TypeError, match="expected an InferenceAlloc environment .*, got object$"):
+        load_policy(path, object())
+
+
 def test_a_path_without_zip_is_read_as_given_when_it_exists(
         tmp_path: Path, article: InferenceAllocEnv) -> None:
     """`m` stands for `m.zip` only where `m` itself is absent: a policy zip saved as `m` is
@@ -1063,6 +1070,7 @@ def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
     ({"name": "random", "config": {"seed": -1}}, "seed must be an integer >= 0, got -1"),
     ({"name": "gated-heft", "config": {"threshold": [8], "inner": {"name": "heft", "config": {}}}},
      "argument must be a string"),     # a TypeError from the file, not from the env
+    ({"name": 5, "config": {}}, "malformed policy.json"),
 ])
 def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: InferenceAllocEnv,
                                                   saved: dict[str, Any], message: str) -> None:
@@ -1089,6 +1097,12 @@ def test_sb3_names_without_the_sb3_factory(tmp_path: Path, article: InferenceAll
         zf.writestr("data", "{}")
     with pytest.raises(NotImplementedError, match="not available"):
         load_policy(sb3_zip, article)
+    # a factory that is there but lacks a dependency says which, not "not available yet"
+    (tmp_path / "broken_factory.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(agents.registry, "_SB3_MODULE", "broken_factory")
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        make_policy("ppo", article)
     monkeypatch.setattr(agents.registry, "_SB3_MODULE", "agents.base")   # no make_sb3 there
     with pytest.raises(NotImplementedError, match=r"agents.base has no make_sb3\(\) for 'ppo'"):
         make_policy("ppo", article)
