@@ -13,7 +13,7 @@ from agents.online import rollout
 from agents.registry import load_policy, make_policy, valid_names
 from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv
-from envs.observation import BACKLOG_SCALE_S, previous_entries
+from envs.observation import BACKLOG_SCALE_S, device_entries, previous_entries
 from envs.scenario import load_scenario
 
 CPU, GPU, NPU = 0, 1, 2
@@ -153,12 +153,35 @@ def test_a_device_is_free_for_the_next_stage_when_its_share_ends(
     np.testing.assert_array_equal(policy.fractions(None), [[1, 0, 0]] * 3)
 
 
-def test_a_split_leaving_a_device_no_whole_sequence_is_no_plan() -> None:
+def test_a_split_leaving_a_device_dust_or_no_whole_sequence_is_no_plan() -> None:
     """Three equal devices and two sequences: the three-way split rounds to 1, 1 and 0, so it
-    is dropped (it is the pair's plan, tried on its own)."""
+    is dropped (it is the pair's plan, tried on its own). A 5.1% share of 64 sequences rounds
+    to 3, under MIN_SHARE's 3.2: dropped as well."""
     start, slope = dict.fromkeys(range(3), 0.0), dict.fromkeys(range(3), 1.0)
     assert HeftSplitPolicy._whole_shares((0, 1, 2), start, slope, batch=2) is None
     assert HeftSplitPolicy._whole_shares((0, 1), start, slope, batch=2) == {0: 0.5, 1: 0.5}
+    assert HeftSplitPolicy._whole_shares((0, 1), start, {0: 1.0, 1: 18.6}, batch=64) is None
+
+
+def test_the_plan_whose_last_share_ends_first_wins(
+        split_env: InferenceAllocSplitEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three equal devices, three sequences: one each (every share ends at 1/3 s) beats two
+    and one (the one ends at 1/3 s too, but the two at 2/3 s), stage by stage."""
+    policy = HeftSplitPolicy(split_env)
+    hand_made_costs(policy, monkeypatch, times=((1.0,) * 3,) * 3, batch=3)
+    np.testing.assert_allclose(policy.fractions(None), np.full((3, 3), 1 / 3))
+
+
+def test_a_device_measured_slower_takes_a_smaller_share(split_env: InferenceAllocSplitEnv) -> None:
+    """heft-split prices each device at its measured speed, the observation's speed ratio."""
+    policy = HeftSplitPolicy(split_env)
+    obs, _ = split_env.reset(seed=2)
+    quiet = idle_obs(split_env, obs)
+    share = policy.fractions(quiet)[PREFILL, GPU]
+    assert share > 0
+    slowed = quiet.copy()
+    slowed[device_entries(split_env.n_devices, "speed")][GPU] /= 2    # half its nominal speed
+    assert policy.fractions(slowed)[PREFILL, GPU] < share
 
 
 def test_a_busy_device_gets_no_share(split_env: InferenceAllocSplitEnv) -> None:
