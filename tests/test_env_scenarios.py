@@ -369,6 +369,10 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"workload": {"batch": {"value": 5, "min": 0}}}, "workload.batch: need 1 <= min <= max, got 0.0.."),
     ({"workload": {"trace": 5}}, "workload.trace must be a trace name or path, got 5"),
     ({"variant": 5}, "scenario field variant must be a recipe name or a mapping"),
+    ({"faults": [{"device": "gpu", "kind": "reboot", "start_task": 0, "end_task": 5}]},
+     "faults[0].kind must be offline or throttle, got 'reboot'"),
+    ({"faults": [{"device": 5, "kind": "offline", "start_task": 0, "end_task": 5}]},
+     "faults[0].device must name a device"),
     ({"workload": {"batch": {"dist": "choice", "values": []}}},
      "workload.batch.values must be a non-empty list"),
     ({"workload": {"batch": {"dist": "choice", "values": [4, 8], "weights": [1.0]}}},
@@ -388,8 +392,10 @@ def test_the_inclusive_edges_of_each_documented_range_load() -> None:
     """The other side of the refusals above: a bound a field may take loads as given."""
     raw = {"noise": 0, "failed_dispatch_s": 0,
            "cache": {"decay": 1, "train_shift": 0, "precomputed_size": 0},
+           "simulator": {"prefetch_depth": 0},
            "workload": {"zipf": 0, "arrival_rate": MIN_RATE, "trace_time_scale": MIN_RATE,
-                        "burst": {"period": 4, "length": 4, "rate_multiplier": MIN_RATE}},
+                        "burst": {"period": 4, "length": 4, "rate_multiplier": MIN_RATE},
+                        "batch": {"value": 4, "min": 4, "max": 4}},
            "faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 1,
                        "factor": 1}]}
     sc = scenario_from_dict(raw, "edges")
@@ -398,6 +404,15 @@ def test_the_inclusive_edges_of_each_documented_range_load() -> None:
     w = sc.workload
     assert (w.zipf, w.arrival_rate, w.trace_time_scale) == (0, MIN_RATE, MIN_RATE)
     assert w.burst == Burst(4, 4, MIN_RATE) and sc.faults[0].factor == 1
+    assert (w.batch.min, w.batch.max, sc.simulator.prefetch_depth) == (4, 4, 0)
+
+
+def test_a_choice_without_weights_and_a_zero_std_survive_to_dict() -> None:
+    """to_dict leaves out only weights never given; a parameter that is 0 is still written."""
+    workload = {"batch": {"dist": "choice", "values": [4, 8]},
+                "prompt_tokens": {"dist": "normal", "mean": 2000, "std": 0}}
+    sc = scenario_from_dict({"workload": workload}, "x")
+    assert load_scenario(sc.to_dict()) == sc
 
 
 def test_faults_that_take_every_device_offline_at_once_are_refused() -> None:
@@ -739,11 +754,12 @@ def test_the_best_static_memo_keeps_the_most_recently_used_configurations(
 
 def test_a_scenario_without_sections_takes_the_dataclass_defaults() -> None:
     """scenario_from_dict's fallbacks are the dataclasses' own defaults, not a second copy."""
-    from envs.scenario import Burst, CacheSpec, SimulatorSpec, Workload
+    from envs.scenario import CacheSpec, Scenario, SimulatorSpec, Workload
 
     sc = scenario_from_dict({"workload": {"burst": {}}}, "x")
     assert sc.workload == dataclasses.replace(Workload(), burst=Burst())
     assert (sc.cache, sc.simulator) == (CacheSpec(), SimulatorSpec())
+    assert scenario_from_dict({}, "empty") == Scenario(name="empty", source="empty")
 
 
 def test_best_static_is_searched_again_when_the_trace_or_hardware_file_changes(
