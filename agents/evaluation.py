@@ -125,6 +125,7 @@ class AgentResult:
     runs: int = 1
     samples: list[dict[str, float]] = field(default_factory=list)
     latencies: list[np.ndarray] = field(default_factory=list)
+    note: str | None = None         # the section's overload_note, if any
 
     def row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"scenario": self.scenario, "agent": self.agent, "kind": self.kind,
@@ -163,8 +164,10 @@ def fmt_ci(mean: float, ci: float, digits: int = 3) -> str:
     return f"{mean:.{digits}f}" if math.isnan(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
 
 
-def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episodes: int) -> str:
-    """Tables per scenario (value ± 95% CI) and the definitions."""
+def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episodes: int,
+                     notes: dict[str, str] | None = None) -> str:
+    """Tables per scenario (value ± 95% CI), each followed by its note in `notes`, if any,
+    and the definitions."""
     lines = ["# Evaluation on held-out workloads", "",
              f"Held-out workload seeds {', '.join(map(str, seeds))} (training used 0, 1, ...), "
              f"{episodes} episode(s) per seed. Values: mean ± 95% CI half-width over seeds "
@@ -180,6 +183,8 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episo
             agent = str(r["agent"]).replace("|", "\\|")
             lines.append(f"| {agent} | {r['n']} | " + " | ".join(cells) + " |")
         lines.append("")
+        if notes and scenario in notes:
+            lines += [notes[scenario], ""]
     lines += ["## Definitions", "", (__doc__ or "").split("Definitions used in every table:")[-1]
               .strip(), ""]
     return "\n".join(lines)

@@ -547,3 +547,22 @@ def test_held_out_seeds_count_from_the_seed_base() -> None:
     cfg = cfg_for(seed_base=500, seeds=3)
     assert heldout_seeds(cfg) == [500, 501, 502]
     assert heldout_seeds(cfg, 2) == [500, 501]      # the online study's own count
+
+
+def test_a_section_whose_workload_overloads_the_hardware_is_noted(tmp_path: Path) -> None:
+    """As train.py's table: evaluate.py printed short-text's latencies, mostly queueing, with no
+    word why; the note goes to the console and under the section's table in summary.md."""
+    from agents import reporting
+
+    printed: list[str] = []
+    reporting.run(cfg_for(scenarios=["article", "short-text"], episode_tasks=200,
+                          baselines=["best-static"], no_online=True,
+                          out=str(tmp_path / "results"), progress_bar=False),
+                  report=printed.append)
+    notes = [line for line in printed if "note:" in line]
+    assert len(notes) == 1 and notes[0].startswith("short-text: note: best-static's latency"), \
+        printed
+    summary = (tmp_path / "results" / "summary.md").read_text()
+    short_text = summary.split("## short-text")[1].split("## ")[0]
+    assert notes[0].removeprefix("short-text: ") in short_text
+    assert "note:" not in summary.split("## article")[1].split("## ")[0]
