@@ -167,6 +167,20 @@ def test_a_zip_saved_by_sb3_itself_is_recognised_and_evaluated(
     assert agent.env.action_space.contains(np.asarray(action, dtype=agent.env.action_space.dtype))
 
 
+def test_a_model_zip_with_corrupt_weights_is_a_value_error_naming_the_file(tmp_path: Path) -> None:
+    """Its `data` entry names a PPO; SB3's load then fails on the weights, with its own error."""
+    from agents.sb3_factory import make_sb3
+
+    good = make_sb3("ppo", make(V0), seed=0).save(tmp_path / "good")
+    path = tmp_path / "model.zip"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as dst:
+        for item in src.namelist():
+            dst.writestr(item, b"not torch" if item == "policy.pth" else src.read(item))
+    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} could not be "
+                                         f"loaded as ppo"):
+        load_sb3(path, make(V0))
+
+
 def test_a_zip_of_an_unknown_algorithm_says_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "model.zip"
     with zipfile.ZipFile(path, "w") as zf:
@@ -239,6 +253,45 @@ def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> No
     assert np.asarray(loaded.predict(obs)[0]).shape == (3,)
     with pytest.raises(ValueError, match="holds an SB3 DQN model, which acts in InferenceAlloc-v0"):
         load_sb3(path, make(SPLIT))                   # was: 'Box' object has no attribute 'nvec'
+
+
+def test_a_dqn_loaded_without_an_env_maps_every_flat_action_to_its_device_ids(
+        tmp_path: Path) -> None:
+    """Without an env, D follows from the saved Discrete(D**3) as its cube root: an untrained
+    DQN picks flat action 2, which reads (0, 0, 2) under any D, so each action is planted."""
+    from agents.sb3_factory import make_sb3
+
+    env = make(V0)
+    loaded = load_sb3(make_sb3("dqn", env, seed=0).save(tmp_path / "dqn"))
+    obs, _ = env.reset(seed=0)
+    last = loaded.model.q_net.q_net[-1]
+    nvec = env.action_space.nvec
+    for flat in range(int(np.prod(nvec))):
+        with torch.no_grad():
+            last.weight.zero_()
+            last.bias.copy_(torch.eye(last.out_features)[flat])
+        assert loaded.predict(obs)[0].tolist() == list(np.unravel_index(flat, nvec)), flat
+
+
+def test_an_env_built_from_its_class_gets_its_own_envs_hyperparameters() -> None:
+    """No gym.make, so no spec: the class tells the env id (DQN acts in InferenceAlloc-v0 only)."""
+    from agents.sb3_factory import env_id_of, make_sb3
+    from agents.sb3_hyperparams import hyperparams_with
+
+    assert env_id_of(envs.InferenceAllocEnv()) == V0
+    assert env_id_of(envs.InferenceAllocSplitEnv()) == SPLIT
+    agent = make_sb3("dqn", envs.InferenceAllocEnv(episode_tasks=EPISODE_TASKS), seed=0)
+    assert agent.hyperparams == hyperparams_with("dqn", V0, None)
+
+
+def test_an_agent_is_silent_unless_asked_to_be_verbose(capsys: pytest.CaptureFixture) -> None:
+    """SB3 at verbose=1 prints "Using cpu device" on building and a table per rollout."""
+    from agents.sb3_factory import make_sb3
+
+    make_sb3("ppo", make(V0), seed=0)
+    assert capsys.readouterr().out == ""
+    make_sb3("ppo", make(V0), seed=0, verbose=1)
+    assert "cpu" in capsys.readouterr().out
 
 
 def test_loading_reads_the_zips_data_entry_once(tmp_path: Path,
