@@ -488,6 +488,71 @@ def test_rgb_frame_greys_an_offline_device_and_caps_a_queue_past_the_horizon() -
     assert (long[:WIDTH - 4] == DEVICE_COLOURS[2]).all() and (long[WIDTH - 4:] == 255).all()
 
 
+@pytest.mark.parametrize("n_devices", [1, 3, 8])
+def test_rgb_frame_bars_are_row_tall_on_background_with_a_panel_gap_margin(n_devices: int) -> None:
+    """Every bar, the latency bar included, is ROW pixels whole inside the frame, with
+    background between bars and at least PANEL_GAP of it above the first and below the last."""
+    from envs.render import BACKGROUND, GAP, PANEL_GAP, ROW, draw_frame
+
+    frame = draw_frame(n_devices, None, [0.0] * n_devices, [True] * n_devices, None)
+    column = frame[:, 0]
+    stage_tops = [PANEL_GAP + s * (ROW + GAP) for s in range(3)]
+    backlog_tops = [stage_tops[-1] + ROW + GAP + PANEL_GAP + d * (ROW + GAP)
+                    for d in range(n_devices)]
+    latency_top = backlog_tops[-1] + ROW + GAP + PANEL_GAP
+    is_bar = np.zeros(len(frame), dtype=bool)
+    for top in [*stage_tops, *backlog_tops, latency_top]:
+        is_bar[top:top + ROW] = True
+    assert latency_top + ROW + PANEL_GAP <= len(frame)
+    assert (column[is_bar] != BACKGROUND).any(axis=1).all()
+    assert (column[~is_bar] == BACKGROUND).all()
+
+
+def test_rgb_frame_splits_a_bar_left_to_right_in_its_parts_order() -> None:
+    """A stage split 1/4 : 3/4 between devices 0 and 2; a latency of queue then compute."""
+    from envs.render import (
+        DEVICE_COLOURS,
+        GAP,
+        HORIZON_S,
+        PANEL_GAP,
+        PART_COLOURS,
+        ROW,
+        TRACK,
+        WIDTH,
+        draw_frame,
+    )
+
+    frame = draw_frame(3, [[(0, 0.25), (2, 0.75)], [], []], [0.0] * 3, [True] * 3,
+                       {"compute": 0.5 * HORIZON_S, "queue": 0.25 * HORIZON_S})
+    stage = frame[PANEL_GAP + ROW // 2]
+    quarter = WIDTH // 4
+    assert (stage[:quarter] == DEVICE_COLOURS[0]).all()
+    assert (stage[quarter:] == DEVICE_COLOURS[2]).all()
+    latency = frame[PANEL_GAP + 3 * (ROW + GAP) + PANEL_GAP + 3 * (ROW + GAP) + PANEL_GAP
+                    + ROW // 2]
+    assert (latency[:quarter] == PART_COLOURS["queue"]).all()
+    assert (latency[quarter:3 * quarter] == PART_COLOURS["compute"]).all()
+    assert (latency[3 * quarter:] == TRACK).all()
+
+
+def test_rgb_frame_caps_only_a_queue_longer_than_the_horizon() -> None:
+    """A queue of exactly HORIZON_S fills the bar in its device's colour, no cap (the cap of a
+    longer one: test_rgb_frame_greys_an_offline_device_and_caps_a_queue_past_the_horizon)."""
+    from envs.render import DEVICE_COLOURS, GAP, HORIZON_S, PANEL_GAP, ROW, draw_frame
+
+    frame = draw_frame(1, None, [HORIZON_S], [True], None)
+    assert (frame[PANEL_GAP + 3 * (ROW + GAP) + PANEL_GAP + ROW // 2] == DEVICE_COLOURS[0]).all()
+
+
+@pytest.mark.parametrize(("backlogs", "online"), [(4, 3), (3, 2), (2, 2)])
+def test_rgb_frame_needs_a_backlog_and_an_online_flag_per_device(backlogs: int,
+                                                                 online: int) -> None:
+    from envs.render import draw_frame
+
+    with pytest.raises(ValueError, match=rf"per device \(3\), got {backlogs} and {online}"):
+        draw_frame(3, None, [0.0] * backlogs, [True] * online, None)
+
+
 def test_sb3_make_vec_env_builds_the_env_by_id() -> None:
     """SB3's make_vec_env asks for render_mode="rgb_array" when given an env id."""
     from stable_baselines3.common.env_util import make_vec_env
