@@ -14,6 +14,7 @@ import torch
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 import envs
 from agents.sb3_factory import load_sb3
@@ -181,6 +182,18 @@ def test_a_model_zip_with_corrupt_weights_is_a_value_error_naming_the_file(tmp_p
         load_sb3(path, make(V0))
 
 
+def test_a_model_zip_without_an_observation_space_is_a_value_error_with_an_env_too(
+        tmp_path: Path) -> None:
+    """The device-count check reads the saved observation space; without one it leaves the
+    refusal to SB3's load, which load_sb3 turns into a ValueError naming the file."""
+    path = tmp_path / "model.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", b'{"infer_agent": "ppo"}')
+    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} could not be "
+                                         f"loaded as ppo"):
+        load_sb3(path, make(V0))
+
+
 def test_a_zip_of_an_unknown_algorithm_says_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "model.zip"
     with zipfile.ZipFile(path, "w") as zf:
@@ -273,6 +286,15 @@ def test_a_dqn_loaded_without_an_env_maps_every_flat_action_to_its_device_ids(
         assert loaded.predict(obs)[0].tolist() == list(np.unravel_index(flat, nvec)), flat
 
 
+def test_dqns_flat_actions_and_device_ids_round_trip() -> None:
+    from agents.sb3_factory import FlatDiscreteActions
+
+    wrapped = FlatDiscreteActions(make(V0))
+    assert wrapped.action_space.n == int(np.prod(wrapped.nvec))
+    assert [wrapped.flatten(wrapped.action(k)) for k in range(wrapped.action_space.n)] == list(
+        range(wrapped.action_space.n))
+
+
 def test_an_env_built_from_its_class_gets_its_own_envs_hyperparameters() -> None:
     """No gym.make, so no spec: the class tells the env id (DQN acts in InferenceAlloc-v0 only)."""
     from agents.sb3_factory import env_id_of, make_sb3
@@ -280,6 +302,7 @@ def test_an_env_built_from_its_class_gets_its_own_envs_hyperparameters() -> None
 
     assert env_id_of(envs.InferenceAllocEnv()) == V0
     assert env_id_of(envs.InferenceAllocSplitEnv()) == SPLIT
+    assert env_id_of(DummyVecEnv([lambda: make(SPLIT)])) == SPLIT     # its first sub-env's
     agent = make_sb3("dqn", envs.InferenceAllocEnv(episode_tasks=EPISODE_TASKS), seed=0)
     assert agent.hyperparams == hyperparams_with("dqn", V0, None)
 
