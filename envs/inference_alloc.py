@@ -49,6 +49,9 @@ PlacementFacts = tuple[tuple[str, ...], dict[str, float], tuple[float, ...]]
 REWARDS = ("latency", "relative")
 SPEED_EMA = 0.2             # weight of the newest observation in the speed-ratio average
 HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hit rate
+# Entries each placement memo (facts, stage labels) holds before it starts afresh: split
+# placements rarely repeat whole, so an unbounded memo would grow with every step.
+MEMO_ENTRIES = 4096
 
 
 def _json_able(value: Any) -> Any:
@@ -685,13 +688,13 @@ class InferenceAllocEnv(gym.Env):
         for stage_shares in shares:
             label = label_memo.get((stage_shares, counted))
             if label is None:
-                if len(label_memo) >= 4096:   # bounded, as the facts' memo
+                if len(label_memo) >= MEMO_ENTRIES:
                     label_memo.clear()
                 label = self._placement_label((stage_shares,), batch)
                 label_memo[stage_shares, counted] = label
             labels.append(label)
         facts = (tuple(labels), dict(zip(self.device_names, share, strict=True)), tuple(prev))
-        if len(self._facts_memo) >= 4096:   # split placements rarely repeat: keep it bounded
+        if len(self._facts_memo) >= MEMO_ENTRIES:
             self._facts_memo.clear()
         self._facts_memo[key] = facts
         return facts
