@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from inference.yamlio import not_a_file
+
 TMP_SUFFIX = ".tmp"
 
 
@@ -28,6 +30,20 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def model_file(path: str | os.PathLike[str]) -> Path:
+    """The model zip to read for `path`: `path`, or `path` + ".zip" where `path` is absent (as
+    SB3's load finds "x" saved as "x.zip"). A FileNotFoundError naming `path` where neither
+    exists; a ValueError where it is a folder or not a regular file (/dev/null)."""
+    p = Path(path)
+    if not p.exists() and p.suffix != ".zip" and p.with_name(p.name + ".zip").is_file():
+        p = p.with_name(p.name + ".zip")
+    if p.exists() and not p.is_file():
+        raise ValueError(f"model file {p} {not_a_file(p, 'a model zip')}")
+    if not p.is_file():
+        raise FileNotFoundError(f"model file {p} does not exist")
+    return p
 
 
 def zip_target(path: str | os.PathLike[str]) -> Path:

@@ -29,10 +29,10 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from agents.base import Policy, read_policy_file
+from agents.files import model_file
 from agents.gated import DEFAULT_THRESHOLD, GatedScheduling
 from agents.heft import HeftPolicy
 from agents.heft_split import HeftSplitPolicy
@@ -41,7 +41,6 @@ from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 from envs import ENV_IDS
 from inference.hardware import DEVICE_KINDS
 from inference.messages import shown
-from inference.yamlio import not_a_file
 
 POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
@@ -241,13 +240,7 @@ def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
     Raises FileNotFoundError naming the path when it does not exist (``x`` also finds
     ``x.zip``, as SB3 does), and ValueError naming it when it is not a valid model file.
     """
-    p = Path(path)
-    if not p.exists() and p.suffix != ".zip" and p.with_name(p.name + ".zip").is_file():
-        p = p.with_name(p.name + ".zip")        # as SB3's load finds "x" saved as "x.zip"
-    if p.exists() and not p.is_file():   # a folder, /dev/null
-        raise ValueError(f"model file {p} {not_a_file(p, 'a model zip')}")
-    if not p.is_file():
-        raise FileNotFoundError(f"model file {p} does not exist")
+    p = model_file(path)
     saved = read_policy_file(p)          # ValueError naming the path if corrupt
     if saved is None:
         return _sb3("load_sb3", str(p))(p, env)

@@ -28,7 +28,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 
 from agents.base import Policy, flat_index
-from agents.files import atomic_path, zip_target
+from agents.files import atomic_path, model_file, zip_target
 from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, hyperparams_with
 from agents.warmup import (
     WARM_ALGORITHMS,
@@ -291,10 +291,9 @@ def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -
 
 
 def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
-    """Load an agent saved by SB3Agent.save; the zip records which algorithm it is."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"model file {p} does not exist")
+    """Load an agent saved by SB3Agent.save (the zip records which algorithm it is); `path` is
+    read as `load_policy` reads it (`agents.files.model_file`)."""
+    p = model_file(path)
     data = saved_data(p)
     name, env_id = _model_info(p, data)
     space = getattr(getattr(env, "unwrapped", None), "action_space", None)

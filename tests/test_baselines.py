@@ -1196,3 +1196,20 @@ def test_static_policy_validates_its_placement() -> None:
     assert split.shape == (2, 9)
     assert split[0].tolist() == [1, -1, -1, -1, 1, -1, -1, -1, 1]
 
+
+
+def test_load_sb3_reads_paths_as_load_policy_does(tmp_path: Path) -> None:
+    """Called directly, load_sb3 said a folder or /dev/null "does not exist", and did not read
+    `m` as the `m.zip` SB3 saved (load_policy's rules, which it skipped)."""
+    from agents.sb3_factory import load_sb3, make_sb3
+
+    env = InferenceAllocEnv("article", episode_tasks=10)
+    (tmp_path / "x.zip").mkdir()
+    with pytest.raises(ValueError, match="model file .*x.zip is a folder, not a model zip"):
+        load_sb3(tmp_path / "x.zip", env)
+    with pytest.raises(ValueError, match="model file /dev/null is not a regular file"):
+        load_sb3("/dev/null", env)
+    with pytest.raises(FileNotFoundError, match=f"model file {tmp_path / 'gone'} does not exist$"):
+        load_sb3(tmp_path / "gone", env)
+    make_sb3("ppo", env, seed=0).save(tmp_path / "m")
+    assert load_sb3(tmp_path / "m", env).name == "ppo"
