@@ -257,6 +257,21 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     return study
 
 
+# A learner whose last samples average this many times static's own run has built a backlog
+# static never had: its ratio to static in its own state (samples_to_stabilise) hides it.
+BACKLOG_STEADY = 2.0
+
+
+def _backlogged(study: OnlineStudy) -> list[str]:
+    """'agent (Nx)' for each agent whose seed-mean steady_vs_static is at least BACKLOG_STEADY."""
+    out = []
+    for agent, per_seed in study.metrics.items():
+        steady = mean_ci([m.get("steady_vs_static", math.nan) for m in per_seed])[0]
+        if steady >= BACKLOG_STEADY:
+            out.append(f"{agent} ({steady:.1f}x)")
+    return out
+
+
 def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                     scenario: str) -> str:
     from agents.online import EARLY_SAMPLES, STEADY_SAMPLES, WINDOW, OnlineResult
@@ -275,6 +290,12 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
             note = f" ({finite}/{len(values)} seeds)" if 0 < finite < len(values) else ""
             cells.append(fmt_ci(*mean_ci(values)) + note)
         lines.append(f"| {agent} | " + " | ".join(cells) + " |")
+    backlogged = _backlogged(study)
+    if backlogged:
+        lines += ["", f"note: {', '.join(backlogged)} ended at {BACKLOG_STEADY:g}x static's own "
+                      "run or more (steady_vs_static): a backlog they built, which their "
+                      "samples_to_stabilise, read against static in their own state, does not "
+                      "see (Definitions)."]
     doc = (OnlineResult.metrics.__doc__ or "").strip().splitlines()
     lines += ["", "## Definitions", "",
               f"(early = the first {min(EARLY_SAMPLES, n_samples)} samples, window = "

@@ -418,3 +418,22 @@ def test_deploy_without_learning_steps_the_env_through_its_wrappers():
     assert np.array_equal(result.latency, result.static)          # best-static on its stream
     with pytest.raises(ValueError, match="episode ended after 10 tasks"):
         deploy(policy, gym.wrappers.TimeLimit(env, 10), n, learn=False, references=False)
+
+
+def test_stabilization_md_notes_learners_that_settled_on_a_backlog():
+    """On a near-capacity stream cold PPO read samples_to_stabilise 50 at 70x static: against
+    static in its own state the backlog it built cancels. The table now says which agents'
+    steady state is far above static's own run."""
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy(metrics={
+        "ppo": [{"samples_to_stabilise": 50.0, "steady_vs_static": 70.0}] * 2,
+        "ppo-warm": [{"samples_to_stabilise": 300.0, "steady_vs_static": 0.75}] * 2,
+        "dqn": [{"samples_to_stabilise": 50.0, "steady_vs_static": 1.5},
+                {"samples_to_stabilise": 50.0, "steady_vs_static": 4.0}]})
+    notes = [line for line in online_markdown(study, [1, 2], 600, "x").splitlines()
+             if line.startswith("note:")]
+    assert len(notes) == 1 and "ppo (70.0x)" in notes[0] and "dqn (2.8x)" in notes[0], notes
+    assert "ppo-warm" not in notes[0] and "samples_to_stabilise" in notes[0]
+    calm = OnlineStudy(metrics={"ppo": [{"steady_vs_static": 0.98}]})
+    assert "note:" not in online_markdown(calm, [1], 600, "x")
