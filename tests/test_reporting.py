@@ -566,3 +566,45 @@ def test_a_section_whose_workload_overloads_the_hardware_is_noted(tmp_path: Path
     short_text = summary.split("## short-text")[1].split("## ")[0]
     assert notes[0].removeprefix("short-text: ") in short_text
     assert "note:" not in summary.split("## article")[1].split("## ")[0]
+
+
+def test_the_progress_bar_ends_full_with_the_online_study(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bar's total counts every agent x context x seed and every online agent x seed, and
+    each of them ticks once: a total short of the ticks overruns it, one past them never fills."""
+    import tqdm.auto
+
+    from agents import plots, reporting
+
+    bars: list[list[int]] = []      # [total, ticks] of each bar opened
+
+    class Bar:
+        def __init__(self, total: int, **_: object) -> None:
+            bars.append([total, 0])
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def update(self, n: int) -> None:
+            bars[-1][1] += n
+
+        def clear(self) -> None:
+            pass
+
+    def study(agents, seeds, *_, tick, **__):    # the real one's ticks: one per agent and seed
+        for _ in range(len(agents) * len(seeds)):
+            tick()
+        return dataclasses.make_dataclass("Study", ["curves"])({})
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(reporting, "online_study", study)
+    monkeypatch.setattr(reporting, "online_markdown", lambda *_: "study\n")
+    monkeypatch.setattr(plots, "stabilization", lambda _, target, title: target)
+    reporting.run(cfg_for(baselines=["best-static", "all-cpu"], seeds=2, online_seeds=2,
+                          runs=str(tmp_path / "runs"), out=str(tmp_path / "results")),
+                  report=lambda _: None)
+    # 2 baselines x 2 seeds, then the 4 default online agents x 2 seeds
+    assert bars == [[2 * 2 + len(reporting.DEFAULT_ONLINE) * 2] * 2]
