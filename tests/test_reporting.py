@@ -608,3 +608,20 @@ def test_the_progress_bar_ends_full_with_the_online_study(tmp_path: Path,
                   report=lambda _: None)
     # 2 baselines x 2 seeds, then the 4 default online agents x 2 seeds
     assert bars == [[2 * 2 + len(reporting.DEFAULT_ONLINE) * 2] * 2]
+
+
+def test_a_split_model_brings_heft_split_unless_baselines_are_given(tmp_path: Path) -> None:
+    """heft-split is the baseline a Split model has to beat: added to the default baselines,
+    never to ones asked for."""
+    from agents import reporting
+
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"], env_id=SPLIT)
+    base = dataclasses.replace(cfg_for(runs=str(tmp_path / "runs"), no_online=True,
+                                       progress_bar=False, out=str(tmp_path / "results")),
+                               baselines=EvalConfig().baselines)
+    for cfg, expected in ((base, [*EvalConfig().baselines, "heft-split"]),
+                          (dataclasses.replace(base, baselines=["best-static"]), ["best-static"])):
+        reporting.run(cfg, report=lambda _: None)
+        with open(tmp_path / "results" / "summary.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [r["agent"] for r in rows if r["kind"] == "baseline"] == expected
