@@ -625,3 +625,14 @@ def test_a_split_model_brings_heft_split_unless_baselines_are_given(tmp_path: Pa
         with open(tmp_path / "results" / "summary.csv") as f:
             rows = list(csv.DictReader(f))
         assert [r["agent"] for r in rows if r["kind"] == "baseline"] == expected
+
+
+def test_a_curve_label_drops_the_checkpoints_step_alone(tmp_path: Path) -> None:
+    """Only the step _entry appends comes off: a run folder named with an @ (here one of two
+    runs of a seed, so the label names the folder) keeps its name on the curve."""
+    from agents.reporting import ModelEntry
+
+    run = tmp_path / "lr@3"
+    entry = ModelEntry("ppo@64 (lr@3)", run / "checkpoints" / "model_64_steps.zip",
+                       run_dir=run, seed=0)
+    assert curve_runs([entry]) == [("ppo (lr@3) s0", run)]
