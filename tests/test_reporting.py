@@ -636,3 +636,12 @@ def test_a_curve_label_drops_the_checkpoints_step_alone(tmp_path: Path) -> None:
     entry = ModelEntry("ppo@64 (lr@3)", run / "checkpoints" / "model_64_steps.zip",
                        run_dir=run, seed=0)
     assert curve_runs([entry]) == [("ppo (lr@3) s0", run)]
+
+
+def test_a_checkpoint_zip_not_named_by_step_keeps_the_runs_label(tmp_path: Path) -> None:
+    """Only a `_<N>_steps` file under checkpoints/ gets `@N`; another zip there is the run's."""
+    run = fake_run(tmp_path, "run", agents=["ppo"], warmup=["none"])
+    (run / "checkpoints").mkdir()
+    (run / "model.zip").rename(run / "checkpoints" / "best.zip")
+    [entry], _ = discover_models(cfg_for(models=[str(run / "checkpoints" / "best.zip")]))
+    assert entry.label == "ppo"
