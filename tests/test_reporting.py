@@ -645,3 +645,16 @@ def test_a_checkpoint_zip_not_named_by_step_keeps_the_runs_label(tmp_path: Path)
     (run / "model.zip").rename(run / "checkpoints" / "best.zip")
     [entry], _ = discover_models(cfg_for(models=[str(run / "checkpoints" / "best.zip")]))
     assert entry.label == "ppo"
+
+
+def test_models_tells_a_folder_of_runs_from_a_run_by_its_model_zip(tmp_path: Path) -> None:
+    """A folder with model.zip is a run, whatever its subfolders hold; one without, over runs
+    that are unfinished (config.yaml alone), is a folder of runs, not a run missing its zip."""
+    outer = fake_run(tmp_path, "outer", agents=["ppo"], warmup=["none"])
+    fake_run(outer, "inner", agents=["ppo"], warmup=["none"])
+    [entry], _ = discover_models(cfg_for(models=[str(outer)]))
+    assert entry.path == outer / "model.zip"
+    runs = tmp_path / "runs"
+    (fake_run(runs, "a", agents=["ppo"], warmup=["none"]) / "model.zip").unlink()
+    with pytest.raises(ConfigError, match="is a folder of run folders, not a run"):
+        discover_models(cfg_for(models=[str(runs)]))
