@@ -658,3 +658,11 @@ def test_models_tells_a_folder_of_runs_from_a_run_by_its_model_zip(tmp_path: Pat
     (fake_run(runs, "a", agents=["ppo"], warmup=["none"]) / "model.zip").unlink()
     with pytest.raises(ConfigError, match="is a folder of run folders, not a run"):
         discover_models(cfg_for(models=[str(runs)]))
+
+
+def test_an_unknown_hardware_name_is_a_config_error(tmp_path: Path) -> None:
+    """A name that is no preset and no file is looked for as a preset's YAML, and refused as
+    one with the error's own message (a ConfigError: evaluate.py's exit 2, no traceback)."""
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware="no-such-hw")
+    with pytest.raises(ConfigError, match="no-such-hw"):
+        check_inputs(cfg, [], ["article"])
