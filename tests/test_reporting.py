@@ -608,6 +608,10 @@ def test_the_progress_bar_ends_full_with_the_online_study(tmp_path: Path,
                   report=lambda _: None)
     # 2 baselines x 2 seeds, then the 4 default online agents x 2 seeds
     assert bars == [[2 * 2 + len(reporting.DEFAULT_ONLINE) * 2] * 2]
+    bars.clear()                    # --online: the study's agents alone
+    reporting.run(EvalConfig(online=True, online_seeds=2, out=str(tmp_path / "online")),
+                  report=lambda _: None)
+    assert bars == [[len(reporting.FULL_ONLINE) * 2] * 2]
 
 
 def test_a_split_model_brings_heft_split_unless_baselines_are_given(tmp_path: Path) -> None:
