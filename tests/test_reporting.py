@@ -568,19 +568,16 @@ def test_a_section_whose_workload_overloads_the_hardware_is_noted(tmp_path: Path
     assert "note:" not in summary.split("## article")[1].split("## ")[0]
 
 
-def test_the_progress_bar_ends_full_with_the_online_study(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bar's total counts every agent x context x seed and every online agent x seed, and
-    each of them ticks once: a total short of the ticks overruns it, one past them never fills."""
+@pytest.fixture
+def bars(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """[total, ticks] of each tqdm.auto bar opened (the run's bars are imported when run)."""
     import tqdm.auto
 
-    from agents import plots, reporting
-
-    bars: list[list[int]] = []      # [total, ticks] of each bar opened
+    opened: list[list[int]] = []
 
     class Bar:
         def __init__(self, total: int, **_: object) -> None:
-            bars.append([total, 0])
+            opened.append([total, 0])
 
         def __enter__(self) -> Bar:
             return self
@@ -589,17 +586,26 @@ def test_the_progress_bar_ends_full_with_the_online_study(tmp_path: Path,
             pass
 
         def update(self, n: int) -> None:
-            bars[-1][1] += n
+            opened[-1][1] += n
 
         def clear(self) -> None:
             pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    return opened
+
+
+def test_the_progress_bar_ends_full_with_the_online_study(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bars: list[list[int]]) -> None:
+    """The bar's total counts every agent x context x seed and every online agent x seed, and
+    each of them ticks once: a total short of the ticks overruns it, one past them never fills."""
+    from agents import plots, reporting
 
     def study(agents, seeds, *_, tick, **__):    # the real one's ticks: one per agent and seed
         for _ in range(len(agents) * len(seeds)):
             tick()
         return dataclasses.make_dataclass("Study", ["curves"])({})
 
-    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
     monkeypatch.setattr(reporting, "online_study", study)
     monkeypatch.setattr(reporting, "online_markdown", lambda *_: "study\n")
     monkeypatch.setattr(plots, "stabilization", lambda _, target, title: target)
@@ -670,3 +676,25 @@ def test_an_unknown_hardware_name_is_a_config_error(tmp_path: Path) -> None:
     cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware="no-such-hw")
     with pytest.raises(ConfigError, match="no-such-hw"):
         check_inputs(cfg, [], ["article"])
+
+
+def test_the_article_job_gets_article_clients_only_when_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bars: list[list[int]]) -> None:
+    """--article-clients N reaches the article job (without it, the job's own default holds),
+    and its bar over the seeds fills as the job ticks once per seed."""
+    from agents import article
+    from agents.reporting import reproduce_article
+
+    got: list[dict] = []
+
+    def job(out, seeds, tick, **kw):
+        got.append(kw)
+        for _ in seeds:
+            tick()
+
+    monkeypatch.setattr(article, "reproduce", job)
+    for clients in (3, 0, None):
+        reproduce_article(EvalConfig(out=str(tmp_path), reproduce_article=True, seeds=2,
+                                     article_clients=clients, progress_bar=False))
+    assert got == [{"clients": 3}, {"clients": 0}, {}]
+    assert bars == [[2, 2]] * 3
