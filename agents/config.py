@@ -27,6 +27,7 @@ import yaml
 
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.warmup import MIN_CLONE_SAMPLES
+from envs import env_id_of
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
 from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
@@ -80,7 +81,8 @@ class TrainConfig:
     variant: str | None = field(default=None, metadata=_help(
         "pipeline variant (default: the scenario's)"))
     env_id: str = field(default="InferenceAlloc-v0", metadata=_help(
-        "InferenceAlloc-v0 | InferenceAllocSplit-v0", flags=("--env-id", "--env")))
+        "InferenceAlloc-v0 (or discrete) | InferenceAllocSplit-v0 (or split)",
+        flags=("--env-id", "--env")))
     timesteps: int = field(default=DEFAULT_TIMESTEPS, metadata=_help(
         "environment steps per run (with --resume: the new total)"))
     seeds: list[int] = field(default_factory=lambda: [0], metadata=_help(
@@ -111,6 +113,12 @@ class TrainConfig:
         "steps between runs of the current policy on the held-out episode, logged as eval/ "
         "in TensorBoard (0: none)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar while training"))
+
+    def __post_init__(self) -> None:
+        # the registered id, whatever spelling was given: the run's folder and config.yaml
+        # name it, and the hyper-parameter files are keyed by it
+        if isinstance(self.env_id, str):
+            self.env_id = env_id_of(self.env_id)
 
     def validate(self) -> None:
         _require(bool(self.agents), "--agents needs at least one agent")

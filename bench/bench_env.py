@@ -41,11 +41,12 @@ from gymnasium.utils.performance import benchmark_step
 if __package__ in (None, ""):   # run as a script: time the code beside it, not an installed copy
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import envs  # noqa: E402,F401  (registers the ids; gym.make("envs:...") would import it anyway)
+import envs  # noqa: E402  (registers the ids; gym.make("envs:...") would import it anyway)
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 
-# --env choice -> (env id, target ratio of its steps/s over CartPole-v1's)
-ENVS = {"discrete": ("InferenceAlloc-v0", 0.25), "split": ("InferenceAllocSplit-v0", 0.08)}
+# --env choice (the envs' short names) -> (env id, target ratio of its steps/s over CartPole-v1's)
+TARGETS = {"discrete": 0.25, "split": 0.08}
+ENVS = {name: (envs.ENV_ALIASES[name], target) for name, target in TARGETS.items()}
 ENV_CHOICES = ("all", *ENVS)
 
 

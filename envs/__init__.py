@@ -17,10 +17,28 @@ from envs.scenario import Scenario, load_scenario, scenario_names
 
 ENV_IDS = ("InferenceAlloc-v0", "InferenceAllocSplit-v0")
 
+# Short names for the ids (train.py's --env, bench_env.py's --env).
+ENV_ALIASES = {"discrete": ENV_IDS[0], "split": ENV_IDS[1]}
+
+
+def env_id_of(name: str) -> str:
+    """The registered id `name` stands for: an id, a short name of `ENV_ALIASES`, or
+    ``envs:<id>`` as ``gymnasium.make`` takes it. Any other name is returned as it is, for
+    the caller to refuse (`describe_env_ids` lists the valid ones)."""
+    name = name.removeprefix("envs:")
+    return ENV_ALIASES.get(name, name)
+
+
+def describe_env_ids() -> str:
+    """The valid env names, for an error: each id with its short name."""
+    short = {env_id: alias for alias, env_id in ENV_ALIASES.items()}
+    return ", ".join(f"{env_id} ({short[env_id]})" for env_id in ENV_IDS)
+
+
 for _id, _entry in zip(ENV_IDS, ("envs.inference_alloc:InferenceAllocEnv",
                                  "envs.inference_alloc_split:InferenceAllocSplitEnv"), strict=True):
     if _id not in registry:
         register(id=_id, entry_point=_entry, kwargs={"scenario": "article", "episode_tasks": None})
 
-__all__ = ["ENV_IDS", "InferenceAllocEnv", "InferenceAllocSplitEnv", "Scenario", "load_scenario",
+__all__ = ["ENV_ALIASES", "ENV_IDS", "describe_env_ids", "env_id_of", "InferenceAllocEnv", "InferenceAllocSplitEnv", "Scenario", "load_scenario",
            "scenario_names"]

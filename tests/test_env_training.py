@@ -798,3 +798,27 @@ def test_the_overload_note_reads_the_growth_of_the_reference_latency():
     assert overload_note(growing[::-1]) is None            # a backlog draining
     assert overload_note(np.arange(1.0, 40.0)) is None     # too few tasks to tell
     assert overload_note(np.r_[np.ones(75), np.full(25, 2.0)]) is not None   # 2x: noted
+
+
+@pytest.mark.parametrize(("given", "env_id"), [
+    ("split", "InferenceAllocSplit-v0"), ("discrete", "InferenceAlloc-v0"),
+    ("envs:InferenceAllocSplit-v0", "InferenceAllocSplit-v0"),
+    ("InferenceAlloc-v0", "InferenceAlloc-v0")])
+def test_train_takes_the_short_env_names_and_gymnasiums_spelling(given, env_id):
+    """`train.py --env split` (bench_env.py's name for it) and `--env
+    envs:InferenceAllocSplit-v0` (gymnasium.make's) were 'unknown env id'; the run records the
+    registered id, which names its folder."""
+    from agents.config import TrainConfig
+    from agents.training import env_for
+
+    cfg = TrainConfig(env_id=given)
+    assert cfg.env_id == env_id
+    assert env_for(cfg, episode_tasks=1).spec.id == env_id
+
+
+def test_an_unknown_env_names_the_ids_and_short_names():
+    from agents.evaluation import make_env
+
+    with pytest.raises(ValueError, match=r"unknown env id 'Split'; valid: InferenceAlloc-v0 "
+                                         r"\(discrete\), InferenceAllocSplit-v0 \(split\)"):
+        make_env("Split")
