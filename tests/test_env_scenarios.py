@@ -317,7 +317,7 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"workload": {"noise": 0.1, "capacity": 4}},
      "(capacity belongs under cache:, noise at the top level)"),
     # sizes used to be clipped or rounded into something else without a word
-    ({"workload": {"batch": 0}}, "workload.batch.value must be >= 1.0"),
+    ({"workload": {"batch": 0}}, "workload.batch.value must be >= 1, got 0"),
     ({"workload": {"batch": {"dist": "choice", "values": [0, 3]}}},
      "workload.batch: 0 lies outside min..max 1..1e+09"),
     # a size given outright drew rounded (2.5 as 2, 8.5 as 8)
@@ -344,7 +344,7 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 0, "end_task": 5,
                   "factor": 0.5}]}, "faults[0].factor is for kind: throttle"),
     # the edges of each documented range
-    ({"cache": {"decay": 0}}, "cache.decay must be > 0.0"),
+    ({"cache": {"decay": 0}}, "cache.decay must be > 0, got 0"),
     ({"cache": {"decay": 1.5}}, "cache.decay must be in (0, 1]"),
     ({"workload": {"burst": {"period": 4, "length": 5, "rate_multiplier": 2}}},
      "burst.length must be <= workload.burst.period"),
@@ -378,7 +378,7 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"workload": {"batch": {"dist": "choice", "values": [4, 8], "weights": [1.0]}}},
      "workload.batch.weights must match values and sum to > 0"),
     # a count of tasks, the episode's or a fault's window, is at least one
-    ({"episode_tasks": 0}, "episode_tasks must be > 0.0"),
+    ({"episode_tasks": 0}, "episode_tasks must be >= 1, got 0"),
     ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
                   "factor": 1.5}]}, "need start_task < end_task and 0 < factor <= 1"),
 ])
