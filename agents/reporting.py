@@ -394,8 +394,11 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
         static, oracle = make_policy("best-static", env), make_policy("oracle", env)
         refs = {s: (episode_latencies(static, env, s, cfg.episodes),
                     episode_latencies(oracle, env, s, cfg.episodes)) for s in seeds}
-        # judged on one whole episode: consecutive episodes restart the queues
-        note = overload_note(episode_latencies(static, env, seeds[0]))
+        # judged on one whole episode (consecutive episodes restart the queues): the first
+        # seed's, which is its whole reference run where that is one episode
+        first = refs[seeds[0]][0] if cfg.episodes == 1 else episode_latencies(static, env,
+                                                                                seeds[0])
+        note = overload_note(first)
         for entry in (e for e in entries if _in_context(cfg, e, ctx)):
             env = _model_env(cfg, entry, ctx.scenario)
             policy = load_policy(entry.path, env)

@@ -549,14 +549,16 @@ def test_held_out_seeds_count_from_the_seed_base() -> None:
     assert heldout_seeds(cfg, 2) == [500, 501]      # the online study's own count
 
 
-def test_a_section_whose_workload_overloads_the_hardware_is_noted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("episodes", [1, 2])
+def test_a_section_whose_workload_overloads_the_hardware_is_noted(tmp_path: Path,
+                                                                  episodes: int) -> None:
     """As train.py's table: evaluate.py printed short-text's latencies, mostly queueing, with no
     word why; the note goes to the console and under the section's table in summary.md."""
     from agents import reporting
 
     printed: list[str] = []
     reporting.run(cfg_for(scenarios=["article", "short-text"], episode_tasks=200,
-                          baselines=["best-static"], no_online=True,
+                          episodes=episodes, baselines=["best-static"], no_online=True,
                           out=str(tmp_path / "results"), progress_bar=False),
                   report=printed.append)
     notes = [line for line in printed if "note:" in line]
