@@ -27,7 +27,7 @@ import yaml
 
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.warmup import MIN_CLONE_SAMPLES
-from envs import env_id_of
+from envs import canonical_env_id
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
 from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
@@ -118,7 +118,7 @@ class TrainConfig:
         # the registered id, whatever spelling was given: the run's folder and config.yaml
         # name it, and the hyper-parameter files are keyed by it
         if isinstance(self.env_id, str):
-            self.env_id = env_id_of(self.env_id)
+            self.env_id = canonical_env_id(self.env_id)
 
     def validate(self) -> None:
         _require(bool(self.agents), "--agents needs at least one agent")

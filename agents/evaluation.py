@@ -44,7 +44,7 @@ def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
              hardware: str | None = None, variant: str | None = None,
              episode_tasks: int | None = None, reward: str = "latency") -> gym.Env:
     """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them."""
-    env_id = envs.env_id_of(env_id) if isinstance(env_id, str) else env_id
+    env_id = envs.canonical_env_id(env_id) if isinstance(env_id, str) else env_id
     if env_id not in envs.ENV_IDS:
         raise ValueError(f"unknown env id {shown(env_id)}; valid: {envs.describe_env_ids()}")
     kwargs: dict[str, Any] = {"scenario": scenario, "episode_tasks": episode_tasks,

@@ -21,7 +21,7 @@ ENV_IDS = ("InferenceAlloc-v0", "InferenceAllocSplit-v0")
 ENV_ALIASES = {"discrete": ENV_IDS[0], "split": ENV_IDS[1]}
 
 
-def env_id_of(name: str) -> str:
+def canonical_env_id(name: str) -> str:
     """The registered id `name` stands for: an id, a short name of `ENV_ALIASES`, or
     ``envs:<id>`` as ``gymnasium.make`` takes it. Any other name is returned as it is, for
     the caller to refuse (`describe_env_ids` lists the valid ones)."""
@@ -40,5 +40,5 @@ for _id, _entry in zip(ENV_IDS, ("envs.inference_alloc:InferenceAllocEnv",
     if _id not in registry:
         register(id=_id, entry_point=_entry, kwargs={"scenario": "article", "episode_tasks": None})
 
-__all__ = ["ENV_ALIASES", "ENV_IDS", "describe_env_ids", "env_id_of", "InferenceAllocEnv", "InferenceAllocSplitEnv", "Scenario", "load_scenario",
-           "scenario_names"]
+__all__ = ["ENV_ALIASES", "ENV_IDS", "InferenceAllocEnv", "InferenceAllocSplitEnv", "Scenario",
+           "canonical_env_id", "describe_env_ids", "load_scenario", "scenario_names"]
