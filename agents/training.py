@@ -34,7 +34,8 @@ the held-out seeds themselves for a resume at 10000 steps). Compare runs trained
 
 Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
 conservative phase counts decisions per vector step (``steps`` x ``n_envs`` tasks).
-Rewards are the env's ``relative`` ones (``1 - latency / static latency``); ``normalize``
+Rewards are the env's ``relative`` ones (``1 - latency / static latency``), or with
+``reward="normalised"`` its ``normalised`` ones (``1 - latency / static service time``); ``normalize``
 adds VecNormalize on rewards only (observations are already in [0, 1]), so evaluation
 needs no statistics.
 """
@@ -165,12 +166,13 @@ def warmup_config(config: TrainConfig, spec: str, done_steps: int = 0) -> Warmup
     return warm
 
 
-def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str = "relative"
+def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str | None = None
             ) -> Any:
+    """The config's env; `reward` (default: the config's training reward) as the env takes it."""
     try:
         return make_env(config.env_id, config.scenario, config.hardware, config.variant,
                         episode_tasks if episode_tasks is not None else config.episode_tasks,
-                        reward=reward)
+                        reward=reward if reward is not None else config.reward)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

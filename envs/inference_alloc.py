@@ -46,7 +46,7 @@ Works = tuple[StageWork, StageWork, StageWork]
 # A placement's info labels, info shares by device name and observed previous placement.
 PlacementFacts = tuple[tuple[str, ...], dict[str, float], tuple[float, ...]]
 
-REWARDS = ("latency", "relative")
+REWARDS = ("latency", "relative", "normalised")
 SPEED_EMA = 0.2             # weight of the newest observation in the speed-ratio average
 HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hit rate
 # Entries each placement memo (facts, stage labels) holds before it starts afresh: split
@@ -124,6 +124,11 @@ class InferenceAllocEnv(gym.Env):
     (0 = as good as static, positive = better). In the same state static waits behind
     the backlog the agent's own earlier placements built, so this reward does not charge
     a policy for the queue it creates: once one builds, every placement's reward is near 0.
+    `reward="normalised"`: `1 - latency / static_service`, where the static service time is
+    that same static latency less its queue wait. With no queue it equals `relative`; unlike
+    `relative`, a backlog the agent builds lowers the rewards of the tasks that wait behind
+    it, so a policy is charged for it. Its scale is set per task by static, as `relative`'s is
+    (`latency`'s spans the tasks' sizes: seconds to minutes).
 
     ## Info
 
@@ -140,8 +145,9 @@ class InferenceAllocEnv(gym.Env):
     `speed_ratio` (the measured ratios the observation shows, unscaled) and `task` (batch,
     prompt_tokens, output_tokens, domain (the data domain the loader's cache is keyed on),
     arrival (seconds from the episode's start) of the task this step placed: the observation
-    returned with it shows the next task). With `reference=True` (or `reward="relative"`):
-    `static_latency` and `static_placement`; with `reference=True` also `oracle_latency` and
+    returned with it shows the next task). With `reference=True` (or `reward="relative"` or
+    `"normalised"`): `static_latency`, `static_service` (its latency less its queue wait) and
+    `static_placement`; with `reference=True` also `oracle_latency` and
     `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
 
     ## Episode End
@@ -162,7 +168,7 @@ class InferenceAllocEnv(gym.Env):
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
     - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's.
-    - `reward`: `latency` or `relative`.
+    - `reward`: `latency`, `relative` or `normalised` (see Rewards).
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
       trace format; replaces the scenario's synthetic task sizes and arrivals.
     - `trace_time_scale`: replay the trace's arrivals this many times faster (< 1: slower);
@@ -484,7 +490,7 @@ class InferenceAllocEnv(gym.Env):
         penalty = failed * self.scenario.failed_dispatch_s
         works = self._run_works(task)
         refs = None
-        if self.reference or self.reward_kind == "relative":
+        if self.reference or self.reward_kind != "latency":
             refs = self.planner.references(task, noise, masks, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
         if not math.isfinite(res.latency):   # only a Scenario or Hardware built past the loaders
@@ -499,9 +505,12 @@ class InferenceAllocEnv(gym.Env):
         self._observe(res, facts)
         if self.reward_kind == "latency":
             reward = -res.latency
-        else:
+        elif self.reward_kind == "relative":
             assert refs is not None
             reward = 1.0 - res.latency / refs["static_latency"]
+        else:
+            assert refs is not None
+            reward = 1.0 - res.latency / refs["static_service"]
         info = self._step_info(task, res, facts, failed)
         if refs is not None:   # the references' keys come first
             refs.update(info)

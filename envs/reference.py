@@ -174,8 +174,10 @@ class ReferencePlanner:
         static_shares, failed = env._dispatch(self._static_shares, masks)
         overhead = failed * env.scenario.failed_dispatch_s
         static = env.sim.run(task, static_shares, noise, commit=False, extra_overhead=overhead,
-                             works=works).latency
-        out: dict[str, Any] = {"static_latency": static, "static_placement": self._static_names}
+                             works=works)
+        out: dict[str, Any] = {"static_latency": static.latency,
+                               "static_service": static.latency - static.queue,
+                               "static_placement": self._static_names}
         if env.reference:
             best, best_placement = self.oracle(task, noise, masks, works)
             out["oracle_latency"] = best

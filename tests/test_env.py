@@ -586,6 +586,55 @@ def test_relative_reward_of_the_static_placement_is_zero() -> None:
         assert reward == 0.0
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_normalised_reward_is_one_minus_latency_over_static_service(env_id: str) -> None:
+    env = make(env_id, episode_tasks=40, reward="normalised")
+    env.action_space.seed(0)
+    env.reset(seed=2)
+    queued = 0
+    for _ in range(40):
+        _, reward, _, _, info = env.step(env.action_space.sample())
+        assert reward == 1.0 - info["latency"] / info["static_service"]
+        assert 0.0 < info["static_service"] <= info["static_latency"]
+        queued += info["static_service"] < info["static_latency"]
+    assert queued > 0     # static waited somewhere: the two references differ
+
+
+def test_normalised_reward_of_the_static_placement_is_minus_its_queue_share() -> None:
+    """Acting as static, the agent is static: its reward is minus the share of its latency
+    it queued (0 exactly where it did not queue, as the relative reward is throughout)."""
+    env = make(V0, episode_tasks=60, reward="normalised")
+    placement = np.array(env.unwrapped.planner.best_static)
+    env.reset(seed=4)
+    for _ in range(60):
+        _, reward, _, _, info = env.step(placement)
+        queue = info["breakdown"]["queue"]
+        assert reward == pytest.approx(-queue / (info["latency"] - queue), rel=1e-9, abs=1e-12)
+        assert (reward == 0.0) == (queue == 0.0)
+
+
+def test_normalised_reward_charges_a_backlog_the_relative_one_does_not() -> None:
+    """Every stage on the GPU builds a queue there, behind which static waits too in the
+    same state: the relative reward scores it above static although its latency is higher.
+    The normalised reward prices the task against static's service time, queue left out,
+    and scores it below static."""
+    def run(reward: str, placement: Any) -> tuple[float, float]:
+        env = make(V0, episode_tasks=100, reward=reward)
+        env.reset(seed=1)
+        steps = [env.step(np.array(placement)) for _ in range(100)]
+        return (float(np.mean([s[1] for s in steps])),
+                float(np.mean([s[4]["latency"] for s in steps])))
+
+    static = make(V0).unwrapped.planner.best_static
+    gpu = (1, 1, 1)
+    assert make(V0).unwrapped.device_names[1] == "gpu" and tuple(static) != gpu
+    (rel_static, lat_static), (rel_gpu, lat_gpu) = run("relative", static), run("relative", gpu)
+    (norm_static, _), (norm_gpu, _) = run("normalised", static), run("normalised", gpu)
+    assert lat_gpu > 1.1 * lat_static
+    assert rel_gpu > rel_static                  # the blind spot
+    assert norm_gpu < norm_static                # charged
+
+
 def test_static_reference_pays_its_own_failed_dispatches(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A static placement a task does not fit fails over and pays the penalty, as an agent

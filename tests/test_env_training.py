@@ -816,6 +816,18 @@ def test_train_takes_the_short_env_names_and_gymnasiums_spelling(given, env_id):
     assert env_for(cfg, episode_tasks=1).spec.id == env_id
 
 
+@pytest.mark.parametrize("reward", ["relative", "normalised"])
+def test_a_runs_training_envs_take_its_reward(reward):
+    """--reward picks the training envs' reward (the held-out episode is priced in seconds
+    from info["latency"], whichever it is)."""
+    from agents.config import TrainConfig
+    from agents.training import build_vec_env
+
+    cfg = TrainConfig(reward=reward, episode_tasks=4, n_envs=2)
+    venv, _ = build_vec_env(cfg, "ppo", seed=0)
+    assert [e.unwrapped.reward_kind for e in venv.envs] == [reward, reward]
+
+
 def test_an_unknown_env_names_the_ids_and_short_names():
     from agents.evaluation import make_env
 
