@@ -145,8 +145,8 @@ class InferenceAllocEnv(gym.Env):
     `speed_ratio` (the measured ratios the observation shows, unscaled) and `task` (batch,
     prompt_tokens, output_tokens, domain (the data domain the loader's cache is keyed on),
     arrival (seconds from the episode's start) of the task this step placed: the observation
-    returned with it shows the next task). With `reference=True` (or `reward="relative"` or
-    `"normalised"`): `static_latency`, `static_service` (its latency less its queue wait) and
+    returned with it shows the next task). With `price_static=True`, `reference=True`,
+    `reward="relative"` or `reward="normalised"`: `static_latency`, `static_service` (its latency less its queue wait) and
     `static_placement`; with `reference=True` also `oracle_latency` and
     `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
 
@@ -182,6 +182,10 @@ class InferenceAllocEnv(gym.Env):
       factor 1, mean exp(sigma**2 / 2), so noise also lengthens the mean latency.
     - `reference`: if True, `info` also carries the best-static and per-step oracle
       latencies for the same state (costs ~D**3 simulations per step).
+    - `price_static`: if True, `info` carries the best-static latency for the same state
+      whatever the reward (one simulation more per step; `reference=True` and the
+      `relative` and `normalised` rewards price it anyway): what a guard or a
+      latency-versus-static curve reads while training on `reward="latency"`.
     - `render_mode`: `None`, `ansi` (a line per task: placement, latency, breakdown) or
       `rgb_array` (a frame of the last placement, the device queues and the latency's
       parts; see `envs/render.py`). SB3's `make_vec_env` asks for `rgb_array`.
@@ -211,7 +215,7 @@ class InferenceAllocEnv(gym.Env):
                  variant: str | dict[str, str] | None = None, episode_tasks: int | None = None,
                  reward: str = "latency", trace: str | None = None, noise: float | None = None,
                  reference: bool = False, render_mode: str | None = None,
-                 trace_time_scale: float | None = None) -> None:
+                 trace_time_scale: float | None = None, price_static: bool = False) -> None:
         sc = load_scenario(scenario)
         if episode_tasks is not None:
             if not is_integer(episode_tasks) or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
@@ -222,8 +226,9 @@ class InferenceAllocEnv(gym.Env):
             if not is_number(noise) or not 0 <= noise <= MAX_NOISE:   # NaN fails it too
                 raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
             sc = dataclasses.replace(sc, noise=float(noise))
-        if reference not in (True, False):   # "no" would count as True
-            raise ValueError(f"reference must be True or False, got {reference!r}")
+        for name, flag in (("reference", reference), ("price_static", price_static)):
+            if flag not in (True, False):   # "no" would count as True
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
         if trace is not None:
             if not isinstance(trace, (str, os.PathLike)):
                 raise ValueError(f"trace must be a trace name or a CSV path, got {trace!r}")
@@ -256,6 +261,7 @@ class InferenceAllocEnv(gym.Env):
         self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward
         self.reference = bool(reference)
+        self._price_static = bool(price_static) or self.reference or reward != "latency"
         self.render_mode = render_mode
         with naming_field(sc, "hardware", given=hardware is not None):
             self.hardware = load_hardware(sc.hardware)
@@ -490,7 +496,7 @@ class InferenceAllocEnv(gym.Env):
         penalty = failed * self.scenario.failed_dispatch_s
         works = self._run_works(task)
         refs = None
-        if self.reference or self.reward_kind != "latency":
+        if self._price_static:
             refs = self.planner.references(task, noise, masks, works)
         res = self.sim.run(task, shares, noise, extra_overhead=penalty, works=works)
         if not math.isfinite(res.latency):   # only a Scenario or Hardware built past the loaders

@@ -197,7 +197,7 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     ({"hardware": "tpu-pod"}, "unknown hardware 'tpu-pod'"),
     ({"variant": "glm-6"}, "unknown variant 'glm-6'"),
     ({"variant": {"load": "direct", "prefill": "window"}}, "variant mapping"),
-    ({"reward": "throughput"}, "reward must be one of latency, relative"),
+    ({"reward": "throughput"}, "reward must be one of latency, relative, normalised"),
     ({"episode_tasks": 0}, r"episode_tasks must be an integer in 1\.\.1000000"),
     ({"episode_tasks": 2.5}, "episode_tasks must be an integer"),
     ({"episode_tasks": 10**12}, "episode_tasks must be an integer"),   # was a 7 TiB MemoryError
@@ -205,6 +205,7 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     ({"noise": float("nan")}, r"noise must be a number in \[0, 2.0\]"),
     ({"noise": 1000.0}, r"noise must be a number in \[0, 2.0\]"),  # latency inf, obs off-space
     ({"reference": "no"}, "reference must be True or False"),      # a string counted as True
+    ({"price_static": "yes"}, "price_static must be True or False, got .yes."),
     ({"trace": "no-such-trace"}, "unknown trace 'no-such-trace'"),
     ({"trace": Path("/no/such.csv")}, "trace file not found"),     # a Path is a path
     ({"trace": ""}, "unknown trace ''; known names"),   # was: "trace file . is a folder"
@@ -381,6 +382,24 @@ def test_info_without_reference_has_no_reference_latencies() -> None:
     env.reset(seed=0)
     info = env.step(np.array([0, 1, 2]))[-1]
     assert "oracle_latency" not in info and "static_latency" not in info
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_price_static_prices_static_under_the_latency_reward(env_id: str) -> None:
+    """price_static=True gives the latency reward the static references the relative reward
+    computes (the same figures on the same trajectory), and no oracle."""
+    def infos(**kwargs: Any) -> list[tuple[float, dict[str, Any]]]:
+        env = make(env_id, episode_tasks=15, **kwargs)
+        env.action_space.seed(3)
+        env.reset(seed=6)
+        return [env.step(env.action_space.sample())[1::3] for _ in range(15)]
+
+    priced, relative = infos(price_static=True), infos(reward="relative")
+    keys = ("static_latency", "static_service", "static_placement")
+    for (reward, info), (_, info_rel) in zip(priced, relative, strict=True):
+        assert reward == -info["latency"] and "oracle_latency" not in info
+        assert [info[k] for k in keys] == [info_rel[k] for k in keys]
+        assert info["latency"] == info_rel["latency"]
 
 
 def test_oracle_placement_reproduces_the_oracle_latency() -> None:
