@@ -6,7 +6,7 @@
 |------------------------------|---------------------------------------------------------------|
 | ``latency/mean``             | mean task latency (s) over the last `window` tasks            |
 | ``latency/p95``              | 95th percentile of the same                                   |
-| ``latency/vs_static``        | their total latency over the best static placement's on the same tasks (``info["static_latency"]``, present with ``reward="relative"``) |
+| ``latency/vs_static``        | their total latency over the best static placement's on the same tasks (``info["static_latency"]``, which train.py's envs price under every reward) |
 | ``latency/per_sample``       | every task's latency against its sample index (from 0): the online curve where the ~200-sample stabilisation shows |
 | ``cache/hit_rate``           | loader cache hits over the last `window` lookups               |
 | ``devices/<d>_utilisation``  | device d's busy share of the time booked so far (``info``), mean over `window` |

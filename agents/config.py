@@ -41,9 +41,6 @@ from inference.yamlio import (
 
 C = TypeVar("C")
 
-# The env's rewards that price static in the same state: the warm-up's guard and the
-# latency/vs_static curve read that price (info["static_latency"]); "latency" has none.
-TRAIN_REWARDS = tuple(r for r in REWARDS if r != "latency")
 DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take 6-10 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
 MIN_ONLINE_SEEDS = 5             # evaluate.py --online: the study's floor
@@ -107,7 +104,8 @@ class TrainConfig:
     reward: str = field(default="relative", metadata=_help(
         "training reward: relative (1 - latency / static's in the same state: blind to a "
         "backlog the agent builds) | normalised (1 - latency / static's service time, its "
-        "latency less its queue wait: a backlog costs)"))
+        "latency less its queue wait: a backlog costs) | latency (minus seconds: the "
+        "objective itself, on a scale that spans the tasks' sizes: use with --normalize)"))
     metrics_window: int = field(default=100, metadata=_help(
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
         "the devices/ means and warmup/conservative_acting"))
@@ -139,8 +137,8 @@ class TrainConfig:
         _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
-        _require(self.reward in TRAIN_REWARDS, f"--reward must be one of "
-                 f"{', '.join(TRAIN_REWARDS)}, got {shown(self.reward)}")
+        _require(self.reward in REWARDS, f"--reward must be one of "
+                 f"{', '.join(REWARDS)}, got {shown(self.reward)}")
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")

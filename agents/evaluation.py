@@ -42,13 +42,16 @@ METRICS = ("mean_latency_s", "p50_latency_s", "p95_latency_s", "p99_latency_s",
 
 def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
              hardware: str | None = None, variant: str | None = None,
-             episode_tasks: int | None = None, reward: str = "latency") -> gym.Env:
+             episode_tasks: int | None = None, reward: str = "latency",
+             price_static: bool = False) -> gym.Env:
     """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them."""
     env_id = envs.canonical_env_id(env_id) if isinstance(env_id, str) else env_id
     if env_id not in envs.ENV_IDS:
         raise ValueError(f"unknown env id {shown(env_id)}; valid: {envs.describe_env_ids()}")
     kwargs: dict[str, Any] = {"scenario": scenario, "episode_tasks": episode_tasks,
                               "reward": reward}
+    if price_static:    # only where asked: an env's spec then reads as before
+        kwargs["price_static"] = True
     if hardware is not None:
         kwargs["hardware"] = hardware
     if variant is not None:

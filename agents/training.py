@@ -34,8 +34,8 @@ the held-out seeds themselves for a resume at 10000 steps). Compare runs trained
 
 Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
 conservative phase counts decisions per vector step (``steps`` x ``n_envs`` tasks).
-Rewards are the env's ``relative`` ones (``1 - latency / static latency``), or with
-``reward="normalised"`` its ``normalised`` ones (``1 - latency / static service time``); ``normalize``
+Rewards are the env's ``relative`` ones (``1 - latency / static latency``), or its
+``normalised`` or ``latency`` ones (``TrainConfig.reward``); ``normalize``
 adds VecNormalize on rewards only (observations are already in [0, 1]), so evaluation
 needs no statistics.
 """
@@ -168,11 +168,14 @@ def warmup_config(config: TrainConfig, spec: str, done_steps: int = 0) -> Warmup
 
 def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str | None = None
             ) -> Any:
-    """The config's env; `reward` (default: the config's training reward) as the env takes it."""
+    """The config's env. A training env (no `reward` given) takes the config's reward and
+    prices best-static whichever it is: the warm-up's guard and the latency/vs_static curve
+    read that price. `reward` given: that reward, static priced only where it needs it."""
     try:
         return make_env(config.env_id, config.scenario, config.hardware, config.variant,
                         episode_tasks if episode_tasks is not None else config.episode_tasks,
-                        reward=reward if reward is not None else config.reward)
+                        reward=reward if reward is not None else config.reward,
+                        price_static=reward is None)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -17,8 +17,8 @@ Three parts, each optional, composable with any SB3 agent:
    (a window of recent tasks) is worse than the conservative policy's by more
    than ``guard_margin``, the conservative policy acts (for ``guard_cooldown``
    decisions, after which the learner gets another window). The ratio needs the
-   env to price static in the same state (``reward="relative"`` or
-   ``reference=True``: ``info["static_latency"]``), as train.py's and the online
+   env to price static in the same state (``price_static=True``, ``reference=True`` or a
+   ``relative`` or ``normalised`` reward: ``info["static_latency"]``), as train.py's and the online
    study's envs do; without it the guard compares raw latencies, which vary ~10x
    with the task sizes, and a warning says so.
 """
@@ -290,8 +290,9 @@ class WarmupCallback(BaseCallback):
                 continue
             if not static and not self._warned and self.controller.config.guard:
                 warnings.warn("the warm-up guard compares raw latencies: the env gives no "
-                              "static_latency (make it with reward='relative' or "
-                              "reference=True to compare ratios to static)", stacklevel=2)
+                              "static_latency (make it with price_static=True, or a "
+                              "relative or normalised reward, to compare ratios to static)",
+                              stacklevel=2)
                 self._warned = True
             conservative = self.controller.last_conservative
             if len(self.acting) == self.acting.maxlen:

@@ -816,16 +816,20 @@ def test_train_takes_the_short_env_names_and_gymnasiums_spelling(given, env_id):
     assert env_for(cfg, episode_tasks=1).spec.id == env_id
 
 
-@pytest.mark.parametrize("reward", ["relative", "normalised"])
-def test_a_runs_training_envs_take_its_reward(reward):
+@pytest.mark.parametrize("reward", ["relative", "normalised", "latency"])
+def test_a_runs_training_envs_take_its_reward_and_price_static(reward):
     """--reward picks the training envs' reward (the held-out episode is priced in seconds
-    from info["latency"], whichever it is)."""
+    from info["latency"], whichever it is); static is priced under each, for the guard and
+    the latency/vs_static curve."""
     from agents.config import TrainConfig
     from agents.training import build_vec_env
 
     cfg = TrainConfig(reward=reward, episode_tasks=4, n_envs=2)
     venv, _ = build_vec_env(cfg, "ppo", seed=0)
     assert [e.unwrapped.reward_kind for e in venv.envs] == [reward, reward]
+    venv.reset()
+    infos = venv.step(np.zeros((2, 3), dtype=np.int64))[3]
+    assert all(info["static_latency"] > 0 for info in infos)
 
 
 def test_an_unknown_env_names_the_ids_and_short_names():

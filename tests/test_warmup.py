@@ -651,10 +651,12 @@ def test_the_guard_warns_when_it_can_only_compare_raw_latencies() -> None:
     agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(steps=0, clone=False))
     with pytest.warns(UserWarning, match="compares raw latencies"):
         agent.learn(32)
-    quiet = make_sb3("ppo", _env(tasks=100), seed=0, warmup=WarmupConfig(steps=0, clone=False))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
-        quiet.learn(32)                                   # relative: ratios, no warning
+    for priced in (_env(tasks=100),          # relative: ratios, no warning
+                   gym.make("envs:InferenceAlloc-v0", episode_tasks=100, price_static=True)):
+        quiet = make_sb3("ppo", priced, seed=0, warmup=WarmupConfig(steps=0, clone=False))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            quiet.learn(32)
 
 
 def _lr(model) -> float:
