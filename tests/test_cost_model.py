@@ -401,6 +401,8 @@ def test_only_loading_reads_the_disk_and_only_the_model_stages_stream_weights(va
         assert work.io_bytes == 0.0 and work.needs_weights
     dec = decode.work(task, GLM)
     assert sum(p.fixed_bytes for p in dec.parts) == (task.output_tokens - 1) * GLM.weight_bytes
+    # the weights are paid in full by each device (fixed bytes), none of them per sequence
+    assert dec.part("weights").nbytes == 0.0
 
 
 @pytest.mark.parametrize("name", ["cached", "adaptive"])

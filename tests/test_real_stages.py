@@ -163,6 +163,18 @@ def test_hierarchical_reads_are_scattered(model):
     assert hier.scattered_reads > hier.block_reads // 2
 
 
+def test_prefetched_decoding_reads_the_hierarchical_layout_by_default(model):
+    """Prefetched decoding is hierarchical decoding plus a staging buffer ("Args: as
+    HierarchicalDecode"): with the default arguments both lay the blocks out alike, so their
+    reads are as many and as scattered."""
+    pre = WindowAttention(64).run(model, prompt(1, 30))
+    hier, pref = HierarchicalDecode(), PrefetchedDecode()
+    hier.run(model, pre, 10)
+    pref.run(model, pre, 10)
+    assert (pref.block_reads, pref.scattered_reads) == (hier.block_reads, hier.scattered_reads)
+    assert hier.scattered_reads > 0
+
+
 def test_block_summaries_are_the_mean_key_the_cost_model_prices(model):
     """The cost model charges SUMMARY_KEYS_PER_BLOCK keys per block of K and V: the real
     cache keeps exactly that, one key-sized sum per block, layer and sequence."""
@@ -222,6 +234,19 @@ def test_a_prefetch_refresh_stages_only_the_blocks_not_staged_yet(model, monkeyp
     assert dec.staged_blocks == TINY.n_layers * staged[-1]   # not n_layers * sum(staged)
     dec.run(model, pre, 1)   # counters are per run
     assert dec.staged_blocks == 0
+
+
+def test_the_hit_ratio_is_the_share_of_block_reads_served_from_the_staging_buffer(
+        model, monkeypatch):
+    """Staging only the first logical block leaves a mix of hits and misses; before any run
+    there were no reads, so no hits."""
+    assert PrefetchedDecode().hit_ratio == 0.0
+    pre = WindowAttention(64).run(model, prompt(2, 10))
+    monkeypatch.setattr(kv_cache.PrefetchCache, "predict", lambda self: self.table[:1])
+    dec = PrefetchedDecode(block_size=3, lookahead=2)
+    assert torch.equal(dec.run(model, pre, 8), SequentialDecode().run(model, pre, 8))
+    assert 0 < dec.prefetch_hits < dec.prefetch_misses
+    assert dec.hit_ratio == pytest.approx(dec.prefetch_hits / dec.block_reads, rel=1e-12)
 
 
 def test_prefetch_misses_fall_back_to_exact_gathers(model, monkeypatch):
@@ -548,6 +573,19 @@ def test_bad_max_new_tokens_and_missing_files(model, tmp_path):
     for loader in (DirectLoad(), CachedLoad(tmp_path / "c1"), AdaptiveLoad(tmp_path / "c2", 2)):
         with pytest.raises(FileNotFoundError, match="nope.txt"):
             loader.run(missing)
+
+
+def test_a_decoder_refuses_a_model_or_prefill_it_cannot_extend(model):
+    """Decoding needs the real tiny model and one (k, v) per layer of it: anything else is
+    refused up front, naming the argument, not met by an error from inside the loop."""
+    pre = WindowAttention(4).run(model, prompt(1, 3))
+    one_layer_short = PrefillResult(pre.logits, pre.kv_cache[:-1], pre.hidden)
+    for dec in (SequentialDecode(), HierarchicalDecode(), PrefetchedDecode()):
+        with pytest.raises(ValueError, match="model"):
+            dec.run(TINY, pre, 2)  # type: ignore[arg-type]
+        for bad in (one_layer_short, pre.kv_cache):
+            with pytest.raises(ValueError, match="prefill"):
+                dec.run(model, bad, 2)  # type: ignore[arg-type]
 
 
 def test_gate_decides_once_per_batch():
