@@ -325,6 +325,41 @@ def test_corrupt_cache_entry_is_a_miss(tmp_path):
     assert loader.run(src).tokens == tuple(b"abc") and loader.misses == 1
 
 
+def test_an_entry_with_fields_of_the_wrong_type_is_no_entry(tmp_path):
+    """JSON that parses but whose source is no path string, or whose key is no mapping, is
+    not an entry: a lookup misses (it is not stale), and adoption leaves the file alone."""
+    src = write(tmp_path / "doc.txt", "abc")
+    folder = tmp_path / "cache"
+    version = load.PREPROCESS_VERSION
+    good_key = disk_cache.validation_key(src.read_bytes(), version)
+    for source, key in ((str(src.resolve()), [good_key]), (7, good_key)):
+        text = json.dumps({"source": source, "key": key, "tokens": [1]})
+        loader = CachedLoad(folder)
+        loader.cache.entry_path(src).write_text(text)
+        assert loader.cache.lookup(src, src.read_bytes()) is None
+        assert (loader.cache.misses, loader.cache.stale) == (1, 0)
+        assert AdaptiveLoad(folder, capacity=2).cached_sources() == set()
+        assert loader.cache.entry_path(src).read_text() == text
+
+
+def test_a_cache_folder_is_created_with_its_missing_parents(tmp_path):
+    src = write(tmp_path / "doc.txt", "abc")
+    cache = disk_cache.DiskCache(tmp_path / "runs" / "7" / "cache", load.PREPROCESS_VERSION)
+    cache.write(src, (1, 2), src.read_bytes())
+    assert cache.lookup(src, src.read_bytes()) == (1, 2)
+
+
+def test_a_failed_entry_write_raises_and_leaves_no_temp_file(tmp_path):
+    """A write whose rename fails (here a folder sits where the entry goes) is reported, not
+    swallowed, and its temp file does not stay behind."""
+    src = write(tmp_path / "doc.txt", "abc")
+    cache = disk_cache.DiskCache(tmp_path / "cache", load.PREPROCESS_VERSION)
+    cache.entry_path(src).mkdir()
+    with pytest.raises(OSError):
+        cache.write(src, (1, 2, 3), src.read_bytes())
+    assert [p.name for p in cache.dir.iterdir()] == [cache.entry_path(src).name]
+
+
 def test_adaptive_cache_holds_the_most_requested_sources(tmp_path):
     srcs = {name: write(tmp_path / f"{name}.txt", f"text {name}") for name in "abcd"}
     loader = AdaptiveLoad(tmp_path / "cache", capacity=2, decay=1.0)
@@ -420,6 +455,22 @@ def test_adopted_entries_are_evicted_oldest_first(tmp_path):
     second.run(write(tmp_path / "w.txt", "w"))
     assert second.cached_sources() == {tmp_path.resolve() / f"{n}.txt" for n in "wyz"}
     assert not second.cache.entry_path(sources[0]).exists()
+
+
+def test_entries_written_in_the_same_instant_are_adopted_in_one_order(tmp_path, monkeypatch):
+    """Newest first, and entries equally new in the order of their sources, whatever order
+    the folder lists its files in: which adopted entry is evicted first is reproducible."""
+    sources = [write(tmp_path / f"{name}.txt", name) for name in "qwertyu"]
+    cache = disk_cache.DiskCache(tmp_path / "cache", load.PREPROCESS_VERSION)
+    stamp = time.time() - 1000
+    for src in sources:
+        cache.write(src, (1,), src.read_bytes())
+        os.utime(cache.entry_path(src), (stamp, stamp))
+    listed = Path.iterdir
+    orders = [[source for source, _ in cache.adopt()]]
+    monkeypatch.setattr(Path, "iterdir", lambda self: reversed(list(listed(self))))
+    orders.append([source for source, _ in cache.adopt()])
+    assert orders[0] == orders[1] and sorted(orders[0]) == sorted(s.resolve() for s in sources)
 
 
 def test_a_cached_request_reads_its_source_once(tmp_path, monkeypatch):
