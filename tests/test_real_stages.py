@@ -175,6 +175,87 @@ def test_prefetched_decoding_reads_the_hierarchical_layout_by_default(model):
     assert hier.scattered_reads > 0
 
 
+def test_a_single_block_is_never_a_scattered_read(model):
+    """A read is scattered when its block does not follow the one read before it in the same
+    gather: a cache that fits one block reads it alone, every step."""
+    pre = WindowAttention(64).run(model, prompt(1, 5))
+    hier = HierarchicalDecode(block_size=16)
+    hier.run(model, pre, 4)
+    assert (hier.block_reads, hier.scattered_reads) == (TINY.n_layers * 3, 0)
+
+
+def test_each_block_summary_is_the_sum_of_the_keys_written_into_it(model):
+    """The first-level lookup ranks blocks by their mean key: the running sum each block keeps
+    covers the prompt's keys and every key appended after it."""
+    pre = WindowAttention(64).run(model, prompt(2, 6))
+    cache = kv_cache.BlockCache(pre, 4, 12, seed=1)
+    gen = torch.Generator().manual_seed(0)
+    k0 = pre.kv_cache[0][0]
+    for _ in range(5):
+        cache.grow()
+        for layer in range(TINY.n_layers):
+            k, v = (torch.randn(*k0.shape[:2], 1, k0.shape[3], generator=gen) for _ in range(2))
+            cache.append(layer, k, v)
+    for layer in range(TINY.n_layers):
+        keys, _ = cache.read(layer, torch.zeros(2, TINY.n_heads, 1, TINY.head_dim))
+        assert keys.shape[2] == 11
+        for logical, physical in enumerate(cache.table):
+            block = keys[:, :, logical * 4:(logical + 1) * 4].sum(dim=2)
+            assert torch.allclose(cache.key_sum[layer][physical], block, atol=1e-5)
+
+
+def test_the_block_pool_is_the_fewest_blocks_that_hold_the_capacity(model):
+    pre = WindowAttention(64).run(model, prompt(1, 5))
+    for capacity, block_size in ((5, 4), (8, 4), (9, 4), (13, 1), (20, 7)):
+        cache = kv_cache.BlockCache(pre, block_size, capacity, seed=0)
+        pool = {cache.k[0].shape[0], cache.v[-1].shape[0], len(cache.table) + len(cache.free)}
+        assert len(pool) == 1
+        blocks = pool.pop()
+        assert (blocks - 1) * block_size < capacity <= blocks * block_size
+
+
+def test_blocks_are_visited_by_the_affinity_of_their_mean_key(model):
+    """A partly filled last block's mean is over the keys it holds: two keys of 1.2 outrank a
+    full block of keys of 1 for a query along them."""
+    keys = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.2, 1.2]).reshape(1, 1, 6, 1)
+    pre = PrefillResult(torch.zeros(1, 1), ((keys, torch.zeros_like(keys)),), torch.zeros(1, 6, 1))
+    cache = kv_cache.BlockCache(pre, 4, 8, seed=0)
+    assert cache.visit_order(0, torch.ones(1, 1, 1, 1)) == [1, 0]
+    assert cache.visit_order(0, -torch.ones(1, 1, 1, 1)) == [0, 1]
+
+
+def test_a_refresh_restages_from_the_first_block_whose_prediction_changed(model, monkeypatch):
+    """A block staged under a prediction that changed is copied again, not served stale: the
+    first prediction swaps the first two blocks, the later ones are right, and every block
+    the buffer claims holds what the pool holds. (Attention would not notice two whole blocks
+    swapped, keys and values alike, so the tokens cannot tell.)"""
+    real = kv_cache.PrefetchCache.predict
+    calls = []
+
+    def predict(self):
+        predicted = real(self)
+        calls.append(len(predicted))
+        return [predicted[1], predicted[0], *predicted[2:]] if len(calls) == 1 else predicted
+
+    monkeypatch.setattr(kv_cache.PrefetchCache, "predict", predict)
+    pre = WindowAttention(64).run(model, prompt(2, 10))
+    cache = kv_cache.PrefetchCache(pre, 3, 20, seed=0, lookahead=2)
+    k0 = pre.kv_cache[0][0]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        cache.grow()
+        for layer in range(TINY.n_layers):
+            k, v = (torch.randn(*k0.shape[:2], 1, k0.shape[3], generator=gen) for _ in range(2))
+            cache.append(layer, k, v)
+        staged = [logical for logical in range(len(cache.table)) if cache.is_staged(logical)]
+        for layer in range(TINY.n_layers):
+            for logical in staged:
+                physical = cache.table[logical]
+                assert torch.equal(cache.stage_k[layer][logical], cache.k[layer][physical])
+                assert torch.equal(cache.stage_v[layer][logical], cache.v[layer][physical])
+    assert len(calls) == 3 and 0 in staged
+
+
 def test_block_summaries_are_the_mean_key_the_cost_model_prices(model):
     """The cost model charges SUMMARY_KEYS_PER_BLOCK keys per block of K and V: the real
     cache keeps exactly that, one key-sized sum per block, layer and sequence."""
