@@ -19,6 +19,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
 from envs.inference_alloc_split import sequences_of
+from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE
 
 IDS = envs.ENV_IDS
 V0, SPLIT = IDS
@@ -192,6 +193,20 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     assert math.isfinite(reward) and info["task"]["arrival"] == 0.0
 
 
+@pytest.mark.parametrize("action", [np.array([2.0, 0.0, 1.0]), [2.0, 0.0, 1.0],
+                                    np.array([2, 0, 1], dtype=np.uint8)])
+def test_whole_numbers_of_any_dtype_are_device_ids(action: Any) -> None:
+    """An action off the int64 fast path (floats that are whole numbers, other int dtypes)
+    places the task as the same device ids given as integers do."""
+    steps = []
+    for given in (action, np.array([2, 0, 1])):
+        env = make(V0, episode_tasks=3)
+        env.reset(seed=0)
+        steps.append(env.step(given))
+    assert steps[0][4]["placement"] == ("npu", "cpu", "gpu")
+    assert_identical(steps[0], steps[1], "step")
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"scenario": "no-such-scenario"}, "unknown scenario 'no-such-scenario'"),
     ({"hardware": "tpu-pod"}, "unknown hardware 'tpu-pod'"),
@@ -209,6 +224,7 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
     ({"trace": "no-such-trace"}, "unknown trace 'no-such-trace'"),
     ({"trace": Path("/no/such.csv")}, "trace file not found"),     # a Path is a path
     ({"trace": ""}, "unknown trace ''; known names"),   # was: "trace file . is a folder"
+    ({"trace": 3}, "trace must be a trace name or a CSV path, got 3"),
     ({"scenario": None}, "scenario must be a preset name .* or a path to a YAML file, got None"),
     ({"scenario": "/"}, "scenario file / is a folder, not a YAML file"),
     ({"hardware": ""}, "hardware must be a preset name"),
@@ -223,6 +239,20 @@ def test_bad_action_is_a_value_error(env_id: str, action: Any, match: str) -> No
 def test_bad_argument_is_a_value_error(env_id: str, kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make(env_id, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"episode_tasks": 1}, {"episode_tasks": MAX_EPISODE_TASKS}, {"noise": 0}, {"noise": MAX_NOISE},
+    {"trace": "azure-conv", "trace_time_scale": MIN_RATE},
+    {"trace": "azure-conv", "trace_time_scale": 1 / MIN_RATE},
+])
+def test_an_argument_at_an_end_of_its_range_is_taken(kwargs: dict[str, Any]) -> None:
+    """The ranges the errors name are closed: each end is a valid argument."""
+    env = envs.InferenceAllocEnv(**kwargs)
+    for key, value in kwargs.items():
+        if key != "trace":
+            held = env.scenario.workload if key == "trace_time_scale" else env.scenario
+            assert getattr(held, key) == value
 
 
 def test_numpy_numbers_are_numbers() -> None:
@@ -679,20 +709,23 @@ def test_action_masks_shape_and_dtype(env_id: str) -> None:
     assert masks.all()    # article: every device online and able to hold every stage
 
 
+@pytest.mark.parametrize("n_tasks", [70, 120])
 @pytest.mark.parametrize("env_id", IDS)
-def test_masks_of_the_final_observation(env_id: str) -> None:
+def test_masks_of_the_final_observation(env_id: str, n_tasks: int) -> None:
     """A gymnasium vector env resets a finished env on its next step, so a loop asks for the
-    masks of the final observation (the last task, NPU offline in tasks 60-119 of `faults`)."""
-    vec = gym.vector.SyncVectorEnv([lambda: make(env_id, scenario="faults", episode_tasks=70)])
+    masks of the final observation (the last task, NPU offline in tasks 60-119 of `faults`).
+    With 120 tasks the fault window closes with the last one: the final observation still
+    shows the devices as that task left them, the NPU offline."""
+    vec = gym.vector.SyncVectorEnv([lambda: make(env_id, scenario="faults", episode_tasks=n_tasks)])
     vec.reset(seed=0)
-    for step in range(71):   # the 71st step resets the env
+    for step in range(n_tasks + 1):   # the last step resets the env
         masks = np.stack(vec.call("action_masks"))
         assert masks.shape == (1, 9)
         truncated = vec.step(vec.action_space.sample())[3]
-        assert truncated[0] == (step == 69)
-    raw = make(env_id, scenario="faults", episode_tasks=70).unwrapped
+        assert truncated[0] == (step == n_tasks - 1)
+    raw = make(env_id, scenario="faults", episode_tasks=n_tasks).unwrapped
     obs, _ = raw.reset(seed=0)
-    for _ in range(70):
+    for _ in range(n_tasks):
         obs = raw.step(raw.action_space.sample())[0]
     npu = raw.device_names.index("npu")
     assert obs[6 + 4 * npu] == 0.0                    # the final observation: the NPU offline
