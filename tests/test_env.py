@@ -942,11 +942,14 @@ def test_sequences_of_break_ties_by_device_order() -> None:
 
 
 def test_sequences_of_match_the_largest_remainder_method_on_random_weights() -> None:
-    """The env's per-row Python rounding against the method written in numpy, array-wise."""
+    """The env's per-row Python rounding against the method written in numpy, array-wise, on
+    weights of any scale (heft-split's and the env's lie in [0, 1], but any non-negative
+    weights with a positive sum are rounded alike)."""
     rng = np.random.default_rng(7)
     for _ in range(2000):
         d, batch = int(rng.integers(1, 6)), int(rng.integers(1, 65))
-        w = rng.uniform(0.0, 1.0, (3, d)) * (rng.uniform(size=(3, d)) > 0.3)
+        scale = 10.0 ** rng.uniform(-3.0, 3.0)
+        w = rng.uniform(0.0, scale, (3, d)) * (rng.uniform(size=(3, d)) > 0.3)
         w[w.sum(axis=1) == 0, 0] = 1.0
         quota = batch * w / w.sum(axis=1, keepdims=True)
         expected = np.floor(quota).astype(np.int64)

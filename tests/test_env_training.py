@@ -18,6 +18,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import envs
 from agents.sb3_factory import load_sb3
+from envs.inference_alloc_split import BOX_SLACK
 
 V0, SPLIT = envs.ENV_IDS
 STEPS = 256
@@ -91,6 +92,9 @@ def test_split_env_reads_float32_rounding_past_its_box_as_the_bound() -> None:
     env.reset(seed=0)
     *_, info = env.step(wrapped)
     assert info["latency"] > 0
+    # the slack is inclusive: an entry past the box by exactly BOX_SLACK is still the bound
+    at_slack = np.tile([1.0 + BOX_SLACK, -1.0 - BOX_SLACK, -1.0 - BOX_SLACK], 3)
+    assert base._requested_shares(at_slack, 8) == base._requested_shares(np.tile([1.0, -1.0, -1.0], 3), 8)
     with pytest.raises(ValueError, match=r"must lie in \[-1, 1\]"):
         base._requested_shares(np.full(9, -1.001), 8)
 
