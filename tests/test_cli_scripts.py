@@ -35,7 +35,12 @@ from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
 from agents.reporting import heldout_seeds
 from agents.run_folder import saved_steps
-from agents.sb3_hyperparams import check_override_types, load_hyperparams
+from agents.sb3_hyperparams import (
+    MAX_LAYER_WIDTH,
+    check_keys,
+    check_override_types,
+    load_hyperparams,
+)
 from envs.scenario import MAX_EPISODE_TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -420,6 +425,25 @@ def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, t
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_agent_or_a_trainers_key_is_named_as_such() -> None:
+    """An unknown agent is named with the known ones (not a missing <agent>.yaml), and a key
+    the trainer sets points to the option that sets it: seed to --seeds, the others to none."""
+    with pytest.raises(ValueError, match="unknown SB3 agent 'qlearning'; known: ppo, a2c"):
+        load_hyperparams("qlearning", "InferenceAlloc-v0")
+    with pytest.raises(ValueError, match=r"seed is set by the trainer, not here \(train.py --seeds\)"):
+        check_keys("ppo", {"seed": 1})
+    with pytest.raises(ValueError, match="device is set by the trainer, not here") as device:
+        check_keys("ppo", {"device": "cpu"})
+    assert "--seeds" not in str(device.value)
+
+
+def test_a_layer_width_may_be_the_largest_the_error_names() -> None:
+    """The widths' range 1..MAX_LAYER_WIDTH is closed: its top is taken, one more refused."""
+    check_override_types("ppo", {}, {"policy_kwargs": {"net_arch": [MAX_LAYER_WIDTH, 1]}})
+    with pytest.raises(ValueError, match=f"each width an integer in 1..{MAX_LAYER_WIDTH}"):
+        check_override_types("ppo", {}, {"policy_kwargs": {"net_arch": [MAX_LAYER_WIDTH + 1]}})
 
 
 def test_bad_input_exits_cleanly_from_the_command_line(tmp_path: Path) -> None:
