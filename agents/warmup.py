@@ -17,9 +17,9 @@ Three parts, each optional, composable with any SB3 agent:
    (a window of recent tasks) is worse than the conservative policy's by more
    than ``guard_margin``, the conservative policy acts (for ``guard_cooldown``
    decisions, after which the learner gets another window). The ratio needs the
-   env to price static in the same state (``price_static=True``, ``reference=True`` or a
-   ``relative`` or ``normalised`` reward: ``info["static_latency"]``), as train.py's and the online
-   study's envs do; without it the guard compares raw latencies, which vary ~10x
+   env to price static in the same state (``price_static=True``, ``reference=True`` or
+   a ``relative`` or ``normalised`` reward: ``info["static_latency"]``), as train.py's
+   and the online study's envs do; without it the guard compares raw latencies, which vary ~10x
    with the task sizes, and a warning says so.
 """
 

@@ -146,9 +146,9 @@ class InferenceAllocEnv(gym.Env):
     prompt_tokens, output_tokens, domain (the data domain the loader's cache is keyed on),
     arrival (seconds from the episode's start) of the task this step placed: the observation
     returned with it shows the next task). With `price_static=True`, `reference=True`,
-    `reward="relative"` or `reward="normalised"`: `static_latency`, `static_service` (its latency less its queue wait) and
-    `static_placement`; with `reference=True` also `oracle_latency` and
-    `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
+    `reward="relative"` or `reward="normalised"`: `static_latency`, `static_service` (its
+    latency less its queue wait) and `static_placement`; with `reference=True` also
+    `oracle_latency` and `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
 
     ## Episode End
 
