@@ -123,7 +123,9 @@ class InferenceAllocEnv(gym.Env):
     latency is the best static placement's for the same task in the same state
     (0 = as good as static, positive = better). In the same state static waits behind
     the backlog the agent's own earlier placements built, so this reward does not charge
-    a policy for the queue it creates: once one builds, every placement's reward is near 0.
+    a policy for the queue it creates: once one builds, every placement's reward is near 0,
+    and a policy slower than static can score above it (every stage on the GPU, in the
+    README's "The environment").
     `reward="normalised"`: `1 - latency / static_service`, where the static service time is
     that same static latency less its queue wait. With no queue it equals `relative`; unlike
     `relative`, a backlog the agent builds lowers the rewards of the tasks that wait behind
