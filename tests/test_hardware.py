@@ -140,7 +140,6 @@ def test_unknown_names_are_refused_with_the_known_ones():
         resolve_variant({"load": "direct", "prefill": "window", "decode": "paged"})
 
 
-
 def test_a_folder_named_like_a_preset_does_not_hide_it(tmp_path, monkeypatch):
     # Run from a directory holding an `edge/` and an `article/` folder (a project's own
     # folders): the bare preset names still name the presets ("... is a folder" before).
@@ -391,6 +390,31 @@ def test_true_figures_that_are_no_mapping_are_refused(value):
 def test_a_bad_model_shape_names_the_field(change, message):
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(get_model("glm-9b"), **change)
+
+
+def test_every_model_size_may_be_one():
+    """1 is a positive integer: one layer, a one-byte (int8) dtype, one KV head (multi-query
+    attention) are shapes the checks take."""
+    from inference.model_config import ModelConfig
+    smallest = ModelConfig("one", 1, 1, 1, 1, 1, 1, dtype_bytes=1)
+    assert smallest.head_dim == smallest.kv_dim == 1
+    assert dataclasses.replace(get_model("glm-9b"), n_kv_heads=1, dtype_bytes=1).kv_dim == 128
+
+
+def test_a_seed_is_checked_against_the_range_torch_seeds_from():
+    """check_seed takes exactly what torch's manual_seed takes, [-2**63, 2**64): each end is a
+    seed torch accepts, one past either end one it refuses only inside ``run()``."""
+    import torch
+
+    from inference.model_config import check_seed
+    for seed in (-2**63, 2**64 - 1):
+        assert check_seed(seed) == seed
+        torch.Generator().manual_seed(seed)
+    for seed in (-2**63 - 1, 2**64):
+        with pytest.raises(ValueError):
+            torch.Generator().manual_seed(seed)
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[-2\*\*63, 2\*\*64\)"):
+            check_seed(seed)
 
 
 def test_true_figures_are_charged_and_the_nominal_view_restores_every_spec_figure():

@@ -26,3 +26,12 @@ def test_a_readme_example_runs(index):
     if ratio is not None:   # the own-policy example: a ratio a queue-aware rule keeps below 1
         assert 0.0 < float(ratio.group(1)) < 1.0, out.getvalue()
         assert "'samples_to_stabilise'" in out.getvalue()
+
+
+def test_the_readmes_glm_9b_weight_size_is_the_models():
+    """The hardware example sizes a device's memory against the glm-9b weights it states; the
+    figure is the model's (a shape edit that changed it would leave the README's advice wrong)."""
+    from inference.model_config import get_model
+    stated = re.search(r"glm-9b: ([\d.]+e\d+)\)", README.read_text(encoding="utf-8"))
+    assert stated is not None
+    assert float(stated.group(1)) == float(f"{get_model('glm-9b').weight_bytes:.2e}")
