@@ -140,6 +140,26 @@ def test_unknown_names_are_refused_with_the_known_ones():
         resolve_variant({"load": "direct", "prefill": "window", "decode": "paged"})
 
 
+@pytest.mark.parametrize("spec", [
+    ["load", "prefill", "decode"],      # the stage names, but no implementations
+    ("glm-5.3",),
+    None,
+])
+def test_a_variant_neither_a_recipe_name_nor_a_mapping_is_refused_by_kind(spec):
+    with pytest.raises(ValueError, match="recipe name or a mapping, got"):
+        resolve_variant(spec)
+
+
+@pytest.mark.parametrize("spec", [
+    {"load": "direct", "prefill": "window"},                                    # a stage missing
+    {"load": "direct", "prefill": "window", "decode": "sequential", "sample": "greedy"},
+])
+def test_a_variant_mapping_needs_exactly_the_three_stages(spec):
+    """A missing stage was a bare KeyError and an extra one silently dropped."""
+    with pytest.raises(ValueError, match="needs exactly the stages load, prefill, decode"):
+        resolve_variant(spec)
+
+
 def test_a_folder_named_like_a_preset_does_not_hide_it(tmp_path, monkeypatch):
     # Run from a directory holding an `edge/` and an `article/` folder (a project's own
     # folders): the bare preset names still name the presets ("... is a folder" before).
