@@ -196,3 +196,25 @@ def test_shown_keeps_a_normal_value_whole_and_cuts_a_huge_one():
     count, tail = rest.split(" characters elided]...")
     assert head == repr(text)[:len(head)] and tail == repr(text)[-len(tail):]
     assert len(head) + int(count) + len(tail) == len(repr(text)) and len(short) <= SHOWN_MAX
+
+
+def test_shown_keeps_the_first_half_and_last_quarter_of_a_value_past_its_limit():
+    """As documented: up to `limit` characters whole; a longer one cut to the first half and the
+    last quarter of the limit (SHOWN_MAX is long enough for one character more to be cut)."""
+    assert shown("w" * SHOWN_MAX, quote=False) == "w" * SHOWN_MAX
+    assert "elided" in shown("w" * (SHOWN_MAX + 1), quote=False)
+    for limit in (SHOWN_MAX, 100, 41):
+        assert shown("w" * limit, quote=False, limit=limit) == "w" * limit
+        text = "".join(chr(ord("a") + i % 26) for i in range(2 * limit))
+        head, rest = shown(text, quote=False, limit=limit).split("...[")
+        tail = rest.split(" characters elided]...")[1]
+        assert (head, tail) == (text[:limit // 2], text[len(text) - limit // 4:])
+
+
+def test_an_elision_that_saves_nothing_shows_the_value_whole():
+    """A value just past a small limit is no shorter with its middle elided: it is shown whole,
+    and a shortened one is always strictly shorter than the value."""
+    for length in range(9, 120):
+        text = "v" * length
+        short = shown(text, quote=False, limit=8)
+        assert short == text or len(short) < len(text)
