@@ -315,6 +315,33 @@ def test_exponent_only_floats_read_as_numbers_everywhere():
     assert parse_overrides(["learning_rate=3e-4"]) == {"learning_rate": 3e-4}
 
 
+def test_a_yaml_error_without_a_place_or_a_problem_is_its_own_message_on_one_line():
+    from yaml.error import Mark, MarkedYAMLError
+
+    from inference.yamlio import describe_yaml_error
+    assert describe_yaml_error(yaml.YAMLError("bad\n   input")) == "bad input"
+    assert describe_yaml_error(MarkedYAMLError(problem="no place")) == "no place"
+    somewhere = Mark("f", 0, 2, 4, None, None)
+    assert describe_yaml_error(MarkedYAMLError(context="while reading", problem_mark=somewhere)) \
+        == "line 3, column 5: while reading"
+
+
+def test_a_path_as_deep_as_taken_is_usable_and_one_deeper_is_not(tmp_path: Path):
+    from inference.yamlio import MAX_PATH_DEPTH, unusable_path
+    deepest = Path(*["d"] * MAX_PATH_DEPTH)
+    assert len(deepest.parts) == MAX_PATH_DEPTH and unusable_path(deepest) is None
+    assert f"more than the {MAX_PATH_DEPTH} taken" in unusable_path(deepest / "d")
+
+
+def test_why_a_name_is_unusable_does_not_repeat_the_name(tmp_path: Path):
+    """The reason follows the name, which the caller shows shortened: the OS error's own text
+    ("File name too long") and not its str, which quotes the whole 300-character name again."""
+    from inference.yamlio import unusable_path
+    name = str(tmp_path / ("x" * 300))
+    reason = unusable_path(name)
+    assert reason and "x" * 300 not in reason and "Errno" not in reason
+
+
 def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path):
     # PyYAML keeps the last one: the second `workload:` dropped the first's arrival_rate.
     with pytest.raises(yaml.YAMLError, match=r"duplicate key 'a' \(first given on line 1\)"):
