@@ -88,6 +88,18 @@ def test_window_of_one_attends_only_to_itself():
     assert torch.allclose(WindowAttention(1).attention(q, k, v), v, atol=1e-6)
 
 
+@pytest.mark.parametrize(("n_q", "n_k", "window"), [(3, 8, 2), (1, 5, 3), (4, 4, 2), (2, 9, 4)])
+def test_a_window_masks_the_keys_behind_each_querys_own_position(n_q, n_k, window):
+    """Queries are the last n_q of n_k positions (as in the causal mask): query i, at position
+    n_k - n_q + i, sees exactly the `window` keys ending at its own position (fewer near the start)."""
+    from inference.stages.attention import window_mask
+    mask = window_mask(n_q, n_k, window)
+    for i in range(n_q):
+        position = n_k - n_q + i
+        seen = [j for j in range(n_k) if mask[i, j]]
+        assert seen == list(range(max(0, position - window + 1), position + 1))
+
+
 def test_dynamic_keeping_every_key_equals_full_and_selective_differs(model):
     tokens = prompt(2, 16, seed=1)
     assert_same(DynamicAttention(0.0).run(model, tokens), reference(model, tokens))
@@ -694,6 +706,15 @@ def test_bad_tokens_name_the_field(model, tokens):
     for stage in (WindowAttention(4), DynamicAttention(), GatedAttention()):
         with pytest.raises(ValueError, match="tokens"):
             stage.run(model, tokens)
+
+
+def test_a_prefill_refuses_what_is_no_tiny_model_naming_it():
+    """A config or a name is not the model the kernels run: refused by argument, not an
+    AttributeError from inside the forward pass."""
+    for stage in (WindowAttention(4), DynamicAttention(), GatedAttention()):
+        for not_a_model in (TINY, "tiny"):
+            with pytest.raises(ValueError, match="model must be a TinyTransformer"):
+                stage.run(not_a_model, prompt(1, 3))
 
 
 def test_bad_max_new_tokens_and_missing_files(model, tmp_path):
