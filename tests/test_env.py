@@ -56,20 +56,26 @@ def big_batch_scenario(tmp_path: Path, failed_dispatch_s: float = 0.75) -> Path:
     return path
 
 
-def server_with_memory(tmp_path: Path, **memory: float) -> Path:
-    """The server preset with other device memories, by device name (each device keeps its own
-    memory domain, as in the preset)."""
+def server_with(tmp_path: Path, field: str, **values: Any) -> Path:
+    """The server preset with other values of one device `field`, by device name (the devices
+    not named keep the preset's)."""
     import yaml
 
     from inference.hardware import PRESET_DIR
 
     raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
     for device in raw["devices"]:
-        device["memory"] = memory.pop(device["name"], device["memory"])
-    assert not memory, f"no such device: {memory}"
-    path = tmp_path / "server-memory.yaml"
+        device[field] = values.pop(device["name"], device[field])
+    assert not values, f"no such device: {values}"
+    path = tmp_path / f"server-{field}.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
+
+
+def server_with_memory(tmp_path: Path, **memory: float) -> Path:
+    """The server preset with other device memories, by device name (each device keeps its own
+    memory domain, as in the preset)."""
+    return server_with(tmp_path, "memory", **memory)
 
 
 # --- API conformance ---------------------------------------------------------------------------
@@ -871,6 +877,25 @@ def test_split_shares_in_one_memory_domain_are_summed(tmp_path: Path) -> None:
     info = env.step(split_action([[1, 0, 0], [0, 1, 1], [1, 0, 0]]))[-1]
     assert info["failed_dispatch"] == 2
     assert info["placement"][1] == "cpu"             # the fallback: the device listed first
+
+
+def test_a_domain_peer_without_a_share_holds_none_of_the_stage(tmp_path: Path) -> None:
+    """A memory domain of some but not all devices (the NPU moved into the GPU's): a share on
+    the NPU is checked against the shares of its domain, and the GPU, which takes none of the
+    stage, adds nothing to it. Half the batch fits the NPU, so the CPU and NPU halves both run."""
+    env = make(SPLIT, scenario=str(big_batch_scenario(tmp_path)),
+               hardware=str(server_with(tmp_path, "memory_domain", npu="gpu-hbm")))
+    raw = env.unwrapped
+    env.reset(seed=0)
+    npu = raw.device_names.index("npu")
+    assert raw._memory_peers[npu] == (raw.device_names.index("gpu"), npu)
+    memory, weights = raw._device_memory[npu], raw._weight_bytes
+    for work in raw._task_works(raw._current_task())[1:]:
+        assert work.footprint + weights > memory >= 0.5 * work.footprint + weights
+    assert not raw.stage_masks()[1:, npu].any()      # whole batch: masked
+    info = env.step(split_action([[1, 0, 0], [1, 0, 1], [1, 0, 1]]))[-1]
+    assert info["failed_dispatch"] == 0
+    assert info["placement"][1:] == ("cpu:16/32+npu:16/32",) * 2
 
 
 def test_failed_split_share_moves_to_a_device_that_holds_the_whole_stage(tmp_path: Path) -> None:
