@@ -140,6 +140,8 @@ def test_a_jobs_makespan_hit_rate_and_npu_ratio_by_hand():
     run = JobRun([info(2.0, 1.0, True, 0.5), info(0.0, 5.0, None, 0.6),
                   info(1.0, 1.0, False, 0.7), info(1.5, 0.5, True, 0.8)])
     assert run.makespan == 5.0
+    later = JobRun([{**i, "task": {"arrival": i["task"]["arrival"] + 10.0}} for i in run.infos])
+    assert later.makespan == 5.0          # from the first arrival, not from time 0
     assert run.hit_rate() == pytest.approx(2 / 3)
     assert run.npu_ratio == 0.8
     assert np.isnan(JobRun().npu_ratio) and np.isnan(JobRun([info(0.0, 1.0, None, 1.0)]).hit_rate())
@@ -160,6 +162,9 @@ def test_nominal_beliefs_hide_exactly_the_measured_speed_ratios():
     others = np.ones(len(obs), bool)
     others[speed] = False
     assert np.array_equal(hidden[others], obs[others])
+    # the masks are the env's own (an observation wrapper does not forward action_masks)
+    masks = NominalBeliefs(env).action_masks()
+    assert masks.shape == (3 * len(names),) and np.array_equal(masks, env.unwrapped.action_masks())
 
 
 def test_only_the_cold_learner_sees_nominal_beliefs_and_a_job_keeps_n_tasks(monkeypatch):
