@@ -993,6 +993,8 @@ def test_a_warm_up_state_of_another_step_is_not_restored_and_a_bad_one_is_refuse
     path.write_text(json.dumps({"num_timesteps": 96, "guard_trips": 3}))
     restore_warmup_state(ctl, path, 64)          # a model.zip whose own save failed after it
     restore_warmup_state(ctl, tmp_path / "none.json", 64)        # a run from before
+    (tmp_path / "bad.json").write_text('{"num_timesteps": 64, "guard')
+    restore_warmup_state(ctl, tmp_path / "bad.json", 64)         # unreadable: as none saved
     assert ctl.guard_trips == 0
     restore_warmup_state(ctl, path, 96)
     assert ctl.guard_trips == 3

@@ -631,6 +631,75 @@ def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
         "model_32_steps.zip", "model_64_steps.zip"]
 
 
+def test_a_new_run_folder_never_reuses_one_and_gives_up_by_raising(tmp_path: Path) -> None:
+    """The log folder is made with its parents; a run's name is taken as is, then suffixed -1,
+    -2, ...; when every suffix it tries is taken, an error, not a folder shared by two runs."""
+    from agents.run_folder import new_run_dir
+
+    log_dir = tmp_path / "logs" / "deep"
+    made = [new_run_dir(log_dir, "run") for _ in range(3)]
+    assert [p.name for p in made] == ["run", "run-1", "run-2"] and all(p.is_dir() for p in made)
+    assert new_run_dir(log_dir, "other").name == "other"
+    for k in range(3, 10_000):      # until it stops making new ones
+        try:
+            path = new_run_dir(log_dir, "run")
+        except RuntimeError as exc:
+            assert f"for run under {log_dir}" in str(exc)
+            break
+        assert path.name == f"run-{k}"
+    assert 3 < k < 10_000 and not (log_dir / f"run-{k}").exists()
+    with pytest.raises(RuntimeError, match="could not create a new run folder"):
+        new_run_dir(log_dir, "run")       # and again: it never reuses one
+
+
+def test_checkpoints_are_the_readable_zips_by_steps(tmp_path: Path) -> None:
+    """A run's checkpoints and model.zip by step count, each zip whose step count cannot be
+    read (not a zip, no count, a count that is null or no number) left out, not an error; of
+    equal steps model.zip first (a resume takes the last: the checkpoint)."""
+    import json
+
+    from agents.run_folder import checkpoints, saved_steps
+
+    def model_zip(path: Path, data: object) -> Path:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("data", json.dumps(data))
+        return path
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    good = {steps: model_zip(folder / f"model_{steps}_steps.zip", {"num_timesteps": steps})
+            for steps in (64, 32)}
+    final = model_zip(tmp_path / "model.zip", {"num_timesteps": 32})
+    unreadable = {"model_1_steps.zip": {"steps": 1}, "model_2_steps.zip": {"num_timesteps": None},
+                  "model_3_steps.zip": {"num_timesteps": "three"}}
+    for name, data in unreadable.items():
+        assert saved_steps(model_zip(folder / name, data)) is None, name
+    (folder / "model_4_steps.zip").write_text("not a zip")
+    (folder / "model_5_steps.zip").mkdir()
+    assert saved_steps(folder / "model_4_steps.zip") is None
+    assert saved_steps(folder / "model_5_steps.zip") is None      # a folder: an OSError
+    assert checkpoints(tmp_path) == [(32, final), (32, good[32]), (64, good[64])]
+
+
+def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
+    """A replay buffer is the size of the steps done: of the checkpoints' buffers only the
+    newest is kept (a resume reads no other), beside every checkpoint's model and the final
+    model's own buffer."""
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    config = TrainConfig(agents=["dqn"], warmup=["none"], timesteps=96, checkpoint_interval=32,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False)
+    (result,) = train(config, report=lambda line: None)
+    saved = sorted(p.name for p in (result.run_dir / "checkpoints").iterdir())
+    assert [name for name in saved if "replay_buffer" in name] == [
+        "model_replay_buffer_96_steps.pkl"]
+    assert [name for name in saved if name.endswith(".zip")] == [
+        "model_32_steps.zip", "model_64_steps.zip", "model_96_steps.zip"]
+    assert (result.run_dir / "replay_buffer.pkl").is_file()
+
+
 def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
                                                                  monkeypatch) -> None:
     """A run resumed at 64 steps of 2 envs: its envs are seeded resume_seed(seed, 64) (seed
