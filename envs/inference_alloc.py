@@ -46,7 +46,9 @@ Works = tuple[StageWork, StageWork, StageWork]
 # A placement's info labels, info shares by device name and observed previous placement.
 PlacementFacts = tuple[tuple[str, ...], dict[str, float], tuple[float, ...]]
 
-REWARDS = ("latency", "relative", "normalised")
+# Each reward, and the static reference in info it divides the latency by (None: none).
+REWARD_SCALES = {"latency": None, "relative": "static_latency", "normalised": "static_service"}
+REWARDS = tuple(REWARD_SCALES)
 SPEED_EMA = 0.2             # weight of the newest observation in the speed-ratio average
 HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hit rate
 # Entries each placement memo (facts, stage labels) holds before it starts afresh: split
@@ -263,7 +265,9 @@ class InferenceAllocEnv(gym.Env):
         self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward
         self.reference = bool(reference)
-        self._price_static = bool(price_static) or self.reference or reward != "latency"
+        # The static figure the reward divides the latency by (None: minus the latency).
+        self._reward_scale = REWARD_SCALES[reward]
+        self._price_static = bool(price_static) or self.reference or self._reward_scale is not None
         self.render_mode = render_mode
         with naming_field(sc, "hardware", given=hardware is not None):
             self.hardware = load_hardware(sc.hardware)
@@ -511,14 +515,12 @@ class InferenceAllocEnv(gym.Env):
         # Looked up once: hashing the nested shares tuple is a good part of the lookup's cost.
         facts = self._placement_facts(shares, task.batch)
         self._observe(res, facts)
-        if self.reward_kind == "latency":
+        scale = self._reward_scale
+        if scale is None:
             reward = -res.latency
-        elif self.reward_kind == "relative":
-            assert refs is not None
-            reward = 1.0 - res.latency / refs["static_latency"]
         else:
             assert refs is not None
-            reward = 1.0 - res.latency / refs["static_service"]
+            reward = 1.0 - res.latency / refs[scale]
         info = self._step_info(task, res, facts, failed)
         if refs is not None:   # the references' keys come first
             refs.update(info)
