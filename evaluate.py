@@ -3,6 +3,7 @@
     python evaluate.py                        # every run under runs/ + every baseline
     python evaluate.py --models runs/X/model.zip --scenarios article bursty --seeds 10
     python evaluate.py --online               # only the online stabilisation study
+    python evaluate.py --online --online-reward latency   # its learners on another reward
     python evaluate.py --reproduce-article    # the article's figures (agents.article)
 
 Writes under --out (see agents/reporting.py): summary.csv, summary.md, latency_cdf.png,

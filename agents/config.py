@@ -137,8 +137,7 @@ class TrainConfig:
         _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
-        _require(self.reward in REWARDS, f"--reward must be one of "
-                 f"{', '.join(REWARDS)}, got {shown(self.reward)}")
+        _require_reward("--reward", self.reward)
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
@@ -181,6 +180,9 @@ class EvalConfig:
     online_seeds: int | None = field(default=None, metadata=_help(
         f"seeds of the online experiment (default: --seeds, at least {MIN_ONLINE_SEEDS} with "
         "--online)"))
+    online_reward: str = field(default="relative", metadata=_help(
+        "reward the online experiment's learners learn on, as train.py's --reward: relative | "
+        "normalised | latency (static is priced in every run's state whichever it is)"))
     no_online: bool = field(default=False, metadata=_help(
         "skip the online experiment in the default evaluation (writes no stabilization.png; "
         "one of an earlier evaluation is kept)",
@@ -217,6 +219,7 @@ class EvalConfig:
         _require(self.episode_tasks is None or 2 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 2..{MAX_EPISODE_TASKS}")
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
+        _require_reward("--online-reward", self.online_reward)
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
         n = self.seed_count() if self.no_online or self.reproduce_article else \
@@ -248,12 +251,12 @@ class EvalConfig:
         if self.reproduce_article:
             why = "--reproduce-article trains its own agents on the article scenario and server"
             return dict.fromkeys((*evaluation, "scenarios", "hardware", "no_online",
-                                  "online_samples", "online_seeds"), why)
+                                  "online_samples", "online_seeds", "online_reward"), why)
         unused = {"article_clients": "only --reproduce-article runs the article job"}
         if self.models:
             unused["runs"] = "--models names the models, so no run folder is searched"
         if self.no_online:
-            unused |= dict.fromkeys(("online_samples", "online_seeds"),
+            unused |= dict.fromkeys(("online_samples", "online_seeds", "online_reward"),
                                     "--no-online skips the online study")
         return unused
 
@@ -261,6 +264,10 @@ class EvalConfig:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def _require_reward(flag: str, reward: str) -> None:
+    _require(reward in REWARDS, f"{flag} must be one of {', '.join(REWARDS)}, got {shown(reward)}")
 
 
 def _require_seeds(flag: str, lowest: int, highest: int) -> None:

@@ -214,14 +214,16 @@ ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
 
 def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                  scenario: str = "article", hardware: str | None = None,
-                 tick: Callable[[], None] | None = None) -> OnlineStudy:
+                 tick: Callable[[], None] | None = None, reward: str = "relative"
+                 ) -> OnlineStudy:
     """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``) are fresh agents (training seed =
     the stream's seed, so a stream studied alone gets the learner it gets among others) that learn as they go; ``best-static`` and ``oracle`` are the
     references, run once per stream and shared by every agent's result; ``heft-calibrated``
     runs as a fixed policy. Any other name is a ValueError listing these (``ONLINE_LEARNERS``,
-    ``ONLINE_FIXED``).
+    ``ONLINE_FIXED``). The learners learn on `reward` (envs.inference_alloc.REWARDS); every
+    env prices best-static in its own state whichever it is (the metrics' ``static_here``).
     """
     from agents.online import deploy
     from agents.sb3_factory import make_sb3
@@ -235,7 +237,7 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     for seed in seeds:
         def fresh_env() -> gym.Env:
             return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
-                            reward="relative")
+                            reward=reward, price_static=True)
 
         env = fresh_env()
         # The references' own runs, each with static's latency in its state (static_here).
@@ -277,14 +279,15 @@ def _backlogged(study: OnlineStudy) -> list[str]:
 
 
 def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
-                    scenario: str) -> str:
+                    scenario: str, reward: str = "relative") -> str:
     from agents.online import EARLY_SAMPLES, STEADY_SAMPLES, WINDOW, OnlineResult
 
     names = list(next(iter(study.metrics.values()))[0]) if study.metrics else []
     lines = ["# Online stabilisation", "",
              f"Scenario {scenario}; every agent deployed from sample 0 on the same {len(seeds)} "
              f"task streams (seeds {', '.join(map(str, seeds))}), {n_samples} samples each; "
-             "learners learn as they go. Values: mean ± 95% CI half-width over seeds.", "",
+             f"learners learn as they go, on the {reward} reward. Values: mean ± 95% CI "
+             "half-width over seeds.", "",
              "| agent | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for agent, per_seed in study.metrics.items():
         cells = []

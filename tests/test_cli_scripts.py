@@ -524,6 +524,10 @@ def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path:
     # --seeds is a count here, a list in train.py: a seed typed as a count would run for days
     (["--seeds", "10000"], "pass --seeds 1 --seed-base 10000"),
     (["--online-seeds", "5000"], "pass --online-seeds 1 --seed-base 5000"),
+    (["--online", "--online-reward", "speed"],
+     "--online-reward must be one of latency, relative, normalised, got 'speed'"),
+    (["--no-online", "--online-reward", "latency"], "--no-online skips the online study"),
+    (["--reproduce-article", "--online-reward", "latency"], "--online-reward is not used there"),
 ])
 def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected, tmp_path,
                                                                    capsys) -> None:
@@ -532,6 +536,14 @@ def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
     assert not (tmp_path / "results").exists()
+
+
+def test_evaluate_online_reward_reaches_the_study_and_its_markdown(tmp_path: Path) -> None:
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    assert main(["--online", "--online-reward", "normalised", "--online-samples", "20",
+                 "--online-seeds", "1", "--out", str(out), "--no-progress-bar"]) == 0
+    assert "on the normalised reward" in (out / "stabilization.md").read_text()
 
 
 def test_an_unknown_baseline_is_the_only_line_and_lists_fixed_policies(tmp_path, capsys) -> None:

@@ -355,6 +355,42 @@ def test_the_studys_learners_learn_as_they_go():
     assert not np.array_equal(learning, run(False))
 
 
+def test_the_studys_learners_learn_on_the_reward_asked_for_with_static_priced_every_step(
+        monkeypatch):
+    """online_study built every env with reward="relative", whatever reward the learners were
+    meant to be studied on. The reward reaches the learners (PPO updates every 16 samples, so
+    its curve moves), not the fixed policies (nothing to learn), and static is still priced in
+    each run's own state under a reward that does not need it: the metrics read it
+    (static_here)."""
+    import agents.online as online
+    from agents.evaluation import online_study
+
+    results = []
+
+    def recording(*args, **kwargs):
+        results.append(deploy(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(online, "deploy", recording)
+    agents, seeds, n = ["ppo", "heft-calibrated"], [11], 60
+    relative = online_study(agents, seeds, n)
+    latency = online_study(agents, seeds, n, reward="latency")
+    assert not np.array_equal(relative.curves["ppo"][0], latency.curves["ppo"][0])
+    assert np.array_equal(relative.curves["heft-calibrated"][0],
+                          latency.curves["heft-calibrated"][0])
+    assert len(results) == 2 * 4 and all(r.static_here is not None for r in results)
+
+
+def test_stabilization_md_names_the_learners_reward():
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy(metrics={"ppo": [{"early": 1.0}]})
+    for reward in ("relative", "normalised", "latency"):
+        assert (f"learners learn as they go, on the {reward} reward"
+                in online_markdown(study, [1], 600, "article", reward=reward))
+    assert "on the relative reward" in online_markdown(study, [1], 600, "article")
+
+
 def test_stabilization_md_notes_a_metric_defined_on_some_seeds_and_keeps_its_columns():
     """A cell whose metric is defined on k of n seeds (0 < k < n; here 1 of 2) says so, and the
     table's delimiter row has a cell per header cell (agent + each metric)."""
