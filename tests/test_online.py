@@ -78,6 +78,17 @@ def test_the_steady_state_is_the_last_200_samples_whatever_the_runs_length():
     assert m["samples_to_stabilise"] == n
 
 
+def test_the_steady_ratios_read_each_references_last_200_samples_alone():
+    """600 samples: the references slow to 20 s for the last 200 tasks and the agent matches
+    them there. The steady ratios are 1: the 200 samples before (10 s) are not steady, for
+    the references no more than for the agent."""
+    n = 600
+    reference = np.where(np.arange(n) < 400, 10.0, 20.0)
+    m = OnlineResult(reference.copy(), reference, reference).metrics()
+    assert m["steady_vs_static"] == pytest.approx(1.0)
+    assert m["steady_vs_oracle"] == pytest.approx(1.0)
+
+
 def test_metrics_over_windows_of_one_sample_compare_sample_by_sample():
     """A window (and an early stretch) of one sample is allowed: the worst window is then the
     worst single sample's ratio to static, and the early figures are the first sample's."""
@@ -136,6 +147,38 @@ def test_stabilisation_is_measured_against_static_in_the_agents_own_state():
     assert OnlineResult(agent, own_run, oracle, static_here=here).metrics()[
         "samples_to_stabilise"] == 246               # as the planted curve above
     assert OnlineResult(agent, own_run, oracle).metrics()["samples_to_stabilise"] > 400
+
+
+class _StaticPricedEveryOtherStep(gym.Wrapper):
+    """An env that prices static in its own state on some steps only."""
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps % 2:
+            info = {k: v for k, v in info.items() if k != "static_latency"}
+        return obs, reward, terminated, truncated, info
+
+
+def test_static_in_the_agents_own_state_is_read_only_where_every_step_priced_it():
+    """static_here is the env's static_latency when it priced one at every step, else None and
+    the metrics read static's own run: an env that does not price it (reward="latency") or
+    prices it on some steps gave no curve of NaNs (a NaN ratio is never outside the band, so
+    such a run read as settled from its first window)."""
+    n = 40
+
+    def here(reward: str, wrap=lambda env: env):
+        env = gym.make("envs:InferenceAlloc-v0", episode_tasks=n, reward=reward)
+        return deploy(make_policy("heft", env), wrap(env), n, learn=False, seed=3,
+                      references=False).static_here
+
+    assert here("relative") is not None and np.all(np.isfinite(here("relative")))
+    assert here("latency") is None
+    assert here("relative", _StaticPricedEveryOtherStep) is None
 
 
 def test_best_static_is_its_own_reference():
