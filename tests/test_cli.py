@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,148 @@ def test_an_elision_that_saves_nothing_shows_the_value_whole():
         text = "v" * length
         short = shown(text, quote=False, limit=8)
         assert short == text or len(short) < len(text)
+
+
+# --- what the table prints -------------------------------------------------------------------
+
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def printed_table(out: str) -> dict[str, list[str]]:
+    """The printed table as {metric: cells}, the variant labels under "": the rich table's rows
+    between its borders, or the plain one's columns (two or more spaces apart), which run from
+    the line under the title to the first recipe line ("label: load=...")."""
+    lines = out.splitlines()[1:]
+    if any(line.startswith("┃") for line in lines):
+        rows = [[c.strip() for c in re.split("[│┃]", line)[1:-1]]
+                for line in lines if line.startswith(("│", "┃"))]
+    else:
+        table = lines[:next(i for i, line in enumerate(lines) if ": load=" in line)]
+        rows = [[""] + table[0].split()] + [re.split(r"\s{2,}", line.strip()) for line in table[1:]]
+    return {row[0]: row[1:] for row in rows}
+
+
+def seconds(cell: str) -> float:
+    """'160.166 ms' -> 0.160166, checking the unit keeps the figure in [1, 1000)."""
+    if cell == "0":
+        return 0.0
+    number, unit = cell.split()
+    assert 1 <= abs(float(number)) < 1000 or unit == "ns", cell
+    return float(number) * UNITS[unit]
+
+
+@pytest.mark.parametrize("table", ["rich", "plain"])
+def test_the_table_prints_each_variants_figures(table, capsys, monkeypatch):
+    """Every cell is its variant's result: the times in a unit that keeps them in [1, 1000),
+    the six parts adding up to the latency, the attention share of load + compute + memory
+    stall, the cache's outcome and the latency relative to the first variant. Piped (not a
+    terminal, 80 columns), four variants' columns are printed whole, not squeezed."""
+    monkeypatch.setenv("COLUMNS", "80")
+    if table == "plain":   # rich not installed: the plain-text fallback
+        monkeypatch.setitem(sys.modules, "rich.console", None)
+    argv = ["--variants", "glm-5.3,glm-5.3-flash,glm-5.3-flash-opt,adaptive+window+prefetched",
+            "--cache-hit"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rows = printed_table(out)
+    outcomes = compare(build_parser().parse_args(argv))
+    first = outcomes[0].result.latency
+    assert rows[""] == [o.label for o in outcomes]
+    parts = ("overhead", "queue", "load", "transfer", "compute", "memory stall")
+    for k, o in enumerate(outcomes):
+        r = o.result
+        assert seconds(rows["latency"][k]) == pytest.approx(r.latency, rel=1e-3)
+        for part in parts:
+            assert seconds(rows[part][k]) == pytest.approx(r.breakdown()[part.replace(" ", "_")],
+                                                            rel=1e-3)
+        assert sum(seconds(rows[part][k]) for part in parts) == pytest.approx(r.latency, rel=1e-3)
+        assert seconds(rows["attention"][k]) == pytest.approx(r.attention, rel=1e-3)
+        assert seconds(rows["KV wait"][k]) == pytest.approx(r.kv_wait, rel=1e-3)
+        share = 100 * r.attention / (r.load + r.compute + r.memory_stall)
+        assert float(rows["attention share"][k].removesuffix("%")) == pytest.approx(share, abs=0.05)
+        assert rows["cache"][k] == {None: "n/a", True: "hit", False: "miss"}[r.cache_hit]
+        assert float(rows["vs glm-5.3"][k].removesuffix("x")) == pytest.approx(r.latency / first,
+                                                                               abs=0.005)
+    assert [rows["cache"][k] for k in (0, 1)] == ["n/a", "hit"]   # both outcomes are shown
+    assert "0" in rows["queue"]                                    # ... and a zero time
+    lines = out.splitlines()
+    if table == "plain":   # right-aligned columns under the labels: every line as long
+        table_lines = lines[1:next(i for i, line in enumerate(lines) if ": load=" in line)]
+        assert len({len(line) for line in table_lines}) == 1, table_lines
+    else:                  # a rule under the breakdown and under the attention figures only
+        rules = [lines[i - 1] for i, line in enumerate(lines) if line.startswith("├")]
+        assert [rule.split("│")[1].strip() for rule in rules] == ["memory stall", "KV wait"]
+
+
+def test_times_are_shown_in_the_largest_unit_they_reach():
+    from inference.__main__ import fmt_time
+
+    assert [fmt_time(t) for t in (0, 1.0, 0.25, 1e-3, 2.5e-5, 1e-6, 4.2e-9, 1234.5)] == [
+        "0", "1.000 s", "250.000 ms", "1.000 ms", "25.000 us", "1.000 us", "4.200 ns",
+        "1234.500 s"]
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    ([], "cache as a fresh simulator has it"),
+    (["--cache-hit"], "cache forced hit (variants that have one)"),
+    (["--cache-miss"], "cache forced miss (variants that have one)"),
+])
+def test_the_title_says_how_the_cache_was_set(flag, said, capsys):
+    assert main(["--variants", "glm-5.3-flash", *flag]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert title.endswith(f"| {said}"), title
+
+
+def test_no_flags_price_the_packages_example_task():
+    """The defaults are the task inference's docstring prices (and Task's default domain)."""
+    args = build_parser().parse_args([])
+    example = Task(batch=16, prompt_tokens=5000, output_tokens=256)
+    assert Task(args.batch, args.prompt_tokens, args.output_tokens, args.domain) == example
+
+
+def edge_profile(tmp_path: Path, memory: dict[str, float], drop: str = "") -> str:
+    """The edge preset with the devices' memory set (bytes) and, optionally, one device left out."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+    raw = yaml.safe_load((PRESET_DIR / "edge.yaml").read_text(encoding="utf-8"))
+    raw["devices"] = [d for d in raw["devices"] if d["name"] != drop]
+    raw["links"] = [link for link in raw["links"] if drop not in link["between"]]
+    for device in raw["devices"]:
+        device["memory"] = float(memory.get(device["name"], device["memory"]))
+    path = tmp_path / "edge-memory.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return str(path)
+
+
+def test_the_default_placement_names_the_first_device_the_hardware_lacks(tmp_path, capsys):
+    """Without a cpu (but with a gpu) the default cpu,gpu,gpu's missing device is the cpu."""
+    assert main(["--hardware", edge_profile(tmp_path, {}, drop="cpu")]) == 2
+    err = capsys.readouterr().err
+    assert "names device 'cpu'" in err and "devices: gpu, npu" in err, err
+
+
+def test_the_notes_envs_rule_holds_a_need_of_exactly_a_devices_memory(tmp_path, capsys):
+    """As the envs (need <= memory fits; weights > the most memory refuses): weights of
+    exactly the largest memory are held, and a stage needing exactly it fits that device."""
+    model = get_model("glm-9b")
+    sim = Simulator(load_hardware("edge"), model, build_stages(resolve_variant("glm-5.3")))
+    prefill = sim.stages[1].work(Task(16, 5000, 256), model).memory_need(model.weight_bytes)
+    decode = sim.stages[2].work(Task(16, 5000, 256), model).memory_need(model.weight_bytes)
+    assert model.weight_bytes < min(prefill, decode)     # the cases below rest on it
+
+    def note(memory: dict[str, float], placement: str) -> str:
+        argv = ["--variants", "glm-5.3", "--hardware", edge_profile(tmp_path, memory),
+                "--placement", placement]
+        assert main(argv) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note:")]
+        return line
+
+    weights = float(model.weight_bytes)
+    held = note(dict.fromkeys(("cpu", "gpu", "npu"), weights), "cpu,gpu,gpu")
+    assert "no device holds prefill, decode" in held and "refuse" not in held, held
+    fits = note({"cpu": weights, "gpu": prefill, "npu": weights}, "cpu,gpu,npu")
+    assert f"decode on npu needs {decode / 1e9:,.0f} GB of its {weights / 1e9:,.0f} GB" in fits
+    assert "prefill on" not in fits, fits
+    assert fits.endswith("the envs would move it to a device that holds it, at the "
+                         "failed-dispatch cost)"), fits
