@@ -404,6 +404,62 @@ def test_the_held_out_panel_is_drawn_raw_and_the_training_panel_always(tmp_path:
     assert list(line.get_xdata()) == list(held_out) and list(line.get_ydata()) == list(held_out.values())
 
 
+def test_held_out_points_are_marked_and_best_static_is_a_visible_line_at_1(tmp_path: Path,
+                                                                           drawn: list) -> None:
+    """The held-out panel's few raw evaluations are drawn as points on their line, its title
+    naming no moving average (the smoothed training stream is a plain line, its title naming
+    the window); each panel's best-static reference is a line one can see, at 1 (the curves
+    are latency / best-static's)."""
+    from agents import plots
+
+    write_scalars(tmp_path / "a", "latency/vs_static", {s: 1.5 - s / 100 for s in range(0, 50, 10)})
+    write_scalars(tmp_path / "a", "eval/vs_best_static", {s: 1.2 - s / 100 for s in range(0, 50, 10)})
+    plots.learning_curves([("a", tmp_path / "a")], tmp_path / "c.png", smooth=3)
+    titles = {ax.get_ylabel(): ax.get_title() for ax in drawn}
+    assert titles["latency/vs_static"].endswith(", moving average of 3 logs")
+    assert "moving average" not in titles["eval/vs_best_static"]
+    markers = {ax.get_ylabel(): {line.get_label(): line.get_marker() for line in ax.get_lines()}
+               for ax in drawn}
+    assert markers["latency/vs_static"]["a"] in (None, "None", "")
+    assert markers["eval/vs_best_static"]["a"] == "o"
+    for ax in drawn:
+        (best,) = [line for line in ax.get_lines() if line.get_label() == "best static"]
+        assert list(best.get_ydata()) == [1.0, 1.0] and best.get_linewidth() > 0
+
+
+def test_a_figure_widens_by_a_panel_per_panel_and_the_curves_share_one_scale(
+        tmp_path: Path, drawn: list) -> None:
+    """Each panel keeps its width however many there are (scenarios in the CDF, curves in the
+    learning curves), and the two learning-curve panels share the y axis, so that the
+    training stream and the held-out episode read on one scale."""
+    from agents import plots
+
+    def width(ax) -> float:
+        return ax.figure.get_size_inches()[0]
+
+    plots.latency_cdf({"article": {"heft": np.array([1.0])}}, tmp_path / "one.png")
+    plots.latency_cdf({s: {"heft": np.array([1.0])} for s in ("article", "bursty")},
+                      tmp_path / "two.png")
+    one, two, _ = drawn
+    assert width(two) == pytest.approx(2 * width(one))
+    drawn.clear()
+    write_scalars(tmp_path / "b", "latency/vs_static", {s: 1.5 - s / 100 for s in range(0, 50, 10)})
+    plots.learning_curves([("b", tmp_path / "b")], tmp_path / "c1.png")
+    write_scalars(tmp_path / "a", "latency/vs_static", {s: 3.0 - s / 100 for s in range(0, 50, 10)})
+    write_scalars(tmp_path / "a", "eval/vs_best_static", {s: 0.5 + s / 100 for s in range(0, 50, 10)})
+    plots.learning_curves([("a", tmp_path / "a")], tmp_path / "c2.png")
+    single, training, held_out = drawn
+    assert width(training) == pytest.approx(2 * width(single))
+    assert training.get_ylim() == held_out.get_ylim()
+
+
+def test_a_latency_cdf_of_no_scenarios_is_an_empty_figure(tmp_path: Path, drawn: list) -> None:
+    from agents import plots
+
+    assert plots.latency_cdf({}, tmp_path / "empty.png").is_file()
+    assert drawn == []
+
+
 def test_a_resumed_runs_scalars_keep_the_newer_of_each_step(tmp_path: Path) -> None:
     from agents.plots import read_scalars
 
