@@ -157,6 +157,15 @@ def test_every_field_of_a_hand_built_observation_decodes_by_the_table() -> None:
     assert decode_observation(hit).cache_hit is False
 
 
+def test_an_observation_of_empty_task_entries_decodes_to_the_smallest_task() -> None:
+    """Task entries of 0 (in the box, from observation_space.sample() or a hand-built state)
+    decode to one sequence of one prompt and one output token: a policy pricing the decoded
+    task never sees a size of 0, which `Task` refuses."""
+    seen = decode_observation(np.zeros(5 + 7 * 3))
+    assert (seen.batch, seen.prompt_tokens, seen.output_tokens) == (1, 1, 1)
+    Task(seen.batch, seen.prompt_tokens, seen.output_tokens)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_saturated_backlog_decodes_longer_than_any_other(dtype: type) -> None:
     """x = b / (b + 60 s) rounds to 1 for a long enough backlog (float32: from ~2e9 s): that
