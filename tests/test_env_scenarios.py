@@ -513,6 +513,16 @@ def test_each_dist_draws_from_its_documented_law() -> None:
     assert set(sizes) == {10, 11} and np.mean(sizes == 11) == pytest.approx(0.5, abs=0.02)
 
 
+def test_a_choice_without_weights_draws_each_value_equally_often() -> None:
+    """`weights` is optional: a choice without them is uniform over its values (every choice
+    test gave weights, so all-zero default weights, or none at all, went unnoticed)."""
+    sizes = np.array([t.batch for t in _episode({"batch": {"dist": "choice",
+                                                             "values": [2, 4, 8]}}).tasks])
+    assert set(sizes) == {2, 4, 8}
+    for value in (2, 4, 8):
+        assert np.mean(sizes == value) == pytest.approx(1 / 3, abs=0.02)
+
+
 def test_an_episode_has_three_noise_factors_a_task_and_none_without_noise() -> None:
     """Episode.noise is (n_tasks, 3), one factor per stage: positive with noise, exactly 1
     without."""
@@ -535,6 +545,21 @@ def test_a_size_below_one_from_a_scenario_built_in_code_is_refused(field: str) -
     scenario = dataclasses.replace(base, workload=dataclasses.replace(base.workload,
                                                                       **{field: zero}))
     with pytest.raises(ValueError, match="generated task sizes must be >= 1"):
+        generate_episode(scenario, np.random.default_rng(0), 5)
+
+
+@pytest.mark.parametrize("rate", [-0.1, 0.0], ids=["negative-arrivals", "infinite-gaps"])
+def test_an_arrival_rate_from_a_scenario_built_in_code_that_gives_no_stream_is_refused(
+        rate: float) -> None:
+    """The loaders refuse a rate this low, but a `Workload` built in code is not checked: the
+    episode refuses the arrivals such a rate draws (negative, or infinite) instead of handing the env
+    tasks that arrive before the episode starts, or never."""
+    from envs.workload import generate_episode
+
+    base = load_scenario("article")
+    scenario = dataclasses.replace(base, workload=dataclasses.replace(base.workload,
+                                                                      arrival_rate=rate))
+    with np.errstate(divide="ignore"), pytest.raises(ValueError, match="arrivals finite and >= 0"):
         generate_episode(scenario, np.random.default_rng(0), 5)
 
 
