@@ -731,6 +731,33 @@ def test_gate_answers_on_its_own_array_in_every_entry_point(episode_obs: np.ndar
         odd.predict(_with(base, 8, (0, 1, 1)))
 
 
+def test_gate_reads_and_keeps_the_previous_placement_on_two_devices() -> None:
+    """On a cluster of D = 2 devices the previous block is (3, D) = (3, 2), stage-major: the
+    kept placement is per stage the device with the largest share, in each action format
+    (device ids, the Discrete(D**3) index, the Split env's fractions in [-1, 1]). Every test
+    cluster had D = 3, where (3, D) and (D, 3) are one shape."""
+    device = [0.0, 1.0, 1.0, 0.5]          # idle, all memory free, online, nominal speed
+    previous = np.array([[1.0, 0.0], [0.25, 0.75], [0.0, 1.0]])   # kept: (0, 1, 1)
+    obs = np.array([8 / 64, 0.1, 0.1, 0.5, *device, *device, 0.0, *previous.reshape(-1)],
+                   dtype=np.float32)
+    assert GatedScheduling(_Fixed(np.array([1, 0, 0]))).predict(obs)[0].tolist() == [0, 1, 1]
+    flat = GatedScheduling(_Fixed(np.array(0)))
+    assert int(flat.predict(obs)[0]) == all_placements(2).index((0, 1, 1))
+    split = GatedScheduling(_Fixed(np.zeros(6)))
+    np.testing.assert_allclose(split.predict(obs)[0], (2 * previous - 1).reshape(-1))
+
+
+def test_gate_refuses_an_inner_without_predict_and_a_threshold_that_is_no_whole_batch() -> None:
+    """The wrapped policy must have predict() (the gate calls it on every step), and the
+    threshold is a whole batch size (a numpy integer is one): 2.5 was taken as 2."""
+    with pytest.raises(TypeError, match=r"wraps anything with predict\(\); got object"):
+        GatedScheduling(object())
+    for bad in (2.5, 16.0, True, 0, -4):
+        with pytest.raises(ValueError, match="threshold must be a positive integer"):
+            GatedScheduling(_Fixed(np.array([2, 2, 2])), threshold=bad)
+    assert GatedScheduling(_Fixed(np.array([2, 2, 2])), threshold=np.int64(16)).threshold == 16
+
+
 def test_gate_in_an_episode_pays_no_replacement_for_small_batches() -> None:
     env = InferenceAllocEnv("article", episode_tasks=80)
     obs, _ = env.reset(seed=4)
