@@ -19,8 +19,8 @@ Three parts, each optional, composable with any SB3 agent:
    decisions, after which the learner gets another window). The ratio needs the
    env to price static in the same state (``price_static=True``, ``reference=True`` or
    a ``relative`` or ``normalised`` reward: ``info["static_latency"]``), as train.py's
-   and the online study's envs do; without it the guard compares raw latencies, which vary ~10x
-   with the task sizes, and a warning says so.
+   and the online study's envs do; without it the guard compares raw latencies, which
+   vary ~10x with the task sizes, and a warning says so.
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ class InferenceAllocEnv(gym.Env):
     returned with it shows the next task). With `price_static=True`, `reference=True`,
     `reward="relative"` or `reward="normalised"`: `static_latency`, `static_service` (its
     latency less its queue wait) and `static_placement`; with `reference=True` also
-    `oracle_latency` and `oracle_placement`. `reset()`'s info holds only `task`: the first task to place.
+    `oracle_latency` and `oracle_placement`. `reset()`'s info holds only `task`: the first
+    task to place.
 
     ## Episode End
 
