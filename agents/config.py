@@ -43,6 +43,9 @@ C = TypeVar("C")
 
 DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take 6-10 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
+# the validation episode of --select-best: outside the training seeds and evaluate.py's
+# held-out seeds (HELDOUT_SEED .. HELDOUT_SEED + MAX_EVAL_SEEDS - 1)
+VALIDATION_SEED = 20_000
 MIN_ONLINE_SEEDS = 5             # evaluate.py --online: the study's floor
 EVAL_SEEDS = 5                   # evaluate.py's default --seeds
 # --reproduce-article's default --seeds: its stabilisation and drop rows are metrics of the
@@ -118,6 +121,14 @@ class TrainConfig:
     eval_interval: int = field(default=10_000, metadata=_help(
         "steps between runs of the current policy on the held-out episode, logged as eval/ "
         "in TensorBoard (0: none)"))
+    select_best: bool = field(default=False, metadata=_help(
+        "also keep the model with the lowest mean latency on a validation episode "
+        "(--eval-tasks tasks of --validation-seed, run at the --eval-interval points) as "
+        "best_model.zip, with best_model.json; chosen without the held-out episode, which "
+        "then scores it in the comparison table"))
+    validation_seed: int = field(default=VALIDATION_SEED, metadata=_help(
+        "workload seed of --select-best's validation episode: not --eval-seed, a training "
+        "seed or evaluate.py's held-out seeds (--resume keeps the run's own)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar while training"))
 
     def __post_init__(self) -> None:
@@ -146,6 +157,36 @@ class TrainConfig:
                  f"--clone-samples must be >= {MIN_CLONE_SAMPLES}")
         _require(self.episode_tasks is None or 1 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 1..{MAX_EPISODE_TASKS}")
+        self._validate_selection()
+
+    def _validate_selection(self) -> None:
+        """--select-best's validation episode: one the model is neither trained nor tested on,
+        or the choice would read the test (held-out) episode, or reward memorising a training
+        one. Its seed is left unchecked where nothing runs it (the default run is as it was)."""
+        if not self.select_best:
+            _require(self.validation_seed == VALIDATION_SEED,
+                     "--validation-seed is used only with --select-best; add --select-best or "
+                     "drop --validation-seed")
+            return
+        _require(self.eval_interval > 0, "--select-best chooses at the --eval-interval points: "
+                                         "give --eval-interval > 0")
+        _require(self.eval_tasks > 0, "--select-best runs an episode of --eval-tasks tasks: "
+                                      "give --eval-tasks > 0")
+        seed = self.validation_seed
+        _require_seeds("--validation-seed", seed, seed)
+        _require(seed != self.eval_seed,
+                 f"--validation-seed {seed} is --eval-seed's: the model would be chosen on the "
+                 f"episode that then tests it; give another --validation-seed")
+        for first in self.seeds:         # env i of a run is seeded seed + i
+            envs = f"{first} .. {first + self.n_envs - 1}" if self.n_envs > 1 else f"{first}"
+            _require(not first <= seed < first + self.n_envs,
+                     f"--validation-seed {seed} is a training workload seed (--seeds {first} "
+                     f"trains on {envs}); give another --validation-seed")
+        _require(not HELDOUT_SEED <= seed < HELDOUT_SEED + MAX_EVAL_SEEDS,
+                 f"--validation-seed {seed} is among evaluate.py's held-out seeds "
+                 f"({HELDOUT_SEED} .. {HELDOUT_SEED + MAX_EVAL_SEEDS - 1}), which would then "
+                 f"score a model chosen on it; give another --validation-seed (default "
+                 f"{VALIDATION_SEED})")
 
 
 @dataclass

@@ -784,6 +784,47 @@ def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> N
         TrainConfig(log_dir=str(tmp_path / "runs"), **edge).validate()
 
 
+
+@pytest.mark.parametrize(("bad", "message"), [
+    # the validation episode must be neither the test episode nor one the learner trains on
+    ({"validation_seed": HELDOUT_SEED}, "--validation-seed 10000 is --eval-seed's"),
+    ({"validation_seed": 7, "eval_seed": 7}, "--validation-seed 7 is --eval-seed's"),
+    ({"validation_seed": 3, "seeds": [0, 3]}, "--validation-seed 3 is a training workload seed"),
+    ({"validation_seed": 5, "seeds": [2], "n_envs": 4}, "--validation-seed 5 is a training "
+                                                       "workload seed (--seeds 2 trains on 2 .. 5)"),
+    ({"validation_seed": HELDOUT_SEED + MAX_EVAL_SEEDS - 1}, "evaluate.py's held-out seeds"),
+    ({"validation_seed": -1}, "--validation-seed: seeds must lie"),
+    ({"validation_seed": MAX_SEED + 1}, "--validation-seed: seeds must lie"),
+    # it chooses at the eval/ points, on an episode of --eval-tasks tasks
+    ({"eval_interval": 0}, "--select-best chooses at the --eval-interval points: give "
+                           "--eval-interval > 0"),
+    ({"eval_tasks": 0}, "--select-best runs an episode of --eval-tasks tasks: give "
+                        "--eval-tasks > 0"),
+])
+def test_train_config_refuses_a_validation_episode_that_cannot_choose_honestly(
+        bad, message, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainConfig(log_dir=str(tmp_path / "runs"), select_best=True, **bad).validate()
+
+
+def test_select_best_is_off_by_default_and_its_seed_refused_without_it(tmp_path: Path) -> None:
+    """The default run is unchanged: no selection, and no check of a seed it does not use
+    (--seeds 20000 trains as before); --validation-seed given alone would do nothing."""
+    from agents.config import VALIDATION_SEED
+
+    config, _ = parse_config(TrainConfig, ["--log-dir", str(tmp_path)])
+    assert not config.select_best and config.validation_seed == VALIDATION_SEED
+    assert not HELDOUT_SEED <= VALIDATION_SEED < HELDOUT_SEED + MAX_EVAL_SEEDS
+    TrainConfig(log_dir=str(tmp_path), seeds=[VALIDATION_SEED]).validate()
+    with pytest.raises(ConfigError, match=re.escape(
+            "--validation-seed is used only with --select-best")):
+        parse_config(TrainConfig, ["--log-dir", str(tmp_path), "--validation-seed", "7"])
+    config, _ = parse_config(TrainConfig, ["--log-dir", str(tmp_path), "--select-best",
+                                           "--validation-seed", "7"])
+    assert config.select_best and config.validation_seed == 7
+    TrainConfig(log_dir=str(tmp_path), select_best=True, seeds=[0, 1], n_envs=2,
+                validation_seed=3, eval_seed=4).validate()      # next to both: fine
+
 @pytest.mark.parametrize(("bad", "flag"), [
     ({"seeds": 0}, "--seeds"), ({"seeds": MAX_EVAL_SEEDS + 1}, "--seeds"),
     ({"online_seeds": 0}, "--online-seeds"), ({"online_seeds": MAX_EVAL_SEEDS + 1}, "--online-seeds"),
