@@ -24,6 +24,14 @@ warm-up, as the final comparison runs it):
 | ``eval/latency_p95``         | the 95th percentile of the same                               |
 | ``eval/vs_best_static``      | its mean over best-static's on the same episode               |
 
+With ``--select-best``, ``BestModelSelection`` runs the current policy at the same points on
+a validation episode instead (``--eval-tasks`` tasks of ``--validation-seed``), keeps the best
+model seen on it as ``best_model.zip`` and writes:
+
+| tag                          | value                                                         |
+|------------------------------|---------------------------------------------------------------|
+| ``eval/validation_vs_best_static`` | its mean latency over best-static's on that episode     |
+
 ``RunInfo`` writes the resolved config as text (``config``) and the hyper-parameters to
 TensorBoard's HPARAMS view (SB3's ``HParam``), whose metric columns are the final
 metrics the trainer writes at the end of a run (``FINAL_METRICS``) and the last values
@@ -46,11 +54,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam, Logger, TensorBoardOutputFormat
+
+from agents.files import atomic_path
+from agents.run_folder import BEST_MODEL, BEST_RECORD, BestModel, save_best_record
 
 FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_static")
 HPARAM_METRICS = (*FINAL_METRICS, "latency/mean", "latency/vs_static")
@@ -136,33 +148,26 @@ class LatencyMetrics(BaseCallback):
             self.logger.record("charts/SPS", int((self.num_timesteps - self._steps0) / elapsed))
 
 
-class HeldOutEval(BaseCallback):
-    """The ``eval/`` tags of the table above. `evaluate` runs the current policy on the
-    held-out episode and returns its per-task latencies; it must leave the training's random
-    state alone (deterministic actions, its own env), so a run is the same with or without it.
-
-    Points: step 0 (before any update), each interval crossed, and the end of training. The
-    last is written as training ends (``_on_training_end``, after the algorithm's last update
-    and before the model is saved), not at its last step: the algorithms update once more
-    after their last step's callback (PPO on the last rollout, DQN its gradient step), and a
-    point taken there was not the saved model that the run's ``final/`` row measures (DQN: up
-    to 0.008 of best-static apart).
+class EvalPoints(BaseCallback):
+    """Runs ``_point`` (an evaluation of the current policy) at step 0 (before any update),
+    each ``interval`` crossed, and the end of training. The last is taken as training ends
+    (``_on_training_end``, after the algorithm's last update and before the model is saved),
+    not at its last step: the algorithms update once more after their last step's callback
+    (PPO on the last rollout, DQN its gradient step), and a point taken there was not the
+    saved model that the run's ``final/`` row measures (DQN: up to 0.008 of best-static apart).
+    A point must leave the training's random state alone (deterministic actions, its own
+    env), so a run is the same with or without it.
     """
 
-    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
-                 interval: int) -> None:
+    def __init__(self, interval: int) -> None:
         super().__init__()
         if interval < 1:
-            raise ValueError(f"HeldOutEval interval must be >= 1, got {interval}")
-        self.evaluate = evaluate
-        self.static_mean = static_mean
+            raise ValueError(f"{type(self).__name__} interval must be >= 1, got {interval}")
         self.interval = interval
         self.writer: Any = None
         self._next = 0
         self._end: int | None = None        # the step learn() stops at
-        # (step, per-task latencies) of the last point written: at the end of training, the
-        # run of the episode by the model then saved, which the trainer's final/ row takes
-        self.last: tuple[int, np.ndarray] | None = None
+        self._last_step: int | None = None  # of the last point taken
 
     def _on_training_start(self) -> None:
         self.writer = tensorboard_writer(self.logger)
@@ -170,31 +175,85 @@ class HeldOutEval(BaseCallback):
         # steps included)
         self._end = self.locals.get("total_timesteps")
         if self.num_timesteps == 0:          # the policy before any update: where curves start
-            self._write()
+            self._take_point()
         self._next = (self.num_timesteps // self.interval + 1) * self.interval
 
     def _on_step(self) -> bool:
         if self.num_timesteps >= self._next:
             if self._end is None or self.num_timesteps < self._end:
-                self._write()
+                self._take_point()
             self._next = (self.num_timesteps // self.interval + 1) * self.interval
         return True
 
     def _on_training_end(self) -> None:
-        if self.last is None or self.last[0] != self.num_timesteps:
-            self._write()
+        if self._last_step != self.num_timesteps:
+            self._take_point()
 
-    def _write(self) -> None:
+    def _take_point(self) -> None:
+        self._point(self.num_timesteps)
+        self._last_step = self.num_timesteps
+
+    def _point(self, step: int) -> None:
+        raise NotImplementedError
+
+
+class HeldOutEval(EvalPoints):
+    """The ``eval/`` tags of the table above, at the points of ``EvalPoints``. `evaluate`
+    runs the current policy on the held-out episode and returns its per-task latencies."""
+
+    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
+                 interval: int) -> None:
+        super().__init__(interval)
+        self.evaluate = evaluate
+        self.static_mean = static_mean
+        # (step, per-task latencies) of the last point written: at the end of training, the
+        # run of the episode by the model then saved, which the trainer's final/ row takes
+        self.last: tuple[int, np.ndarray] | None = None
+
+    def _point(self, step: int) -> None:
         if self.writer is None:
             return
         latency = self.evaluate()
         mean = float(latency.mean())
-        step = self.num_timesteps
         self.last = (step, latency)
         self.writer.add_scalar("eval/latency_mean", mean, step)
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
         self.writer.add_scalar("eval/vs_best_static", mean / self.static_mean, step)
         self.writer.flush()
+
+
+class BestModelSelection(EvalPoints):
+    """``train.py --select-best``: at the points of ``EvalPoints``, `evaluate` runs the current
+    policy on the validation episode (`episode`: its seed and task count), never the held-out
+    one, and returns its per-task latencies. Their mean over best-static's is written as
+    ``eval/validation_vs_best_static``; where the mean beats every earlier point's (and
+    `best`'s, the record a resumed run kept), the model is saved as ``best_model.zip`` in
+    `run_dir`, then its record (``agents.run_folder.BestModel``) as ``best_model.json``, each
+    written whole."""
+
+    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float, interval: int,
+                 run_dir: Path, episode: tuple[int, int], best: BestModel | None = None) -> None:
+        super().__init__(interval)
+        self.evaluate = evaluate
+        self.static_mean = static_mean
+        self.run_dir = run_dir
+        self.episode = episode
+        self.best = best
+
+    def _point(self, step: int) -> None:
+        mean = float(self.evaluate().mean())
+        ratio = mean / self.static_mean
+        if self.writer is not None:
+            self.writer.add_scalar("eval/validation_vs_best_static", ratio, step)
+            self.writer.flush()
+        if self.best is not None and mean >= self.best.latency_mean:
+            return
+        # the model first: a record never names a model that was not saved (a resume scores a
+        # model newer than its record again, ``agents.training.best_so_far``)
+        with atomic_path(self.run_dir / BEST_MODEL) as tmp:
+            self.model.save(tmp)
+        self.best = BestModel(step, mean, ratio, *self.episode)
+        save_best_record(self.run_dir / BEST_RECORD, self.best)
 
 
 class RunInfo(BaseCallback):

@@ -5,7 +5,10 @@ model (VecNormalize statistics, the replay buffer, the warm-up's state), so that
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +21,20 @@ if TYPE_CHECKING:
     from agents.warmup import WarmupController
 
 CHECKPOINT_PREFIX = "model"
+BEST_MODEL = "best_model.zip"       # train.py --select-best's choice, and its record
+BEST_RECORD = "best_model.json"
+
+
+@dataclass(frozen=True)
+class BestModel:
+    """The record of a run's best_model.zip: the step it was saved at and how it did on the
+    validation episode (``--validation-seed``, ``--eval-tasks`` tasks) that chose it."""
+
+    num_timesteps: int
+    latency_mean: float          # its mean task latency there (s)
+    vs_best_static: float        # that over best-static's on the same episode
+    validation_seed: int
+    validation_tasks: int
 
 
 def new_run_dir(log_dir: str | Path, name: str) -> Path:
@@ -114,6 +131,34 @@ def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -
             controller.restore(state)
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+
+
+def save_best_record(path: Path, record: BestModel) -> None:
+    write_text(path, json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+
+
+def read_best_record(path: Path) -> BestModel | None:
+    """best_model.json's record; None where there is none. A ValueError naming the file where
+    it cannot be read or is not such a record: a resume that took it as "no best yet" would
+    replace a better best_model.zip with the next model it scores."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(BestModel)}:
+            raise ValueError(f"its entries must be {', '.join(BestModel.__dataclass_fields__)}")
+        record = BestModel(**data)
+        numbers = (record.latency_mean, record.vs_best_static)
+        counts = (record.num_timesteps, record.validation_seed, record.validation_tasks)
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in numbers) or \
+                not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            raise ValueError("a step, seed or task count that is no count, or a latency that "
+                             "is no finite number")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path} is not a readable best-model record ({exc}); restore it, or "
+                         f"remove it and {BEST_MODEL} to choose again from the resumed steps"
+                         ) from None
+    return record
 
 
 def saved_steps(path: Path) -> int | None:

@@ -49,7 +49,7 @@ PARTS = (  # label, class, methods: every call is timed, less the timed calls it
     ("env steps", InferenceAllocEnv, ("step",)),
     ("LatencyMetrics", LatencyMetrics, ("_on_step", "_on_rollout_end")),
     ("warm-up callback", WarmupCallback, ("_on_step",)),
-    ("eval/ points, less their env steps", HeldOutEval, ("_write",)),
+    ("eval/ points, less their env steps", HeldOutEval, ("_point",)),
     (LEARN, SB3Agent, ("learn",)),
 )
 

@@ -605,6 +605,103 @@ def test_held_out_evals_end_point_is_written_once_and_for_a_run_that_wrote_none(
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [180]
 
 
+
+class _SavedModel:
+    """Stands in for the model a selection saves: its file says the step it was saved at."""
+
+    def __init__(self, num_timesteps: int = 0) -> None:
+        self.num_timesteps = num_timesteps
+        self.logger: _Logger | None = None
+
+    def save(self, path) -> None:
+        Path(path).write_text(f"model at {self.num_timesteps}")
+
+
+def _selection(log: _Logger, run_dir: Path, means: list[float], best=None, at: int = 0):
+    """A BestModelSelection whose validation episode's mean latency is `means`, point by
+    point (best-static's: 2.0), on a stand-in model at step `at`."""
+    import agents.callbacks as callbacks
+
+    points = iter(means)
+    selection = callbacks.BestModelSelection(
+        lambda: np.array([next(points)] * 2), static_mean=2.0, interval=100, run_dir=run_dir,
+        episode=(20_000, 2), best=best)
+    model = _SavedModel(at)
+    model.logger = log
+    selection.init_callback(model)
+    return selection
+
+
+def test_selection_saves_the_model_only_when_the_validation_episode_improves(
+        log: _Logger, tmp_path: Path) -> None:
+    """Points at 0, 100, 200, 300 and the end (350): the model is saved where its validation
+    mean beats every earlier one (a tie keeps the earlier), with its record beside it, each
+    written whole; every point is on the eval/validation_vs_best_static curve."""
+    import json
+
+    from agents.files import leftover_temp_files
+
+    selection = _selection(log, tmp_path, [5.0, 3.0, 4.0, 3.0, 2.0])
+    selection.on_training_start({"total_timesteps": 350}, {})
+    saved = []
+    for _ in range(35):
+        selection.model.num_timesteps += 10
+        selection.on_step()
+        if (tmp_path / "best_model.zip").is_file():
+            saved.append((tmp_path / "best_model.zip").read_text())
+    selection.on_training_end()
+    assert sorted(set(saved)) == ["model at 0", "model at 100"]
+    assert (tmp_path / "best_model.zip").read_text() == "model at 350"
+    assert json.loads((tmp_path / "best_model.json").read_text()) == {
+        "num_timesteps": 350, "latency_mean": 2.0, "vs_best_static": 1.0,
+        "validation_seed": 20_000, "validation_tasks": 2}
+    assert [(step, value) for tag, value, step in log.scalars
+            if tag == "eval/validation_vs_best_static"] == [
+        (0, 2.5), (100, 1.5), (200, 2.0), (300, 1.5), (350, 1.0)]
+    assert not [tag for tag, _, _ in log.scalars if tag.startswith("eval/latency")]
+    assert selection.best is not None and selection.best.num_timesteps == 350
+    assert leftover_temp_files(tmp_path) == [] and len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_resumed_selection_keeps_a_better_best(log: _Logger, tmp_path: Path) -> None:
+    """A resumed run starts from the best it had: a worse model never replaces it."""
+    from agents.run_folder import BestModel, read_best_record, save_best_record
+
+    best = BestModel(num_timesteps=100, latency_mean=2.5, vs_best_static=1.25,
+                     validation_seed=20_000, validation_tasks=2)
+    (tmp_path / "best_model.zip").write_text("model at 100")
+    save_best_record(tmp_path / "best_model.json", best)
+    selection = _selection(log, tmp_path, [3.0, 2.4], best=read_best_record(
+        tmp_path / "best_model.json"), at=150)
+    selection.on_training_start({"total_timesteps": 300}, {})    # no point at 150
+    for _ in range(5):                      # 200: 3.0, worse than 2.5
+        selection.model.num_timesteps += 10
+        selection.on_step()
+    assert (tmp_path / "best_model.zip").read_text() == "model at 100"
+    assert read_best_record(tmp_path / "best_model.json") == best
+    selection.model.num_timesteps = 300
+    selection.on_step()                     # the last step: its point is taken at the end
+    selection.on_training_end()            # 300: 2.4, better
+    assert (tmp_path / "best_model.zip").read_text() == "model at 300"
+    record = read_best_record(tmp_path / "best_model.json")
+    assert record is not None and (record.num_timesteps, record.latency_mean) == (300, 2.4)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"num_timesteps": 1}',
+                                  '{"num_timesteps": "x", "latency_mean": 1, "vs_best_static": '
+                                  '1, "validation_seed": 1, "validation_tasks": 1}',
+                                  '{"num_timesteps": 1, "latency_mean": NaN, "vs_best_static": '
+                                  '1, "validation_seed": 1, "validation_tasks": 1}'])
+def test_a_damaged_best_model_record_is_an_error_naming_the_file(text: str,
+                                                                 tmp_path: Path) -> None:
+    from agents.run_folder import read_best_record
+
+    path = tmp_path / "best_model.json"
+    assert read_best_record(path) is None           # none saved yet: nothing to keep
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        read_best_record(path)
+
 def test_run_info_gives_tensorboard_hparams_it_takes() -> None:
     """HPARAMS take bool, int, float or str: those pass as they are, numpy scalars as the
     Python number, anything else (a net_arch list, None) as its text."""
