@@ -162,7 +162,10 @@ class TrainConfig:
     def _validate_selection(self) -> None:
         """--select-best's validation episode: one the model is neither trained nor tested on,
         or the choice would read the test (held-out) episode, or reward memorising a training
-        one. Its seed is left unchecked where nothing runs it (the default run is as it was)."""
+        one. Its seed is left unchecked where nothing runs it (the default run is as it was);
+        a --resume takes the run's own settings, and refuses another validation seed itself."""
+        if self.resume is not None:
+            return
         if not self.select_best:
             _require(self.validation_seed == VALIDATION_SEED,
                      "--validation-seed is used only with --select-best; add --select-best or "

@@ -14,7 +14,14 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``model.zip`` once training ends, for DQN and SAC with ``replay_buffer.pkl`` (a resume from
   ``model.zip`` continues with it), ``vecnormalize.pkl`` with ``normalize``, and
   ``warmup.json`` with warm-up (the guard's trip count and the windows of latency ratios
-  it compares, at that step).
+  it compares, at that step);
+* with ``--select-best``, ``best_model.zip``: the model of the lowest mean latency on the
+  validation episode (``--eval-tasks`` tasks of ``--validation-seed``, never the held-out
+  episode) at the eval/ points so far, and ``best_model.json``, its record (step, that mean,
+  it over best-static's there; ``agents.run_folder.BestModel``). The comparison table scores
+  it on the held-out episode in a row of its own. A resume keeps the best so far (a later
+  model replaces it only by beating it), which may be of steps past the checkpoint resumed
+  from; ``evaluate.py --models RUN/best_model.zip`` evaluates it as ``<agent>@best``.
 
 What a failed run leaves: the folder is created only once the env and the agent are built
 (warm-up cloning included), so bad options never leave one. If training then fails (or is
@@ -60,7 +67,13 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from agents.callbacks import FINAL_METRICS, HeldOutEval, LatencyMetrics, RunInfo
+from agents.callbacks import (
+    FINAL_METRICS,
+    BestModelSelection,
+    HeldOutEval,
+    LatencyMetrics,
+    RunInfo,
+)
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
 from agents.files import write_text
@@ -75,13 +88,19 @@ from agents.registry import (
     valid_names,
 )
 from agents.run_folder import (
+    BEST_MODEL,
+    BEST_RECORD,
     CHECKPOINT_PREFIX,
     AtomicCheckpoint,
+    BestModel,
     checkpoints,
     companion,
     new_run_dir,
+    read_best_record,
     restore_warmup_state,
+    save_best_record,
     save_model_files,
+    saved_steps,
 )
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
@@ -94,9 +113,17 @@ WARMUP_PARTS = ("conservative", "clone", "guard")
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_interval",
              "metrics_window"}
-# The held-out episode of a run's eval/ curves and final/ row: a resume keeps it, or its later
-# points would come from another episode on the same curves as the earlier ones.
-HELD_OUT = ("eval_seed", "eval_tasks")
+# The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
+# and final/ row (or its later points would come from another episode on the same curves as
+# the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
+KEPT_EPISODES = {
+    "eval_seed": ("held-out", "its later eval/ and final/ points would come from another "
+                              "episode on the same curves as the earlier ones"),
+    "eval_tasks": ("held-out", "its later eval/ and final/ points would come from another "
+                               "episode on the same curves as the earlier ones"),
+    "validation_seed": ("validation", "its later models would be chosen against a best "
+                                      "model scored on another episode"),
+}
 
 
 class RunFailed(RuntimeError):
@@ -140,6 +167,17 @@ class RunResult:
     new_steps: int | None = None            # taken in `seconds` (a resumed run's steps - its start)
     # the eval/ curves' last point (``HeldOutEval.last``: step, per-task latencies), if any
     evaluated: tuple[int, np.ndarray] | None = None
+    best: SelectedModel | None = None       # --select-best's best_model.zip
+
+
+@dataclass
+class SelectedModel:
+    """A run's best_model.zip: its record (chosen on the validation episode) and its latency
+    on the held-out episode, which the comparison table shows beside the run's final model."""
+
+    record: BestModel
+    latency: np.ndarray
+    vs_best_static: float
 
 
 # ----------------------------------------------------------------------------- planning
@@ -304,15 +342,15 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)
     extra = sorted(k for k in given - RESUMABLE - {"resume", "log_dir"}
                    if getattr(given_abs, k) != getattr(saved_abs, k))
-    held_out = [k for k in HELD_OUT if k in extra]
-    if held_out:                                     # the one a user most likely means
-        key = held_out[0]
+    kept = [k for k in KEPT_EPISODES if k in extra]
+    if kept:                                         # the one a user most likely means
+        key = kept[0]
         flag = flag_of(key)
+        episode, why = KEPT_EPISODES[key]
         raise ConfigError(
-            f"--resume continues {run_dir.name} on its own held-out episode: {flag} "
+            f"--resume continues {run_dir.name} on its own {episode} episode: {flag} "
             f"{getattr(config, key)} is not the run's {flag} {getattr(saved, key)} "
-            f"(its config.yaml), and its later eval/ and final/ points would come from "
-            f"another episode on the same curves; resume without {flag}, or start a new "
+            f"(its config.yaml), and {why}; resume without {flag}, or start a new "
             f"run (python train.py without --resume) for {flag} {getattr(config, key)}")
     if extra:
         raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
@@ -350,12 +388,40 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
             restore_warmup_state(controller, companion(path, "warmup", steps, "json"), steps)
         except ValueError as exc:      # a damaged warmup.json: the CLI's one-line error
             raise ConfigError(str(exc)) from None
+    best = best_so_far(run_dir, cfg) if cfg.select_best else None
     write_text(run_dir / "config.yaml", to_yaml(cfg))
-    return _run(agent, run_dir, cfg, spec, first, fresh=False)
+    return _run(agent, run_dir, cfg, spec, first, fresh=False, best=best)
+
+
+def best_so_far(run_dir: Path, cfg: TrainConfig) -> BestModel | None:
+    """The best model a resumed ``--select-best`` run keeps, whose validation mean a later
+    model must beat to replace it: best_model.json's record (a damaged one is a ConfigError
+    naming it). Where the record does not name best_model.zip's step (the run stopped between
+    saving the model and its record, which follows it) the saved model is scored on the
+    validation episode again, and the record written. None where no model was saved."""
+    try:
+        record = read_best_record(run_dir / BEST_RECORD)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    path = run_dir / BEST_MODEL
+    steps = saved_steps(path) if path.is_file() else None
+    if steps is None:
+        return None
+    if record is not None and record.num_timesteps == steps:
+        return record
+    try:
+        mean = float(saved_model_latency(path, cfg, cfg.validation_seed).mean())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    static = baseline_latency(_env_key(cfg, cfg.validation_seed), "best-static")
+    record = BestModel(steps, mean, mean / float(static.mean()), cfg.validation_seed,
+                       cfg.eval_tasks)
+    save_best_record(run_dir / BEST_RECORD, record)
+    return record
 
 
 def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
-         fresh: bool) -> RunResult:
+         fresh: bool, best: BestModel | None = None) -> RunResult:
     model = agent.model
     logger = configure(str(run_dir), ["tensorboard"])
     model.set_logger(logger)
@@ -370,6 +436,12 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     held = _held_out_eval(agent, cfg) if cfg.eval_interval and cfg.eval_tasks else None
     if held is not None:
         callbacks.append(held)
+    selection = None
+    if cfg.select_best:     # TrainConfig.validate: with eval/ points and an episode to run
+        evaluate, static = _episode_of(agent, cfg, cfg.validation_seed)
+        selection = BestModelSelection(evaluate, static, cfg.eval_interval, run_dir,
+                                       (cfg.validation_seed, cfg.eval_tasks), best)
+        callbacks.append(selection)
     start, t0 = model.num_timesteps, time.perf_counter()
     try:
         if fresh:
@@ -398,18 +470,47 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     try:
         if cfg.eval_tasks:
             final_metrics(result, cfg, logger)
+        if selection is not None and selection.best is not None:
+            # saved by this run at its last point: the model of model.zip, already scored
+            final = selection.best is not best and selection.best.num_timesteps == result.steps
+            result.best = selected_model(result, cfg, selection.best, final)
     finally:
         logger.close()
     return result
 
 
-def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
-    """The eval/ curves: the learned model alone (no warm-up), on the comparison's episode."""
+def _episode_of(agent: SB3Agent, cfg: TrainConfig, seed: int
+                ) -> tuple[Callable[[], np.ndarray], float]:
+    """A run of the learned model alone (no warm-up) on the --eval-tasks episode of `seed`,
+    on its own env, and best-static's mean latency there."""
     env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
     policy = SB3Agent(agent.name, agent.model, env)
+    static = baseline_latency(_env_key(cfg, seed), "best-static")
+    return (lambda: episode_latencies(policy, env, seed)), float(static.mean())
+
+
+def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
+    """The eval/ curves: the learned model alone (no warm-up), on the comparison's episode."""
+    evaluate, static = _episode_of(agent, cfg, cfg.eval_seed)
+    return HeldOutEval(evaluate, static, cfg.eval_interval)
+
+
+def saved_model_latency(path: Path, cfg: TrainConfig, seed: int) -> np.ndarray:
+    """Per-task latencies of the model zip at `path` on the --eval-tasks episode of `seed`."""
+    env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
+    return episode_latencies(load_policy(path, env), env, seed)
+
+
+def selected_model(result: RunResult, cfg: TrainConfig, record: BestModel,
+                   final: bool) -> SelectedModel:
+    """best_model.zip, chosen on the validation episode, scored on the held-out one; `final`:
+    it is the run's final model, whose latencies there `result` holds already."""
+    if final and result.latency is not None:
+        latency = result.latency
+    else:
+        latency = saved_model_latency(result.run_dir / BEST_MODEL, cfg, cfg.eval_seed)
     static = baseline_latency(_env_key(cfg), "best-static")
-    return HeldOutEval(lambda: episode_latencies(policy, env, cfg.eval_seed),
-                       float(static.mean()), cfg.eval_interval)
+    return SelectedModel(record, latency, float(latency.mean() / static.mean()))
 
 
 def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
@@ -424,9 +525,7 @@ def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
     if evaluated is not None and evaluated[0] == result.steps:
         result.latency = evaluated[1]
     else:
-        env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
-        policy = load_policy(result.run_dir / "model.zip", env)
-        result.latency = episode_latencies(policy, env, cfg.eval_seed)
+        result.latency = saved_model_latency(result.run_dir / "model.zip", cfg, cfg.eval_seed)
     static = baseline_latency(_env_key(cfg), "best-static")
     result.vs_best_static = float(result.latency.mean() / static.mean())
     values = (float(result.latency.mean()), float(np.percentile(result.latency, 95)),
@@ -436,8 +535,10 @@ def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
     logger.dump(result.steps)
 
 
-def _env_key(cfg: TrainConfig) -> tuple:
-    return (cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant, cfg.eval_tasks, cfg.eval_seed)
+def _env_key(cfg: TrainConfig, seed: int | None = None) -> tuple:
+    """baseline_latency's key of the --eval-tasks episode of `seed` (default: the held-out)."""
+    return (cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant, cfg.eval_tasks,
+            cfg.eval_seed if seed is None else seed)
 
 
 @lru_cache(maxsize=64)
@@ -537,6 +638,10 @@ def finished_line(r: RunResult) -> str:
     sps = (new / r.seconds) if r.seconds > 0 else float("nan")
     held = (f"; held-out mean latency {r.latency.mean():.2f} s = {r.vs_best_static:.3f}x "
             "best-static" if r.latency is not None else "")
+    if r.best is not None:
+        held += (f"; best @ {r.best.record.num_timesteps} steps (validation-chosen): held-out "
+                 f"mean latency {r.best.latency.mean():.2f} s = {r.best.vs_best_static:.3f}x "
+                 "best-static")
     steps = f"{r.steps} steps" if new == r.steps else f"{r.steps} steps ({new} new)"
     return (f"finished {r.spec.label} seed {r.spec.seed}: {steps} in {r.seconds:.0f} s "
             f"({sps:.0f} steps/s){held} -> {r.run_dir}")
@@ -565,8 +670,11 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
     many_seeds = len({r.spec.seed for r in results}) > 1
     for r in results:
         if r.latency is not None:
-            rows.append((r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else ""),
-                         r.latency))
+            label = r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else "")
+            rows.append((label, r.latency))
+            if r.best is not None:      # --select-best's model, scored here, chosen elsewhere
+                rows.append((f"{label} (best @ {r.best.record.num_timesteps} steps, "
+                             f"validation-chosen)", r.best.latency))
     rows += [(name, baseline_latency(key, name)) for name in table_baselines(cfg)]
     # as evaluate.py names its sections: the hardware and variant where not the scenario's own
     given = [f"{what} {shown(value, quote=False)}" for what, value in

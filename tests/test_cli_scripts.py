@@ -1130,6 +1130,24 @@ def test_a_resume_keeps_the_runs_held_out_episode(flag: str, saved: int, given: 
     assert "has no checkpoint or model" in capsys.readouterr().err   # next check
 
 
+
+def test_a_resume_keeps_the_runs_validation_episode(tmp_path: Path, capsys) -> None:
+    """--select-best's best model so far was chosen on the run's validation episode: a resume
+    on another would compare later models with it on unequal terms."""
+    main = load_main("train.py")
+    run = tmp_path / "InferenceAlloc-v0__ppo__0__1"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(TrainConfig(warmup=["none"], eval_tasks=40,
+                                                         select_best=True,
+                                                         log_dir=str(tmp_path))))
+    args = ["--resume", run.name, "--log-dir", str(tmp_path), "--timesteps", "128"]
+    assert main([*args, "--validation-seed", "7"]) == 2
+    err = capsys.readouterr().err
+    assert "on its own validation episode: --validation-seed 7 is not the run's " \
+           "--validation-seed 20000" in err, err
+    assert main([*args, "--validation-seed", "20000"]) == 2     # its own value is fine
+    assert "has no checkpoint or model" in capsys.readouterr().err
+
 def test_a_resume_changing_both_held_out_options_and_more_names_eval_seed(
         tmp_path: Path, capsys) -> None:
     """Of several refused options, the held-out episode's is named (the one a user most likely

@@ -921,6 +921,143 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
         assert result.evaluated is None
 
 
+
+# a run of 128 steps, with eval/ (and validation) points at 0, 32, 64, 96, 128
+TINY_RUN = {"agents": ["ppo"], "warmup": ["none"], "timesteps": 128, "episode_tasks": 20,
+            "eval_tasks": 30, "eval_interval": 32, "checkpoint_interval": 64,
+            "progress_bar": False, "hp": {"n_steps": 32, "batch_size": 32, "n_epochs": 1}}
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory) -> dict[bool, tuple[object, list[str]]]:
+    """The tiny run trained without and with --select-best: {select_best: (result, lines)}."""
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    runs = {}
+    for select in (False, True):
+        lines: list[str] = []
+        config = TrainConfig(log_dir=str(tmp_path_factory.mktemp(f"select{select}")),
+                             select_best=select, **TINY_RUN)
+        (result,) = train(config, report=lines.append)
+        runs[select] = (result, lines)
+    return runs
+
+
+def test_selection_leaves_training_unchanged(selected) -> None:
+    """The validation episode runs on its own env with deterministic actions: a run with
+    --select-best trains the same weights, to the bit, and saves the same model.zip."""
+    from agents.config import TrainConfig
+    from agents.registry import load_policy
+    from agents.training import env_for
+
+    weights = []
+    for select in (False, True):
+        result, _ = selected[select]
+        policy = load_policy(result.run_dir / "model.zip", env_for(TrainConfig()))
+        weights.append([t.detach().clone() for t in policy.model.policy.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
+    plain, _ = selected[False]
+    assert plain.best is None
+    assert not list(plain.run_dir.glob("best_model*"))
+
+
+def test_selection_keeps_the_best_model_seen_on_the_validation_episode(selected) -> None:
+    """best_model.zip is the model of the validation curve's lowest point, its record says
+    which, and the run's result scores it on the held-out episode, which did not choose it."""
+    from agents.config import TrainConfig
+    from agents.evaluation import episode_latencies
+    from agents.files import leftover_temp_files
+    from agents.plots import read_scalars
+    from agents.registry import load_policy
+    from agents.run_folder import read_best_record, saved_steps
+    from agents.training import comparison_table, env_for
+
+    result, lines = selected[True]
+    record = read_best_record(result.run_dir / "best_model.json")
+    assert record is not None
+    steps, ratios = read_scalars(result.run_dir, "eval/validation_vs_best_static")
+    assert list(steps) == [0, 32, 64, 96, 128]
+    assert record.num_timesteps == steps[int(np.argmin(ratios))]
+    assert record.vs_best_static == pytest.approx(ratios.min(), rel=1e-6)
+    assert (record.validation_seed, record.validation_tasks) == (20_000, 30)
+    assert saved_steps(result.run_dir / "best_model.zip") == record.num_timesteps
+    _, held_out = read_scalars(result.run_dir, "eval/vs_best_static")
+    assert not np.allclose(held_out, ratios)        # another episode than the held-out one
+    config = TrainConfig(**TINY_RUN)
+    env = env_for(config, episode_tasks=30, reward="latency")
+    best = load_policy(result.run_dir / "best_model.zip", env)
+    assert result.best is not None and result.best.record == record
+    assert np.array_equal(result.best.latency, episode_latencies(best, env, config.eval_seed))
+    assert result.best.latency.mean() != record.latency_mean
+    assert leftover_temp_files(result.run_dir) == []
+    row = f"| ppo (best @ {record.num_timesteps} steps, validation-chosen) | " \
+          f"{result.best.latency.mean():.2f} |"
+    table = comparison_table(TrainConfig(select_best=True, **TINY_RUN), [result])
+    assert table is not None and row in table, table
+    assert f"best @ {record.num_timesteps} steps (validation-chosen): held-out mean latency " \
+           f"{result.best.latency.mean():.2f} s" in lines[0], lines
+
+
+def _copied_run(result, tmp_path: Path) -> Path:
+    import shutil
+
+    run = tmp_path / "runs" / result.run_dir.name
+    shutil.copytree(result.run_dir, run)
+    return run
+
+
+def test_a_resume_never_replaces_a_better_best(selected, tmp_path: Path) -> None:
+    """The resumed run starts from best_model.json's record: a best no later model can beat
+    stays best_model.zip, and the result scores it."""
+    import json
+
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    result, _ = selected[True]
+    run = _copied_run(result, tmp_path)
+    data = json.loads((run / "best_model.json").read_text())
+    data["latency_mean"] = 1e-9
+    (run / "best_model.json").write_text(json.dumps(data))
+    kept = (run / "best_model.zip").read_bytes()
+    (resumed,) = train(TrainConfig(resume=str(run), timesteps=192, progress_bar=False),
+                       {"resume", "timesteps", "progress_bar"}, report=lambda line: None)
+    assert resumed.steps == 192
+    assert (run / "best_model.zip").read_bytes() == kept
+    assert json.loads((run / "best_model.json").read_text()) == data
+    assert resumed.best is not None and resumed.best.record.num_timesteps == data["num_timesteps"]
+
+
+def test_a_resume_scores_a_best_model_its_record_does_not_name(selected, tmp_path: Path) -> None:
+    """Stopped between best_model.zip and its record (or the record removed), a resume scores
+    the saved model on the validation episode again, to the record it would have had."""
+    from agents.config import TrainConfig
+    from agents.run_folder import read_best_record
+    from agents.training import best_so_far
+
+    result, _ = selected[True]
+    run = _copied_run(result, tmp_path)
+    record = read_best_record(run / "best_model.json")
+    config = TrainConfig(select_best=True, **TINY_RUN)
+    (run / "best_model.json").unlink()
+    assert best_so_far(run, config) == record
+    assert read_best_record(run / "best_model.json") == record
+    (run / "best_model.zip").unlink()               # no model: none to keep
+    assert best_so_far(run, config) is None
+
+
+def test_a_damaged_best_model_record_stops_a_resume_naming_it(selected, tmp_path: Path) -> None:
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import train
+
+    result, _ = selected[True]
+    run = _copied_run(result, tmp_path)
+    (run / "best_model.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=re.escape(f"{run / 'best_model.json'} is not a "
+                                                    f"readable best-model record")):
+        train(TrainConfig(resume=str(run), timesteps=192), {"resume", "timesteps"})
+
 def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenarios():
     # its header read "scenario article" for a run on --hardware edge, where evaluate.py's
     # sections name the hardware
