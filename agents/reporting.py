@@ -95,6 +95,7 @@ def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
 
 
 def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
+    from agents.run_folder import BEST_MODEL
     from agents.training import read_run_config, run_spec
 
     config_file = _run_config_of(path, run_dir)
@@ -112,6 +113,8 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     steps = re.fullmatch(r".*_(\d+)_steps", path.stem)
     if path.parent.name == "checkpoints" and steps:   # not the final model: say which step
         label += f"@{steps.group(1)}"
+    elif path.name == BEST_MODEL and path.parent == config_file.parent:
+        label += "@best"        # train.py --select-best's: the run's other model
     return ModelEntry(label, path, cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant,
                       config_file.parent, spec.seed,
                       cfg.conservative if spec.warmup != "none" else None)
@@ -522,11 +525,12 @@ def curve_runs(entries: list[ModelEntry]) -> list[tuple[str, Path]]:
     """(label, run folder) of each run folder's learning curve: one per folder, as a run's
     checkpoints share its events, named after the run. The label of whichever entry of the
     folder came last named the whole run's curve: "ppo@128 s0" where the final model.zip and
-    a checkpoint were both evaluated, and "ppo sNone" for a folder without a run config."""
+    a checkpoint (or "ppo@best s0", its best_model.zip) were both evaluated, and "ppo sNone"
+    for a folder without a run config."""
     runs: dict[Path, tuple[str, Path]] = {}
     for e in entries:
         if e.run_dir is not None and e.run_dir not in runs:
-            label = re.sub(r"@\d+", "", e.label, count=1)   # a checkpoint's step
+            label = re.sub(r"@(?:\d+|best)", "", e.label, count=1)   # _entry's model
             runs[e.run_dir] = (label if e.seed is None else f"{label} s{e.seed}", e.run_dir)
     return list(runs.values())
 

@@ -163,6 +163,22 @@ def test_a_runs_learning_curve_is_named_after_the_run_not_a_checkpoint(tmp_path:
     assert curve_runs(entries) == [("ppo s3", run), ("bare", bare)]
 
 
+
+def test_a_runs_best_model_is_evaluated_beside_its_final_model(tmp_path: Path) -> None:
+    """train.py --select-best's best_model.zip is the run's other model: given with its run
+    folder, both shared the label "ppo" (and, as two runs of one seed, were each renamed after
+    the one folder they share, still one label); it reads "ppo@best", on the run's curve."""
+    import shutil
+
+    run = fake_run(tmp_path, "run", agents=["ppo"], warmup=["none"], seeds=[3])
+    shutil.copy(run / "model.zip", run / "best_model.zip")
+    entries, notes = discover_models(cfg_for(models=[str(run), str(run / "best_model.zip")]))
+    assert [e.label for e in entries] == ["ppo", "ppo@best"] and notes == []
+    assert [e.seed for e in entries] == [3, 3]
+    assert curve_runs(entries) == [("ppo s3", run)]
+    [alone], _ = discover_models(cfg_for(models=[str(run / "best_model.zip")]))
+    assert alone.label == "ppo@best" and curve_runs([alone]) == [("ppo s3", run)]
+
 def test_a_model_given_twice_is_evaluated_once(tmp_path: Path, monkeypatch) -> None:
     """A run folder and its model.zip (or one path twice) pooled as two runs: n and the
     95% CI were those of twice the samples."""
