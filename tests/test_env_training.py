@@ -1066,7 +1066,8 @@ def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenario
     from agents.config import TrainConfig
     from agents.training import comparison_table
 
-    run = SimpleNamespace(latency=np.ones(12), spec=SimpleNamespace(label="ppo", seed=0))
+    run = SimpleNamespace(latency=np.ones(12), spec=SimpleNamespace(label="ppo", seed=0),
+                          best=None)
     for kwargs, header in (({}, "scenario article, workload"),
                            ({"hardware": "edge"}, "scenario article (hardware edge), workload"),
                            ({"hardware": "edge", "variant": "glm-5.3"},
@@ -1085,7 +1086,8 @@ def test_the_comparison_table_says_when_the_workload_overloads_the_hardware(scen
     from agents.config import TrainConfig
     from agents.training import comparison_table
 
-    run = SimpleNamespace(latency=np.ones(200), spec=SimpleNamespace(label="ppo", seed=0))
+    run = SimpleNamespace(latency=np.ones(200), spec=SimpleNamespace(label="ppo", seed=0),
+                          best=None)
     table = comparison_table(TrainConfig(scenario=scenario, eval_tasks=200), [run])
     assert table is not None
     note = [line for line in table.splitlines() if line.startswith("note:")]
