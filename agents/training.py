@@ -610,6 +610,9 @@ def _absolute_files(config: TrainConfig) -> TrainConfig:
 def train(config: TrainConfig, given: set[str] | None = None,
           report: Callable[[str], None] = print) -> list[RunResult]:
     """Every run of `config` (or the one resumed), one `report` line per finished run."""
+    # train.py's parse_config validated it already; a config built in Python had not, and
+    # an option only a run trips on (--select-best without eval/ points) left a folder behind
+    config.validate()
     if config.resume is not None:
         result = resume_run(config, given or set())
         report(finished_line(result))

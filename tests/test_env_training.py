@@ -1058,6 +1058,20 @@ def test_a_damaged_best_model_record_stops_a_resume_naming_it(selected, tmp_path
                                                     f"readable best-model record")):
         train(TrainConfig(resume=str(run), timesteps=192), {"resume", "timesteps"})
 
+
+def test_train_from_python_checks_its_config_before_making_a_run_folder(tmp_path: Path) -> None:
+    # train.py validates while parsing; a TrainConfig built in Python reached the run, whose
+    # --select-best without eval/ points failed inside it and left an empty run folder
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import train
+
+    logs = tmp_path / "runs"
+    config = TrainConfig(select_best=True, log_dir=str(logs), **{**TINY_RUN, "eval_interval": 0})
+    with pytest.raises(ConfigError, match="--select-best chooses at the --eval-interval"):
+        train(config)
+    assert not logs.exists() or not any(logs.iterdir())
+
+
 def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenarios():
     # its header read "scenario article" for a run on --hardware edge, where evaluate.py's
     # sections name the hardware
