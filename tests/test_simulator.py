@@ -633,6 +633,8 @@ def test_contention_with_no_peer_busy_leaves_the_memory_time_exact():
         assert sim._contended_slowdown(est, start, []) == 1.0
         assert sim._contended_slowdown(est, start, [[(0.0, start - 1.0)], [(0.0, 0.0)]]) == 1.0
         assert sim._contended_slowdown(est, start, [[(0.0, start)]]) == 1.0   # done as it starts
+        during = start + est / 3   # a peer's booking of no time while the stage runs: never busy
+        assert sim._contended_slowdown(est, start, [[(during, during)]]) == 1.0
     work = sim.stages[2].work(Task(8, 2048, 128), sim.model)
     st = sim.initial_state()
     st.booked[:] = [[(1.0, 3.0)]] * len(st.booked)   # every peer done before the start
@@ -842,3 +844,24 @@ def test_a_device_id_out_of_range_is_named_as_the_caller_wrote_it(placement):
     # numpy callers pass such ids, and the message named a type instead of the device id.
     with pytest.raises(ValueError, match=r"^placement\[decode\] = 7 is not a device id in 0\.\.2$"):
         simulator().shares(placement)
+
+
+def test_a_simulator_takes_one_stage_implementation_per_stage_in_order():
+    # Unchecked, reversed stages would be booked as given (a decode priced as the loading)
+    # and a short or long tuple would fail inside the hot path or be ignored past three.
+    stages = build_stages("glm-5.3")
+    for wrong in (stages[::-1], stages[:2], (*stages, stages[2])):
+        with pytest.raises(ValueError, match="one implementation per stage"):
+            Simulator(SERVER, GLM, wrong)
+
+
+def test_a_fraction_placement_is_read_as_each_stages_proportions():
+    """A stage's row of fractions need not sum to 1: it is divided by its sum, so a row
+    scaled by any positive factor is the same placement (the same shares and latency)."""
+    proportions = np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.0, 0.25, 0.75]])
+    scaled = proportions * np.array([[3.0], [2.0], [8.0]])
+    shares = simulator().shares(scaled)
+    assert shares == simulator().shares(proportions)
+    assert [sum(f for _, f in stage) for stage in shares] == [1.0, 1.0, 1.0]
+    assert simulator().execute(ARTICLE, scaled).latency == simulator().execute(
+        ARTICLE, proportions).latency
