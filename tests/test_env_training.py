@@ -483,6 +483,29 @@ def test_per_sample_latency_counts_the_samples_of_every_env(log: _Logger) -> Non
         == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]
 
 
+def test_a_step_info_without_a_latency_is_no_sample(log: _Logger) -> None:
+    """Only a task's step info carries a latency: an info without one adds nothing to the
+    window or the per-sample curve, and a rollout of such steps alone records nothing."""
+    import agents.callbacks as callbacks
+
+    metrics = callbacks.LatencyMetrics(("cpu",), window=10)
+    _attach(metrics, log)
+    metrics.on_training_start({}, {})
+    metrics.model.num_timesteps = 2
+    metrics.locals = {"infos": [{"latency": 3.0}, {}]}
+    metrics.on_step()
+    metrics.on_rollout_end()
+    assert [(step, value) for tag, value, step in log.scalars if tag == "latency/per_sample"] \
+        == [(0, 3.0)]
+    assert log.values["latency/mean"] == 3.0
+    log.values.clear()
+    metrics.model.num_timesteps = 3
+    metrics.locals = {"infos": [{}]}
+    metrics.on_step()
+    metrics.on_rollout_end()
+    assert log.values == {}
+
+
 def test_latency_metrics_ratio_and_steps_per_second_on_a_fake_clock(monkeypatch,
                                                                   log: _Logger) -> None:
     """vs_static is the window's total latency over its total static latency, however small
@@ -604,6 +627,62 @@ def test_held_out_evals_end_point_is_written_once_and_for_a_run_that_wrote_none(
     resumed.on_training_end()
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [180]
 
+
+
+@pytest.mark.parametrize("interval", [0, -100])
+def test_eval_points_refuse_an_interval_below_one(interval: int) -> None:
+    """An interval is the steps between points, at least one: a smaller one is refused when
+    the callback is made, naming it (0 was a ZeroDivisionError once training started)."""
+    import agents.callbacks as callbacks
+
+    with pytest.raises(ValueError, match=f"HeldOutEval interval must be >= 1, got {interval}"):
+        callbacks.HeldOutEval(lambda: np.array([1.0]), static_mean=1.0, interval=interval)
+
+
+def test_an_eval_interval_of_one_takes_a_point_at_every_step(log: _Logger) -> None:
+    import agents.callbacks as callbacks
+
+    held = callbacks.HeldOutEval(lambda: np.array([1.0]), static_mean=1.0, interval=1)
+    _attach(held, log)
+    held.on_training_start({"total_timesteps": 3}, {})
+    for _ in range(3):
+        held.model.num_timesteps += 1
+        held.on_step()
+    held.on_training_end()
+    assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [0, 1, 2, 3]
+
+
+def test_without_tensorboard_held_out_eval_runs_no_episode_and_selection_still_saves(
+        tmp_path: Path) -> None:
+    """The eval/ curves are TensorBoard's alone: with no TensorBoard output nothing would
+    record a held-out episode, so none is run; the selection still keeps its best model."""
+    from stable_baselines3.common.logger import Logger
+
+    import agents.callbacks as callbacks
+
+    episodes = []
+
+    def run_episode() -> np.ndarray:
+        episodes.append(1)
+        return np.array([1.0])
+
+    held = callbacks.HeldOutEval(run_episode, static_mean=1.0, interval=100)
+    model = _SavedModel()
+    model.logger = Logger(folder=None, output_formats=[])
+    held.init_callback(model)
+    held.on_training_start({"total_timesteps": 150}, {})
+    model.num_timesteps = 150
+    held.on_step()
+    held.on_training_end()
+    assert episodes == [] and held.last is None
+    selection = callbacks.BestModelSelection(
+        lambda: np.array([1.0]), static_mean=1.0, interval=100, run_dir=tmp_path,
+        episode=(20_000, 1))
+    selection.init_callback(model)
+    selection.on_training_start({"total_timesteps": 150}, {})
+    selection.on_training_end()
+    assert (tmp_path / "best_model.zip").read_text() == "model at 150"
+    assert selection.best is not None and selection.best.num_timesteps == 150
 
 
 class _SavedModel:
