@@ -32,6 +32,9 @@ model seen on it as ``best_model.zip`` and writes:
 |------------------------------|---------------------------------------------------------------|
 | ``eval/validation_vs_best_static`` | its mean latency over best-static's on that episode     |
 
+and, once training ends, ``final/best_latency_mean``, ``final/best_vs_best_static`` (that
+model on the held-out episode, as ``final/`` scores the saved one) and ``final/best_step``.
+
 ``RunInfo`` writes the resolved config as text (``config``) and the hyper-parameters to
 TensorBoard's HPARAMS view (SB3's ``HParam``), whose metric columns are the final
 metrics the trainer writes at the end of a run (``FINAL_METRICS``) and the last values
@@ -65,6 +68,8 @@ from agents.files import atomic_path
 from agents.run_folder import BEST_MODEL, BEST_RECORD, BestModel, save_best_record
 
 FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_static")
+# --select-best: best_model.zip on the same held-out episode, and the step it was saved at
+BEST_METRICS = ("final/best_latency_mean", "final/best_vs_best_static", "final/best_step")
 HPARAM_METRICS = (*FINAL_METRICS, "latency/mean", "latency/vs_static")
 TB_ONLY = ("stdout", "log", "json", "csv")
 

@@ -68,6 +68,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from agents.callbacks import (
+    BEST_METRICS,
     FINAL_METRICS,
     BestModelSelection,
     HeldOutEval,
@@ -474,6 +475,12 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             # saved by this run at its last point: the model of model.zip, already scored
             final = selection.best is not best and selection.best.num_timesteps == result.steps
             result.best = selected_model(result, cfg, selection.best, final)
+            chosen = result.best
+            values = (float(chosen.latency.mean()), chosen.vs_best_static,
+                      chosen.record.num_timesteps)
+            for tag, value in zip(BEST_METRICS, values, strict=True):
+                logger.record(tag, value)
+            logger.dump(result.steps)
     finally:
         logger.close()
     return result

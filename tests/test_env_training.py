@@ -1078,6 +1078,24 @@ def test_selection_keeps_the_best_model_seen_on_the_validation_episode(selected)
            f"{result.best.latency.mean():.2f} s" in lines[0], lines
 
 
+def test_tensorboard_holds_the_selected_models_held_out_score(selected) -> None:
+    # runs are compared in TensorBoard: the final/ row beside the validation-chosen model's
+    from agents.plots import read_scalars
+
+    for select, (result, _) in selected.items():
+        best = {tag: read_scalars(result.run_dir, tag) for tag in
+                ("final/best_latency_mean", "final/best_vs_best_static", "final/best_step")}
+        if not select:
+            assert all(len(steps) == 0 for steps, _ in best.values()), best
+            continue
+        assert {int(steps[-1]) for steps, _ in best.values()} == {result.steps}
+        assert best["final/best_latency_mean"][1][-1] == pytest.approx(
+            result.best.latency.mean(), rel=1e-6)
+        assert best["final/best_vs_best_static"][1][-1] == pytest.approx(
+            result.best.vs_best_static, rel=1e-6)
+        assert best["final/best_step"][1][-1] == result.best.record.num_timesteps
+
+
 def _copied_run(result, tmp_path: Path) -> Path:
     import shutil
 
