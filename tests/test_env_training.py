@@ -781,6 +781,26 @@ def test_a_damaged_best_model_record_is_an_error_naming_the_file(text: str,
     with pytest.raises(ValueError, match=re.escape(str(path))):
         read_best_record(path)
 
+
+def test_a_best_model_record_of_step_and_seed_zero_reads_back(log: _Logger,
+                                                            tmp_path: Path) -> None:
+    """A selection's first point is at step 0 and may be its best, and a validation seed may be
+    0: such records read back as saved (counts are >= 0), so a resume keeps that best."""
+    from agents.run_folder import BestModel, read_best_record, save_best_record
+
+    selection = _selection(log, tmp_path, [1.0, 3.0])
+    selection.on_training_start({"total_timesteps": 100}, {})
+    selection.model.num_timesteps = 100
+    selection.on_step()
+    selection.on_training_end()
+    assert selection.best is not None and selection.best.num_timesteps == 0
+    assert read_best_record(tmp_path / "best_model.json") == selection.best
+    seed_zero = BestModel(num_timesteps=64, latency_mean=1.5, vs_best_static=0.75,
+                          validation_seed=0, validation_tasks=2)
+    save_best_record(tmp_path / "seed_zero.json", seed_zero)
+    assert read_best_record(tmp_path / "seed_zero.json") == seed_zero
+
+
 def test_run_info_gives_tensorboard_hparams_it_takes() -> None:
     """HPARAMS take bool, int, float or str: those pass as they are, numpy scalars as the
     Python number, anything else (a net_arch list, None) as its text."""
@@ -874,6 +894,34 @@ def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
     assert [name for name in saved if name.endswith(".zip")] == [
         "model_32_steps.zip", "model_64_steps.zip", "model_96_steps.zip"]
     assert (result.run_dir / "replay_buffer.pkl").is_file()
+
+
+def test_a_normalized_runs_models_each_have_their_vecnormalize_statistics(
+        tmp_path: Path) -> None:
+    """With --normalize every saved model, checkpoint and model.zip alike, has the reward
+    normaliser's statistics beside it (a resume from it continues them): model.zip's are the
+    last checkpoint's, both saved at the same step."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from agents.config import TrainConfig
+    from agents.training import build_vec_env, train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, normalize=True,
+                         checkpoint_interval=32, log_dir=str(tmp_path), episode_tasks=20,
+                         eval_tasks=0, progress_bar=False,
+                         hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (result,) = train(config, report=lambda line: None)
+    folder = result.run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.glob("model_vecnormalize_*")) == [
+        "model_vecnormalize_32_steps.pkl", "model_vecnormalize_64_steps.pkl"]
+
+    def statistics(path: Path) -> tuple[float, float, float]:
+        loaded = VecNormalize.load(str(path), build_vec_env(config, "ppo", 0)[0].venv)
+        return loaded.ret_rms.count, float(loaded.ret_rms.mean), float(loaded.ret_rms.var)
+
+    final = statistics(result.run_dir / "vecnormalize.pkl")
+    assert final == statistics(folder / "model_vecnormalize_64_steps.pkl")
+    assert final != statistics(folder / "model_vecnormalize_32_steps.pkl")
 
 
 def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
