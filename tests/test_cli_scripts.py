@@ -654,6 +654,32 @@ def test_a_failed_run_does_not_stop_the_runs_after_it(tmp_path: Path, monkeypatc
     assert "finished ppo seed 1" in out and "| ppo |" in out    # and its row in the table
 
 
+def test_an_interrupt_stops_the_whole_plan_and_keeps_a_resumable_run(tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    """Ctrl-C is no failed run to go on from (agents/training.py's docstring): the plan stops,
+    the seeds after it never start, and the run interrupted after a checkpoint is kept
+    without model.zip, the command to continue it said."""
+    from agents.sb3_factory import SB3Agent
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    original, calls = SB3Agent.learn, []
+
+    def interrupted_after_a_checkpoint(self, total_timesteps, callback=None, **kwargs):
+        calls.append(self.model.seed)
+        original(self, 64, callback=callback, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SB3Agent, "learn", interrupted_after_a_checkpoint)
+    assert main(["--timesteps", "128", "--warmup", "none", "--seeds", "0", "1",
+                 "--checkpoint-interval", "32", "--log-dir", str(runs), *TINY]) == 130
+    _, err = capsys.readouterr()
+    assert calls == [0]                        # seed 1's run never started
+    (run,) = runs.iterdir()
+    assert f"run {run.name} interrupted; kept" in err and f"--resume {run.name}" in err
+    assert not (run / "model.zip").exists() and (run / "checkpoints" / "model_64_steps.zip").is_file()
+
+
 def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: Path,
                                                             monkeypatch) -> None:
     import matplotlib.figure

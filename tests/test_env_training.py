@@ -1300,6 +1300,31 @@ def test_a_runs_training_envs_take_its_reward_and_price_static(reward):
     assert all(info["static_latency"] > 0 for info in infos)
 
 
+def test_normalize_scales_the_rewards_the_agent_learns_from_and_only_them():
+    """--normalize wraps the training envs in VecNormalize on rewards only (the module's
+    docstring): the observations, already in [0, 1], pass as they are, while the rewards the
+    agent sees are rescaled, the env's own still there as the original rewards."""
+    import dataclasses
+
+    from agents.config import TrainConfig
+    from agents.training import build_vec_env
+
+    cfg = TrainConfig(episode_tasks=8)
+    raw, _ = build_vec_env(cfg, "ppo", seed=0)
+    normalised, _ = build_vec_env(dataclasses.replace(cfg, normalize=True), "ppo", seed=0)
+    np.testing.assert_array_equal(normalised.reset(), raw.reset())
+    seen, given, original = [], [], []
+    for _ in range(12):
+        action = np.zeros((1, 3), dtype=np.int64)
+        obs, reward, _, _ = normalised.step(action)
+        raw_obs, raw_reward, _, _ = raw.step(action)
+        np.testing.assert_array_equal(obs, raw_obs)
+        seen.append(reward[0])
+        given.append(raw_reward[0])
+        original.append(normalised.get_original_reward()[0])
+    assert original == given                        # the same episode, its own rewards
+    assert not np.allclose(seen, given)             # which the agent sees rescaled
+
 def test_an_unknown_env_names_the_ids_and_short_names():
     from agents.evaluation import make_env
 
