@@ -1066,6 +1066,27 @@ def test_the_speed_ratio_is_measured_on_prefills_device_on_every_prefill(tmp_pat
     assert ratios[0] > 1.0 and max(ratios) > 2.0 and obs[7 + 4 * npu] == 1.0
 
 
+
+def test_a_split_loads_share_leaves_the_prefill_speed_measurement_alone() -> None:
+    """The speed ratio is nominal over observed *prefill* time: a prefill wholly on the NPU
+    measures the same ratio whether the load stage before it ran whole or split over two devices
+    (the nominal time is priced at the prefill's own share, not the load's)."""
+    ratios = {}
+    for load in ((1.0, 1.0, -1.0), (-1.0, -1.0, 1.0)):   # split cpu/gpu, or wholly on the npu
+        env = make(SPLIT, noise=0.0, episode_tasks=2)
+        raw = env.unwrapped
+        npu = raw.device_names.index("npu")
+        action = one_hot_split((npu, npu, npu))
+        action[:3] = load
+        env.reset(seed=0)
+        *_, info = env.step(action)
+        assert info["placement"][1:] == ("npu", "npu")
+        assert ("+" in info["placement"][0]) == (load[0] == 1.0)
+        ratios[load] = info["speed_ratio"]["npu"]
+    split, whole = ratios.values()
+    assert whole > 1.0            # the NPU is truly faster than its datasheet: measured at once
+    assert split == pytest.approx(whole, rel=1e-12)
+
 def test_sizes_past_the_scales_observe_as_one(tmp_path: Path) -> None:
     """A batch over 64, a prompt over 32768 tokens and an output over 2048 each observe as 1
     (the table's `<= 1`), inside the observation box."""
@@ -1129,6 +1150,29 @@ def test_observation_entries_follow_the_docstring_table(variant: str) -> None:
             previous[stage, raw.device_names.index(name)] = 1.0
         assert np.array_equal(obs[5 + 4 * d_count:], previous.reshape(-1))
     assert queued > 10                                     # the backlogs were not all zero
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_reset_observes_a_fresh_machine_even_after_an_episode(env_id: str) -> None:
+    """reset()'s observation, the first of a second episode too, shows what no task has yet
+    changed: no backlog, the speed ratios at 1 (1 / 2 in the table's scaling), no recent cache
+    hits and no previous task's shares (the table's last 3 D entries)."""
+    env = make(env_id, variant="glm-5.3-flash-opt", episode_tasks=30)   # a cache that hits
+    env.action_space.seed(0)
+    d_count = env.unwrapped.n_devices
+    previous = slice(5 + 4 * d_count, None)
+    for episode in range(2):
+        obs, _ = env.reset(seed=episode)
+        for d in range(d_count):
+            assert obs[4 + 4 * d] == 0.0 and obs[7 + 4 * d] == 0.5, (episode, obs)
+        assert obs[4 + 4 * d_count] == 0.0
+        assert not obs[previous].any(), (episode, obs[previous])
+        truncated = False
+        while not truncated:
+            obs, *_, truncated, _ = env.step(env.action_space.sample())
+        # the episode changed each of them
+        assert obs[previous].any() and obs[4 + 4 * d_count] > 0.0
+        assert any(obs[7 + 4 * d] != 0.5 for d in range(d_count))
 
 
 def test_recent_cache_hit_rate_is_the_ema_of_the_loaders_hits() -> None:
