@@ -145,8 +145,9 @@ def read_best_record(path: Path) -> BestModel | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(BestModel)}:
-            raise ValueError(f"its entries must be {', '.join(BestModel.__dataclass_fields__)}")
+        names = [f.name for f in dataclasses.fields(BestModel)]
+        if not isinstance(data, dict) or set(data) != set(names):
+            raise ValueError(f"its entries must be {', '.join(names)}")
         record = BestModel(**data)
         numbers = (record.latency_mean, record.vs_best_static)
         counts = (record.num_timesteps, record.validation_seed, record.validation_tasks)

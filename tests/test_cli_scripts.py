@@ -677,7 +677,8 @@ def test_an_interrupt_stops_the_whole_plan_and_keeps_a_resumable_run(tmp_path: P
     assert calls == [0]                        # seed 1's run never started
     (run,) = runs.iterdir()
     assert f"run {run.name} interrupted; kept" in err and f"--resume {run.name}" in err
-    assert not (run / "model.zip").exists() and (run / "checkpoints" / "model_64_steps.zip").is_file()
+    assert not (run / "model.zip").exists()
+    assert (run / "checkpoints" / "model_64_steps.zip").is_file()
 
 
 def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: Path,
@@ -816,8 +817,8 @@ def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> N
     ({"validation_seed": HELDOUT_SEED}, "--validation-seed 10000 is --eval-seed's"),
     ({"validation_seed": 7, "eval_seed": 7}, "--validation-seed 7 is --eval-seed's"),
     ({"validation_seed": 3, "seeds": [0, 3]}, "--validation-seed 3 is a training workload seed"),
-    ({"validation_seed": 5, "seeds": [2], "n_envs": 4}, "--validation-seed 5 is a training "
-                                                       "workload seed (--seeds 2 trains on 2 .. 5)"),
+    ({"validation_seed": 5, "seeds": [2], "n_envs": 4},
+     "--validation-seed 5 is a training workload seed (--seeds 2 trains on 2 .. 5)"),
     ({"validation_seed": HELDOUT_SEED + MAX_EVAL_SEEDS - 1}, "evaluate.py's held-out seeds"),
     ({"validation_seed": -1}, "--validation-seed: seeds must lie"),
     ({"validation_seed": MAX_SEED + 1}, "--validation-seed: seeds must lie"),
