@@ -345,6 +345,9 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--agents", "dqn", "--hp", "train_freq=0"], "train_freq must be an integer >= 1 or a pair"),
     (["--agents", "dqn", "--hp", "train_freq=[4, epoch]"], "[n, episode] with n >= 1 (e.g. 4 "
                                                           "or [4, episode]), got [4, 'epoch']"),
+    # net_arch's list given as policy_kwargs itself: unchecked, an AttributeError traceback
+    (["--hp", "policy_kwargs=[64, 64]"], "hyper-parameter policy_kwargs must be a mapping (e.g. "
+                                         "{net_arch: [64, 64]}), got [64, 64]"),
     # the oracle decides one live env's task: it failed inside the first run, after cloning
     (["--conservative", "oracle", "--n-envs", "2"], "oracle cannot act for --n-envs 2 envs"),
     (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "conservative,guard"],
@@ -409,6 +412,8 @@ def test_without_warmup_a_conservative_the_env_cannot_take_is_left_be(tmp_path) 
      "ppo.yaml, InferenceAlloc-v0: hyper-parameter learning_rate must be a number"),
     ("warm_start: 1.0e-4", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),
     ("warm_start: 0", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),  # not none
+    ("policy_kwargs: relu",
+     "ppo.yaml, InferenceAlloc-v0: hyper-parameter policy_kwargs must be a mapping"),
     # a broken edit was a yaml traceback: one line naming the file and the line
     ("n_steps: 32", "ppo.yaml: malformed YAML at line 3, column 3: found duplicate key"),
     ("\tgamma: 0.9", "ppo.yaml: malformed YAML at line 3"),
