@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,13 @@ from agents.evaluation import (
     fmt_ci,
     make_env,
     mean_ci,
+    overload_note,
     summary_csv,
     summary_markdown,
 )
 from agents.registry import make_policy
 from agents.reporting import (
+    ModelEntry,
     check_inputs,
     curve_runs,
     discover_models,
@@ -262,6 +265,14 @@ def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> No
         check_inputs(cfg, entries, cfg.scenarios)
 
 
+def test_a_model_file_gone_since_discovery_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """check_inputs is where a model that will not load is one line (ConfigError) before any
+    work: a file removed after discovery too, not a FileNotFoundError traceback."""
+    gone = tmp_path / "gone.zip"
+    with pytest.raises(ConfigError, match=re.escape(f"model file {gone} does not exist")):
+        check_inputs(cfg_for(baselines=["best-static"]), [ModelEntry("ppo", gone)], ["article"])
+
+
 def test_hardware_given_on_the_command_line_is_named_in_the_section(tmp_path: Path) -> None:
     """`evaluate.py --hardware edge` left the summary titled "article", as if on the server."""
     cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware="edge")
@@ -269,6 +280,19 @@ def test_hardware_given_on_the_command_line_is_named_in_the_section(tmp_path: Pa
     assert [(r.scenario, r.agent) for r in results] == [("article (hardware edge)", "best-static")]
     cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware="server")
     assert [r.scenario for r in evaluate_agents(cfg, [], ["article"])] == ["article"]
+
+
+def test_a_hardware_file_without_a_yaml_suffix_is_that_file(tmp_path: Path) -> None:
+    """load_hardware reads any file that exists, whatever its suffix: the section's hardware
+    is that file (its devices decide the baselines), not a preset of its name."""
+    hw = two_device_hardware(tmp_path).rename(tmp_path / "two.hw")
+    cfg = cfg_for(runs=str(tmp_path / "runs"), hardware=str(hw))
+    notes = check_inputs(cfg, [], ["article"])
+    assert notes == [f"article (hardware {hw}): skipping baseline all-npu (the hardware has no "
+                     "such device; it has cpu, gpu)"]
+    results = evaluate_agents(cfg, [], ["article"])
+    assert [(r.scenario, r.agent) for r in results] == [(f"article (hardware {hw})",
+                                                          "best-static")]
 
 
 def test_one_hardware_spelt_two_ways_is_one_section(tmp_path: Path) -> None:
@@ -640,6 +664,21 @@ def test_a_section_whose_workload_overloads_the_hardware_is_noted(tmp_path: Path
     short_text = summary.split("## short-text")[1].split("## ")[0]
     assert notes[0].removeprefix("short-text: ") in short_text
     assert "note:" not in summary.split("## article")[1].split("## ")[0]
+
+
+def test_the_overload_note_is_best_statics_on_the_first_held_out_episode() -> None:
+    """The note says best-static's latency grows: it is judged on best-static's episode of the
+    first held-out seed (the reference run), not on the oracle's beside it."""
+    cfg = cfg_for(scenarios=["short-text"], episode_tasks=200, seeds=2, seed_base=500,
+                  baselines=["best-static", "oracle"])
+    results = {r.agent: r for r in evaluate_agents(cfg, [], ["short-text"])}
+    static, oracle = results["best-static"], results["oracle"]
+    assert static.note is not None
+    assert static.note == overload_note(static.latencies[0])
+    assert oracle.note == static.note
+    # the seeds tell the two agents' notes (and the seeds' own) apart
+    assert overload_note(oracle.latencies[0]) != static.note
+    assert overload_note(static.latencies[1]) != static.note
 
 
 @pytest.fixture
