@@ -424,6 +424,32 @@ def test_the_studys_learners_learn_on_the_reward_asked_for_with_static_priced_ev
     assert len(results) == 2 * 4 and all(r.static_here is not None for r in results)
 
 
+def test_the_studys_references_are_their_own_runs_and_every_agents_static_and_oracle():
+    """best-static and the oracle asked for beside a learner (evaluate.py's default study asks
+    for both) are each its own run on the stream, and every agent's metrics read those runs
+    as its static and oracle."""
+    from agents.evaluation import make_env, online_study
+
+    n, seed = 60, 11
+    study = online_study(["ppo", "best-static", "oracle"], [seed], n_samples=n)
+
+    def alone(name):
+        env = make_env(episode_tasks=n, reward="relative", price_static=True)
+        return deploy(make_policy(name, env), env, n, learn=False, seed=seed,
+                      references=False).latency
+
+    static, oracle = alone("best-static"), alone("oracle")
+    assert np.array_equal(study.curves["best-static"][0], static)
+    assert np.array_equal(study.curves["oracle"][0], oracle)
+    assert not np.array_equal(static, oracle)
+    # the steady span (the last 200 samples) is the whole of a 60-sample run
+    ppo = study.curves["ppo"][0]
+    assert study.metrics["ppo"][0]["steady_vs_static"] == pytest.approx(ppo.mean() / static.mean())
+    assert study.metrics["ppo"][0]["steady_vs_oracle"] == pytest.approx(ppo.mean() / oracle.mean())
+    assert study.metrics["best-static"][0]["steady_vs_static"] == pytest.approx(1.0)
+    assert study.metrics["oracle"][0]["steady_vs_oracle"] == pytest.approx(1.0)
+
+
 def test_stabilization_md_names_the_learners_reward():
     from agents.evaluation import OnlineStudy, online_markdown
 
@@ -448,6 +474,19 @@ def test_stabilization_md_notes_a_metric_defined_on_some_seeds_and_keeps_its_col
     assert row.startswith("| x | 3.000 ± ") and row.endswith(" | 3.000 (1/2 seeds) |")
     # the definitions follow, from OnlineResult.metrics' own list
     assert any(line.startswith("- early_degradation: mean latency of samples") for line in lines)
+
+
+def test_stabilization_md_ends_with_the_metrics_definitions_as_their_docstring_lays_them_out():
+    """The definitions are OnlineResult.metrics' list after its summary line, dedented as a
+    block: each item's continuation lines keep their indent under the item."""
+    import inspect
+
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy(metrics={"ppo": [{"early": 1.0}]})
+    listed = inspect.cleandoc(OnlineResult.metrics.__doc__ or "").splitlines()[2:]
+    assert any(line.startswith("  ") for line in listed)     # it has continuation lines
+    assert online_markdown(study, [1], 600, "article").endswith("\n".join(listed) + "\n")
 
 
 @pytest.mark.parametrize("n", [60, 200, 600])

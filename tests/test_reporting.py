@@ -628,6 +628,18 @@ def test_make_env_builds_the_variant_it_is_given() -> None:
     assert make_env(variant="glm-5.3").unwrapped.variant == label
 
 
+def test_make_env_prices_static_only_where_asked() -> None:
+    """A held-out env does not pay for pricing best-static (one simulation more per step),
+    and its spec reads as before price_static existed; price_static=True prices it, under
+    the latency reward too."""
+    plain, priced = make_env(episode_tasks=2), make_env(episode_tasks=2, price_static=True)
+    assert "price_static" not in plain.spec.kwargs and priced.spec.kwargs["price_static"] is True
+    for env, prices in ((plain, False), (priced, True)):
+        env.reset(seed=0)
+        info = env.step(np.zeros(env.action_space.shape, dtype=env.action_space.dtype))[4]
+        assert ("static_latency" in info) == prices
+
+
 def test_the_episodes_of_a_seed_follow_on_from_one_another() -> None:
     """`episodes` consecutive episodes of one stream: the first is the seed's one-episode run,
     the next ones other tasks (not the first episode again)."""
