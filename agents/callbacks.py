@@ -64,8 +64,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam, Logger, TensorBoardOutputFormat
 
-from agents.files import atomic_path
-from agents.run_folder import BEST_MODEL, BEST_RECORD, BestModel, save_best_record
+from agents.run_folder import BestModel, save_best_model
 
 FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_static")
 # --select-best: best_model.zip on the same held-out episode, and the step it was saved at
@@ -154,7 +153,9 @@ class LatencyMetrics(BaseCallback):
 
 
 class EvalPoints(BaseCallback):
-    """Runs ``_point`` (an evaluation of the current policy) at step 0 (before any update),
+    """Runs ``_point`` (an evaluation of the current policy: `evaluate` runs it on an episode
+    and returns its per-task latencies, `static_mean` is best-static's mean latency on the
+    same episode) at step 0 (before any update),
     each ``interval`` crossed, and the end of training. The last is taken as training ends
     (``_on_training_end``, after the algorithm's last update and before the model is saved),
     not at its last step: the algorithms update once more after their last step's callback
@@ -164,10 +165,13 @@ class EvalPoints(BaseCallback):
     env), so a run is the same with or without it.
     """
 
-    def __init__(self, interval: int) -> None:
+    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
+                 interval: int) -> None:
         super().__init__()
         if interval < 1:
             raise ValueError(f"{type(self).__name__} interval must be >= 1, got {interval}")
+        self.evaluate = evaluate
+        self.static_mean = static_mean
         self.interval = interval
         self.writer: Any = None
         self._next = 0
@@ -208,9 +212,7 @@ class HeldOutEval(EvalPoints):
 
     def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
                  interval: int) -> None:
-        super().__init__(interval)
-        self.evaluate = evaluate
-        self.static_mean = static_mean
+        super().__init__(evaluate, static_mean, interval)
         # (step, per-task latencies) of the last point written: at the end of training, the
         # run of the episode by the model then saved, which the trainer's final/ row takes
         self.last: tuple[int, np.ndarray] | None = None
@@ -238,9 +240,7 @@ class BestModelSelection(EvalPoints):
 
     def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float, interval: int,
                  run_dir: Path, episode: tuple[int, int], best: BestModel | None = None) -> None:
-        super().__init__(interval)
-        self.evaluate = evaluate
-        self.static_mean = static_mean
+        super().__init__(evaluate, static_mean, interval)
         self.run_dir = run_dir
         self.episode = episode
         self.best = best
@@ -253,12 +253,8 @@ class BestModelSelection(EvalPoints):
             self.writer.flush()
         if self.best is not None and mean >= self.best.latency_mean:
             return
-        # the model first: a record never names a model that was not saved (a resume scores a
-        # model newer than its record again, ``agents.training.best_so_far``)
-        with atomic_path(self.run_dir / BEST_MODEL) as tmp:
-            self.model.save(tmp)
         self.best = BestModel(step, mean, ratio, *self.episode)
-        save_best_record(self.run_dir / BEST_RECORD, self.best)
+        save_best_model(self.model, self.run_dir, self.best)
 
 
 class RunInfo(BaseCallback):

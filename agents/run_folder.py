@@ -88,8 +88,8 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
             for old in target.parent.glob(f"{CHECKPOINT_PREFIX}_replay_buffer_*_steps.pkl"):
                 if old != target:
                     old.unlink(missing_ok=True)
-    vecnorm = model.get_vec_normalize_env()
-    if vecnormalize and vecnorm is not None:
+    vecnorm = model.get_vec_normalize_env() if vecnormalize else None
+    if vecnorm is not None:
         with atomic_path(companion(model_path, "vecnormalize", steps)) as tmp:
             vecnorm.save(str(tmp))
 
@@ -131,6 +131,16 @@ def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -
             controller.restore(state)
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+
+
+def save_best_model(model: BaseAlgorithm, run_dir: Path, record: BestModel) -> None:
+    """`model` as the run's best_model.zip, then `record` as best_model.json: the model first,
+    so a record never names a model that was not saved (a resume scores a model newer than
+    its record again, ``agents.training.best_so_far``). No companions: evaluation reads the
+    zip alone (VecNormalize scales rewards only) and a resume continues from checkpoints."""
+    save_model_files(model, run_dir / BEST_MODEL, record.num_timesteps,
+                     replay_buffer=False, vecnormalize=False)
+    save_best_record(run_dir / BEST_RECORD, record)
 
 
 def save_best_record(path: Path, record: BestModel) -> None:

@@ -476,11 +476,9 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             final = selection.best is not best and selection.best.num_timesteps == result.steps
             result.best = selected_model(result, cfg, selection.best, final)
             chosen = result.best
-            values = (float(chosen.latency.mean()), chosen.vs_best_static,
-                      chosen.record.num_timesteps)
-            for tag, value in zip(BEST_METRICS, values, strict=True):
-                logger.record(tag, value)
-            logger.dump(result.steps)
+            _write_scalars(logger, BEST_METRICS, (float(chosen.latency.mean()),
+                                                  chosen.vs_best_static,
+                                                  chosen.record.num_timesteps), result.steps)
     finally:
         logger.close()
     return result
@@ -490,10 +488,15 @@ def _episode_of(agent: SB3Agent, cfg: TrainConfig, seed: int
                 ) -> tuple[Callable[[], np.ndarray], float]:
     """A run of the learned model alone (no warm-up) on the --eval-tasks episode of `seed`,
     on its own env, and best-static's mean latency there."""
-    env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
+    env = _eval_env(cfg)
     policy = SB3Agent(agent.name, agent.model, env)
     static = baseline_latency(_env_key(cfg, seed), "best-static")
     return (lambda: episode_latencies(policy, env, seed)), float(static.mean())
+
+
+def _eval_env(cfg: TrainConfig) -> Any:
+    """An env of the --eval-tasks episodes (held-out and validation): rewards in seconds."""
+    return env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
 
 
 def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
@@ -504,7 +507,7 @@ def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
 
 def saved_model_latency(path: Path, cfg: TrainConfig, seed: int) -> np.ndarray:
     """Per-task latencies of the model zip at `path` on the --eval-tasks episode of `seed`."""
-    env = env_for(cfg, episode_tasks=cfg.eval_tasks, reward="latency")
+    env = _eval_env(cfg)
     return episode_latencies(load_policy(path, env), env, seed)
 
 
@@ -535,11 +538,17 @@ def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
         result.latency = saved_model_latency(result.run_dir / "model.zip", cfg, cfg.eval_seed)
     static = baseline_latency(_env_key(cfg), "best-static")
     result.vs_best_static = float(result.latency.mean() / static.mean())
-    values = (float(result.latency.mean()), float(np.percentile(result.latency, 95)),
-              result.vs_best_static)
-    for tag, value in zip(FINAL_METRICS, values, strict=True):
+    _write_scalars(logger, FINAL_METRICS, (float(result.latency.mean()),
+                                           float(np.percentile(result.latency, 95)),
+                                           result.vs_best_static), result.steps)
+
+
+def _write_scalars(logger: Any, tags: tuple[str, ...], values: tuple[float, ...],
+                   step: int) -> None:
+    """One value per tag (the final/ rows), written at `step`."""
+    for tag, value in zip(tags, values, strict=True):
         logger.record(tag, value)
-    logger.dump(result.steps)
+    logger.dump(step)
 
 
 def _env_key(cfg: TrainConfig, seed: int | None = None) -> tuple:
