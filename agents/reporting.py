@@ -364,6 +364,12 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             except (FileNotFoundError, ValueError) as exc:
                 raise ConfigError(f"{exc} (scenario {scenario})" if len(scenarios) > 1
                                   else str(exc)) from None
+    if not entries and not any(runnable_baselines(cfg, ctx) for ctx in contexts):
+        # else an empty table, CSV and latency CDF were written over --out's, and exit 0
+        raise ConfigError(
+            f"nothing to evaluate: no trained model (none under --runs {cfg.runs}, and no "
+            f"--models) and no baseline the hardware can run (--baselines: "
+            f"{' '.join(cfg.baselines) or 'none'})")
     return notes
 
 

@@ -337,6 +337,29 @@ def test_two_scenario_files_of_one_name_are_two_sections(tmp_path: Path) -> None
     assert [r.scenario for r in alone] == ["conv"]     # no other of its name: the short one
 
 
+def test_nothing_to_evaluate_is_refused_before_any_file_is_written(tmp_path: Path) -> None:
+    """`baselines: []` in a --config YAML, with no run folder, wrote an empty summary.csv,
+    summary.md and latency_cdf.png over --out's and exited 0; so did baselines the hardware
+    cannot run (all-npu on two devices), each only skipped with a note."""
+    from agents import reporting
+
+    out = tmp_path / "results"
+    cfg = cfg_for(runs=str(tmp_path), baselines=[], no_online=True, out=str(out),
+                  progress_bar=False)
+    with pytest.raises(ConfigError, match=r"nothing to evaluate: no trained model .*--runs "
+                                          + re.escape(str(tmp_path)) + r".*--baselines: none"):
+        reporting.run(cfg, report=lambda _: None)
+    assert not out.exists()
+    cfg = cfg_for(runs=str(tmp_path), baselines=["all-npu"],
+                  hardware=str(two_device_hardware(tmp_path)))
+    with pytest.raises(ConfigError, match=r"no baseline the hardware can run \(--baselines: all-npu\)"):
+        check_inputs(cfg, [], ["article"])
+    # one runnable baseline, or one model, is something to evaluate
+    assert check_inputs(dataclasses.replace(cfg, baselines=["all-npu", "best-static"]), [],
+                        ["article"]) == ["article (hardware two): skipping baseline all-npu "
+                                         "(the hardware has no such device; it has cpu, gpu)"]
+
+
 def test_a_misspelt_all_baseline_is_refused_and_a_gated_one_skipped(tmp_path: Path) -> None:
     fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"],
              hardware=str(two_device_hardware(tmp_path)))
