@@ -326,8 +326,13 @@ def _devices(ctx: Context) -> tuple[str, ...]:
 
 
 def runnable_baselines(cfg: EvalConfig, ctx: Context) -> list[str]:
-    """The baselines the context's hardware can run (``registry.runs_on``)."""
-    return [name for name in cfg.baselines if runs_on(name, _devices(ctx))]
+    """The baselines the context's hardware can run (``registry.runs_on``), each once."""
+    return [name for name in _baselines(cfg) if runs_on(name, _devices(ctx))]
+
+
+def _baselines(cfg: EvalConfig) -> list[str]:
+    # one given twice was evaluated twice and pooled: n doubled and a CI of 0 from one seed
+    return list(dict.fromkeys(cfg.baselines))
 
 
 def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[str]:
@@ -346,7 +351,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         runnable = runnable_baselines(cfg, ctx)
-        for name in cfg.baselines:
+        for name in _baselines(cfg):
             if name not in runnable:    # an all-<device> policy: never a learner's name
                 devices = ", ".join(_devices(ctx))
                 notes.append(f"{section_of(ctx, contexts)}: skipping baseline {name} (the hardware "

@@ -35,6 +35,7 @@ from agents.reporting import (
     fmt_summary,
     heldout_seeds,
     scenarios_of,
+    work_units,
 )
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95, t95
@@ -358,6 +359,20 @@ def test_nothing_to_evaluate_is_refused_before_any_file_is_written(tmp_path: Pat
     assert check_inputs(dataclasses.replace(cfg, baselines=["all-npu", "best-static"]), [],
                         ["article"]) == ["article (hardware two): skipping baseline all-npu "
                                          "(the hardware has no such device; it has cpu, gpu)"]
+
+
+def test_a_baseline_given_twice_is_evaluated_once(tmp_path: Path) -> None:
+    """`--baselines all-gpu all-gpu` pooled the same episodes twice into one row: n = 2 runs'
+    worth of samples and a 95% CI of 0 from one seed (train.py runs a repeated agent once)."""
+    cfg = cfg_for(baselines=["all-gpu", "best-static", "all-gpu"])
+    results = evaluate_agents(cfg, [], ["article"])
+    assert [(r.agent, len(r.samples)) for r in results] == [("all-gpu", 1), ("best-static", 1)]
+    assert work_units(cfg, [], ["article"]) == 2
+    cfg = cfg_for(baselines=["all-npu", "best-static", "all-npu"],
+                  hardware=str(two_device_hardware(tmp_path)))
+    assert check_inputs(cfg, [], ["article"]) == [
+        "article (hardware two): skipping baseline all-npu (the hardware has no such device; "
+        "it has cpu, gpu)"]
 
 
 def test_a_misspelt_all_baseline_is_refused_and_a_gated_one_skipped(tmp_path: Path) -> None:
