@@ -1,13 +1,15 @@
 """Where a short train.py run spends its time, and what its final held-out row costs.
 
     python bench/bench_training.py [--timesteps 2000] [--eval-tasks 1000] [--warmup none]
-                                   [--repeats 3]
+                                   [--repeats 3] [--select-best]
 
 Trains one PPO run with train.py's own ``train`` (into a temporary folder, ``--eval-interval``
 = ``--timesteps``: eval/ points at step 0 and at the end) and splits its learn() time into
 this project's parts and the rest, Stable-Baselines3 and torch: the env's steps, the
 TensorBoard callbacks (``LatencyMetrics``, the warm-up's), and the eval/ points less their
-env steps (SB3 predicts, one per held-out task). Each part's time excludes the parts it calls.
+env steps (SB3 predicts, one per held-out task); with ``--select-best``, the validation points
+too (``BestModelSelection``: predicts, and best_model.zip saved where the mean improves). Each
+part's time excludes the parts it calls.
 
 Then it times the run's final held-out row (``agents.training.final_metrics``) both ways in
 this process, ``--repeats`` times each, alternately: the reference loads model.zip and runs the
@@ -37,7 +39,7 @@ import numpy as np  # noqa: E402
 from stable_baselines3.common.logger import Logger  # noqa: E402
 
 import agents.training as training  # noqa: E402
-from agents.callbacks import HeldOutEval, LatencyMetrics  # noqa: E402
+from agents.callbacks import BestModelSelection, HeldOutEval, LatencyMetrics  # noqa: E402
 from agents.config import TrainConfig  # noqa: E402
 from agents.sb3_factory import SB3Agent  # noqa: E402
 from agents.warmup import WarmupCallback  # noqa: E402
@@ -50,6 +52,7 @@ PARTS = (  # label, class, methods: every call is timed, less the timed calls it
     ("LatencyMetrics", LatencyMetrics, ("_on_step", "_on_rollout_end")),
     ("warm-up callback", WarmupCallback, ("_on_step",)),
     ("eval/ points, less their env steps", HeldOutEval, ("_point",)),
+    ("validation points, less their env steps", BestModelSelection, ("_point",)),
     (LEARN, SB3Agent, ("learn",)),
 )
 
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="warm-up spec of the run")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed final rows of each kind; the median is reported")
+    parser.add_argument("--select-best", action="store_true",
+                        help="train as train.py does with this option: validation points "
+                             "at the eval/ points' steps")
     args = parser.parse_args(argv)
     if args.timesteps < 1 or args.eval_tasks < 1 or args.repeats < 1:
         parser.error("--timesteps, --eval-tasks and --repeats must be >= 1")
@@ -115,14 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         cfg = TrainConfig(agents=["ppo"], warmup=[args.warmup], timesteps=args.timesteps,
                           eval_tasks=args.eval_tasks, eval_interval=args.timesteps,
-                          checkpoint_interval=0, progress_bar=False, log_dir=folder)
+                          checkpoint_interval=0, progress_bar=False, log_dir=folder,
+                          select_best=args.select_best)
         with timed_parts() as seconds:
             (result,) = training.train(cfg, report=lambda line: None)
         learn = sum(seconds.values())
         print(f"ppo (warm-up {args.warmup}), {result.steps} steps, held-out episode of "
               f"{args.eval_tasks} tasks: learn() {learn:.1f} s")
         for label, _, _ in PARTS:
-            print(f"  {label:<38}{seconds[label]:>8.2f} s {100 * seconds[label] / learn:>6.1f}%")
+            print(f"  {label:<40}{seconds[label]:>8.2f} s {100 * seconds[label] / learn:>6.1f}%")
 
         evaluated = result.evaluated
         run_cfg = training.read_run_config(result.run_dir / "config.yaml")

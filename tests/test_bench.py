@@ -206,13 +206,17 @@ def test_the_trace_bench_exits_1_when_a_target_is_missed(target, monkeypatch, ca
     assert capsys.readouterr().out.count("MISSED") == 1
 
 
-def test_the_training_bench_splits_a_run_and_checks_the_final_row_bit_for_bit(capsys):
+@pytest.mark.parametrize("select_best", [False, True])
+def test_the_training_bench_splits_a_run_and_checks_the_final_row_bit_for_bit(select_best,
+                                                                              capsys):
     code = bench_main("bench_training")(["--timesteps", "64", "--eval-tasks", "20",
-                                         "--repeats", "1"])
+                                         "--repeats", "1"] + ["--select-best"] * select_best)
     out = capsys.readouterr().out
-    shares = [float(line.rsplit(None, 1)[-1].rstrip("%")) for line in out.splitlines()
-              if line.startswith("  ")]
-    assert len(shares) == 5 and sum(shares) == pytest.approx(100, abs=0.5)
+    shares = {line[:42].strip(): float(line.rsplit(None, 1)[-1].rstrip("%"))
+              for line in out.splitlines() if line.startswith("  ")}
+    assert len(shares) == 6 and sum(shares.values()) == pytest.approx(100, abs=0.5)
+    # the validation points are timed when, and only when, the run has them
+    assert (shares["validation points, less their env steps"] > 0) == select_best
     assert "the same latencies to the bit: yes" in out
     assert code == (0 if out.rstrip().endswith("met") else 1)
 
