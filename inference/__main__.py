@@ -122,7 +122,7 @@ def _device(text: str) -> str | int:
         return text
 
 
-def parse_variants(text: str) -> list[dict[str, str]]:
+    """'glm-5.3,cached+window+sequential' -> checked recipes, each once."""
     """'glm-5.3,cached+window+sequential' -> checked recipes."""
     recipes = []
     for spec in (s.strip() for s in text.split(",")):
@@ -131,9 +131,11 @@ def parse_variants(text: str) -> list[dict[str, str]]:
             if len(parts) != len(STAGES):
                 raise ValueError(f"variant mix {shown(spec)} needs one implementation per stage "
                                  f"({'+'.join(STAGES)})")
-            recipes.append(resolve_variant(dict(zip(STAGES, parts, strict=True))))
+            recipe = resolve_variant(dict(zip(STAGES, parts, strict=True)))
         else:
-            recipes.append(resolve_variant(spec))
+            recipe = resolve_variant(spec)
+        if recipe not in recipes:   # a repeat (or a recipe spelt out) was an identical column
+            recipes.append(recipe)
     return recipes
 
 

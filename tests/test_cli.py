@@ -37,6 +37,16 @@ def test_the_table_names_every_variant_and_metric(capsys):
         assert text in out
 
 
+def test_a_variant_given_twice_is_one_column(capsys):
+    """glm-5.3,glm-5.3 (or the recipe spelt out, direct+window+sequential) printed two
+    identical columns under one name."""
+    assert main(["--variants", "glm-5.3,glm-5.3-flash,glm-5.3, direct+window+sequential"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "glm-5.3-flash" in line)
+    assert header.split().count("glm-5.3") == 1 and header.split().count("glm-5.3-flash") == 1
+    assert out.count("glm-5.3: load=direct") == 1
+
+
 def test_a_stage_too_big_for_its_device_is_named(capsys):
     """The simulator prices any placement; the table says which stages would not fit."""
     assert main(["--variants", "glm-5.3", "--batch", "100000", "--prompt-tokens", "100000",
