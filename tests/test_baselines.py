@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from agents.base import POLICY_FILE, Policy
 from agents.gated import GatedScheduling
@@ -1046,6 +1047,8 @@ def test_random_is_seeded_and_reproducible(article: InferenceAllocEnv,
     actions = RandomPolicy(split.action_space, seed=1).predict(episode_obs)[0]
     assert actions.shape == (len(episode_obs), 9)
     assert all(split.action_space.contains(x) for x in actions)
+    with pytest.raises(TypeError, match="MultiDiscrete and Box"):   # not at its first act
+        RandomPolicy(spaces.Discrete(27), seed=1)
 
 
 @pytest.mark.parametrize("name", ["random", "gated-random"])
@@ -1208,6 +1211,47 @@ def test_a_saved_best_static_is_searched_again_once_its_trace_is_rewritten(
     assert search_best_static(long, path) == tuple(long.planner.best_static)
 
 
+
+@pytest.mark.parametrize("damage", ["not json", "no object", "no placement", "a placement of null",
+                                    "a device out of range", "two stages",
+                                    "a device that is no number"])
+def test_a_damaged_saved_best_static_is_searched_again_and_rewritten(tmp_path: Path,
+                                                                     damage: str) -> None:
+    """A saved file of this configuration that cannot be read back as a placement of its
+    devices is searched again and overwritten, not an error and not a placement the env
+    cannot run (the docstring's "unreadable or stale: search again")."""
+    path = tmp_path / "best_static.json"
+    env = InferenceAllocEnv("article", episode_tasks=5)
+    placement = search_best_static(env, path)
+    record = json.loads(path.read_text())
+    if damage == "not json":
+        path.write_text(path.read_text()[:-5])
+    elif damage == "no object":
+        path.write_text(json.dumps(list(record.items())))
+    else:
+        if damage == "no placement":
+            del record["placement"]
+        else:
+            record["placement"] = {"a placement of null": None,
+                                   "a device out of range": [0, 1, env.n_devices],
+                                   "two stages": [0, 1],
+                                   "a device that is no number": [0, 1, "npu"]}[damage]
+        path.write_text(json.dumps(record))
+    searched = []
+
+    class CountedSearch:
+        @property
+        def best_static(self) -> tuple[int, ...]:
+            searched.append(True)
+            return placement
+
+    again = InferenceAllocEnv("article", episode_tasks=5)
+    again.planner = CountedSearch()   # type: ignore[assignment]
+    assert search_best_static(again, path) == placement
+    assert searched == [True]
+    assert json.loads(path.read_text())["placement"] == list(placement)
+
+
 # ----------------------------------------------------------------------------- batches
 @pytest.mark.parametrize("name", [n for n in SAVE_NAMES if n != "oracle"])
 def test_policies_answer_batches_row_by_row(name: str, article: InferenceAllocEnv,
@@ -1228,6 +1272,8 @@ def test_static_policy_validates_its_placement() -> None:
         StaticPolicy((0, 1, 3), 3)
     assert StaticPolicy((0, 1, 1), 3, ("cpu", "gpu", "npu")).name == "static"
     assert StaticPolicy((2, 2, 2), 3, ("cpu", "gpu", "npu")).name == "all-npu"
+    assert repr(StaticPolicy((0, 1, 1), 3, name="best-static")) == \
+        "StaticPolicy('best-static', placement=(0, 1, 1))"
     split = StaticPolicy((0, 1, 2), 3, split=True).predict(np.zeros((2, 26)))[0]
     assert split.shape == (2, 9)
     assert split[0].tolist() == [1, -1, -1, -1, 1, -1, -1, -1, 1]
