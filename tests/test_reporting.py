@@ -602,6 +602,17 @@ def test_the_t_interval_by_hand() -> None:
         mean_ci95([])
 
 
+def test_the_t_half_width_grows_with_the_spread_of_the_values() -> None:
+    """1, 2, 3 has sd 1, so it cannot tell sd x t from t / sd: 2, 4, 6 (sd 2) and 1, 3, 5, 7
+    (sd 2.58) can."""
+    mean, half = mean_ci95([2.0, 4.0, 6.0])
+    assert mean == 4.0 and half == pytest.approx(4.303 * 2.0 / np.sqrt(3), rel=1e-12)
+    values = [1.0, 3.0, 5.0, 7.0]
+    sd = np.sqrt(sum((v - 4.0) ** 2 for v in values) / 3)
+    assert mean_ci95(values)[1] == pytest.approx(3.182 * sd / 2.0, rel=1e-12)
+    assert mean_ci95([10 * v for v in values])[1] == pytest.approx(10 * mean_ci95(values)[1])
+
+
 def test_the_t_quantile_past_the_table_is_students_not_the_normals() -> None:
     """Beyond 30 degrees of freedom t95 was 1.96: t(0.975, 31) is 2.0395, so an interval over
     32 values was 4% too narrow. Exact quantiles (SciPy's t.ppf) to 10 decimals."""
