@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -257,6 +259,34 @@ def test_the_tolerance_prints_as_the_band_the_verdict_uses(row_index, low, high)
         == [low, high]
 
 
+def _article_figure(row) -> tuple[str, float]:
+    """The figure a row's article value states, in the row's unit, and its side: "=" (a value),
+    ">" or "<" (a bound, "> 30%", "well above 15%", "< 15%")."""
+    ratio = re.search(r"\(([\d.]+)x\)", row.article_value)    # "14.4 / 6.8 min (2.12x)"
+    if ratio:
+        return "=", float(ratio.group(1))
+    stated = re.match(r"(> |< |well above |~)?([\d.]+)(%?)", row.article_value)
+    assert stated, row.article_value
+    side = {"> ": ">", "well above ": ">", "< ": "<"}.get(stated.group(1) or "", "=")
+    value = float(stated.group(2))
+    if stated.group(3):     # a percentage; on a ratio row, "15%" faster than nominal is 1.15
+        value = value / 100 if row.unit == "%" else 1.0 + value / 100
+    return side, value
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.figure[:40])
+def test_each_rows_tolerance_holds_the_articles_own_figure(row):
+    """A band that left out the article's own figure (the loss row's 28% under a low of 36%)
+    would call the article itself out of tolerance; a bound's band lies on its side."""
+    side, figure = _article_figure(row)
+    if side == "=":
+        assert row.low <= figure <= row.high, (row.article_value, row.low, row.high)
+    elif side == ">":
+        assert row.low >= figure, (row.article_value, row.low)
+    else:
+        assert row.high <= figure, (row.article_value, row.high)
+
+
 @pytest.mark.parametrize("value", [0.6841, 0.6845, 0.8359, 0.76 * 0.9, 0.76 * 1.1])
 def test_a_value_just_inside_a_limit_printed_in_full_prints_inside_it(value):
     """With the limits printed as 0.684x .. 0.836x, a value just inside must not print as a
@@ -424,6 +454,30 @@ def test_the_planted_table_prints_each_rows_value_and_verdict(planted_table):
         verdict = "yes" if entry["in"] else "NO"
         assert f"| {entry['article']} | {ours}" in line
         assert line.endswith(f"| {verdict} |")
+
+
+def test_the_cost_model_rows_are_read_off_the_first_seeds_job_tasks():
+    """The header says the three cost-model rows are read off the tasks of the first seed: its
+    job's tasks, all n_tasks of them (arrival times aside, which the closed loop sets)."""
+    seen: list[list[Task]] = []
+
+    def cost_model_rows_of(tasks):
+        seen.append(list(tasks))
+        return dict(COST_MODEL)
+
+    with pytest.MonkeyPatch.context() as mp:
+        _plant(mp, {4: _stepped(150), 7: _stepped(300, level=1.5)},
+               lambda i, seed: _planted(i, seed % 2), COST_MODEL)
+        mp.setattr(article, "cost_model_rows", cost_model_rows_of)
+        reproduce_table([4, 7], n_tasks=10, online_samples=600)
+
+    def stream(tasks):
+        return [(t.batch, t.prompt_tokens, t.output_tokens, t.domain) for t in tasks]
+
+    first, second = (stream(Task(**i["task"]) for i in run_job("glm", "best-static", seed, 10).infos)
+                     for seed in (4, 7))
+    assert first != second               # so which seed's tasks they are is observable
+    assert len(seen) == 1 and stream(seen[0]) == first
 
 
 def test_the_table_says_which_rows_are_one_cost_model_value(planted_table):
