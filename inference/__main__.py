@@ -122,8 +122,8 @@ def _device(text: str) -> str | int:
         return text
 
 
+def parse_variants(text: str) -> list[dict[str, str]]:
     """'glm-5.3,cached+window+sequential' -> checked recipes, each once."""
-    """'glm-5.3,cached+window+sequential' -> checked recipes."""
     recipes = []
     for spec in (s.strip() for s in text.split(",")):
         if "+" in spec:
