@@ -11,7 +11,10 @@ import pytest
 import yaml
 
 from inference.hardware import (
+    FRACTION_MIN,
     PRESET_DIR,
+    RATE_RANGE,
+    SECONDS_MAX,
     hardware_from_dict,
     load_hardware,
     preset_names,
@@ -251,6 +254,17 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
     # static:cpu,gpu,0,gpu,0 was 'a static placement names three devices'
     (lambda r: device(r, "gpu").update(name="gpu,0"), r"devices\[1\]\.name .*comma.*'gpu,0'"),
     (lambda r: device(r, "gpu").update(name=" gpu"), r"devices\[1\]\.name .*spaces.*' gpu'"),
+    # a figure written as text (quoted in the YAML) or as yes/no: a TypeError from the range
+    # check, or True taken as 1 (a one-second link latency)
+    (lambda r: device(r, "gpu").update(peak_flops="9.89e14"),
+     r"devices\[gpu\]\.peak_flops must be a number, got '9\.89e14'"),
+    (lambda r: r["links"][0].update(latency=True), r"links\[0\]\.latency must be a number, got True"),
+    (lambda r: device(r, "gpu").update(setup_s="0.5"),
+     r"devices\[gpu\]\.setup_s must be a number, got '0\.5'"),
+    # a time of zero: the rates' range starts at 1 and refuses it anyway, a time's does not
+    (lambda r: r["links"][0].update(latency=0), r"links\[0\]\.latency must be a finite number > 0"),
+    (lambda r: device(r, "cpu").update(launch_overhead=0.0),
+     r"devices\[cpu\]\.launch_overhead must be a finite number > 0"),
 ])
 def test_a_bad_profile_names_the_offending_field(change, field):
     with pytest.raises(ValueError, match=field) as info:
@@ -397,6 +411,29 @@ def test_an_unknown_key_is_refused_naming_it_where_it_is_and_the_valid_keys(chan
         hardware_from_dict(edited(change), "test")
     valid = str(info.value).split("valid keys: ")[1].split(", ")
     assert key not in valid and len(valid) >= 3
+
+
+def test_the_ends_of_each_range_an_error_states_are_taken():
+    """The ranges the errors state are closed where they say so: "a fraction in [1e-12, 1]",
+    "must lie in [1, 1e+30]", "(0, 3600]", "at most 3600". An efficiency of 1 is an ideal
+    device, not a mistake."""
+    def ends(r: dict) -> None:
+        gpu = device(r, "gpu")
+        gpu["op_efficiency"].update(dense=1, dynamic=FRACTION_MIN)
+        gpu["pattern_efficiency"].update(sequential=1.0)
+        gpu["cache_hit_rate"].update(random=FRACTION_MIN)
+        gpu.update(memory=RATE_RANGE[1], launch_overhead=SECONDS_MAX, setup_s=SECONDS_MAX)
+        r["links"][0].update(bandwidth=RATE_RANGE[0], latency=SECONDS_MAX)
+
+    hw = hardware_from_dict(edited(ends), "test")
+    gpu = hw.devices[hw.device_id("gpu")]
+    assert (gpu.op_efficiency["dense"], gpu.op_efficiency["dynamic"]) == (1.0, FRACTION_MIN)
+    assert gpu.pattern_efficiency["sequential"] == 1.0
+    assert gpu.cache_hit_rate["random"] == FRACTION_MIN
+    assert (gpu.memory, gpu.launch_overhead, gpu.setup_s) == (RATE_RANGE[1], SECONDS_MAX, SECONDS_MAX)
+    first = SERVER_RAW["links"][0]["between"]
+    link = hw.link(hw.device_id(first[0]), hw.device_id(first[1]))
+    assert (link.bandwidth, link.latency) == (RATE_RANGE[0], SECONDS_MAX)
 
 
 def test_a_negative_setup_cost_asks_for_a_number_at_least_zero():
