@@ -643,6 +643,8 @@ def test_episode_metrics_by_hand() -> None:
 def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> None:
     rows = [{"agent": "a,b", "mean_latency_s": 12.3456789, "mean_latency_s_ci95": float("nan")}]
     assert summary_csv(rows) == 'agent,mean_latency_s,mean_latency_s_ci95\n"a,b",12.3457,\n'
+    # no rows (any iterable, a generator too) is an empty file, not rows[0]'s IndexError
+    assert summary_csv(r for r in []) == ""
     # every label reads back as written (a model file's name may hold quotes)
     labels = ['my "best" ppo', "a,b", 'x"', "plain"]
     text = summary_csv([{"agent": a, "n": 1} for a in labels])
