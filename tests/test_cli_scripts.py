@@ -812,7 +812,9 @@ def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> N
     for edge in ({"timesteps": 1, "n_envs": 1, "metrics_window": 1, "clone_samples": 10,
                   "episode_tasks": 1, "seeds": [0], "eval_seed": 0},
                  {"checkpoint_interval": 0, "eval_tasks": 0, "eval_interval": 0,
-                  "episode_tasks": MAX_EPISODE_TASKS, "seeds": [MAX_SEED], "eval_seed": MAX_SEED}):
+                  "episode_tasks": MAX_EPISODE_TASKS, "seeds": [MAX_SEED], "eval_seed": MAX_SEED},
+                 # --select-best chooses at every step's point, on a one-task episode
+                 {"select_best": True, "eval_interval": 1, "eval_tasks": 1}):
         TrainConfig(log_dir=str(tmp_path / "runs"), **edge).validate()
 
 
@@ -866,6 +868,11 @@ def test_select_best_is_off_by_default_and_its_seed_refused_without_it(tmp_path:
     ({"reproduce_article": True, "seeds": 1, "seed_base": MAX_SEED + 1}, "--seed-base"),
     ({"online": True, "article_clients": 3}, "--article-clients is not used there: --online"),
     ({"reproduce_article": True, "online_seeds": 5}, "--online-seeds is not used there"),
+    # the seeds --seed-base must leave room for are those that run: not the ignored flag's
+    ({"reproduce_article": True, "seeds": 1, "online_seeds": 5, "seed_base": MAX_SEED},
+     "--online-seeds is not used there"),
+    ({"no_online": True, "online_seeds": 10, "seed_base": MAX_SEED - 4},
+     "--online-seeds is not used there"),
     ({"online": True, "scenarios": ["bursty", "bursty", "edge"]}, "one scenario"),
 ])
 def test_eval_config_refuses_a_value_just_past_each_bound(bad, flag, tmp_path: Path) -> None:
