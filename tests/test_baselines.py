@@ -23,7 +23,13 @@ from agents.registry import POLICY_NAMES, SB3_NAMES, load_policy, make_policy
 from agents.static import RandomPolicy, StaticPolicy, search_best_static
 from envs.inference_alloc import InferenceAllocEnv
 from envs.inference_alloc_split import InferenceAllocSplitEnv, sequences_of
-from envs.observation import BACKLOG_SCALE_S, decode_backlog, decode_observation, n_devices_of
+from envs.observation import (
+    BACKLOG_SCALE_S,
+    decode_backlog,
+    decode_observation,
+    device_entries,
+    n_devices_of,
+)
 from envs.reference import all_placements, as_shares
 from envs.scenario import load_scenario
 from inference.task import Task
@@ -264,6 +270,26 @@ def test_heft_rebuilds_the_env_masks_from_the_observation(scenario: str) -> None
             break
     if scenario == "faults":   # the NPU is offline for tasks 60..119
         assert restricted >= 60
+
+
+def test_heft_puts_a_stage_no_online_device_can_hold_where_the_env_allows_it(
+        article: InferenceAllocEnv, episode_obs: np.ndarray) -> None:
+    """The largest task with the CPU (the only device its prefill and decode fit) offline: as
+    env.stage_masks() does, the online device with the most memory may take those stages,
+    and HEFT places them there rather than on no device."""
+    obs = episode_obs[0].copy()
+    obs[:3] = 1.0                                   # batch, prompt and output at their maxima
+    online_flags = np.arange(len(obs))[device_entries(article.n_devices, "online")]
+    obs[online_flags[CPU]] = 0.0
+    seen = decode_observation(obs)
+    assert seen.online == (False, True, True)
+    fits = allowed(article, Task(seen.batch, seen.prompt_tokens, seen.output_tokens))
+    assert not fits[1:, [GPU, NPU]].any()          # the premise: nothing online holds them
+    memory = [dev.memory for dev in article.hardware.devices]
+    largest_online = GPU if memory[GPU] > memory[NPU] else NPU
+    masks = HeftPolicy(article).stage_masks(obs)
+    np.testing.assert_array_equal(masks[1:], [[d == largest_online for d in range(3)]] * 2)
+    assert HeftPolicy(article).predict(obs)[0][1:].tolist() == [largest_online] * 2
 
 
 # ----------------------------------------------------------------------------- HEFT
