@@ -31,7 +31,7 @@ from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
-from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
+from inference.messages import ShortErrorParser, argparse_type, did_you_mean, shown, unrecognized
 from inference.yamlio import (
     describe_yaml_error,
     not_a_file,
@@ -492,7 +492,8 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         name = names.get(str(key).replace("-", "_"))
         if name is None:
-            raise ConfigError(f"{where}: unknown option {shown(key)}; options: "
+            raise ConfigError(f"{where}: unknown option {shown(key)}"
+                              f"{did_you_mean([str(key).replace('-', '_')], names)}; options: "
                               f"{', '.join(sorted(names))}")
         if name in out:
             # episode-tasks and episode_tasks (env and env_id) are one option: the YAML loader's

@@ -40,7 +40,7 @@ from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 from envs import ENV_IDS
 from inference.hardware import DEVICE_KINDS
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 
 POLICY_NAMES: tuple[str, ...] = (
     "all-cpu", "all-gpu", "all-npu", "best-static", "random", "heft", "heft-calibrated",
@@ -76,6 +76,12 @@ def valid_names(learners: bool = True) -> str:
     SB3 learners where only a fixed policy fits (baselines, warm-up's conservative policy)."""
     return ", ".join((*POLICY_NAMES, *SPLIT_POLICY_NAMES, *(SB3_NAMES if learners else ()),
                       *NAME_PATTERNS))
+
+
+def _nearest(name: str, learners: bool = True) -> str:
+    """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out)."""
+    return did_you_mean([name], (*POLICY_NAMES, *SPLIT_POLICY_NAMES,
+                                 *(SB3_NAMES if learners else ())))
 
 
 def check_fixed_policy_name(name: str, what: str) -> None:
@@ -120,8 +126,8 @@ def _fixed_policy_maker(name: str, env: Any, what: str, learner_hint: str) -> Ca
     try:
         return _policy_maker(name, env)
     except UnknownPolicyName:
-        raise UnknownPolicyName(f"unknown {what} {shown(name)}; valid names: "
-                                f"{valid_names(learners=False)}") from None
+        raise UnknownPolicyName(f"unknown {what} {shown(name)}{_nearest(name, learners=False)}; "
+                                f"valid names: {valid_names(learners=False)}") from None
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
 
@@ -182,7 +188,7 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
         try:
             inner = _policy_maker(_ungated(name), env)
         except UnknownPolicyName:   # named 'bogus' for gated-bogus, the part after gated-
-            raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: "
+            raise UnknownPolicyName(f"unknown agent {shown(name)}{_nearest(name)}; valid names: "
                                     f"{valid_names()}") from None
         return lambda threshold=DEFAULT_THRESHOLD, **kwargs: GatedScheduling(
             inner(**kwargs), threshold=threshold)
@@ -212,7 +218,8 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
         return lambda **kwargs: HeftSplitPolicy(env, **kwargs)
     if key == "oracle":
         return lambda **kwargs: OraclePolicy(env, **kwargs)
-    raise UnknownPolicyName(f"unknown agent {shown(name)}; valid names: {valid_names()}")
+    raise UnknownPolicyName(f"unknown agent {shown(name)}{_nearest(name)}; valid names: "
+                            f"{valid_names()}")
 
 
 def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:

@@ -26,7 +26,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from envs import ENV_IDS
 from inference.checks import is_integer, is_number
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 from inference.yamlio import describe_yaml_error, load_yaml_file, path_version, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
@@ -125,7 +125,8 @@ def check_keys(name: str, params: dict[str, Any]) -> None:
             raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
                              + (" (train.py --seeds)" if key == "seed" else ""))
         if key not in known:
-            raise ValueError(f"unknown {name} hyper-parameter {shown(key)}; known: {', '.join(known)}")
+            raise ValueError(f"unknown {name} hyper-parameter {shown(key)}"
+                             f"{did_you_mean([key], known)}; known: {', '.join(known)}")
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:

@@ -108,7 +108,7 @@ from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
 from agents.warmup import WarmupConfig, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 
 WARMUP_PARTS = ("conservative", "clone", "guard")
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
@@ -224,7 +224,8 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
-            raise ConfigError(f"unknown agent {shown(agent)}: train.py trains {', '.join(SB3_NAMES)} "
+            raise ConfigError(f"unknown agent {shown(agent)}{did_you_mean([agent], SB3_NAMES)}: "
+                              f"train.py trains {', '.join(SB3_NAMES)} "
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     env = env_for(config)

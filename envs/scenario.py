@@ -61,7 +61,7 @@ from typing import Any
 from envs.traces import TRACES
 from inference.checks import is_number
 from inference.hardware import PRESET_DIR, load_named_yaml, preset_file, unusable_spec
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 from inference.yamlio import unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -314,8 +314,10 @@ def _section(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
         misplaced = [f"{key} {homes[key]}" for key in sorted(unknown, key=str)
                      if isinstance(key, str) and key in homes]
         hint = f" ({', '.join(misplaced)})" if misplaced else ""
+        typos = [key for key in sorted(unknown, key=str) if key not in homes]
         raise ValueError(f"scenario field {where} has unknown keys "
-                         f"{sorted(unknown, key=str)}{hint}; allowed: {sorted(allowed)}")
+                         f"{sorted(unknown, key=str)}{hint}{did_you_mean(typos, allowed)}; "
+                         f"allowed: {sorted(allowed)}")
     return raw
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.checks import is_number
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 from inference.yamlio import load_yaml_file, not_a_file, unusable_path
 
 DEVICE_KINDS = ("cpu", "gpu", "npu")
@@ -134,7 +134,8 @@ class Hardware:
             return self.index[name]
         except KeyError:
             raise ValueError(
-                f"unknown device {shown(name)} in hardware {shown(self.name)}; devices: {', '.join(self.index)}"
+                f"unknown device {shown(name)}{did_you_mean([name], self.index)} in hardware "
+                f"{shown(self.name)}; devices: {', '.join(self.index)}"
             ) from None
 
     def link(self, a: int, b: int) -> Link:
@@ -203,7 +204,9 @@ def _known_keys(raw: dict, keys: tuple[str, ...], where: str) -> None:
     unknown = set(raw) - set(keys)
     if unknown:
         names = ", ".join(repr(k) for k in sorted(unknown, key=str))   # keys may be non-strings
-        raise ValueError(f"{where} has unknown key(s) {names}; valid keys: {', '.join(keys)}")
+        raise ValueError(f"{where} has unknown key(s) {names}"
+                         f"{did_you_mean(sorted(unknown, key=str), keys)}; valid keys: "
+                         f"{', '.join(keys)}")
 
 
 def _fractions(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, float]:
@@ -404,8 +407,9 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
         raise ValueError(f"{what} {shown(str(spec))} was given as a Path, which is always read "
                          f"as a file, and there is no such file; for the preset, give its name "
                          f"as a string: {shown(str(spec))}")
-    raise ValueError(f"unknown {what} {shown(spec)}: not a preset ({names}) "
-                     "and not a path to a YAML file")
+    presets = names.split(", ")
+    raise ValueError(f"unknown {what} {shown(spec)}{did_you_mean([spec], presets)}: not a preset "
+                     f"({names}) and not a path to a YAML file")
 
 
 def load_hardware(spec: str | Path | Hardware) -> Hardware:

@@ -4,14 +4,16 @@ with a count of what was left out, so the message stays readable and its end vis
 
 Every CLI (train.py, evaluate.py, ``python -m inference``) and loader shows user values through
 `shown`; `argparse_type` does the same for the values argparse itself refuses, and
-`ShortErrorParser` for the rest of argparse's own messages.
+`ShortErrorParser` for the rest of argparse's own messages. An unknown name's error puts the
+nearest valid one first (`did_you_mean`), before the list of them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -32,6 +34,29 @@ def shown(value: object, *, quote: bool = True, limit: int = SHOWN_MAX) -> str:
     elided = len(text) - head - tail
     short = f"{text[:head]}...[{elided} characters elided]...{text[len(text) - tail:]}"
     return short if len(text) > limit and len(short) < len(text) else text
+
+
+#: How alike (difflib's ratio) a valid name must be to a mistyped one to be suggested: 0.75
+#: takes a dropped, added or swapped character in names of 4+ characters (episode_task,
+#: all-gpus, heft_calibrated), not an unrelated name that shares a few letters.
+SUGGEST_CUTOFF = 0.75
+
+
+def did_you_mean(given: Iterable[object], choices: Iterable[str]) -> str:
+    """' (did you mean 'x'?)': for each unknown name in `given` the valid name of `choices`
+    nearest to it, when one is near (`SUGGEST_CUTOFF`); '' when none is. Several unknown
+    names read " (did you mean 'a' for 'b', 'c' for 'd'?)". Errors list every valid name after
+    it: among twenty options the one meant was hard to find."""
+    names = list(given)
+    valid = [c for c in choices if isinstance(c, str)]
+    pairs = [(name, near[0]) for name in names if isinstance(name, str)
+             for near in [difflib.get_close_matches(name, valid, n=1, cutoff=SUGGEST_CUTOFF)]
+             if near]
+    if not pairs:
+        return ""
+    if len(names) == 1:
+        return f" (did you mean {pairs[0][1]!r}?)"
+    return " (did you mean " + ", ".join(f"{near!r} for {name!r}" for name, near in pairs) + "?)"
 
 
 def unrecognized(extras: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
 from inference.stages.prefill import DynamicAttention, GatedAttention, WindowAttention
@@ -44,7 +44,8 @@ def resolve_variant(spec: str | Mapping[str, str]) -> dict[str, str]:
     """A recipe name or a {stage: implementation} mapping, checked; returns the mapping."""
     if isinstance(spec, str):
         if spec not in VARIANTS:
-            raise ValueError(f"unknown variant {shown(spec)}; known variants: {', '.join(VARIANTS)}")
+            raise ValueError(f"unknown variant {shown(spec)}{did_you_mean([spec], VARIANTS)}; "
+                             f"known variants: {', '.join(VARIANTS)}")
         return dict(VARIANTS[spec])
     if not isinstance(spec, Mapping):
         raise ValueError(f"variant must be a recipe name or a mapping, got {type(spec).__name__}")
@@ -55,7 +56,8 @@ def resolve_variant(spec: str | Mapping[str, str]) -> dict[str, str]:
     for stage in STAGES:
         if not isinstance(spec[stage], str) or spec[stage] not in IMPLEMENTATIONS[stage]:
             raise ValueError(
-                f"unknown {stage} implementation {shown(spec[stage])}; "
+                f"unknown {stage} implementation {shown(spec[stage])}"
+                f"{did_you_mean([spec[stage]], IMPLEMENTATIONS[stage])}; "
                 f"known: {', '.join(IMPLEMENTATIONS[stage])}"
             )
     return {stage: spec[stage] for stage in STAGES}

@@ -1036,7 +1036,8 @@ def test_make_fixed_policy_names_what_in_each_refusal_and_parses_the_name_once(
     with pytest.raises(UnknownPolicyName, match=r"^baseline 'gated-ppo' is a learning agent; "
                                                 r"it needs a fixed policy: all-cpu.*; a hint$"):
         make_fixed_policy("gated-ppo", env, "baseline", "; a hint")
-    with pytest.raises(UnknownPolicyName, match=r"^unknown baseline 'hefty'; valid names: all-cpu"):
+    with pytest.raises(UnknownPolicyName, match=r"^unknown baseline 'hefty' \(did you mean 'heft'\?\); "
+                                                r"valid names: all-cpu"):
         make_fixed_policy("hefty", env, "baseline")
     with pytest.raises(ValueError, match=r"^baseline: 'all-gpu': the hardware has no device "
                                          r"'gpu' \(it has CPU, A100, npu\)$") as refused:

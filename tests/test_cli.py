@@ -11,7 +11,7 @@ import pytest
 
 from inference.__main__ import build_parser, compare, main
 from inference.hardware import load_hardware
-from inference.messages import SHOWN_MAX, shown
+from inference.messages import SHOWN_MAX, did_you_mean, shown
 from inference.model_config import get_model
 from inference.simulator import Simulator
 from inference.task import Task
@@ -374,3 +374,61 @@ def test_the_notes_envs_rule_holds_a_need_of_exactly_a_devices_memory(tmp_path, 
     assert "prefill on" not in fits, fits
     assert fits.endswith("the envs would move it to a device that holds it, at the "
                          "failed-dispatch cost)"), fits
+
+
+def test_did_you_mean_names_the_nearest_valid_name_only_when_one_is_near():
+    assert did_you_mean(["episode_task"], ["name", "episode_tasks"]) == \
+        " (did you mean 'episode_tasks'?)"
+    assert did_you_mean(["lr"], ["learning_rate"]) == ""        # nothing alike: no guess
+    assert did_you_mean([5], ["5"]) == ""                      # a YAML key that is no string
+    # several unknown names: each near one named with its guess, the others left out
+    assert did_you_mean(["a_x", "episode_task", "gpus"], ["episode_tasks", "gpu"]) == \
+        " (did you mean 'episode_tasks' for 'episode_task', 'gpu' for 'gpus'?)"
+
+
+def _error_of(build) -> str:
+    with pytest.raises(ValueError) as err:      # ConfigError and UnknownPolicyName are ValueErrors
+        build()
+    return str(err.value)
+
+
+@pytest.mark.parametrize("site", ["scenario key", "hardware key", "scenario preset",
+                                  "hardware preset", "variant", "implementation", "device",
+                                  "train option", "hyper-parameter", "train agent", "baseline"])
+def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_path):
+    """Among twenty options or agent names the one meant was hard to find: each error of a
+    mistyped name guesses it, before its list of every valid one (still there)."""
+    import yaml
+
+    from agents.config import TrainConfig, read_yaml_options
+    from agents.registry import make_fixed_policy
+    from agents.sb3_hyperparams import check_keys
+    from agents.training import plan
+    from envs.inference_alloc import InferenceAllocEnv
+    from envs.scenario import load_scenario
+    from inference.hardware import PRESET_DIR, hardware_from_dict
+
+    server = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    server["disk_bandwith"] = server.pop("disk_bandwidth")
+    (tmp_path / "c.yaml").write_text("episode_task: 5\n")
+    builds = {
+        "scenario key": (lambda: load_scenario({"name": "x", "episode_task": 5}), "episode_tasks"),
+        "hardware key": (lambda: hardware_from_dict(server), "disk_bandwidth"),
+        "scenario preset": (lambda: load_scenario("artcle"), "article"),
+        "hardware preset": (lambda: load_hardware("sever"), "server"),
+        "variant": (lambda: resolve_variant("glm-5.3-flsh"), "glm-5.3-flash"),
+        "implementation": (lambda: resolve_variant({"load": "cachd", "prefill": "window",
+                                                    "decode": "sequential"}), "cached"),
+        "device": (lambda: load_hardware("server").device_id("gpus"), "gpu"),
+        "train option": (lambda: read_yaml_options(TrainConfig, tmp_path / "c.yaml"),
+                         "episode_tasks"),
+        "hyper-parameter": (lambda: check_keys("ppo", {"learning_rat": 0.1}), "learning_rate"),
+        "train agent": (lambda: plan(TrainConfig(agents=["ppo2"])), "ppo"),
+        "baseline": (lambda: make_fixed_policy("heft_calibrated", InferenceAllocEnv(),
+                                               "baseline"), "heft-calibrated"),
+    }
+    build, meant = builds[site]
+    message = _error_of(build)
+    assert f"(did you mean {meant!r}?)" in message, message
+    guess = message.index("did you mean")
+    assert meant in message[guess + len(meant) + 16:], message      # and the full list after it

@@ -972,7 +972,7 @@ def test_a_config_file_takes_the_command_lines_aliases(tmp_path: Path) -> None:
                                           r"\(env and env-id are one option\)"):
         read_yaml_options(TrainConfig, path)
     path.write_text("envs: InferenceAlloc-v0\n")
-    with pytest.raises(ConfigError, match="unknown option 'envs'; options: .*env, env_id"):
+    with pytest.raises(ConfigError, match=r"unknown option 'envs' \(did you mean 'env'\?\); options: .*env, env_id"):
         read_yaml_options(TrainConfig, path)
 
 

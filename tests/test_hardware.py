@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -407,10 +408,14 @@ def renamed(section: dict, old: str, new: str) -> None:
     (lambda r: renamed(r, "disk_bandwidth", "disk_bandwith"), "disk_bandwith", "top level"),
 ])
 def test_an_unknown_key_is_refused_naming_it_where_it_is_and_the_valid_keys(change, key, where):
-    with pytest.raises(ValueError, match=rf"{where} has unknown key\(s\) '{key}'; valid keys: ") as info:
+    # each a typo of a valid key, which the error guesses before listing them all
+    with pytest.raises(ValueError, match=rf"{where} has unknown key\(s\) '{key}' "
+                                         r"\(did you mean '(\w+)'\?\); valid keys: ") as info:
         hardware_from_dict(edited(change), "test")
     valid = str(info.value).split("valid keys: ")[1].split(", ")
     assert key not in valid and len(valid) >= 3
+    guess = re.search(r"did you mean '(\w+)'", str(info.value))
+    assert guess and guess.group(1) in valid
 
 
 def test_the_ends_of_each_range_an_error_states_are_taken():
