@@ -31,7 +31,7 @@ import envs  # noqa: F401  (registers the env ids)
 from agents.base import start_stream_of
 from agents.registry import make_policy
 from agents.stats import mean_ci95
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 
 REFERENCES = ("best-static", "oracle")
 PERCENTILES = (50, 95, 99)
@@ -47,7 +47,9 @@ def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
     """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them."""
     env_id = envs.canonical_env_id(env_id) if isinstance(env_id, str) else env_id
     if env_id not in envs.ENV_IDS:
-        raise ValueError(f"unknown env id {shown(env_id)}; valid: {envs.describe_env_ids()}")
+        raise ValueError(f"unknown env id {shown(env_id)}"
+                         f"{did_you_mean([env_id], (*envs.ENV_IDS, *envs.ENV_ALIASES))}; "
+                         f"valid: {envs.describe_env_ids()}")
     kwargs: dict[str, Any] = {"scenario": scenario, "episode_tasks": episode_tasks,
                               "reward": reward}
     if price_static:    # only where asked: an env's spec then reads as before

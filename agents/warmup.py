@@ -40,7 +40,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 
 from agents.base import flat_index
 from inference.checks import is_integer, is_number
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 
 if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 # Fewer held none out to score the clone on (SB3 failed on a reshape of 0 elements).
 MIN_CLONE_SAMPLES = 10
+# The words of a warm-up spec (train.py --warmup), a mistyped one guessed from these.
+WARMUP_WORDS = ("all", "none", "conservative", "clone", "guard")
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ class WarmupConfig:
             chosen = {"conservative", "clone", "guard"}
         unknown = chosen - {"conservative", "clone", "guard"}
         if unknown:
-            raise ValueError(f"unknown warm-up parts {shown(sorted(unknown))}; use all, none or "
+            raise ValueError(f"unknown warm-up parts {shown(sorted(unknown))}"
+                             f"{did_you_mean(sorted(unknown), WARMUP_WORDS)}; use all, none or "
                              "a comma list of conservative, clone, guard")
         if "guard" in chosen and "conservative" not in chosen:
             # The guard trips when the learner's latency ratio exceeds the one the conservative

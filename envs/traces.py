@@ -53,7 +53,7 @@ from typing import BinaryIO
 import numpy as np
 
 from inference.checks import is_integer, is_number
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 from inference.task import Task
 from inference.yamlio import not_a_file, unusable_path
 
@@ -138,7 +138,8 @@ class Trace:
 def _unknown(name_or_path: str | os.PathLike[str]) -> ValueError:
     """The error for a name that is neither a packaged trace nor a path: built only when
     raised, as every trace a scenario or env names is resolved on the way to a valid one."""
-    return ValueError(f"unknown trace {shown(name_or_path)}; known names: "
+    return ValueError(f"unknown trace {shown(name_or_path)}"
+                      f"{did_you_mean([os.fspath(name_or_path)], TRACES)}; known names: "
                       f"{', '.join(sorted(TRACES))} (or pass the path of a CSV file)")
 
 

@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from inference.checks import is_integer
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 
 if TYPE_CHECKING:
     from inference.work import WorkCoefficients
@@ -102,7 +102,8 @@ def get_model(name: str) -> ModelConfig:
     try:
         return MODELS[name]
     except KeyError:
-        raise ValueError(f"unknown model {shown(name)}; known models: {', '.join(sorted(MODELS))}") from None
+        raise ValueError(f"unknown model {shown(name)}{did_you_mean([name], MODELS)}; known "
+                         f"models: {', '.join(sorted(MODELS))}") from None
 
 
 def check_seed(seed: object) -> int:

@@ -394,16 +394,19 @@ def _error_of(build) -> str:
 
 @pytest.mark.parametrize("site", ["scenario key", "hardware key", "scenario preset",
                                   "hardware preset", "variant", "implementation", "device",
-                                  "train option", "hyper-parameter", "train agent", "baseline"])
+                                  "train option", "hyper-parameter", "train agent", "baseline",
+                                  "warm-up part", "env id", "trace", "model"])
 def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_path):
     """Among twenty options or agent names the one meant was hard to find: each error of a
     mistyped name guesses it, before its list of every valid one (still there)."""
     import yaml
 
     from agents.config import TrainConfig, read_yaml_options
+    from agents.evaluation import make_env
     from agents.registry import make_fixed_policy
     from agents.sb3_hyperparams import check_keys
     from agents.training import plan
+    from agents.warmup import WarmupConfig
     from envs.inference_alloc import InferenceAllocEnv
     from envs.scenario import load_scenario
     from inference.hardware import PRESET_DIR, hardware_from_dict
@@ -426,6 +429,11 @@ def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_pat
         "train agent": (lambda: plan(TrainConfig(agents=["ppo2"])), "ppo"),
         "baseline": (lambda: make_fixed_policy("heft_calibrated", InferenceAllocEnv(),
                                                "baseline"), "heft-calibrated"),
+        "warm-up part": (lambda: WarmupConfig.from_parts("clon"), "clone"),
+        "env id": (lambda: make_env("InferenceAlloc-v1", "article"), "InferenceAlloc-v0"),
+        "trace": (lambda: InferenceAllocEnv({"name": "x", "workload": {"trace": "azure-cod"}}),
+                  "azure-code"),
+        "model": (lambda: get_model("glm9b"), "glm-9b"),
     }
     build, meant = builds[site]
     message = _error_of(build)

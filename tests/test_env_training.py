@@ -1328,6 +1328,7 @@ def test_normalize_scales_the_rewards_the_agent_learns_from_and_only_them():
 def test_an_unknown_env_names_the_ids_and_short_names():
     from agents.evaluation import make_env
 
-    with pytest.raises(ValueError, match=r"unknown env id 'Split'; valid: InferenceAlloc-v0 "
+    with pytest.raises(ValueError, match=r"unknown env id 'Split' \(did you mean 'split'\?\); "
+                                         r"valid: InferenceAlloc-v0 "
                                          r"\(discrete\), InferenceAllocSplit-v0 \(split\)"):
         make_env("Split")
