@@ -105,12 +105,11 @@ from agents.run_folder import (
 )
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
-from agents.warmup import WarmupConfig, attach_warmup
+from agents.warmup import WARMUP_PARTS, WarmupConfig, attach_warmup
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
 
-WARMUP_PARTS = ("conservative", "clone", "guard")
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_interval",
              "metrics_window"}

@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
 # Fewer held none out to score the clone on (SB3 failed on a reshape of 0 elements).
 MIN_CLONE_SAMPLES = 10
-# The words of a warm-up spec (train.py --warmup), a mistyped one guessed from these.
-WARMUP_WORDS = ("all", "none", "conservative", "clone", "guard")
+# A warm-up's parts, in the order run labels list them (train.py --warmup takes a comma list
+# of them, all or none).
+WARMUP_PARTS = ("conservative", "clone", "guard")
 
 
 @dataclass(frozen=True)
@@ -116,12 +117,12 @@ class WarmupConfig:
         if chosen in ({"none"}, set()):
             return None
         if chosen == {"all"}:
-            chosen = {"conservative", "clone", "guard"}
-        unknown = chosen - {"conservative", "clone", "guard"}
+            chosen = set(WARMUP_PARTS)
+        unknown = chosen - set(WARMUP_PARTS)
         if unknown:
             raise ValueError(f"unknown warm-up parts {shown(sorted(unknown))}"
-                             f"{did_you_mean(sorted(unknown), WARMUP_WORDS)}; use all, none or "
-                             "a comma list of conservative, clone, guard")
+                             f"{did_you_mean(sorted(unknown), ('all', 'none', *WARMUP_PARTS))}; "
+                             f"use all, none or a comma list of {', '.join(WARMUP_PARTS)}")
         if "guard" in chosen and "conservative" not in chosen:
             # The guard trips when the learner's latency ratio exceeds the one the conservative
             # policy showed while it acted first; without that phase it never could, and the
