@@ -135,6 +135,18 @@ def test_gated_auto_rule(model):
     assert never.gate_log == [False, False]
 
 
+def test_a_prompt_exactly_as_long_as_the_window_keeps_the_gate_shut(model):
+    """n == window is "fits in the window": window attention is exact there, so even a gate that
+    opens on any spread (0) stays shut rather than paying for the O(n^2) dynamic branch."""
+    tokens = prompt(1, 10)
+    eager = GatedAttention(window=10, threshold=0.3, spread=0.0)
+    assert_same(eager.run(model, tokens), WindowAttention(10).run(model, tokens))
+    assert eager.gate_log == [False] * TINY.n_layers
+    # one token longer the same gate opens, so the check above is not vacuous
+    eager.run(model, prompt(1, 11))
+    assert eager.gate_log == [True] * TINY.n_layers
+
+
 # --- decode --------------------------------------------------------------------------------
 
 
@@ -664,6 +676,10 @@ def test_a_source_whose_file_name_is_not_utf8_is_cached(tmp_path):
         (lambda d: GatedAttention(window=0), "window"),
         (lambda d: GatedAttention(spread=2.0), "spread"),
         (lambda d: GatedAttention(mode="sometimes"), "mode"),
+        (lambda d: GatedAttention(gate_tokens=-1), "gate_tokens"),
+        (lambda d: GatedAttention(gate_tokens=2.5), "gate_tokens"),
+        (lambda d: GatedAttention(gate_tokens="8192"), "gate_tokens"),
+        (lambda d: GatedAttention(open_fraction=1.5), "open_fraction"),
         (lambda d: HierarchicalDecode(0), "block_size"),
         (lambda d: PrefetchedDecode(block_size=-1), "block_size"),
         (lambda d: PrefetchedDecode(lookahead=0), "lookahead"),
