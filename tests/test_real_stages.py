@@ -67,6 +67,24 @@ def assert_same(a: PrefillResult, b: PrefillResult) -> None:
 # --- prefill -------------------------------------------------------------------------------
 
 
+def test_the_default_model_rotates_q_and_k_by_the_standard_rope_frequencies(model):
+    """RoPE as RoFormer defines it, written with complex numbers: pair i of a head, (x_i,
+    x_{i + d/2}), is turned by position x 10000^(-2i/d). The default model applies it to q and k
+    (not v), which is the rotated k the prefill hands decode in its cache."""
+    plain = TinyTransformer(TINY, seed=0, rope=False)  # same draws, so the same weights
+    n, start, half = 6, 3, TINY.head_dim // 2
+    h = model.embed(prompt(1, n))
+    theta = 10000.0 ** (-2 * torch.arange(half, dtype=torch.float64) / TINY.head_dim)
+    angles = torch.arange(start, start + n, dtype=torch.float64)[:, None] * theta
+    turn = torch.polar(torch.ones_like(angles), angles)
+    rotated, unrotated = model.qkv(0, h, start), plain.qkv(0, h, start)
+    for x, x0 in zip(rotated[:2], unrotated[:2], strict=True):
+        z = torch.complex(x0[..., :half].double(), x0[..., half:].double()) * turn
+        assert torch.allclose(x.double(), torch.cat([z.real, z.imag], dim=-1), atol=1e-5)
+        assert not torch.allclose(x, x0, atol=1e-3)  # the rotation is no identity here
+    assert torch.equal(rotated[2], unrotated[2])
+
+
 @FEW
 @given(n=st.integers(1, 24), extra=st.integers(0, 8), seed=st.integers(0, 99))
 def test_window_kernel_equals_full_causal_when_window_covers_n(n: int, extra: int, seed: int):
