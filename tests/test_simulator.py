@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from inference.hardware import load_hardware
+from inference.hardware import Hardware, Link, load_hardware
 from inference.model_config import get_model
 from inference.simulator import SimConfig, Simulator, TaskResult
 from inference.task import Task
@@ -445,8 +445,6 @@ def test_an_idle_cluster_prices_a_task_the_same_whenever_it_arrives(variant, har
 def test_faster_hardware_never_ends_a_task_later(variant, steps, device, figure, prefetch):
     """On the server (no shared memory domain, so no contention) doubling a device's FLOP/s or
     bandwidth, every link's bandwidth or the disk's never makes a task of a stream end later."""
-    from inference.hardware import Hardware, Link
-
     if figure == "link":
         links = {k: Link(2 * v.bandwidth, v.latency) for k, v in SERVER.links.items()}
         fast = Hardware(SERVER.name, SERVER.devices, links, SERVER.disk_bandwidth)
@@ -689,8 +687,6 @@ def test_each_share_of_a_split_stage_sends_its_part_of_the_output():
     """Prefill split evenly over gpu and npu, load and decode on the cpu, one link figure
     everywhere: each prefill share receives half the token ids and sends half the KV cache,
     so the task's transfer is two latencies plus half of each over the bandwidth."""
-    from inference.hardware import Hardware, Link
-
     link = Link(5e8, 1e-3)
     uniform = Hardware(SERVER.name, SERVER.devices, dict.fromkeys(SERVER.links, link),
                        SERVER.disk_bandwidth)
@@ -865,3 +861,244 @@ def test_a_fraction_placement_is_read_as_each_stages_proportions():
     assert [sum(f for _, f in stage) for stage in shares] == [1.0, 1.0, 1.0]
     assert simulator().execute(ARTICLE, scaled).latency == simulator().execute(
         ARTICLE, proportions).latency
+
+
+# ---------------------------------------------------------------- metamorphic relations
+# Relations between two runs that the model implies whatever its calibrated figures: each
+# test runs a task stream twice, changing one thing, and compares. Derandomized, so a CI run
+# tries the same examples every time.
+RELATION = settings(max_examples=50, deadline=None, derandomize=True)
+
+
+def streams(placement: st.SearchStrategy) -> st.SearchStrategy:
+    """Up to 4 tasks: (placement, batch, prompt, output, gap to the previous arrival)."""
+    return st.lists(st.tuples(placement, st.integers(1, 32), st.integers(1, 12000),
+                              st.integers(1, 600), st.floats(0, 5)), min_size=1, max_size=4)
+
+
+def run_stream(hardware, variant: str, config: SimConfig, steps, time_unit: float = 1.0,
+               placed=lambda placement: placement) -> list[TaskResult]:
+    """The stream's results, with the noise of seed 0 (sigma 0.1), arrivals in `time_unit`
+    seconds, each placement passed through `placed`; domains 0-4 (the cached loader holds 0
+    and 2), so the loaders both hit and miss."""
+    sim = simulator(variant, hardware, config)
+    rng = np.random.default_rng(0)
+    arrival, results = 0.0, []
+    for placement, batch, n, m, gap in steps:
+        arrival += gap
+        task = Task(batch, n, m, domain=(batch + n) % 5, arrival=arrival / time_unit)
+        results.append(sim.execute(task, placed(placement), rng, noise_sigma=0.1))
+    return results
+
+
+def relabelled(hardware, order):
+    """`hardware` with its devices listed in `order` (old ids), the links following them."""
+    new_id = {old: new for new, old in enumerate(order)}
+    links = {(new_id[a], new_id[b]): link for (a, b), link in hardware.links.items()}
+    return Hardware(hardware.name, tuple(hardware.devices[d] for d in order), links,
+                    hardware.disk_bandwidth)
+
+
+def uneven_links(hardware):
+    """`hardware` with a link bandwidth of its own per pair (the presets' are all alike), so
+    that a transfer or weight copy over the wrong link shows."""
+    links = {(a, b): Link(link.bandwidth / (1 + a + b), link.latency)
+             for (a, b), link in hardware.links.items()}
+    return Hardware(hardware.name, hardware.devices, links, hardware.disk_bandwidth)
+
+
+def relabelled_placement(placement, order):
+    if isinstance(placement, tuple):
+        return tuple(order.index(d) for d in placement)
+    return placement[:, list(order)]
+
+
+def assert_same_results(a: list[TaskResult], b: list[TaskResult], rel: float = 1e-12,
+                        devices=None) -> None:
+    """Latencies, breakdowns and per-device busy times equal to `rel` (`devices`: b's device
+    id of each of a's devices)."""
+    for x, y in zip(a, b, strict=True):
+        assert y.latency == pytest.approx(x.latency, rel=rel)
+        for part, seconds in x.breakdown().items():
+            assert y.breakdown()[part] == pytest.approx(seconds, rel=rel, abs=1e-15), part
+        order = devices or range(len(x.busy))
+        assert [y.busy[d] for d in order] == pytest.approx(x.busy, rel=rel, abs=1e-15)
+
+
+@pytest.mark.parametrize("order", [o for o in itertools.permutations(range(3)) if o != (0, 1, 2)])
+@settings(RELATION, max_examples=15)
+@given(case=st.one_of(
+           st.tuples(st.just(uneven_links(SERVER)), st.just(1.0), streams(placements)),
+           st.tuples(st.just(EDGE), st.just(0.0), streams(placements)),
+           # under contention a split stage's shares are priced in the devices' order
+           st.tuples(st.just(EDGE), st.just(1.0), streams(st.sampled_from(SINGLE)))),
+       variant=st.sampled_from(list(VARIANTS)), prefetch=st.integers(1, 2),
+       overhead=st.sampled_from([0.0, 0.1]), resident=st.sampled_from([None, ("cpu",), ("npu",)]))
+def test_listing_the_devices_in_another_order_changes_no_latency(order, case, variant, prefetch,
+                                                                  overhead, resident):
+    """A device's id is its place in the hardware file: relabelling the devices, and the
+    placements with them, prices every task the same. (Without prefetch a split load's shares
+    read the one disk in turn, in the devices' order, so there the order is the disk's queue.)"""
+    hardware, contention, steps = case
+    config = SimConfig(prefetch_depth=prefetch, replacement_overhead_s=overhead,
+                       contention=contention, precomputed_domains=(0, 2), resident=resident)
+    listed = run_stream(hardware, variant, config, steps)
+    reordered = run_stream(relabelled(hardware, order), variant, config, steps,
+                           placed=lambda placement: relabelled_placement(placement, order))
+    assert_same_results(listed, reordered, devices=[order.index(d) for d in range(3)])
+
+
+def in_time_unit(hardware, k: float):
+    """`hardware` with every rate k times higher and every duration k times shorter."""
+    devices = tuple(dataclasses.replace(
+        d, peak_flops=d.peak_flops * k, mem_bandwidth=d.mem_bandwidth * k,
+        launch_overhead=d.launch_overhead / k, setup_s=d.setup_s / k) for d in hardware.devices)
+    links = {pair: Link(link.bandwidth * k, link.latency / k)
+             for pair, link in hardware.links.items()}
+    return Hardware(hardware.name, devices, links, hardware.disk_bandwidth * k)
+
+
+@RELATION
+@given(variant=st.sampled_from(list(VARIANTS)), hardware=st.sampled_from([SERVER, EDGE]),
+       steps=streams(placements), prefetch=st.integers(0, 2), k=st.sampled_from([0.25, 3.0, 1e3]))
+def test_a_cluster_k_times_faster_in_everything_serves_k_times_faster(variant, hardware, steps,
+                                                                      prefetch, k):
+    """Every rate (FLOP/s, bandwidths, disk) k times higher, every duration (launch overhead,
+    link latency, set-up, re-placement overhead, the time between arrivals) k times shorter:
+    the model has no time scale of its own, so every latency and every part of it, queueing
+    and contention included, is k times shorter."""
+    def config(unit: float) -> SimConfig:
+        return SimConfig(prefetch_depth=prefetch, replacement_overhead_s=0.1 / unit,
+                         resident=("cpu",), precomputed_domains=(0, 2))
+
+    seconds = run_stream(hardware, variant, config(1.0), steps)
+    faster = run_stream(in_time_unit(hardware, k), variant, config(k), steps, time_unit=k)
+    for x, y in zip(seconds, faster, strict=True):
+        assert y.latency * k == pytest.approx(x.latency, rel=1e-9)
+        for part, value in x.breakdown().items():
+            assert y.breakdown()[part] * k == pytest.approx(value, rel=1e-9, abs=1e-15), part
+
+
+def avoiding(placement, unused: int):
+    """`placement` with device `unused` replaced by the next device (a split's share of it dropped)."""
+    other = (unused + 1) % 3
+    if isinstance(placement, tuple):
+        return tuple(other if d == unused else d for d in placement)
+    kept = placement.copy()
+    kept[:, unused] = 0.0
+    kept[kept.sum(axis=1) == 0, other] = 1.0
+    return kept
+
+
+@RELATION
+@given(variant=st.sampled_from(list(VARIANTS)), hardware=st.sampled_from([SERVER, EDGE]),
+       steps=streams(placements), prefetch=st.integers(0, 2), unused=st.integers(0, 2),
+       figure=st.sampled_from(["peak_flops", "mem_bandwidth", "launch_overhead", "setup_s",
+                               "op_efficiency"]),
+       factor=st.sampled_from([0.1, 7.0]))
+def test_a_device_no_stage_runs_on_leaves_every_latency_as_it_was(variant, hardware, steps,
+                                                                   prefetch, unused, figure, factor):
+    """A stream that never places work on a device is priced the same, to the bit, whatever
+    that device's speed: it books nothing there, so it neither queues nor contends there (its
+    memory and links still count: it may hold the weights and send them)."""
+    device = hardware.devices[unused]
+    if figure == "op_efficiency":
+        changed = {op: e / 10 for op, e in device.op_efficiency.items()}   # stays a fraction
+    elif figure == "setup_s":
+        changed = device.setup_s + factor
+    else:
+        changed = getattr(device, figure) * factor
+    other = hardware.with_device(device.name, **{figure: changed})
+    config = SimConfig(prefetch_depth=prefetch, replacement_overhead_s=0.1,
+                       precomputed_domains=(0, 2))
+    steps = [(avoiding(placement, unused), *sizes) for placement, *sizes in steps]
+    before, after = run_stream(hardware, variant, config, steps), run_stream(other, variant, config, steps)
+    assert [r.latency for r in after] == [r.latency for r in before]
+    assert [r.breakdown() for r in after] == [r.breakdown() for r in before]
+
+
+@RELATION
+@given(variant=st.sampled_from(list(VARIANTS)), hardware=st.sampled_from([SERVER, EDGE]),
+       steps=streams(placements), prefetch=st.integers(0, 2), overhead=st.sampled_from([0.0, 0.5]))
+def test_no_device_is_busy_longer_than_the_wall_clock(variant, hardware, steps, prefetch,
+                                                      overhead):
+    """A device runs one thing at a time (FIFO), so a task keeps each device busy no longer
+    than its latency, and the cluster's busy time on a device never exceeds the time its last
+    booking ends (set-up and synchronous reads count as busy)."""
+    sim = simulator(variant, hardware, SimConfig(prefetch_depth=prefetch,
+                                                 replacement_overhead_s=overhead))
+    rng = np.random.default_rng(0)
+    arrival = 0.0
+    for placement, batch, n, m, gap in steps:
+        arrival += gap
+        result = sim.execute(Task(batch, n, m, arrival=arrival), placement, rng, noise_sigma=0.1)
+        assert max(result.busy) <= result.latency * (1 + 1e-12)
+    for busy, until in zip(sim.state.busy_time, sim.state.busy_until, strict=True):
+        assert busy <= until * (1 + 1e-12)
+
+
+def faster_device(hardware, device: int, figure: str, factor: float):
+    return hardware.with_device(hardware.devices[device].name,
+                                **{figure: getattr(hardware.devices[device], figure) * factor})
+
+
+@RELATION
+@given(variant=st.sampled_from(list(VARIANTS)),
+       hardware=st.sampled_from([(SERVER, 1.0), (EDGE, 0.0)]),
+       steps=streams(st.sampled_from(SINGLE)), prefetch=st.integers(0, 2),
+       device=st.integers(0, 2), factor=st.sampled_from([1.5, 10.0]))
+def test_a_faster_device_never_lengthens_the_part_its_figure_prices(variant, hardware, steps,
+                                                                    prefetch, device, factor):
+    """Without contention, more FLOP/s never lengthens a task's compute part and more bandwidth
+    never lengthens its memory stall, nor touches its compute part (a part's compute is its
+    FLOPs' time, its stall the memory time beyond that). More FLOP/s can lengthen the stall --
+    the memory time it no longer hides -- so that is not asserted. One device per stage: a
+    split stage's parts are its slowest share's, which a faster device can make another one."""
+    hardware, contention = hardware
+    config = SimConfig(prefetch_depth=prefetch, replacement_overhead_s=0.1, resident=("cpu",),
+                       contention=contention, precomputed_domains=(0, 2))
+    base = run_stream(hardware, variant, config, steps)
+    more_flops = run_stream(faster_device(hardware, device, "peak_flops", factor), variant,
+                            config, steps)
+    more_bandwidth = run_stream(faster_device(hardware, device, "mem_bandwidth", factor), variant,
+                                config, steps)
+    for was, flops, bandwidth in zip(base, more_flops, more_bandwidth, strict=True):
+        assert flops.compute <= was.compute * (1 + 1e-12)
+        assert bandwidth.memory_stall <= was.memory_stall * (1 + 1e-12)
+        assert bandwidth.compute == pytest.approx(was.compute, rel=1e-12)
+
+
+@RELATION
+@given(variant=st.sampled_from(list(VARIANTS)), hardware=st.sampled_from([SERVER, EDGE]),
+       steps=streams(st.sampled_from(SINGLE)), prefetch=st.integers(0, 2),
+       factor=st.sampled_from([1.5, 10.0]))
+def test_faster_links_never_lengthen_a_transfer(variant, hardware, steps, prefetch, factor):
+    """A stage's transfer is its input's link time plus any weight copy, which takes the
+    fastest of the links and the disk: more link bandwidth never lengthens it, whatever the
+    queues. (One device per stage; a split stage's is its slowest share's.)"""
+    links = {pair: Link(link.bandwidth * factor, link.latency)
+             for pair, link in hardware.links.items()}
+    faster = Hardware(hardware.name, hardware.devices, links, hardware.disk_bandwidth)
+    config = SimConfig(prefetch_depth=prefetch, resident=("cpu",), precomputed_domains=(0, 2))
+    for was, now in zip(run_stream(hardware, variant, config, steps),
+                        run_stream(faster, variant, config, steps), strict=True):
+        assert now.transfer <= was.transfer * (1 + 1e-12)
+
+
+@RELATION
+@given(variant=st.sampled_from(list(VARIANTS)), hardware=st.sampled_from([SERVER, EDGE]),
+       placement=fractions, batch=st.integers(1, 64), n=st.integers(1, 20000),
+       m=st.integers(1, 1000), grow=st.sampled_from(["batch", "prompt_tokens", "output_tokens"]),
+       extra=st.integers(1, 4000), prefetch=st.integers(0, 2))
+def test_a_bigger_split_task_is_never_cheaper_on_an_idle_cluster(variant, hardware, placement,
+                                                                 batch, n, m, grow, extra,
+                                                                 prefetch):
+    """Every share of a split stage does more work for more sequences, prompt or output
+    tokens, so on a fresh simulator neither the latency nor any device's busy time shrinks."""
+    task = Task(batch, n, m)
+    bigger = dataclasses.replace(task, **{grow: getattr(task, grow) + extra})
+    config = SimConfig(prefetch_depth=prefetch)
+    small = simulator(variant, hardware, config).execute(task, placement)
+    large = simulator(variant, hardware, config).execute(bigger, placement)
+    assert small.latency <= large.latency
+    assert all(s <= b for s, b in zip(small.busy, large.busy, strict=True))
