@@ -930,7 +930,7 @@ def assert_same_results(a: list[TaskResult], b: list[TaskResult], rel: float = 1
 @given(case=st.one_of(
            st.tuples(st.just(uneven_links(SERVER)), st.just(1.0), streams(placements)),
            st.tuples(st.just(EDGE), st.just(0.0), streams(placements)),
-           # under contention a split stage's shares are priced in the devices' order
+           # contention with split stages depends on the order: see the xfail below
            st.tuples(st.just(EDGE), st.just(1.0), streams(st.sampled_from(SINGLE)))),
        variant=st.sampled_from(list(VARIANTS)), prefetch=st.integers(1, 2),
        overhead=st.sampled_from([0.0, 0.1]), resident=st.sampled_from([None, ("cpu",), ("npu",)]))
@@ -946,6 +946,21 @@ def test_listing_the_devices_in_another_order_changes_no_latency(order, case, va
     reordered = run_stream(relabelled(hardware, order), variant, config, steps,
                            placed=lambda placement: relabelled_placement(placement, order))
     assert_same_results(listed, reordered, devices=[order.index(d) for d in range(3)])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "contention is charged only to the later-booked of two overlapping stages, and a split "
+    "stage books its shares in the devices' order: on one memory domain the first share runs "
+    "at full bandwidth beside its sibling, which is slowed, so the hardware file's device "
+    "order changes the latency (edge, prefill split over gpu and npu: 0.2711 s vs 0.2691 s)"))
+def test_a_split_stage_on_a_shared_memory_domain_is_priced_whatever_the_device_order():
+    split = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])   # cpu, gpu+npu, cpu
+    order = (0, 2, 1)                                                        # npu before gpu
+    config = SimConfig(contention=1.0)
+    listed = simulator("glm-5.3", EDGE, config).execute(Task(1, 1, 1), split)
+    reordered = simulator("glm-5.3", relabelled(EDGE, order), config).execute(
+        Task(1, 1, 1), relabelled_placement(split, order))
+    assert reordered.latency == listed.latency
 
 
 def in_time_unit(hardware, k: float):
