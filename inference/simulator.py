@@ -18,6 +18,11 @@ Mechanisms (each a documented ``SimConfig`` field or hardware figure):
     overlaps the previous one's prefill and decode, not its loading; k = 2 overlaps
     that too); with 0 reading blocks the load device;
   * contention: devices in one memory domain share its bandwidth while they overlap;
+    booked work is not priced again, so a stage is slowed by the peers booked before it,
+    not by those booked after. A known gap: the shares of one split stage are booked in
+    the hardware file's device order, so only the later-listed of two sharing a domain
+    is slowed (tests/test_simulator.py's strict xfail). The server preset has no shared
+    domain, so the article's figures do not depend on it; edge's split stages do;
   * re-placement overhead: a device that takes a stage it did not run for the
     previous task is first set up for it (graph capture / compilation, allocator,
     KV layout) and stays busy its profile's ``setup_s`` plus
