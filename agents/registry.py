@@ -79,9 +79,11 @@ def valid_names(learners: bool = True) -> str:
 
 
 def _nearest(name: str, learners: bool = True) -> str:
-    """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out)."""
-    return did_you_mean([name], (*POLICY_NAMES, *SPLIT_POLICY_NAMES,
-                                 *(SB3_NAMES if learners else ())))
+    """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out), in any
+    case as the names are read (HEFT_CALIBRATED: 'heft-calibrated')."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    return did_you_mean([key], (*POLICY_NAMES, *SPLIT_POLICY_NAMES,
+                                *(SB3_NAMES if learners else ())))
 
 
 def check_fixed_policy_name(name: str, what: str) -> None:

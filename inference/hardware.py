@@ -401,15 +401,14 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
         if not path.is_file():
             raise ValueError(f"{what} file {shown(path, quote=False)} {not_a_file(path, 'a YAML file')}")
         return load_yaml_file(path, f"{what} file"), str(path), path
-    names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
+    presets = sorted(p.stem for p in preset_dir.glob("*.yaml"))
     if isinstance(spec, Path) and preset_file(str(spec), preset_dir) is not None:
         # "not a preset (article, ...)" of Path("article") contradicted itself
         raise ValueError(f"{what} {shown(str(spec))} was given as a Path, which is always read "
                          f"as a file, and there is no such file; for the preset, give its name "
                          f"as a string: {shown(str(spec))}")
-    presets = names.split(", ")
     raise ValueError(f"unknown {what} {shown(spec)}{did_you_mean([spec], presets)}: not a preset "
-                     f"({names}) and not a path to a YAML file")
+                     f"({', '.join(presets)}) and not a path to a YAML file")
 
 
 def load_hardware(spec: str | Path | Hardware) -> Hardware:

@@ -427,7 +427,7 @@ def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_pat
                          "episode_tasks"),
         "hyper-parameter": (lambda: check_keys("ppo", {"learning_rat": 0.1}), "learning_rate"),
         "train agent": (lambda: plan(TrainConfig(agents=["ppo2"])), "ppo"),
-        "baseline": (lambda: make_fixed_policy("heft_calibrated", InferenceAllocEnv(),
+        "baseline": (lambda: make_fixed_policy("HEFT_CALIBRATED", InferenceAllocEnv(),
                                                "baseline"), "heft-calibrated"),
         "warm-up part": (lambda: WarmupConfig.from_parts("clon"), "clone"),
         "env id": (lambda: make_env("InferenceAlloc-v1", "article"), "InferenceAlloc-v0"),
