@@ -19,10 +19,11 @@ Mechanisms (each a documented ``SimConfig`` field or hardware figure):
     that too); with 0 reading blocks the load device;
   * contention: devices in one memory domain share its bandwidth while they overlap;
     booked work is not priced again, so a stage is slowed by the peers booked before it,
-    not by those booked after. A known gap: the shares of one split stage are booked in
-    the hardware file's device order, so only the later-listed of two sharing a domain
-    is slowed (tests/test_simulator.py's strict xfail). The server preset has no shared
-    domain, so the article's figures do not depend on it; edge's split stages do;
+    not by those booked after. The shares of one split stage are priced symmetrically:
+    each beside the earlier bookings and its siblings' spans priced without each other,
+    then all booked, so two sharing a domain slow each other alike whatever the hardware
+    file's device order (the server preset has no shared domain: no article figure
+    depends on it);
   * re-placement overhead: a device that takes a stage it did not run for the
     previous task is first set up for it (graph capture / compilation, allocator,
     KV layout) and stays busy its profile's ``setup_s`` plus
@@ -394,8 +395,10 @@ class Simulator:
         ((dev, frac),) = shares[0]
         work = works[0]
         set_up = set_ups[0]
-        start, end, visible, base = self._book_load(st, res, work, dev, frac, t, read_end,
-                                                    io_time, noise[0], set_up)
+        start, free = self._load_start(st, work, dev, frac, read_end, io_time)
+        base = self._load_base(work, dev, frac, start, st)
+        end, visible = self._book_load(st, res, dev, frac, t, start, free, base, read_end,
+                                       io_time, noise[0], set_up)
         waited = start - t - visible
         duration = end - t - waited - set_up
         stage_device[0] = dev
@@ -474,11 +477,25 @@ class Simulator:
         end_of: dict[int, float] = {}
         stage_end = -1.0
         waited = duration = load_setup = 0.0    # the critical share's queueing, duration, set-up
+        # Every share is placed and priced before any is booked, so that the shares of a split
+        # stage on one memory domain slow each other alike (`_beside_siblings`).
+        contending = bool(self._contended_ids)
+        moved = moved_from[0]
+        loads = []   # per share: (device, fraction, start, when the device was free, set-up, base)
         for dev, frac in shares[0]:
-            moved = moved_from[0]
             set_up = setup[dev] if moved is not None and dev not in moved else 0.0
-            start, end, visible, base = self._book_load(st, res, work, dev, frac, t, read_end,
-                                                        io_time, noise_s, set_up)
+            start, free = self._load_start(st, work, dev, frac, read_end, io_time)
+            loads.append((dev, frac, start, free, set_up,
+                          self._load_base(work, dev, frac, start, st)))
+        if contending and len(loads) > 1:
+            spans = [(start, start + self._load_seconds(st, dev, frac, base, io_time, noise_s,
+                                                        set_up))
+                     for dev, frac, start, _, set_up, base in loads]
+            for i, timed in self._beside_siblings(work, loads, spans, st):
+                loads[i] = (*loads[i][:5], timed[0])
+        for dev, frac, start, free, set_up, base in loads:
+            end, visible = self._book_load(st, res, dev, frac, t, start, free, base, read_end,
+                                           io_time, noise_s, set_up)
             if end > stage_end:
                 stage_end = end
                 waited = start - t - visible
@@ -511,6 +528,7 @@ class Simulator:
             end_of = {}
             stage_end = -1.0
             transfer = queue = duration = stall = attn = kv = crit_setup = 0.0   # critical share
+            placed = []   # per share: (device, fraction, start, ready, set-up, `_stage_time`)
             for dev, frac in shares[s]:
                 ready = 0.0
                 for a, fa in prev_devices:
@@ -525,10 +543,17 @@ class Simulator:
                     resident[dev] = True
                 free = busy[dev]
                 start = free if free > ready else ready
-                base, stall_s, attn_s, kv_s = self._stage_time(work, dev, frac, start, st)
+                set_up = setup[dev] if moved is not None and dev not in moved else 0.0
+                placed.append((dev, frac, start, ready, set_up,
+                               self._stage_time(work, dev, frac, start, st)))
+            if contending and len(placed) > 1:
+                spans = [(start, start + timed[0] * noise_s / throttle[dev] + set_up)
+                         for dev, _, start, _, set_up, timed in placed]
+                for i, timed in self._beside_siblings(work, placed, spans, st):
+                    placed[i] = (*placed[i][:5], timed)
+            for dev, frac, start, ready, set_up, (base, stall_s, attn_s, kv_s) in placed:
                 speed = throttle[dev]
                 seconds = base * noise_s / speed
-                set_up = setup[dev] if moved is not None and dev not in moved else 0.0
                 seconds += set_up
                 end = start + seconds
                 busy[dev] = end
@@ -565,38 +590,55 @@ class Simulator:
         res.kv_wait = kv_sum
         return stage_end
 
-    def _book_load(self, st: ClusterState, res: TaskResult, work: StageWork, dev: int,
-                   frac: float, t: float, read_end: float, io_time: float, noise_s: float,
-                   set_up: float) -> tuple[float, float, float, float]:
-        """Book `frac` of the load stage on `dev` for a task that may start at `t`, its input
-        read by `read_end` in `io_time` seconds, and charge it `set_up` seconds: (when the
-        share started, when it ended, how much of the read counts as loading -- the rest of
-        the wait for the disk or the device counts as queueing -- and its time before noise,
-        throttling and set-up)."""
-        resident, busy = st.resident, st.busy_until
-        prefetch = self.config.prefetch_depth
+    def _load_start(self, st: ClusterState, work: StageWork, dev: int, frac: float,
+                    read_end: float, io_time: float) -> tuple[float, float]:
+        """(when `frac` of the load stage starts on `dev`, its input read by `read_end` in
+        `io_time` seconds, and when the device was free); without prefetch the share holds the
+        disk for its part of the read."""
+        resident = st.resident
         ready = read_end
         if work.needs_weights and not resident[dev]:
             ready += self._migration_time(st, dev)
             resident[dev] = True
-        free = busy[dev]
+        free = st.busy_until[dev]
         start = free if free > ready else ready
-        if not prefetch and st.disk_free > start:
-            # Synchronous reads share the one disk: a share of a split load reads its part once
-            # the other shares' reads are done (a single share never waits here: `ready` is
-            # already past the disk's previous reads).
-            start = st.disk_free
-        if self._contended[dev]:
-            base = self._stage_time(work, dev, frac, start, st)[0]
-        else:   # no peer can slow it down: `_stage_time`'s duration is `stage_seconds`
-            base = self.stage_seconds(work, dev, frac)
-        seconds = base * noise_s / st.throttle[dev]
-        seconds += set_up
-        if not prefetch:   # synchronous: the share reads its own part of the input
+        if not self.config.prefetch_depth:
+            if st.disk_free > start:
+                # Synchronous reads share the one disk: a share of a split load reads its part
+                # once the other shares' reads are done (a single share never waits here:
+                # `ready` is already past the disk's previous reads).
+                start = st.disk_free
             read = io_time * frac   # (the whole input per share read a split load 2-3 times)
-            seconds += read
             if start + read > st.disk_free:
                 st.disk_free = start + read
+        return start, free
+
+    def _load_base(self, work: StageWork, dev: int, frac: float, start: float,
+                   st: ClusterState) -> float:
+        """The time of `frac` of the load stage on `dev` from `start`, before noise, throttling
+        and set-up."""
+        if self._contended[dev]:
+            return self._stage_time(work, dev, frac, start, st)[0]
+        return self.stage_seconds(work, dev, frac)   # no peer can slow it: the same figure
+
+    def _load_seconds(self, st: ClusterState, dev: int, frac: float, base: float,
+                      io_time: float, noise_s: float, set_up: float) -> float:
+        """How long `frac` of the load stage keeps `dev` busy, `base` its `_load_base`."""
+        seconds = base * noise_s / st.throttle[dev]
+        seconds += set_up
+        if not self.config.prefetch_depth:   # synchronous: the share reads its part of the input
+            seconds += io_time * frac
+        return seconds
+
+    def _book_load(self, st: ClusterState, res: TaskResult, dev: int, frac: float, t: float,
+                   start: float, free: float, base: float, read_end: float, io_time: float,
+                   noise_s: float, set_up: float) -> tuple[float, float]:
+        """Book `frac` of the load stage on `dev` from `start` (`_load_start`) for a task that
+        may start at `t`, `base` its `_load_base`, and charge it `set_up` seconds: (when the
+        share ended, how much of the read counts as loading -- the rest of the wait for the
+        disk or the device counts as queueing)."""
+        busy = st.busy_until
+        seconds = self._load_seconds(st, dev, frac, base, io_time, noise_s, set_up)
         end = start + seconds
         busy[dev] = end
         if self._contended[dev]:
@@ -606,14 +648,14 @@ class Simulator:
         # All of the read without prefetch (it is inside `seconds`), else what was left of it
         # when the device was free for the task: prefetch hides the part done while it was busy.
         # min(io_time, max(0.0, read_end - max(t, free))), written out: cheaper on this path.
-        if not prefetch:
-            return start, end, 0.0, base
+        if not self.config.prefetch_depth:
+            return end, 0.0
         visible = read_end - (free if free > t else t)
         if visible < 0.0:
             visible = 0.0
         elif visible > io_time:
             visible = io_time
-        return start, end, visible, base
+        return end, visible
 
     # A WorkPart is unpacked in the loops below rather than read field by field: tuple unpacking
     # is several times cheaper than NamedTuple attribute access, and these loops run for every
@@ -644,8 +686,11 @@ class Simulator:
         return self._figures[dev] == other._figures[dev] and not other._contended[dev]
 
     def _stage_time(self, work: StageWork, dev: int, frac: float, start: float,
-                    st: ClusterState) -> tuple[float, float, float, float]:
-        """(duration, memory stall, attention time, KV-read wait) of `frac` of a stage on `dev`."""
+                    st: ClusterState, siblings: Sequence[tuple[float, float]] = ()
+                    ) -> tuple[float, float, float, float]:
+        """(duration, memory stall, attention time, KV-read wait) of `frac` of a stage on `dev`,
+        beside its peers' booked spans and `siblings`, the spans of the stage's other shares on
+        its peers."""
         inv_f, inv_b, launch = self._figures[dev]
         parts = work.parts
         slow = 1.0
@@ -654,7 +699,11 @@ class Simulator:
             for _tag, _op, pattern, _flops, nbytes, fixed_bytes, _launches in parts:
                 est += (nbytes * frac + fixed_bytes) * inv_b[pattern]
             if est > 0:
-                slow = self._contended_slowdown(est, start, [st.booked[q] for q in self._peers[dev]])
+                peers_booked: list[Sequence[tuple[float, float]]] = [
+                    st.booked[q] for q in self._peers[dev]]
+                if siblings:
+                    peers_booked.append(siblings)
+                slow = self._contended_slowdown(est, start, peers_booked)
         total = stall = attn = kv = 0.0
         whole = frac == 1.0 and slow == 1.0   # x * 1.0 == x exactly: skip those products
         for tag, op, pattern, flops, nbytes, fixed_bytes, launches in parts:
@@ -675,6 +724,22 @@ class Simulator:
             if tag == "attention":
                 attn += t
         return total, stall, attn, kv
+
+    def _beside_siblings(self, work: StageWork, placed: Sequence[tuple[Any, ...]],
+                         spans: Sequence[tuple[float, float]], st: ClusterState
+                         ) -> list[tuple[int, tuple[float, float, float, float]]]:
+        """The shares of one stage (`placed`: device, fraction and start first) that share a
+        memory domain with a sibling, re-priced beside the siblings' `spans` (priced without
+        each other): (index, `_stage_time`). Their own booking cannot slow the siblings, as
+        booked work is not priced again, so each is priced beside the others before any is
+        booked, whatever the order the shares are listed in."""
+        repriced = []
+        for i, (dev, frac, start, *_) in enumerate(placed):
+            peers = self._peers[dev]
+            siblings = [spans[j] for j, (other, *_) in enumerate(placed) if other in peers]
+            if siblings and self._contended[dev]:
+                repriced.append((i, self._stage_time(work, dev, frac, start, st, siblings)))
+        return repriced
 
     def _contended_slowdown(self, est: float, start: float,
                             peers_booked: Sequence[Sequence[tuple[float, float]]]) -> float:
