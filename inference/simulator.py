@@ -12,7 +12,10 @@ Mechanisms (each a documented ``SimConfig`` field or hardware figure):
   * queueing: a stage starts when its input has arrived and its device is free;
   * transfers: a stage's output crosses a link when the next stage runs elsewhere;
   * weight residency: a device that computes prefill/decode without the weights
-    first copies them over the fastest link (then keeps them);
+    first copies them over the fastest link (then keeps them). A known gap: the shares of
+    a split stage fetch them in the hardware file's device order, so a later share may copy
+    from a sibling that got them for the same task (tests/test_simulator.py's strict xfail;
+    by default every device the weights fit on holds them from the start);
   * prefetch: with ``prefetch_depth`` k >= 1 the disk reads a task's input off the
     devices' time, once task i - k has finished loading (k = 1: the read of a task
     overlaps the previous one's prefill and decode, not its loading; k = 2 overlaps
