@@ -153,16 +153,16 @@ class LatencyMetrics(BaseCallback):
 
 
 class EvalPoints(BaseCallback):
-    """Runs ``_point`` (an evaluation of the current policy: `evaluate` runs it on an episode
-    and returns its per-task latencies, `static_mean` is best-static's mean latency on the
-    same episode) at step 0 (before any update),
-    each ``interval`` crossed, and the end of training. The last is taken as training ends
-    (``_on_training_end``, after the algorithm's last update and before the model is saved),
-    not at its last step: the algorithms update once more after their last step's callback
-    (PPO on the last rollout, DQN its gradient step), and a point taken there was not the
-    saved model that the run's ``final/`` row measures (DQN: up to 0.008 of best-static apart).
-    A point must leave the training's random state alone (deterministic actions, its own
-    env), so a run is the same with or without it.
+    """Runs ``_point`` (an evaluation of the current policy: `evaluate` runs it on an episode and
+    returns its per-task latencies, `static_mean` is best-static's mean latency on the same
+    episode) at step 0 (before any update), each ``interval`` crossed, and the end of
+    training. The last is taken as training ends (``_on_training_end``, after the
+    algorithm's last update and before the model is saved), not at its last step: the
+    algorithms update once more after their last step's callback (PPO on the last rollout,
+    DQN its gradient step), and a point taken there was not the saved model that the run's
+    ``final/`` row measures (DQN: up to 0.008 of best-static apart). A point must leave the
+    training's random state alone (deterministic actions, its own env), so a run is the same
+    with or without it.
     """
 
     def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,

@@ -490,10 +490,11 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     keys: dict[str, Any] = {}    # the spelling each option was given in
     for key, value in data.items():
-        name = names.get(str(key).replace("-", "_"))
+        option = str(key).replace("-", "_")
+        name = names.get(option)
         if name is None:
             raise ConfigError(f"{where}: unknown option {shown(key)}"
-                              f"{did_you_mean([str(key).replace('-', '_')], names)}; options: "
+                              f"{did_you_mean([option], names)}; options: "
                               f"{', '.join(sorted(names))}")
         if name in out:
             # episode-tasks and episode_tasks (env and env_id) are one option: the YAML loader's

@@ -340,6 +340,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
 
     Returns notes: the baselines a context's hardware cannot run (all-npu with no NPU)."""
     notes = []
+    any_runnable = False    # a baseline some context can run: else, with no model, nothing to do
     try:
         contexts = contexts_of(cfg, entries, scenarios)
     except ValueError as exc:   # an unknown scenario, hardware or variant
@@ -351,6 +352,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         runnable = runnable_baselines(cfg, ctx)
+        any_runnable = any_runnable or bool(runnable)
         for name in _baselines(cfg):
             if name not in runnable:    # an all-<device> policy: never a learner's name
                 devices = ", ".join(_devices(ctx))
@@ -369,7 +371,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             except (FileNotFoundError, ValueError) as exc:
                 raise ConfigError(f"{exc} (scenario {scenario})" if len(scenarios) > 1
                                   else str(exc)) from None
-    if not entries and not any(runnable_baselines(cfg, ctx) for ctx in contexts):
+    if not entries and not any_runnable:
         # else an empty table, CSV and latency CDF were written over --out's, and exit 0
         raise ConfigError(
             f"nothing to evaluate: no trained model (none under --runs {cfg.runs}, and no "
