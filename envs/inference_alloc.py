@@ -194,6 +194,8 @@ class InferenceAllocEnv(gym.Env):
     - `render_mode`: `None`, `ansi` (a line per task: placement, latency, breakdown) or
       `rgb_array` (a frame of the last placement, the device queues and the latency's
       parts; see `envs/render.py`). SB3's `make_vec_env` asks for `rgb_array`.
+      `gym.make(..., render_mode="human")` wraps the env in Gymnasium's HumanRendering,
+      which shows the `rgb_array` frames in a window and needs pygame.
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}

@@ -608,6 +608,22 @@ def test_rgb_frame_needs_a_backlog_and_an_online_flag_per_device(backlogs: int,
         draw_frame(3, None, [0.0] * backlogs, [True] * online, None)
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_human_render_mode_shows_the_rgb_array_frames_through_gymnasium(env_id: str) -> None:
+    """The README's claim: `render_mode="human"` is Gymnasium's HumanRendering over our
+    `rgb_array` frames, so a window needs only pygame, not a mode of our own."""
+    from gymnasium.wrappers import HumanRendering
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # gym.make warns that it applies the wrapper
+        env = gym.make(env_id, episode_tasks=3, render_mode="human")
+    wrapper = env
+    while not isinstance(wrapper, HumanRendering):
+        assert isinstance(wrapper, gym.Wrapper), "gym.make did not apply HumanRendering"
+        wrapper = wrapper.env
+    assert env.unwrapped.render_mode == "rgb_array"
+
+
 def test_sb3_make_vec_env_builds_the_env_by_id() -> None:
     """SB3's make_vec_env asks for render_mode="rgb_array" when given an env id."""
     from stable_baselines3.common.env_util import make_vec_env
