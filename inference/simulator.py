@@ -11,11 +11,13 @@ latency with a breakdown whose parts add up to the latency exactly:
 Mechanisms (each a documented ``SimConfig`` field or hardware figure):
   * queueing: a stage starts when its input has arrived and its device is free;
   * transfers: a stage's output crosses a link when the next stage runs elsewhere;
-  * weight residency: a device that computes prefill/decode without the weights
-    first copies them over the fastest link (then keeps them). A known gap: the shares of
-    a split stage fetch them in the hardware file's device order, so a later share may copy
-    from a sibling that got them for the same task (tests/test_simulator.py's strict xfail;
-    by default every device the weights fit on holds them from the start);
+  * weight residency: a device that computes prefill/decode without the weights first
+    copies them over the fastest link from a device that held them when the stage began,
+    else from disk (in place from a peer in its memory domain that held them), then keeps
+    them. The shares of a split stage copy side by side, none from a sibling still
+    receiving them, so the hardware file's device order changes nothing; two copies at once
+    from one source (or the disk) each get its full bandwidth. By default every device the
+    weights fit on holds them from the start: no preset run copies;
   * prefetch: with ``prefetch_depth`` k >= 1 the disk reads a task's input off the
     devices' time, once task i - k has finished loading (k = 1: the read of a task
     overlaps the previous one's prefill and decode, not its loading; k = 2 overlaps
@@ -532,6 +534,9 @@ class Simulator:
             stage_end = -1.0
             transfer = queue = duration = stall = attn = kv = crit_setup = 0.0   # critical share
             placed = []   # per share: (device, fraction, start, ready, set-up, `_stage_time`)
+            # The shares that copy the weights hold them once all are placed: each copies from
+            # a device that held them when the stage began, not from a sibling still receiving.
+            fetching: tuple[int, ...] = ()   # (rarely any: a tuple costs nothing to make)
             for dev, frac in shares[s]:
                 ready = 0.0
                 for a, fa in prev_devices:
@@ -543,12 +548,15 @@ class Simulator:
                         ready = arrive
                 if needs_weights and not resident[dev]:
                     ready += self._migration_time(st, dev)
-                    resident[dev] = True
+                    fetching += (dev,)
                 free = busy[dev]
                 start = free if free > ready else ready
                 set_up = setup[dev] if moved is not None and dev not in moved else 0.0
                 placed.append((dev, frac, start, ready, set_up,
                                self._stage_time(work, dev, frac, start, st)))
+            if fetching:
+                for dev in fetching:
+                    resident[dev] = True
             if contending and len(placed) > 1:
                 spans = [(start, start + timed[0] * noise_s / throttle[dev] + set_up)
                          for dev, _, start, _, set_up, timed in placed]
@@ -781,7 +789,10 @@ class Simulator:
         return (t + left * (1.0 + c * busy) - start) / est
 
     def _migration_time(self, st: ClusterState, dev: int) -> float:
-        """Copy the weights to `dev` over the fastest link from a holder, else from disk."""
+        """Copy the weights to `dev` over the fastest link from a holder, else from disk. The
+        holders are ``st.resident``: the callers mark the devices of a stage that copy only
+        once every share of the stage is priced, so a share copies from (or, in its memory
+        domain, reads in place) weights held before the stage began."""
         if any(st.resident[p] for p in self._peers[dev]):
             return 0.0          # a peer in the same memory domain holds them: zero-copy
         weights = self.model.weight_bytes

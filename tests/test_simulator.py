@@ -978,12 +978,6 @@ def test_a_split_stage_on_a_shared_memory_domain_is_priced_whatever_the_device_o
     assert reordered.latency == listed.latency
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the weights are copied to a split stage's shares in the devices' order, and a later "
-    "share copies them from the best holder, which may be a sibling that received them for "
-    "this same task a moment earlier: the hardware file's device order changes the latency "
-    "(server with uneven links, weights resident on the npu only, prefill split over cpu and "
-    "gpu: 2.4171 s listed, 2.9877 s with gpu before cpu)"))
 def test_a_split_stage_whose_shares_fetch_the_weights_is_priced_whatever_the_device_order():
     split = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])   # cpu, cpu+gpu, cpu
     order = (1, 0, 2)                                                        # gpu before cpu
@@ -992,6 +986,47 @@ def test_a_split_stage_whose_shares_fetch_the_weights_is_priced_whatever_the_dev
     reordered = simulator("glm-5.3", relabelled(hardware, order), config).execute(
         Task(1, 64, 16), relabelled_placement(split, order))
     assert reordered.latency == pytest.approx(listed.latency, rel=1e-12)
+
+
+def share_starts(hardware, stages, resident, placement, devices) -> list[float]:
+    """When each of `devices`, which run one share each of one task on an idle cluster, starts it."""
+    sim = Simulator(hardware, GLM, stages, SimConfig(resident=resident))
+    result = sim.execute(Task(1, 64, 16), placement)
+    return [sim.state.busy_until[d] - result.busy[d] for d in devices]
+
+
+def test_each_share_of_a_split_stage_copies_the_weights_from_a_device_that_held_them_before():
+    """Prefill split over cpu and gpu, load and decode on the npu, the weights on the npu only: each
+    share waits for its own copy from the npu (or the disk, if faster), not for one from its
+    sibling, which is itself still receiving them (uneven links: the cpu-gpu link is the
+    fastest)."""
+    hardware = uneven_links(SERVER)
+    stages = build_stages("glm-5.3")
+    placement = np.zeros((3, 3))
+    placement[:, NPU] = 1.0
+    placement[1] = [1.0, 1.0, 0.0]
+    copying, holding = (share_starts(hardware, stages, resident, placement, (CPU, GPU))
+                        for resident in (("npu",), ("cpu", "gpu", "npu")))
+    for dev, late, early in zip((CPU, GPU), copying, holding, strict=True):
+        copy = min(hardware.link(NPU, dev).time(GLM.weight_bytes),
+                   GLM.weight_bytes / hardware.disk_bandwidth)
+        assert late - early == pytest.approx(copy, rel=1e-9), SERVER.devices[dev].name
+
+
+def test_shares_on_one_memory_domain_wait_for_the_weights_unless_a_peer_held_them_before():
+    """On the edge SoC's one memory domain a share reads the weights in place from a peer that
+    held them before the stage, and waits for the disk read when none did (its sibling, still
+    receiving them, cannot lend them)."""
+    split = np.array([[0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])   # npu, cpu+gpu, npu
+    stages = build_stages("glm-5.3")
+    cpu, gpu = EDGE.device_id("cpu"), EDGE.device_id("gpu")
+    holding = share_starts(EDGE, stages, ("cpu", "gpu", "npu"), split, (cpu, gpu))
+    on_peer = share_starts(EDGE, stages, ("npu",), split, (cpu, gpu))
+    on_none = share_starts(EDGE, stages, (), split, (cpu, gpu))
+    assert on_peer == pytest.approx(holding, rel=1e-12)
+    read = GLM.weight_bytes / EDGE.disk_bandwidth
+    assert [n - h for n, h in zip(on_none, holding, strict=True)] == pytest.approx([read, read],
+                                                                                rel=1e-9)
 
 
 def test_both_shares_of_a_split_stage_on_one_memory_domain_are_slowed_by_each_other():
