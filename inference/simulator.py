@@ -489,9 +489,12 @@ class Simulator:
         loads = []   # per share: (device, fraction, start, when the device was free, set-up, base)
         for dev, frac in shares[0]:
             set_up = setup[dev] if moved is not None and dev not in moved else 0.0
-            start, free = self._load_start(st, work, dev, frac, read_end, io_time)
+            start, free = self._load_start(st, work, dev, frac, read_end, io_time, alone=False)
             loads.append((dev, frac, start, free, set_up,
                           self._load_base(work, dev, frac, start, st)))
+        if work.needs_weights:   # all the shares have priced their copies: now they hold them
+            for dev, _ in shares[0]:
+                resident[dev] = True
         if contending and len(loads) > 1:
             spans = [(start, start + self._load_seconds(st, dev, frac, base, io_time, noise_s,
                                                         set_up))
@@ -602,15 +605,18 @@ class Simulator:
         return stage_end
 
     def _load_start(self, st: ClusterState, work: StageWork, dev: int, frac: float,
-                    read_end: float, io_time: float) -> tuple[float, float]:
+                    read_end: float, io_time: float, alone: bool = True) -> tuple[float, float]:
         """(when `frac` of the load stage starts on `dev`, its input read by `read_end` in
         `io_time` seconds, and when the device was free); without prefetch the share holds the
-        disk for its part of the read."""
+        disk for its part of the read. A share that copies the weights first holds them after
+        if it is the stage's only share (`alone`); else the caller marks the stage's devices
+        once all its shares are placed, so that none copies from a sibling (`_migration_time`)."""
         resident = st.resident
         ready = read_end
         if work.needs_weights and not resident[dev]:
             ready += self._migration_time(st, dev)
-            resident[dev] = True
+            if alone:
+                resident[dev] = True
         free = st.busy_until[dev]
         start = free if free > ready else ready
         if not self.config.prefetch_depth:

@@ -988,6 +988,20 @@ def test_a_split_stage_whose_shares_fetch_the_weights_is_priced_whatever_the_dev
     assert reordered.latency == pytest.approx(listed.latency, rel=1e-12)
 
 
+class LoadNeedingWeights:
+    """A loader whose work needs the model weights (none of the variants' does): the load
+    stage's weight copies are priced like prefill's and decode's."""
+
+    stage = "load"
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+        self.cache_kind = loader.cache_kind
+
+    def load_work(self, task, model, hit=None):
+        return self._loader.load_work(task, model, hit)._replace(needs_weights=True)
+
+
 def share_starts(hardware, stages, resident, placement, devices) -> list[float]:
     """When each of `devices`, which run one share each of one task on an idle cluster, starts it."""
     sim = Simulator(hardware, GLM, stages, SimConfig(resident=resident))
@@ -995,16 +1009,17 @@ def share_starts(hardware, stages, resident, placement, devices) -> list[float]:
     return [sim.state.busy_until[d] - result.busy[d] for d in devices]
 
 
-def test_each_share_of_a_split_stage_copies_the_weights_from_a_device_that_held_them_before():
-    """Prefill split over cpu and gpu, load and decode on the npu, the weights on the npu only: each
+@pytest.mark.parametrize("stage", [0, 1])
+def test_each_share_of_a_split_stage_copies_the_weights_from_a_device_that_held_them_before(stage):
+    """Split over cpu and gpu, the other stages on the npu, the weights on the npu only: each
     share waits for its own copy from the npu (or the disk, if faster), not for one from its
     sibling, which is itself still receiving them (uneven links: the cpu-gpu link is the
     fastest)."""
     hardware = uneven_links(SERVER)
-    stages = build_stages("glm-5.3")
+    stages = (LoadNeedingWeights(build_stages("glm-5.3")[0]), *build_stages("glm-5.3")[1:])
     placement = np.zeros((3, 3))
     placement[:, NPU] = 1.0
-    placement[1] = [1.0, 1.0, 0.0]
+    placement[stage] = [1.0, 1.0, 0.0]
     copying, holding = (share_starts(hardware, stages, resident, placement, (CPU, GPU))
                         for resident in (("npu",), ("cpu", "gpu", "npu")))
     for dev, late, early in zip((CPU, GPU), copying, holding, strict=True):
