@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -1148,6 +1149,32 @@ def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: Infer
     if saved["name"] == "random":      # and so does building one
         with pytest.raises(ValueError, match=message):
             make_policy("random", article, **saved["config"])
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b'{"name": "heft", ', "is not a valid policy zip"),             # cut off mid-write
+    (b"\x80 not utf-8", "is not a valid policy zip"),
+    (b"[1, 2]", "has no policy name in policy.json"),                 # JSON, but no object
+    (b'{"config": {}}', "has no policy name in policy.json"),
+])
+def test_a_damaged_policy_json_is_a_value_error_naming_the_file(
+        tmp_path: Path, article: InferenceAllocEnv, content: bytes, message: str) -> None:
+    """Not a JSONDecodeError, UnicodeDecodeError or KeyError traceback from inside the zip."""
+    path = tmp_path / "p.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(POLICY_FILE, content)
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} {message}"):
+        load_policy(path, article)
+
+
+def test_a_policy_without_act_says_so_when_asked_to_predict() -> None:
+    """`act` is what a subclass must write: one that does not fails, not answers None."""
+
+    class NoAct(Policy):
+        name = "no-act"
+
+    with pytest.raises(NotImplementedError):
+        NoAct().predict(np.zeros(5, dtype=np.float32))
 
 
 def test_sb3_names_without_the_sb3_factory(tmp_path: Path, article: InferenceAllocEnv,
