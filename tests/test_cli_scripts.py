@@ -183,6 +183,9 @@ def test_evaluate_writes_every_result(trained, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for name in OUTPUTS:
         assert (out / name).is_file(), name
+    # what it says it wrote is each file by its path (was "wrote None" had a writer lost it)
+    said = sorted(line for line in done.stdout.splitlines() if line.startswith("wrote "))
+    assert said == sorted(f"wrote {out / name}" for name in OUTPUTS), done.stdout
     for png in out.glob("*.png"):
         with Image.open(png) as image:
             image.verify()
