@@ -134,13 +134,15 @@ def test_maskable_ppo_trains_and_respects_masks(tmp_path: Path) -> None:
     (b"[1, 2, 3]", "is not a Stable-Baselines3 model zip .*JSON list, not an object"),
     (b'"ppo"', "is not a Stable-Baselines3 model zip .*JSON str, not an object"),
     (b"\x80 not utf-8", "is not a Stable-Baselines3 model zip"),   # was UnicodeDecodeError
+    (b'{"infer_agent": "ppo", ', "is not a Stable-Baselines3 model zip"),   # cut-off JSON
+    (None, "is not a Stable-Baselines3 model zip"),      # some other zip: no 'data' entry
     (b'{"infer_agent": ["ppo"]}', "does not say which agent it holds"),  # was TypeError
 ])
 def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
-        tmp_path: Path, data: bytes, match: str) -> None:
+        tmp_path: Path, data: bytes | None, match: str) -> None:
     path = tmp_path / "model.zip"
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("data", data)
+        zf.writestr("data" if data is not None else "notes.txt", data or b"not a model")
     with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} {match}"):
         load_sb3(path)
 
@@ -393,6 +395,16 @@ def test_a_model_loaded_on_hardware_of_another_device_count_names_both_counts(
     assert message.startswith(f"model file {path} was trained on hardware of 2 devices"), message
     assert "3 (cpu, gpu, npu)" in message, message
     assert load_policy(path, make(V0, hardware=cpu_npu_hardware)).name == "ppo"
+
+
+def test_a_model_of_another_envs_observations_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """A PPO trained on CartPole (4 observation entries, not 5 + 7 D) says which file could not
+    be loaded, not only that an observation of 4 entries is no InferenceAlloc one."""
+    path = tmp_path / "cartpole.zip"
+    PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu", seed=0).save(path)
+    with pytest.raises(ValueError, match=f"model file {re.escape(str(path))} could not be loaded "
+                                         f"as ppo: .*Observation spaces do not match"):
+        load_sb3(path, make(V0))
 
 
 # ----------------------------------------------------------------------------- train.py's parts
