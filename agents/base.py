@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.files import atomic_path, zip_target
+from agents.files import atomic_path, model_file, zip_target
 
 POLICY_FILE = "policy.json"
 
@@ -70,10 +70,10 @@ def start_stream_of(policy: Any, seed: int) -> None:
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The saved {name, config} of a non-learned policy zip; None if the zip is an SB3 model."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"model file {p} does not exist")
+    """The saved {name, config} of a non-learned policy zip; None if the zip is an SB3 model.
+    `path` is found as every model loader finds it (`model_file`: "p" may be saved as "p.zip";
+    a folder is a ValueError, a missing file a FileNotFoundError, each naming the path)."""
+    p = model_file(path)
     try:
         with zipfile.ZipFile(p) as zf:
             if POLICY_FILE not in zf.namelist():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from agents.base import POLICY_FILE, Policy
+from agents.base import POLICY_FILE, Policy, read_policy_file
 from agents.gated import GatedScheduling
 from agents.heft import HeftPolicy, _StageCosts
 from agents.oracle import OraclePolicy
@@ -1165,6 +1165,16 @@ def test_a_damaged_policy_json_is_a_value_error_naming_the_file(
         zf.writestr(POLICY_FILE, content)
     with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} {message}"):
         load_policy(path, article)
+
+
+def test_read_policy_file_resolves_its_path_as_loading_a_model_does(tmp_path: Path) -> None:
+    """The public reader says a folder is a folder (not that it "does not exist"), and finds
+    "p" saved as "p.zip", as every loader of a model file does."""
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(tmp_path))} is a folder"):
+        read_policy_file(tmp_path)
+    with zipfile.ZipFile(tmp_path / "p.zip", "w") as zf:
+        zf.writestr(POLICY_FILE, json.dumps({"name": "all-gpu", "config": {}}))
+    assert read_policy_file(tmp_path / "p") == {"name": "all-gpu", "config": {}}
 
 
 def test_a_policy_without_act_says_so_when_asked_to_predict() -> None:
