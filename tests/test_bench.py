@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,16 +59,44 @@ def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys)
     assert "placement 0,1,1" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["bench_env", "bench_planning", "bench_simulator", "bench_traces",
-                                  "bench_training"])
-def test_every_bench_option_shows_its_default(name, capsys):
+BENCH_NAMES = ["bench_env", "bench_planning", "bench_simulator", "bench_traces", "bench_training"]
+
+
+def help_entries(name: str, capsys) -> tuple[str, list[str]]:
+    """`name --help`: the text above its options, and one entry per option (lines unwrapped)."""
     with pytest.raises(SystemExit):
         bench_main(name)(["--help"])
-    listed = capsys.readouterr().out.split("options:", 1)[1]
-    entries = " ".join(listed.split()).split(" --")[1:]     # one per option; lines unwrapped
+    above, listed = capsys.readouterr().out.split("options:", 1)
+    return " ".join(above.split()), " ".join(listed.split()).split(" --")[1:]
+
+
+@pytest.mark.parametrize("name", BENCH_NAMES)
+def test_every_bench_option_shows_its_default(name, capsys):
+    above, entries = help_entries(name, capsys)
     assert len(entries) >= 3 and entries[0].startswith("help ")
     for entry in entries[1:]:
         assert "(default:" in entry, f"{name}: --{entry}"
+    # and the help says what the script measures: its docstring's first line
+    assert bench_module(name).__doc__.splitlines()[0] in above
+
+
+@pytest.mark.parametrize("name", BENCH_NAMES)
+def test_every_bench_usage_line_shows_the_defaults_the_script_takes(name, capsys):
+    """Each docstring opens with the command line, `[--option value]` giving the value the
+    option takes when left out: it must be the parser's default (a number as a number)."""
+    _, entries = help_entries(name, capsys)
+    defaults = {entry.split()[0]: re.search(r"\(default: ([^)]*)\)", entry).group(1)
+                for entry in entries[1:]}
+    usage = bench_module(name).__doc__.split("\n\n")[1]
+    shown = re.findall(r"\[--([\w-]+) ([^\]\s]+)\]", usage)
+    shown = [(option, value) for option, value in shown   # not `all|...` choices, not metavars
+             if "|" not in value and not value.isupper()]
+    assert shown, usage
+    for option, value in shown:
+        try:
+            assert float(defaults[option]) == float(value), f"{name} --{option}"
+        except ValueError:
+            assert defaults[option] == value, f"{name} --{option}"
 
 
 def test_the_trace_bench_reads_what_it_wrote(capsys):
@@ -245,8 +274,10 @@ def test_every_bench_script_imports_the_repository_it_lies_in(script):
     probe = ("import runpy, sys\n"
              f"sys.argv = [{str(ROOT / 'bench' / script)!r}, '--help']\n"
              "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-             "except SystemExit:\n    pass\n"
+             "except SystemExit as exit_:\n    print('exit', exit_.code)\n"
              "print(sys.path[0])\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, cwd=ROOT / "bench").stdout
     assert out.splitlines()[-1] == str(ROOT)
+    # run as a script, it runs its main(): --help prints the usage and exits 0
+    assert out.startswith(f"usage: {script}") and out.splitlines()[-2] == "exit 0"
