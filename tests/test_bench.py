@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from envs.scenario import MAX_EPISODE_TASKS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,10 +38,10 @@ def test_a_bad_simulator_placement_is_a_usage_error_before_any_timing(placement,
 
 
 @pytest.mark.parametrize("args", [["--duration", "nan"], ["--duration", "inf"],
-                                  ["--seed", "-1"], ["--profile", "-3"]])
+                                  ["--seed", "-1"], ["--profile", "-3"], ["--repeats", "0"]])
 def test_a_bad_env_bench_option_is_a_usage_error_before_any_timing(args, capsys, monkeypatch):
     """--duration nan or inf timed forever, --seed -1 failed inside gymnasium after a
-    timing, --profile -3 printed an empty profile."""
+    timing, --profile -3 printed an empty profile (--repeats 0 would divide 0 steps/s by 0)."""
     spec = importlib.util.spec_from_file_location("be", ROOT / "bench" / "bench_env.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -49,7 +51,7 @@ def test_a_bad_env_bench_option_is_a_usage_error_before_any_timing(args, capsys,
 
     monkeypatch.setattr(module, "throughput", timed)
     with pytest.raises(SystemExit) as exit_:
-        module.main([*args, "--repeats", "1"])
+        module.main(["--repeats", "1", *args])
     out, err = capsys.readouterr()
     assert exit_.value.code == 2 and "--duration must be a finite number" in err and out == ""
 
@@ -194,6 +196,28 @@ def test_the_env_bench_times_the_chosen_envs_each_against_cartpole(env, ids, mon
         target = dict(module.ENVS.values())[env_id]
         expected = ENV_RATES[f"envs:{env_id}"] / ENV_RATES["CartPole-v1"]
         assert f": {expected:12.3f}  (meets the {target} target)" in ratios[env_id]
+
+
+@pytest.mark.parametrize("env", ["discrete", "split"])
+def test_an_env_exactly_at_its_target_ratio_meets_it(env, monkeypatch, capsys):
+    """A target is a ratio of 'at least' its value; any positive rates give the ratio."""
+    module = bench_module("bench_env")
+    env_id, target = module.ENVS[env]
+    cartpole = 0.5          # a power of two: the env's rate over it is the target to the bit
+    stub_rates(monkeypatch, module, {f"envs:{env_id}": target * cartpole,
+                                     "CartPole-v1": cartpole})
+    assert module.main(["--env", env, "--repeats", "1"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ratio ")]
+    assert line.endswith(f": {target:12.3f}  (meets the {target} target)")
+
+
+@pytest.mark.parametrize("tasks", [1, MAX_EPISODE_TASKS])
+def test_the_env_bench_takes_either_bound_of_episode_tasks(tasks, monkeypatch, capsys):
+    module = bench_module("bench_env")
+    timed = stub_rates(monkeypatch, module, ENV_RATES)
+    assert module.main(["--env", "discrete", "--repeats", "1",
+                        "--episode-tasks", str(tasks)]) == 0
+    assert timed == ["envs:InferenceAlloc-v0", "CartPole-v1"]
 
 
 def test_the_split_env_has_its_own_target_below_the_discrete_envs():
