@@ -139,6 +139,43 @@ def test_an_episode_the_env_refuses_is_a_usage_error_before_any_timing(name, arg
     assert exit_.value.code == 2 and "1..1000000" in err and out == ""
 
 
+PLANNING_ROWS = ("heft-calibrated decision", "read azure-conv trace")
+
+
+@pytest.mark.parametrize(("decision", "trace"), [(0.5, 0.5), (2.0, 0.5), (0.5, 2.0), (2.0, 2.0),
+                                                 (1.0, 0.5), (0.5, 1.0)])
+def test_the_planning_bench_exits_1_and_names_the_target_missed(decision, trace, monkeypatch,
+                                                                capsys):
+    """`decision` and `trace`: each figure as a multiple of its target, which it must stay
+    under ('a decision under 2 ms, the trace read in under 0.5 s')."""
+    module = bench_module("bench_planning")
+    targets = (module.TARGET_DECISION_S, module.TARGET_TRACE_S)
+    monkeypatch.setattr(module, "reference_rate", lambda *_args: 1e6)
+    monkeypatch.setattr(module, "decision_seconds", lambda *_args: decision * targets[0])
+    monkeypatch.setattr(module, "median_seconds", lambda *_args: trace * targets[1])
+    code = module.main(["--tasks", "1", "--repeats", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    missed = [decision >= 1, trace >= 1]
+    for what, target, miss in zip(PLANNING_ROWS, targets, missed, strict=True):
+        (line,) = [line for line in lines if line.startswith(what)]
+        assert line.endswith(f"< {target:g} s: {'MISSED' if miss else 'met'}"), line
+    assert code == (1 if any(missed) else 0)
+
+
+def test_the_planning_bench_times_heft_calibrated_decisions(monkeypatch):
+    module = bench_module("bench_planning")
+    built = []
+
+    class Recorded(module.HeftPolicy):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self.name)
+
+    monkeypatch.setattr(module, "HeftPolicy", Recorded)
+    assert isinstance(module.decision_seconds(3, 1), float)
+    assert built == ["heft-calibrated"]
+
+
 ENV_RATES = {"envs:InferenceAlloc-v0": 30.0, "envs:InferenceAllocSplit-v0": 12.0,
              "CartPole-v1": 100.0}
 
