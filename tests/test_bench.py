@@ -56,6 +56,44 @@ def test_a_bad_env_bench_option_is_a_usage_error_before_any_timing(args, capsys,
     assert exit_.value.code == 2 and "--duration must be a finite number" in err and out == ""
 
 
+def not_timed(*_args, **_kwargs):
+    raise AssertionError("timed something")
+
+
+@pytest.mark.parametrize("args", [["--runs", "0"], ["--repeats", "0"]])
+def test_a_bad_simulator_bench_count_is_a_usage_error_before_any_timing(args, monkeypatch,
+                                                                        capsys):
+    module = bench_module("bench_simulator")
+    monkeypatch.setattr(module, "reference_rate", not_timed)
+    monkeypatch.setattr(module, "simulator_rate", not_timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--runs", "1", "--repeats", "1", *args])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "must be >= 1" in err and out == ""
+
+
+@pytest.mark.parametrize(("scale", "code"), [(2.0, 0), (1.0, 0), (0.5, 1)])
+def test_the_simulator_bench_judges_glm_5_3_alone_against_its_target(scale, code, monkeypatch,
+                                                                     capsys):
+    """glm-5.3's rate is `scale` times the target ('>= 50,000 tasks/s for glm-5.3'); the
+    other variants' lie on the other side of it, and have no verdict."""
+    module = bench_module("bench_simulator")
+    target = module.TARGET_TASKS_PER_S
+    others = target * (0.5 if scale >= 1 else 2.0)
+    monkeypatch.setattr(module, "reference_rate", lambda *_args: 1e6)
+    monkeypatch.setattr(module, "simulator_rate", lambda variant, *_args:
+                        target * scale if variant == "glm-5.3" else others)
+    assert module.main(["--runs", "1", "--repeats", "1"]) == code
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[-1] for line in out.splitlines()
+            if line.split()[:1] and line.split()[0] in module.VARIANTS}
+    assert rows.pop("glm-5.3") == ("met" if code == 0 else "MISSED")
+    assert rows and not any(verdict in ("met", "MISSED") for verdict in rows.values())
+    task = module.ARTICLE_TASK    # the header names the task booked
+    assert (f"article task (batch {task.batch}, {task.prompt_tokens} prompt, "
+            f"{task.output_tokens} output tokens)") in out
+
+
 def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys):
     bench_main("bench_simulator")(["--placement", "0,1,1", "--runs", "2", "--repeats", "1"])
     assert "placement 0,1,1" in capsys.readouterr().out
