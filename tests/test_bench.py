@@ -60,14 +60,21 @@ def not_timed(*_args, **_kwargs):
     raise AssertionError("timed something")
 
 
-@pytest.mark.parametrize("args", [["--runs", "0"], ["--repeats", "0"]])
-def test_a_bad_simulator_bench_count_is_a_usage_error_before_any_timing(args, monkeypatch,
-                                                                        capsys):
-    module = bench_module("bench_simulator")
-    monkeypatch.setattr(module, "reference_rate", not_timed)
-    monkeypatch.setattr(module, "simulator_rate", not_timed)
+@pytest.mark.parametrize(("name", "untimed", "args"), [
+    ("bench_simulator", ("reference_rate", "simulator_rate"), ["--runs", "0"]),
+    ("bench_simulator", ("reference_rate", "simulator_rate"), ["--repeats", "0"]),
+    ("bench_traces", ("write_trace", "median_seconds"), ["--rows", "0"]),
+    ("bench_traces", ("write_trace", "median_seconds"), ["--repeats", "0"]),
+])
+def test_a_bad_count_is_a_usage_error_before_any_timing(name, untimed, args, monkeypatch,
+                                                        capsys):
+    """Every count must be >= 1, refused before anything is written or timed."""
+    module = bench_module(name)
+    for what in untimed:
+        monkeypatch.setattr(module, what, not_timed)
+    counts = ["--runs", "1"] if name == "bench_simulator" else ["--rows", "1"]
     with pytest.raises(SystemExit) as exit_:
-        module.main(["--runs", "1", "--repeats", "1", *args])
+        module.main([*counts, "--repeats", "1", *args])
     out, err = capsys.readouterr()
     assert exit_.value.code == 2 and "must be >= 1" in err and out == ""
 
@@ -332,6 +339,26 @@ def test_the_trace_bench_exits_1_when_a_target_is_missed(target, monkeypatch, ca
     monkeypatch.setattr(module, target, 0.0)
     assert module.main(["--rows", "200", "--repeats", "1"]) == 1
     assert capsys.readouterr().out.count("MISSED") == 1
+
+
+def test_the_trace_bench_exits_0_when_both_targets_are_met_and_names_each(monkeypatch, capsys):
+    module = bench_module("bench_traces")
+    # out of reach of any machine, and apart, so that each line must name its own
+    monkeypatch.setattr(module, "TARGET_TIME_RATIO", 1e9)
+    monkeypatch.setattr(module, "TARGET_MEMORY_RATIO", 1e8)
+    assert module.main(["--rows", "200", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (time_line,) = [line for line in lines if "read_trace:" in line]
+    (memory_line,) = [line for line in lines if "peak memory:" in line]
+    assert time_line.endswith("(target <= 1e+09x): ok")
+    assert memory_line.endswith("(target <= 1e+08x): ok")
+
+
+def test_the_trace_benchs_memory_is_the_peak_not_what_is_left():
+    """read_trace's transient buffers are what its peak measures; they are freed when the
+    call returns, as this block is."""
+    block = 4_000_000
+    assert bench_module("bench_traces").peak_bytes(lambda: len(bytearray(block))) >= block
 
 
 @pytest.mark.parametrize("select_best", [False, True])
