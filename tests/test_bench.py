@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from envs.scenario import MAX_EPISODE_TASKS
@@ -163,6 +164,20 @@ def test_the_trace_bench_writes_the_2024_format_that_read_trace_takes(tmp_path):
     assert any("." not in line.split(",")[0] for line in lines)   # whole seconds, no fraction
     from envs.traces import read_trace
     assert len(read_trace(path)) == 50
+
+
+def test_the_trace_bench_puts_one_row_in_ten_on_a_whole_second(tmp_path):
+    """As write_trace says: the real files' rows without fractional seconds come all through
+    them. Rounding every tenth row down and then lifting it back to the row before it (to
+    keep the times in order) left about one row in 300 whole, and most of those bunched."""
+    path = tmp_path / "t.csv"
+    bench_module("bench_traces").write_trace(path, 1000)
+    stamps = [line.split(",")[0] for line in path.read_text().splitlines()[1:]]
+    whole = [i for i, stamp in enumerate(stamps) if "." not in stamp]
+    assert len(whole) == pytest.approx(len(stamps) / 10, rel=0.2)
+    assert whole[-1] > len(stamps) / 2          # all through the trace, not at its start
+    from envs.traces import read_trace
+    assert (np.diff(read_trace(path).time_s) >= 0).all()     # still in order
 
 
 @pytest.mark.parametrize(("name", "args"), [("bench_env", ["--episode-tasks", "1000001"]),
