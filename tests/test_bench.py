@@ -382,6 +382,7 @@ def test_the_training_bench_splits_a_run_and_checks_the_final_row_bit_for_bit(se
     code = bench_main("bench_training")(["--timesteps", "64", "--eval-tasks", "20",
                                          "--repeats", "1"] + ["--select-best"] * select_best)
     out = capsys.readouterr().out
+    assert out.startswith("ppo (warm-up none), ")    # no progress bar drawn inside learn()
     shares = {line[:42].strip(): float(line.rsplit(None, 1)[-1].rstrip("%"))
               for line in out.splitlines() if line.startswith("  ")}
     assert len(shares) == 6 and sum(shares.values()) == pytest.approx(100, abs=0.5)
@@ -389,6 +390,44 @@ def test_the_training_bench_splits_a_run_and_checks_the_final_row_bit_for_bit(se
     assert (shares["validation points, less their env steps"] > 0) == select_best
     assert "the same latencies to the bit: yes" in out
     assert code == (0 if out.rstrip().endswith("met") else 1)
+
+
+@pytest.mark.parametrize(("ours", "same", "verdict"), [(0.5, True, "met"), (1.0, True, "met"),
+                                                      (2.0, True, "MISSED"),
+                                                      (0.5, False, "MISSED")])
+def test_the_training_bench_meets_its_target_fast_enough_and_to_the_bit(ours, same, verdict,
+                                                                          monkeypatch, capsys):
+    """`ours`: our final row's time as a multiple of the target share of the reference's
+    ('at most 0.05 of the reference's median time, with the same latencies to the bit')."""
+    module = bench_module("bench_training")
+    reference_s, latency = 4.0, np.array([0.5, 1.5])
+
+    def final_row_seconds(_result, _cfg, evaluated):
+        if evaluated is None:           # the reference: model.zip's episode run again
+            return reference_s, latency
+        return ours * module.TARGET_RATIO * reference_s, latency if same else latency + 1
+
+    monkeypatch.setattr(module, "final_row_seconds", final_row_seconds)
+    code = module.main(["--timesteps", "64", "--eval-tasks", "20", "--repeats", "1"])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"ratio {ours * module.TARGET_RATIO:.4f} "
+                           f"(target <= {module.TARGET_RATIO})")
+    assert last.endswith(f"the same latencies to the bit: {'yes' if same else 'NO'}; {verdict}")
+    assert code == (0 if verdict == "met" else 1)
+
+
+def test_the_training_bench_takes_a_count_of_1(monkeypatch):
+    module = bench_module("bench_training")
+
+    class Trained(Exception):
+        pass
+
+    def train(*_args, **_kwargs):
+        raise Trained
+
+    monkeypatch.setattr(module.training, "train", train)
+    with pytest.raises(Trained):
+        module.main(["--timesteps", "1", "--eval-tasks", "1", "--repeats", "1"])
 
 
 @pytest.mark.parametrize("args", [["--timesteps", "0"], ["--eval-tasks", "0"],
