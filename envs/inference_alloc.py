@@ -666,10 +666,8 @@ class InferenceAllocEnv(gym.Env):
             backlog = busy - now
             if backlog < 0.0:
                 backlog = 0.0
-            ratio = speed / SPEED_SCALE
-            if ratio < 0.0:
-                ratio = 0.0
-            elif ratio > 1.0:
+            ratio = speed / SPEED_SCALE   # an average of ratios >= 0 (_observe): never below 0
+            if ratio > 1.0:
                 ratio = 1.0
             values += (backlog / (backlog + BACKLOG_SCALE_S), free if resident else 1.0,
                        1.0 if up else 0.0, ratio)
