@@ -537,9 +537,6 @@ class Simulator:
             stage_end = -1.0
             transfer = queue = duration = stall = attn = kv = crit_setup = 0.0   # critical share
             placed = []   # per share: (device, fraction, start, ready, set-up, `_stage_time`)
-            # The shares that copy the weights hold them once all are placed: each copies from
-            # a device that held them when the stage began, not from a sibling still receiving.
-            fetching: tuple[int, ...] = ()   # (rarely any: a tuple costs nothing to make)
             for dev, frac in shares[s]:
                 ready = 0.0
                 for a, fa in prev_devices:
@@ -551,14 +548,15 @@ class Simulator:
                         ready = arrive
                 if needs_weights and not resident[dev]:
                     ready += self._migration_time(st, dev)
-                    fetching += (dev,)
                 free = busy[dev]
                 start = free if free > ready else ready
                 set_up = setup[dev] if moved is not None and dev not in moved else 0.0
                 placed.append((dev, frac, start, ready, set_up,
                                self._stage_time(work, dev, frac, start, st)))
-            if fetching:
-                for dev in fetching:
+            if needs_weights:
+                # Only now do the shares hold the weights: each copied from a device that held
+                # them when the stage began, not from a sibling still receiving them.
+                for dev, _ in shares[s]:
                     resident[dev] = True
             if contending and len(placed) > 1:
                 spans = [(start, start + timed[0] * noise_s / throttle[dev] + set_up)
