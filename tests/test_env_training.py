@@ -1247,6 +1247,26 @@ def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenario
         assert table is not None and header in table.splitlines()[0], table
 
 
+def test_the_comparison_table_counts_the_tasks_a_replayed_trace_ran(tmp_path):
+    """A trace that runs out before --eval-tasks ends the held-out episode early: the header
+    said "1000 tasks" over an episode of 245 (a user's 300-request trace)."""
+    from types import SimpleNamespace
+
+    from agents.config import TrainConfig
+    from agents.training import comparison_table
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2024-01-01 00:00:{10 * i:02d}.0,500,50\n" for i in range(6)), encoding="utf-8")
+    scenario = tmp_path / "replay.yaml"
+    scenario.write_text(f"workload: {{trace: {trace}}}\n", encoding="utf-8")
+    run = SimpleNamespace(latency=np.ones(6), spec=SimpleNamespace(label="ppo", seed=0),
+                          best=None)
+    table = comparison_table(TrainConfig(scenario=str(scenario), eval_tasks=50), [run])
+    assert table is not None
+    assert table.splitlines()[0].endswith("workload seed 10000, 6 tasks"), table
+
+
 @pytest.mark.parametrize(("scenario", "noted"), [("article", False), ("short-text", True)])
 def test_the_comparison_table_says_when_the_workload_overloads_the_hardware(scenario, noted):
     """A workload that arrives faster than the hardware serves it gave a table of latencies
