@@ -43,7 +43,7 @@ from agents.evaluation import (
     summary_csv,
     summary_markdown,
 )
-from agents.files import write_text
+from agents.files import model_file, write_text
 from agents.registry import (
     load_policy,
     make_fixed_policy,
@@ -55,7 +55,6 @@ from envs import ENV_IDS
 from envs.scenario import SCENARIO_DIR, load_scenario
 from inference.hardware import PRESET_DIR, load_hardware, preset_file
 from inference.variants import variant_label
-from inference.yamlio import not_a_file
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
@@ -200,11 +199,13 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                                       f"continue it with: python train.py --resume {p})")
                 entries.append(_entry(p / "model.zip", p))
                 notes += _stale_model_notes(p)
-            elif p.is_file():
+            else:
+                try:
+                    p = model_file(p)   # as SB3's load reads it: "x" finds x.zip too
+                except (FileNotFoundError, ValueError) as exc:
+                    raise ConfigError(str(exc)) from None
                 entries.append(_entry(p, p.parent if (p.parent / "config.yaml").is_file()
                                       else None))
-            else:
-                raise ConfigError(f"model file {p} {not_a_file(p, 'a model zip')}")
         # One model given twice (a run folder and its model.zip, overlapping globs) was
         # evaluated twice and pooled as two runs: n doubled and the 95% CI narrowed with it.
         unique: dict[Path, ModelEntry] = {}

@@ -168,6 +168,14 @@ def test_a_runs_learning_curve_is_named_after_the_run_not_a_checkpoint(tmp_path:
 
 
 
+def test_a_model_is_found_by_the_name_sb3s_save_was_given(tmp_path: Path) -> None:
+    """`model.save("my_ppo")` writes my_ppo.zip, and SB3's load and `agents.load_policy` read
+    it as "my_ppo"; `evaluate.py --models my_ppo` said "model file my_ppo does not exist"."""
+    make_sb3("ppo", make_env(episode_tasks=10), seed=0).save(tmp_path / "my_ppo")
+    [entry], _ = discover_models(cfg_for(models=[str(tmp_path / "my_ppo")]))
+    assert (entry.label, entry.path) == ("my_ppo", tmp_path / "my_ppo.zip")
+
+
 def test_a_runs_best_model_is_evaluated_beside_its_final_model(tmp_path: Path) -> None:
     """train.py --select-best's best_model.zip is the run's other model: given with its run
     folder, both shared the label "ppo" (and, as two runs of one seed, were each renamed after
