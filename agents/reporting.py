@@ -370,8 +370,8 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             try:
                 load_policy(entry.path, _model_env(cfg, entry, scenario))
             except (FileNotFoundError, ValueError) as exc:
-                raise ConfigError(f"{exc} (scenario {scenario})" if len(scenarios) > 1
-                                  else str(exc)) from None
+                where = f" (scenario {scenario})" if len(scenarios) > 1 else ""
+                raise ConfigError(f"{exc}{where}{_hardware_hint(cfg, entry, exc)}") from None
     if not entries and not any_runnable:
         # else an empty table, CSV and latency CDF were written over --out's, and exit 0
         raise ConfigError(
@@ -379,6 +379,17 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             f"--models) and no baseline the hardware can run (--baselines: "
             f"{' '.join(cfg.baselines) or 'none'})")
     return notes
+
+
+def _hardware_hint(cfg: EvalConfig, entry: ModelEntry, exc: Exception) -> str:
+    """How to evaluate a model zip without a run folder on the hardware it was trained on:
+    nothing in the zip names it, so the scenario's ran, and the refusal named no option."""
+    from agents.sb3_factory import OtherDeviceCount
+
+    if not isinstance(exc, OtherDeviceCount) or entry.run_dir is not None or cfg.hardware:
+        return ""
+    return ("; a zip without its run folder records no hardware: give the one it was trained "
+            "on with evaluate.py --hardware FILE")
 
 
 def _model_env(cfg: EvalConfig, entry: ModelEntry, scenario: str) -> Any:

@@ -268,6 +268,10 @@ def _model_info(p: Path, data: dict[str, Any]) -> tuple[str, str]:
     return name, env_id
 
 
+class OtherDeviceCount(ValueError):
+    """A model zip whose observations were built for another device count than the env's."""
+
+
 def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -> None:
     """Refuse `env` when its hardware has another device count than the model's observations
     were built for (5 + 7 D entries), as the zip's `data` entry records them: SB3's own
@@ -284,10 +288,11 @@ def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -
     except (TypeError, ValueError):
         return          # not one of our observations: SB3's load says what it makes of it
     if saved != here:
-        raise ValueError(f"model file {path} was trained on hardware of {saved} devices (its "
-                         f"observations have {shape[0]} entries); this env's hardware has "
-                         f"{here} ({', '.join(base.device_names)}): load it with hardware of "
-                         f"{saved} devices, such as the one it was trained on")
+        raise OtherDeviceCount(
+            f"model file {path} was trained on hardware of {saved} devices (its observations "
+            f"have {shape[0]} entries); this env's hardware has {here} "
+            f"({', '.join(base.device_names)}): load it with hardware of {saved} devices, such "
+            f"as the one it was trained on")
 
 
 def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:

@@ -274,6 +274,24 @@ def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> No
         check_inputs(cfg, entries, cfg.scenarios)
 
 
+def test_a_bare_zip_of_other_hardware_is_told_to_give_it_with_hardware(tmp_path: Path) -> None:
+    """A zip of SB3's save() records no hardware, so evaluate.py runs it on the scenario's;
+    trained on a profile of 2 devices it was refused with "load it with hardware of 2
+    devices", which named no option of evaluate.py. A run folder's model needs no hint."""
+    two = two_device_hardware(tmp_path)
+    make_sb3("ppo", make_env(hardware=str(two), episode_tasks=10), seed=0).save(tmp_path / "m")
+    cfg = cfg_for(models=[str(tmp_path / "m.zip")], baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    with pytest.raises(ConfigError, match=r"has 3 \(cpu, gpu, npu\).*evaluate\.py --hardware"):
+        check_inputs(cfg, entries, ["article"])
+    assert check_inputs(dataclasses.replace(cfg, hardware=str(two)), entries, ["article"]) == []
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    run_cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"], hardware=str(two))
+    with pytest.raises(ConfigError) as refused:
+        check_inputs(run_cfg, discover_models(run_cfg)[0], ["article"])
+    assert "has 2 (cpu, gpu)" in str(refused.value) and "--hardware" not in str(refused.value)
+
+
 def test_a_model_file_gone_since_discovery_is_a_config_error_naming_it(tmp_path: Path) -> None:
     """check_inputs is where a model that will not load is one line (ConfigError) before any
     work: a file removed after discovery too, not a FileNotFoundError traceback."""
