@@ -260,7 +260,9 @@ class InferenceAllocEnv(gym.Env):
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None, 'ansi' or 'rgb_array', got {render_mode!r}")
+            raise ValueError(f"render_mode must be None, 'ansi' or 'rgb_array' ('human' through "
+                             f"gym.make(..., render_mode='human'), which needs pygame), got "
+                             f"{render_mode!r}")
         if sc.workload.trace is not None:
             with naming_field(sc, "workload.trace", given=trace is not None):
                 generate_episode(sc, np.random.default_rng(0), 1)   # fail now on a bad trace

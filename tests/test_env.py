@@ -269,9 +269,12 @@ def test_numpy_numbers_are_numbers() -> None:
 
 @pytest.mark.parametrize("env_cls", [envs.InferenceAllocEnv, envs.InferenceAllocSplitEnv])
 def test_unknown_render_mode_is_a_value_error(env_cls: type) -> None:
-    # direct construction: gym.make would first warn about the mode itself
-    with pytest.raises(ValueError, match="render_mode must be None, 'ansi' or 'rgb_array'"):
+    # direct construction: gym.make would first warn about the mode itself. "human" is the
+    # README's too, but only through gym.make (HumanRendering): the refusal says so, where it
+    # listed None, 'ansi' and 'rgb_array' alone
+    with pytest.raises(ValueError, match="render_mode must be None, 'ansi' or 'rgb_array'") as no:
         env_cls(render_mode="human")
+    assert "'human' through gym.make(" in str(no.value), no.value
 
 
 def test_malformed_trace_row_names_its_line(tmp_path: Path) -> None:
