@@ -506,8 +506,12 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
     """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, as is, or from a
     mapping: the schema of this module's docstring, as `Scenario.to_dict` writes it (its
     `source` key, where the scenario was first read from, is kept; paths are not rewritten).
-    A mapping that is not a valid scenario is a ValueError naming the field."""
+    A mapping that is not a valid scenario is a ValueError naming the field, and so is a
+    Scenario whose fields a mapping could not hold (`dataclasses.replace` checks nothing)."""
     if isinstance(spec, Scenario):
+        raw = spec.to_dict()
+        del raw["source"]
+        scenario_from_dict(raw, f"Scenario {spec.name!r} (an object)")
         return spec
     if isinstance(spec, Mapping):
         raw = dict(spec)

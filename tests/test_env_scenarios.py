@@ -924,6 +924,27 @@ def test_a_mapping_that_is_no_scenario_is_one_clear_error(raw: dict[str, Any], m
         assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"noise": -1}, "scenario field noise must be >= 0, got -1"),
+    ({"failed_dispatch_s": -5}, "scenario field failed_dispatch_s must be >= 0, got -5"),
+    ({"episode_tasks": 0}, "scenario field episode_tasks must be >= 1, got 0"),
+    ({"workload": dataclasses.replace(load_scenario("article").workload, arrival_rate=-1)},
+     r"scenario field workload\.arrival_rate must be >= 1e-06, got -1"),
+])
+def test_a_scenario_object_out_of_its_ranges_is_refused_as_its_mapping_is(
+        change: dict[str, Any], message: str) -> None:
+    """The README's way to vary a scenario, `dataclasses.replace` on `load_scenario`'s, skipped
+    every check the YAML and the mapping get: noise -1 and failed_dispatch_s -5 (a reward for a
+    masked pick) ran, episode_tasks 0 was an IndexError from reset, arrival_rate -1 "generated
+    task sizes must be >= 1, domains >= 0, arrivals finite and >= 0"."""
+    changed = dataclasses.replace(load_scenario("article"), **change)
+    for make in (load_scenario, lambda sc: gym.make(V0, scenario=sc).reset(seed=0)):
+        with pytest.raises(ValueError, match=f"^Scenario 'article' \\(an object\\): {message}"):
+            make(changed)
+    within = dataclasses.replace(load_scenario("article"), noise=0.1, episode_tasks=7)
+    assert load_scenario(within) is within
+
+
 @pytest.mark.parametrize("text, field, problem", [
     ("hardware: mainframe\n", "hardware", "unknown hardware 'mainframe'"),
     ("hardware: nothere.yaml\n", "hardware", "hardware file nothere.yaml does not exist"),
