@@ -25,10 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config, _ = parse_config(EvalConfig, argv, description=__doc__)
-        if config.reproduce_article:
-            reproduce_article(config)
-            return 0
-        for path in run(config):
+        for path in reproduce_article(config) if config.reproduce_article else run(config):
             print(f"wrote {path}")
     except ConfigError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)

@@ -48,6 +48,7 @@ from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95
 
+ARTICLE_FILE = "article.md"    # what `reproduce` writes under its out_dir
 ONLINE_SAMPLES = 600
 BOOTSTRAP_RESAMPLES = 1000
 
@@ -405,5 +406,5 @@ def reproduce(out_dir: Any, seeds: Any, n_tasks: int | None = None,
             "on the ratio to best-static in the learner's own state.\n\n"
             + table_markdown(table, seed_list))
     print(text)
-    write_text(Path(out_dir) / "article.md", text)
+    write_text(Path(out_dir) / ARTICLE_FILE, text)
     return table

@@ -560,18 +560,20 @@ def curve_runs(entries: list[ModelEntry]) -> list[tuple[str, Path]]:
     return list(runs.values())
 
 
-def reproduce_article(cfg: EvalConfig) -> Any:
+def reproduce_article(cfg: EvalConfig) -> list[Path]:
     """``agents.article.reproduce`` on the held-out seeds, a progress bar ticking per seed
-    (imported only when asked: the article job is the one user of its module)."""
+    (imported only when asked: the article job is the one user of its module); the file it
+    wrote."""
     from tqdm.auto import tqdm
 
-    from agents.article import reproduce
+    from agents.article import ARTICLE_FILE, reproduce
 
     seeds = heldout_seeds(cfg)
     clients = {} if cfg.article_clients is None else {"clients": cfg.article_clients}
     with tqdm(total=len(seeds), desc="article", unit="seed", disable=not cfg.progress_bar,
               leave=False) as bar:
-        return reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
+        reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
+    return [Path(cfg.out) / ARTICLE_FILE]
 
 
 def fmt_summary(rows: list[dict[str, Any]]) -> str:

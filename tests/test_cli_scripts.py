@@ -282,6 +282,25 @@ def test_evaluate_rejects_a_negative_client_count(tmp_path: Path, capsys) -> Non
     assert not out.exists()
 
 
+def test_evaluate_reproduce_article_says_it_wrote_article_md(tmp_path, monkeypatch,
+                                                            capsys) -> None:
+    """--reproduce-article printed its table and no "wrote" line, the one mode of evaluate.py
+    that did not name the file it wrote (the job itself is stubbed: its figures are
+    tests/test_article.py's)."""
+    from agents import article
+
+    def job(out_dir, seeds, tick, **kw):
+        (Path(out_dir) / "article.md").write_text("| figure |\n", encoding="utf-8")
+
+    monkeypatch.setattr(article, "reproduce", job)
+    out = tmp_path / "results"
+    out.mkdir()
+    assert load_main("evaluate.py")(["--reproduce-article", "--seeds", "1", "--out", str(out),
+                                     "--no-progress-bar"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")]
+    assert said == [f"wrote {out / 'article.md'}"] and (out / "article.md").is_file()
+
+
 def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     first = script("train.py", "--timesteps", "128", "--checkpoint-interval", "64", "--seeds",
