@@ -311,7 +311,8 @@ def _require(ok: bool, message: str) -> None:
 
 
 def _require_reward(flag: str, reward: str) -> None:
-    _require(reward in REWARDS, f"{flag} must be one of {', '.join(REWARDS)}, got {shown(reward)}")
+    _require(reward in REWARDS, f"{flag} must be one of {', '.join(REWARDS)}, got {shown(reward)}"
+                                f"{did_you_mean([reward], REWARDS)}")
 
 
 def _require_seeds(flag: str, lowest: int, highest: int) -> None:

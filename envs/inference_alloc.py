@@ -34,7 +34,7 @@ from envs.scenario import (
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.checks import is_integer, is_number
 from inference.hardware import load_hardware, path_text
-from inference.messages import shown
+from inference.messages import did_you_mean, shown
 from inference.model_config import get_model
 from inference.simulator import Shares, SimConfig, Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -258,7 +258,8 @@ class InferenceAllocEnv(gym.Env):
         if variant is not None:
             sc = dataclasses.replace(sc, variant=resolve_variant(variant))
         if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}"
+                             f"{did_you_mean([reward], REWARDS)}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None, 'ansi' or 'rgb_array' ('human' through "
                              f"gym.make(..., render_mode='human'), which needs pygame), got "

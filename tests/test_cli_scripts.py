@@ -347,6 +347,7 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--warmup", "none", "--conservative", "ppo"], "'ppo' is a learning agent"),
     (["--hp", "warp_speed=9"], "warp_speed"),
     (["--reward", "fast"], "--reward must be one of latency, relative, normalised, got 'fast'"),
+    (["--reward", "normalized"], "got 'normalized' (did you mean 'normalised'?)"),
     (["--env-id", "InferenceAllocSplit-v0", "--agents", "dqn"], "discrete actions"),
     (["--agents", "sac"], "sac needs continuous (Box) actions: it trains on "
                           "InferenceAllocSplit-v0 (train.py --env InferenceAllocSplit-v0)"),

@@ -219,6 +219,7 @@ def test_whole_numbers_of_any_dtype_are_device_ids(action: Any) -> None:
     ({"variant": "glm-6"}, "unknown variant 'glm-6'"),
     ({"variant": {"load": "direct", "prefill": "window"}}, "variant mapping"),
     ({"reward": "throughput"}, "reward must be one of latency, relative, normalised"),
+    ({"reward": "normalized"}, r"got 'normalized' \(did you mean 'normalised'\?\)$"),
     ({"episode_tasks": 0}, r"episode_tasks must be an integer in 1\.\.1000000"),
     ({"episode_tasks": 2.5}, "episode_tasks must be an integer"),
     ({"episode_tasks": 10**12}, "episode_tasks must be an integer"),   # was a 7 TiB MemoryError
