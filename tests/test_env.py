@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -155,6 +156,37 @@ def test_same_seed_gives_identical_episodes(env_id: str) -> None:
     other = rollout(env_id, seed=8, reference=True)
     assert not np.array_equal(np.stack([s[0] for s in first]), np.stack([s[0] for s in other]))
     assert [s[1] for s in first[1:]] != [s[1] for s in other[1:]]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_same_seed_gives_identical_episodes_whatever_the_string_hash_seed(
+        env_id: str, tmp_path: Path) -> None:
+    """Python salts str hashes per process: a set of names iterated on the way to a decision,
+    an observation or `info` would give one seed two trajectories in two processes, which
+    the in-process test above cannot see."""
+    code = textwrap.dedent(f"""\
+        import hashlib
+        import gymnasium as gym
+        import envs
+        digest = hashlib.sha256()
+        for scenario in ("article", "faults", "bursty", "edge"):
+            env = gym.make("{env_id}", scenario=scenario, episode_tasks=40)
+            obs, info = env.reset(seed=5)
+            env.action_space.seed(5)
+            digest.update(obs.tobytes() + repr(info).encode())
+            for _ in range(40):
+                obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+                digest.update(obs.tobytes() + repr((reward, terminated, truncated, info)).encode())
+        print(digest.hexdigest())
+        """)
+    digests = set()
+    for hash_seed in ("0", "1"):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        assert proc.returncode == 0, proc.stderr
+        digests.add(proc.stdout.strip())
+    assert len(digests) == 1, digests
 
 
 # --- validation --------------------------------------------------------------------------------
