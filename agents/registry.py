@@ -78,12 +78,21 @@ def valid_names(learners: bool = True) -> str:
                       *NAME_PATTERNS))
 
 
-def _nearest(name: str, learners: bool = True) -> str:
-    """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out), in any
-    case as the names are read (HEFT_CALIBRATED: 'heft-calibrated')."""
+def _nearest(name: str, learners: bool = True, env: Any = None) -> str:
+    """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out, and
+    all-<device> for each device of `env`'s hardware, as it spells it), in any case as the
+    names are read (HEFT_CALIBRATED: 'heft-calibrated')."""
     key = name.strip().lower() if isinstance(name, str) else name
-    return did_you_mean([key], (*POLICY_NAMES, *SPLIT_POLICY_NAMES,
-                                *(SB3_NAMES if learners else ())))
+    try:
+        devices = unwrap_env(env).device_names if env is not None else ()
+    except TypeError:       # not one of our envs: the fixed names alone
+        devices = ()
+    spelt = {f"all-{d}".lower(): f"all-{d}" for d in devices}
+    hint = did_you_mean([key], (*POLICY_NAMES, *SPLIT_POLICY_NAMES,
+                                *(SB3_NAMES if learners else ()), *spelt))
+    near = next((original for lower, original in spelt.items()
+                 if hint == f" (did you mean {lower!r}?)"), None)
+    return f" (did you mean {near!r}?)" if near is not None else hint
 
 
 def check_fixed_policy_name(name: str, what: str) -> None:
@@ -128,7 +137,8 @@ def _fixed_policy_maker(name: str, env: Any, what: str, learner_hint: str) -> Ca
     try:
         return _policy_maker(name, env)
     except UnknownPolicyName:
-        raise UnknownPolicyName(f"unknown {what} {shown(name)}{_nearest(name, learners=False)}; "
+        raise UnknownPolicyName(f"unknown {what} {shown(name)}"
+                                f"{_nearest(name, learners=False, env=env)}; "
                                 f"valid names: {valid_names(learners=False)}") from None
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
@@ -220,8 +230,8 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
         return lambda **kwargs: HeftSplitPolicy(env, **kwargs)
     if key == "oracle":
         return lambda **kwargs: OraclePolicy(env, **kwargs)
-    raise UnknownPolicyName(f"unknown agent {shown(name)}{_nearest(name)}; valid names: "
-                            f"{valid_names()}")
+    raise UnknownPolicyName(f"unknown agent {shown(name)}{_nearest(name, env=env)}; valid "
+                            f"names: {valid_names()}")
 
 
 def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:

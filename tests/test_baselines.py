@@ -1012,6 +1012,23 @@ def test_device_names_with_capitals_name_static_policies(tmp_path: Path) -> None
         make_policy("all-GPU", InferenceAllocEnv("article", hardware=path, episode_tasks=5))
 
 
+def test_a_mistyped_all_device_name_is_guessed_from_the_hardware(tmp_path: Path) -> None:
+    """all-<device> takes any device of the hardware: all-a10 on devices CPU, A100, npu was
+    'unknown agent' with no guess (static:CPU,a10,npu guessed A100), and the valid names it
+    listed were of the presets' devices alone."""
+    from agents.registry import UnknownPolicyName, make_fixed_policy
+
+    env = InferenceAllocEnv("article", hardware=capitals_hardware(tmp_path), episode_tasks=5)
+    with pytest.raises(UnknownPolicyName, match=r"^unknown agent 'all-a10' \(did you mean "
+                                                r"'all-A100'\?\)"):
+        make_policy("all-a10", env)
+    with pytest.raises(UnknownPolicyName, match=r"^unknown baseline 'all-A10' \(did you mean "
+                                                r"'all-A100'\?\)"):
+        make_fixed_policy("all-A10", env, "baseline")
+    with pytest.raises(UnknownPolicyName, match=r"\(did you mean 'heft'\?\)"):   # as before
+        make_policy("hefty", env)
+
+
 def test_check_fixed_policy_builds_no_policy(article: InferenceAllocEnv, monkeypatch) -> None:
     """It answers from make_policy's grammar without calling a constructor: best-static's is a
     search, which plan() skips when nothing warms up."""
