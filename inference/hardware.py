@@ -293,8 +293,11 @@ def _hardware(raw: Any, origin: str) -> Hardware:
         raise ValueError("devices must be a non-empty list")
     devices = tuple(_device(d, i) for i, d in enumerate(devices_raw))
     names = [d.name for d in devices]
-    if len(set(names)) != len(names):
-        raise ValueError(f"device names must be unique, got {names}")
+    for i, device_name in enumerate(names):
+        if device_name in names[:i]:
+            raise ValueError(f"devices[{i}].name {shown(device_name)} is "
+                             f"devices[{names.index(device_name)}]'s already; device names must "
+                             f"be unique")
     index = {n: i for i, n in enumerate(names)}
     links: dict[tuple[int, int], Link] = {}
     links_raw = raw.get("links")

@@ -255,6 +255,9 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
     # static:cpu,gpu,0,gpu,0 was 'a static placement names three devices'
     (lambda r: device(r, "gpu").update(name="gpu,0"), r"devices\[1\]\.name .*comma.*'gpu,0'"),
     (lambda r: device(r, "gpu").update(name=" gpu"), r"devices\[1\]\.name .*spaces.*' gpu'"),
+    # a repeated name: 'device names must be unique, got [...]' named no field
+    (lambda r: device(r, "npu").update(name="gpu"),
+     r"devices\[2\]\.name 'gpu' is devices\[1\]'s already; device names must be unique$"),
     # a figure written as text (quoted in the YAML) or as yes/no: a TypeError from the range
     # check, or True taken as 1 (a one-second link latency)
     (lambda r: device(r, "gpu").update(peak_flops="9.89e14"),
