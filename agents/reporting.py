@@ -524,12 +524,14 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             study = online_study(online_agents, seeds, cfg.online_samples, scenarios[0],
                                  cfg.hardware, tick=lambda: bar.update(1),
                                  reward=cfg.online_reward)
-            title = (f"online deployment from sample 0: {scenarios[0]}, mean and 95% band "
+            # named as the summary's sections are: with the hardware where --hardware gives one
+            setting = section_of(Context(scenarios[0], cfg.hardware, None))
+            title = (f"online deployment from sample 0: {setting}, mean and 95% band "
                      f"over {len(seeds)} seed(s)")
             written.append(plots.stabilization(study.curves, out / "stabilization.png",
                                                title=title))
             written.append(write_text(out / "stabilization.md", online_markdown(
-                study, seeds, cfg.online_samples, scenarios[0], cfg.online_reward)))
+                study, seeds, cfg.online_samples, setting, cfg.online_reward)))
     skipped, why = _skipped_outputs(cfg, bool(online_agents))
     kept = [name for name in skipped if (out / name).is_file()]
     if kept:

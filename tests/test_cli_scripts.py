@@ -574,6 +574,17 @@ def test_evaluate_online_reward_reaches_the_study_and_its_markdown(tmp_path: Pat
     assert "on the normalised reward" in (out / "stabilization.md").read_text()
 
 
+def test_evaluate_online_names_the_hardware_it_ran_on(tmp_path: Path) -> None:
+    """--online --hardware edge wrote 'Scenario article' alone, and the plot's title 'article':
+    read as the server's study. The summary's sections name a --hardware (section_of)."""
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    assert main(["--online", "--hardware", "edge", "--online-samples", "20",
+                 "--online-seeds", "1", "--out", str(out), "--no-progress-bar"]) == 0
+    assert (out / "stabilization.md").read_text().splitlines()[2].startswith(
+        "Scenario article (hardware edge); ")
+
+
 def test_an_unknown_baseline_is_the_only_line_and_lists_fixed_policies(tmp_path, capsys) -> None:
     main = load_main("evaluate.py")
     assert main(["--baselines", "nope", "--runs", str(tmp_path), "--no-online",
