@@ -12,7 +12,8 @@ microseconds and video recorders (SB3's ``VecVideoRecorder``, gymnasium's
 * **latency**: the last task's latency as one bar, its parts (overhead, queue, load,
   transfer, compute, memory stall) in the order of ``PART_COLOURS``, on the same scale.
 
-Device colours follow the hardware's device order: ``DEVICE_COLOURS[d]``.
+Device colours follow the hardware's device order: ``DEVICE_COLOURS[d % 8]``, so on hardware
+of more than eight devices a colour names two of them (the backlog rows keep them apart).
 """
 
 from __future__ import annotations
