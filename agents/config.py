@@ -83,7 +83,8 @@ class TrainConfig:
     hardware: str | None = field(default=None, metadata=_help(
         "hardware preset or YAML path (default: the scenario's)", path=True))
     variant: str | None = field(default=None, metadata=_help(
-        "pipeline variant (default: the scenario's)"))
+        "pipeline variant: glm-5.3, glm-5.3-flash, glm-5.3-flash-opt or a "
+        "load+prefill+decode mix such as adaptive+window+prefetched (default: the scenario's)"))
     env_id: str = field(default="InferenceAlloc-v0", metadata=_help(
         "InferenceAlloc-v0 (or discrete) | InferenceAllocSplit-v0 (or split)",
         flags=("--env-id", "--env")))

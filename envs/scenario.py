@@ -5,7 +5,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
     name: article
     description: "..."
     hardware: server                 # preset name or YAML path
-    variant: glm-5.3-flash           # recipe name or {load:, prefill:, decode:}
+    variant: glm-5.3-flash           # recipe name, load+prefill+decode or {load:, prefill:, decode:}
     model: glm-9b
     episode_tasks: 200
     noise: 0.05                      # sigma of the multiplicative log-normal stage noise (median 1)

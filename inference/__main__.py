@@ -126,14 +126,7 @@ def parse_variants(text: str) -> list[dict[str, str]]:
     """'glm-5.3,cached+window+sequential' -> checked recipes, each once."""
     recipes = []
     for spec in (s.strip() for s in text.split(",")):
-        if "+" in spec:
-            parts = [p.strip() for p in spec.split("+")]   # as around the commas
-            if len(parts) != len(STAGES):
-                raise ValueError(f"variant mix {shown(spec)} needs one implementation per stage "
-                                 f"({'+'.join(STAGES)})")
-            recipe = resolve_variant(dict(zip(STAGES, parts, strict=True)))
-        else:
-            recipe = resolve_variant(spec)
+        recipe = resolve_variant(spec)      # a name or a load+prefill+decode mix
         if recipe not in recipes:   # a repeat (or a recipe spelt out) was an identical column
             recipes.append(recipe)
     return recipes

@@ -3,6 +3,7 @@
 A variant is one implementation per stage; any mix is allowed::
 
     build_stages("glm-5.3-flash")
+    build_stages("adaptive+window+prefetched")      # the mix as variant_label writes it
     build_stages({"load": "adaptive", "prefill": "window", "decode": "prefetched"})
 """
 
@@ -41,11 +42,19 @@ COST_PARAMS: dict[str, dict[str, Any]] = {
 
 
 def resolve_variant(spec: str | Mapping[str, str]) -> dict[str, str]:
-    """A recipe name or a {stage: implementation} mapping, checked; returns the mapping."""
+    """A recipe name, a 'load+prefill+decode' mix (as `variant_label` writes one) or a
+    {stage: implementation} mapping, checked; returns the mapping."""
     if isinstance(spec, str):
+        if "+" in spec:
+            parts = [p.strip() for p in spec.split("+")]
+            if len(parts) != len(STAGES):
+                raise ValueError(f"variant mix {shown(spec)} needs one implementation per stage "
+                                 f"({'+'.join(STAGES)})")
+            return resolve_variant(dict(zip(STAGES, parts, strict=True)))
         if spec not in VARIANTS:
             raise ValueError(f"unknown variant {shown(spec)}{did_you_mean([spec], VARIANTS)}; "
-                             f"known variants: {', '.join(VARIANTS)}")
+                             f"known variants: {', '.join(VARIANTS)}, or a "
+                             f"{'+'.join(STAGES)} mix of implementations")
         return dict(VARIANTS[spec])
     if not isinstance(spec, Mapping):
         raise ValueError(f"variant must be a recipe name or a mapping, got {type(spec).__name__}")

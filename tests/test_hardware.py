@@ -532,6 +532,28 @@ def test_a_variant_label_is_the_recipe_name_or_the_implementations_joined():
         == "direct+gated+prefetched"
 
 
+def test_a_variant_is_also_its_label_load_prefill_decode():
+    """train.py --variant, a scenario's variant: and the env's variant= refused the mix that
+    python -m inference --variants takes and evaluate.py's sections print (variant_label):
+    'unknown variant 'adaptive+window+hierarchical''."""
+    mix = {"load": "adaptive", "prefill": "window", "decode": "hierarchical"}
+    assert resolve_variant("adaptive+window+hierarchical") == mix
+    assert resolve_variant(" adaptive + window + hierarchical ") == mix
+    assert resolve_variant(variant_label(mix)) == mix
+    assert resolve_variant("cached+dynamic+hierarchical") == resolve_variant("glm-5.3-flash")
+    with pytest.raises(ValueError, match=r"variant mix 'cached\+window' needs one implementation "
+                                         r"per stage \(load\+prefill\+decode\)"):
+        resolve_variant("cached+window")
+    with pytest.raises(ValueError, match=r"unknown prefill implementation 'windw' \(did you mean "
+                                         r"'window'\?\)"):
+        resolve_variant("adaptive+windw+hierarchical")
+    from envs import InferenceAllocEnv
+    env = InferenceAllocEnv("article", variant="adaptive+window+hierarchical", episode_tasks=2)
+    assert env.variant == "adaptive+window+hierarchical"
+    assert [type(s).__name__ for s in env.sim.stages] == [
+        type(s).__name__ for s in build_stages(mix)]
+
+
 def test_a_path_named_like_a_preset_with_no_such_file_says_to_give_the_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Path is always a file; with none there, the error named the preset it lists ("unknown
