@@ -74,24 +74,27 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
                      vecnormalize: bool = True) -> None:
     """`model` at `steps` steps saved to `model_path` (a checkpoint's or the run's model.zip)
     with what a resume needs beside it, each named by `companion` and written whole: the
-    warm-up's state first (so a model zip always has its state), the model, its replay buffer
-    (of the checkpoints' buffers only the newest is kept) and its VecNormalize statistics."""
+    warm-up's state, the replay buffer and the VecNormalize statistics first, the model zip
+    last, so that a zip a resume finds always has them (one interrupted after its zip, before
+    its buffer, was resumed from an empty buffer); of the checkpoints' buffers only the newest
+    is kept, the older ones removed once its model is saved."""
     if warmup is not None:
         save_warmup_state(warmup, companion(model_path, "warmup", steps, "json"), steps)
-    with atomic_path(model_path) as tmp:
-        model.save(tmp)
+    buffer = None
     if replay_buffer and getattr(model, "replay_buffer", None) is not None:
-        target = companion(model_path, "replay_buffer", steps)
-        with atomic_path(target) as tmp:
+        buffer = companion(model_path, "replay_buffer", steps)
+        with atomic_path(buffer) as tmp:
             model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
-        if model_path.name != "model.zip":
-            for old in target.parent.glob(f"{CHECKPOINT_PREFIX}_replay_buffer_*_steps.pkl"):
-                if old != target:
-                    old.unlink(missing_ok=True)
     vecnorm = model.get_vec_normalize_env() if vecnormalize else None
     if vecnorm is not None:
         with atomic_path(companion(model_path, "vecnormalize", steps)) as tmp:
             vecnorm.save(str(tmp))
+    with atomic_path(model_path) as tmp:
+        model.save(tmp)
+    if buffer is not None and model_path.name != "model.zip":
+        for old in buffer.parent.glob(f"{CHECKPOINT_PREFIX}_replay_buffer_*_steps.pkl"):
+            if old != buffer:
+                old.unlink(missing_ok=True)
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

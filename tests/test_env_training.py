@@ -908,6 +908,43 @@ def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
     assert (result.run_dir / "replay_buffer.pkl").is_file()
 
 
+@pytest.mark.parametrize(("agent", "kind"), [("dqn", "replay_buffer"), ("ppo", "vecnormalize")])
+def test_a_checkpoint_interrupted_while_saving_leaves_no_model_without_its_companion(
+        tmp_path: Path, monkeypatch, agent: str, kind: str) -> None:
+    """Ctrl-C while a checkpoint's replay buffer or VecNormalize statistics were written, after
+    its model zip: the zip was the newest checkpoint, and a resume from it started from an
+    empty buffer or fresh statistics, silently. The model zip is written last, so that the
+    newest checkpoint is the one before, whose files are all there."""
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from agents.config import TrainConfig
+    from agents.run_folder import checkpoints, companion
+    from agents.training import train
+
+    owner, name = {"replay_buffer": (DQN, "save_replay_buffer"),
+                   "vecnormalize": (VecNormalize, "save")}[kind]
+    original, calls = getattr(owner, name), []
+
+    def interrupted_at_the_second(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupted_at_the_second)
+    config = TrainConfig(agents=[agent], warmup=["none"], timesteps=96, checkpoint_interval=32,
+                         normalize=kind == "vecnormalize", log_dir=str(tmp_path),
+                         episode_tasks=20, eval_tasks=0, progress_bar=False,
+                         hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1}
+                         if agent == "ppo" else {})
+    with pytest.raises(KeyboardInterrupt):
+        train(config, report=lambda line: None)
+    (run,) = tmp_path.iterdir()
+    steps, newest = checkpoints(run)[-1]
+    assert steps == 32 and companion(newest, kind, steps).is_file()
+
+
 def test_a_normalized_runs_models_each_have_their_vecnormalize_statistics(
         tmp_path: Path) -> None:
     """With --normalize every saved model, checkpoint and model.zip alike, has the reward
