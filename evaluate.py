@@ -20,6 +20,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agents.interrupts import run_stoppable
+
+    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does
+    return run_stoppable("evaluate.py", lambda: _main(argv),
+                         " (files already written are complete)")
+
+
+def _main(argv: list[str] | None) -> int:
     from agents.config import ConfigError, EvalConfig, parse_config
     from agents.reporting import reproduce_article, run
 
@@ -30,9 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("evaluate.py: interrupted (files already written are complete)", file=sys.stderr)
-        return 130
     return 0
 
 

@@ -22,6 +22,13 @@ import traceback
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agents.interrupts import run_stoppable
+
+    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does
+    return run_stoppable("train.py", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     from agents.config import ConfigError, TrainConfig, parse_config
     from agents.training import RunFailed, RunsFailed, comparison_table, train
 
@@ -45,9 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("train.py: interrupted", file=sys.stderr)
-        return 130
     return 0
 
 

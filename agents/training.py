@@ -31,7 +31,7 @@ file and renamed, so none is ever half-written. An existing folder is never reus
 new run: a clash in the same second gets a ``-1``, ``-2``... suffix. A failed run is reported
 when it fails and the plan's other runs go on; ``train`` then raises ``RunsFailed`` with the
 results of those that finished (train.py prints their table and exits 1). An interrupt
-(Ctrl-C) stops the whole plan.
+(Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the whole plan.
 
 A resume is reproducible (the same resume twice gives the same model) but not the model a
 straight run to the same total gives: SB3 saves neither the envs' state nor the random

@@ -720,6 +720,88 @@ def test_an_interrupt_stops_the_whole_plan_and_keeps_a_resumable_run(tmp_path: P
     assert (run / "checkpoints" / "model_64_steps.zip").is_file()
 
 
+def deliver_sigterm() -> None:
+    """What the process does on SIGTERM (SLURM's scancel, a job's time limit, docker stop): its
+    handler run where the process is, as the interpreter runs it, without sending a signal."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)
+    assert callable(handler), f"SIGTERM's handler is {handler!r}: the process dies on the spot"
+    handler(signal.SIGTERM, None)
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_sigterm_stops_train_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, capsys,
+                                               checkpointed: bool) -> None:
+    """SIGTERM killed train.py where it stood: no message, exit -15, a run folder without
+    a checkpoint left behind (--resume then refused it) and a checkpoint's temp file where it
+    was being written. It is handled as Ctrl-C: the run kept (with the command to continue
+    it) or removed, exit status 143, SIGTERM's earlier handler back once main returns."""
+    import signal
+
+    from agents.sb3_factory import SB3Agent
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    original = SB3Agent.learn
+
+    def terminated(self, total_timesteps, callback=None, **kwargs):
+        if checkpointed:
+            original(self, 64, callback=callback, **kwargs)
+        deliver_sigterm()
+        raise AssertionError("SIGTERM's handler returned")
+
+    monkeypatch.setattr(SB3Agent, "learn", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["--timesteps", "128", "--warmup", "none", "--checkpoint-interval", "32",
+                 "--log-dir", str(runs), *TINY]) == 143
+    assert signal.getsignal(signal.SIGTERM) == before
+    err = capsys.readouterr().err
+    assert err.rstrip().splitlines()[-1] == "train.py: terminated (SIGTERM)"
+    assert leftover_temp_files(runs) == []
+    if checkpointed:
+        (run,) = runs.iterdir()
+        assert f"run {run.name} interrupted; kept" in err and f"--resume {run.name}" in err
+        assert (run / "checkpoints" / "model_64_steps.zip").is_file()
+    else:
+        assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
+
+
+def test_sigterm_stops_evaluate_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, capsys) -> None:
+    """evaluate.py on SIGTERM: exit status 143 and its interrupt message, not a silent -15."""
+    from agents import reporting
+
+    def terminated(cfg, report=print):
+        deliver_sigterm()
+        raise AssertionError("SIGTERM's handler returned")
+
+    monkeypatch.setattr(reporting, "run", terminated)
+    assert load_main("evaluate.py")(["--out", str(tmp_path / "r"), "--no-online"]) == 143
+    assert "evaluate.py: terminated (SIGTERM)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "heavy"), [("train.py", "agents.training"),
+                                             ("evaluate.py", "agents.reporting")])
+def test_ctrl_c_while_the_modules_load_is_one_line(monkeypatch, capsys, name: str,
+                                                  heavy: str) -> None:
+    """Ctrl-C in a CLI's first seconds, while torch and SB3 load: a traceback, exit -2."""
+    import types
+
+    class Loading(types.ModuleType):
+        def __getattr__(self, attribute: str):
+            if attribute.startswith("__"):       # what tracebacks and pytest look up
+                raise AttributeError(attribute)
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, heavy, Loading(heavy))
+    try:
+        status = load_main(name)(["--no-progress-bar"])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt went through main: a traceback")
+    assert status == 130
+    assert capsys.readouterr().err.startswith(f"{name}: interrupted")
+
+
 def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: Path,
                                                             monkeypatch) -> None:
     import matplotlib.figure

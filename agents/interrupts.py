@@ -1,0 +1,59 @@
+"""SIGTERM handled as Ctrl-C: what a scheduler sends to stop a job (SLURM's scancel and time
+limit, docker stop, systemd, Kubernetes) stops train.py and evaluate.py as a KeyboardInterrupt
+does, so that the same clean-up runs. Unhandled, it killed the process where it stood: a run
+folder without a checkpoint left behind, a temp file beside the file being written, no word
+of what was kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+SIGINT_STATUS = 130        # 128 + the signal's number, as a shell reports a job it stopped
+SIGTERM_STATUS = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within it SIGTERM raises Terminated; its earlier handler is restored after. Outside the
+    main thread, where Python runs no signal handler, it leaves SIGTERM as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stopped(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """How the CLIs say they were stopped, and their exit status."""
+    if isinstance(exc, Terminated):
+        return "terminated (SIGTERM)", SIGTERM_STATUS
+    return "interrupted", SIGINT_STATUS
+
+
+def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
+    """A CLI's `body`, with SIGTERM as Ctrl-C; either, while the modules load too (before there
+    is anything to keep), ends in one line, ``{script}: interrupted{kept}``, and 130 (143)."""
+    with sigterm_as_interrupt():
+        try:
+            return body()
+        except KeyboardInterrupt as exc:
+            how, status = stopped(exc)
+            print(f"{script}: {how}{kept}", file=sys.stderr)
+            return status
