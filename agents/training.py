@@ -479,6 +479,12 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             _write_scalars(logger, BEST_METRICS, (float(chosen.latency.mean()),
                                                   chosen.vs_best_static,
                                                   chosen.record.num_timesteps), result.steps)
+    except KeyboardInterrupt:
+        # "interrupted" alone read as a run lost: its model.zip is saved, its training done
+        print(f"run {run_dir.name} interrupted after its training finished; kept {run_dir} "
+              f"(its model.zip is complete: evaluate it with: python evaluate.py --models "
+              f"{run_dir})", file=sys.stderr)
+        raise
     finally:
         logger.close()
     return result

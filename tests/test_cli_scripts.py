@@ -720,6 +720,28 @@ def test_an_interrupt_stops_the_whole_plan_and_keeps_a_resumable_run(tmp_path: P
     assert (run / "checkpoints" / "model_64_steps.zip").is_file()
 
 
+def test_an_interrupt_after_the_model_is_saved_says_the_run_is_complete(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """Ctrl-C while the saved model is scored on the held-out episode (the last minute of a
+    run): train.py said "interrupted" alone, which reads as a run lost. Its training is
+    complete and kept: the message says so and how to evaluate it."""
+    import agents.training as training
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "final_metrics", interrupted)
+    runs = tmp_path / "runs"
+    assert load_main("train.py")(["--timesteps", "64", "--warmup", "none",
+                                  "--checkpoint-interval", "0", "--log-dir", str(runs),
+                                  *TINY]) == 130
+    (run,) = runs.iterdir()
+    assert saved_steps(run / "model.zip") == 64
+    err = capsys.readouterr().err
+    assert f"run {run.name} interrupted after its training finished; kept {run}" in err
+    assert f"python evaluate.py --models {run}" in err
+
+
 def deliver_sigterm() -> None:
     """What the process does on SIGTERM (SLURM's scancel, a job's time limit, docker stop): its
     handler run where the process is, as the interpreter runs it, without sending a signal."""
