@@ -33,8 +33,11 @@ def _main(argv: list[str] | None) -> int:
 
     try:
         config, _ = parse_config(EvalConfig, argv, description=__doc__)
-        for path in reproduce_article(config) if config.reproduce_article else run(config):
-            print(f"wrote {path}")
+        if config.reproduce_article:
+            for path in reproduce_article(config):
+                print(f"wrote {path}")
+        else:
+            run(config)     # it says each file as it writes it
     except ConfigError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2

@@ -19,9 +19,10 @@ being that study's, and a line names them as from an earlier evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -493,7 +494,16 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     written: list[Path] = []
     total = (0 if cfg.online else work_units(cfg, entries, scenarios)) \
         + len(online_agents) * online_n
-    with tqdm(total=total, desc="evaluate", unit="item", disable=not cfg.progress_bar) as bar:
+    ours = (() if cfg.online else SUMMARY_OUTPUTS) + (ONLINE_OUTPUTS if online_agents else ())
+    with _earlier_named(out, ours, written, report), \
+            tqdm(total=total, desc="evaluate", unit="item", disable=not cfg.progress_bar) as bar:
+
+        def wrote(path: Path) -> None:
+            # said as it is written: an evaluation stopped part way has named what it replaced
+            written.append(path)
+            bar.clear()
+            report(f"wrote {path}")
+
         if not cfg.online:
             results = evaluate_agents(cfg, entries, scenarios, tick=lambda: bar.update(1))
             rows = [r.row() for r in results]
@@ -502,16 +512,16 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             overloaded = {r.scenario: r.note for r in results if r.note}
             for section, note in overloaded.items():
                 report(f"{section}: {note}")
-            written.append(write_text(out / "summary.csv", summary_csv(rows)))
-            written.append(write_text(out / "summary.md", summary_markdown(
+            wrote(write_text(out / "summary.csv", summary_csv(rows)))
+            wrote(write_text(out / "summary.md", summary_markdown(
                 rows, heldout_seeds(cfg), cfg.episodes, overloaded)))
             sections = dict.fromkeys(r.scenario for r in results)   # a panel per section
             cdf = {s: {r.agent: np.concatenate(r.latencies) for r in results if r.scenario == s}
                    for s in sections}
-            written.append(plots.latency_cdf(cdf, out / "latency_cdf.png"))
+            wrote(plots.latency_cdf(cdf, out / "latency_cdf.png"))
             runs = curve_runs(entries)
             if runs:
-                written.append(plots.learning_curves(runs, out / "learning_curves.png"))
+                wrote(plots.learning_curves(runs, out / "learning_curves.png"))
             else:
                 stale = out / "learning_curves.png"
                 removed = stale.is_file()
@@ -528,15 +538,29 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             setting = section_of(Context(scenarios[0], cfg.hardware, None))
             title = (f"online deployment from sample 0: {setting}, mean and 95% band "
                      f"over {len(seeds)} seed(s)")
-            written.append(plots.stabilization(study.curves, out / "stabilization.png",
-                                               title=title))
-            written.append(write_text(out / "stabilization.md", online_markdown(
+            wrote(plots.stabilization(study.curves, out / "stabilization.png", title=title))
+            wrote(write_text(out / "stabilization.md", online_markdown(
                 study, seeds, cfg.online_samples, setting, cfg.online_reward)))
     skipped, why = _skipped_outputs(cfg, bool(online_agents))
     kept = [name for name in skipped if (out / name).is_file()]
     if kept:
         report(f"kept {', '.join(kept)} in {out} from an earlier evaluation ({why})")
     return written
+
+
+@contextlib.contextmanager
+def _earlier_named(out: Path, names: tuple[str, ...], written: list[Path],
+                   report: Callable[[str], None]) -> Iterator[None]:
+    """An evaluation that stops (Ctrl-C, a full disk) names the files of `names` in `out` that it
+    did not replace (`written` holds those it did): they stand beside its new ones."""
+    try:
+        yield
+    except BaseException:
+        earlier = [name for name in names if (out / name).is_file() and out / name not in written]
+        if earlier:
+            report(f"{', '.join(earlier)} in {out} are from an earlier evaluation: this one "
+                   f"stopped before replacing them")
+        raise
 
 
 def _skipped_outputs(cfg: EvalConfig, online: bool) -> tuple[tuple[str, ...], str]:

@@ -824,6 +824,37 @@ def test_ctrl_c_while_the_modules_load_is_one_line(monkeypatch, capsys, name: st
     assert capsys.readouterr().err.startswith(f"{name}: interrupted")
 
 
+def test_an_interrupted_evaluation_names_what_it_wrote_and_what_is_older(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """Ctrl-C in the online study, over a folder of an earlier evaluation: evaluate.py said
+    "files already written are complete" and had named none of them (its "wrote" lines came
+    at the end), so the new summary and the earlier stabilization.* read as one evaluation.
+    Each file is named as it is written, and the earlier ones left as such."""
+    from agents import reporting
+
+    out, runs = tmp_path / "results", tmp_path / "runs"      # no runs: the baseline alone
+    out.mkdir()
+    runs.mkdir()
+    for name in OUTPUTS:
+        (out / name).write_text("an earlier evaluation's\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reporting, "online_study", interrupted)
+    assert load_main("evaluate.py")(["--runs", str(runs), "--out", str(out),
+                                     "--baselines", "best-static", "--episodes", "1",
+                                     "--episode-tasks", "20", "--seeds", "1",
+                                     "--no-progress-bar"]) == 130
+    said, err = capsys.readouterr()
+    wrote = [line for line in said.splitlines() if line.startswith("wrote ")]
+    assert wrote == [f"wrote {out / name}" for name in ("summary.csv", "summary.md",
+                                                        "latency_cdf.png")]
+    assert (f"stabilization.png, stabilization.md in {out} are from an earlier evaluation"
+            in said)
+    assert "evaluate.py: interrupted" in err
+
+
 def test_a_failed_evaluation_leaves_no_temp_or_partial_file(trained, tmp_path: Path,
                                                             monkeypatch) -> None:
     import matplotlib.figure
