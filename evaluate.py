@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     from agents.config import ConfigError, EvalConfig, parse_config
+    from agents.files import WriteFailed
     from agents.reporting import reproduce_article, run
 
     try:
@@ -41,6 +42,9 @@ def _main(argv: list[str] | None) -> int:
     except ConfigError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
+    except WriteFailed as exc:      # a full disk: the files written before it are complete
+        print(f"evaluate.py: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -18,7 +18,6 @@ Options resolve as: flags > --config YAML > defaults.
 from __future__ import annotations
 
 import sys
-import traceback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     from agents.config import ConfigError, TrainConfig, parse_config
-    from agents.training import RunFailed, RunsFailed, comparison_table, train
+    from agents.files import WriteFailed
+    from agents.training import RunFailed, RunsFailed, comparison_table, print_cause, train
 
     try:
         config, given = parse_config(TrainConfig, argv, description=__doc__)
@@ -49,7 +49,10 @@ def _main(argv: list[str] | None) -> int:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     except RunFailed as exc:   # --resume's one run
-        traceback.print_exception(exc.__cause__, file=sys.stderr)
+        print_cause(exc)
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 1
+    except WriteFailed as exc:  # a file outside a run's training (--resume's config.yaml)
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 1
     return 0

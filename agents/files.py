@@ -19,15 +19,26 @@ from inference.yamlio import not_a_file
 TMP_SUFFIX = ".tmp"
 
 
+class WriteFailed(OSError):
+    """An output the file system refused (a full disk, a quota, a folder gone read-only): the
+    message names the file, which is left as it was. The CLIs say it in one line: it is no bug
+    of theirs, and the traceback through SB3, zipfile and torch named no file."""
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temp path to write; on success it replaces `target`, on failure it is removed."""
+    """Yield a temp path to write; on success it replaces `target`, on failure it is removed
+    (an OSError as WriteFailed, naming `target`)."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         os.replace(tmp, target)
+    except WriteFailed:
+        raise
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
 

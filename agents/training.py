@@ -77,7 +77,7 @@ from agents.callbacks import (
 )
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
-from agents.files import write_text
+from agents.files import WriteFailed, write_text
 from agents.registry import (
     SB3_NAMES,
     check_fixed_policy,
@@ -648,7 +648,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
         except RunFailed as exc:
             # One run's crash (a NaN in its weights, say) is no reason to drop the seeds and
             # agents still to come: report it now, go on, and fail at the end.
-            traceback.print_exception(exc.__cause__, file=sys.stderr)
+            print_cause(exc)
             print(f"error: {exc}; going on with the other runs", file=sys.stderr)
             failures.append(exc)
             continue
@@ -656,6 +656,13 @@ def train(config: TrainConfig, given: set[str] | None = None,
     if failures:
         raise RunsFailed(failures, results)
     return results
+
+
+def print_cause(failed: RunFailed) -> None:
+    """The traceback of what failed a run, for a bug; none for a file the file system refused
+    (a full disk): the run's message names the file and says why."""
+    if not isinstance(failed.__cause__, WriteFailed):
+        traceback.print_exception(failed.__cause__, file=sys.stderr)
 
 
 def finished_line(r: RunResult) -> str:
