@@ -50,6 +50,7 @@ needs no statistics.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import re
 import shutil
 import sys
@@ -424,27 +425,14 @@ def best_so_far(run_dir: Path, cfg: TrainConfig) -> BestModel | None:
 def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
          fresh: bool, best: BestModel | None = None) -> RunResult:
     model = agent.model
-    logger = configure(str(run_dir), ["tensorboard"])
-    model.set_logger(logger)
-    callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window)]
-    if fresh:
-        callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
-    if cfg.checkpoint_interval:
-        callbacks.append(AtomicCheckpoint(
-            max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
-            name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
-            save_vecnormalize=cfg.normalize, warmup=agent.warmup))
-    held = _held_out_eval(agent, cfg) if cfg.eval_interval and cfg.eval_tasks else None
-    if held is not None:
-        callbacks.append(held)
-    selection = None
-    if cfg.select_best:     # TrainConfig.validate: with eval/ points and an episode to run
-        evaluate, static = _episode_of(agent, cfg, cfg.validation_seed)
-        selection = BestModelSelection(evaluate, static, cfg.eval_interval, run_dir,
-                                       (cfg.validation_seed, cfg.eval_tasks), best)
-        callbacks.append(selection)
-    start, t0 = model.num_timesteps, time.perf_counter()
+    logger = None
     try:
+        # inside: a stop while the events file opens or the held-out episode is set up (its
+        # best-static run, seconds long) left a new run's folder behind, an events file alone
+        logger = configure(str(run_dir), ["tensorboard"])
+        model.set_logger(logger)
+        callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best)
+        start, t0 = model.num_timesteps, time.perf_counter()
         if fresh:
             write_text(run_dir / "config.yaml", to_yaml(cfg))
         agent.learn(cfg.timesteps - start, callback=callbacks, reset_num_timesteps=fresh,
@@ -454,7 +442,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         # buffer beside it, or it starts again from an empty one
         save_model_files(model, run_dir / "model.zip", model.num_timesteps, agent.warmup)
     except BaseException as exc:
-        logger.close()
+        if logger is not None:
+            logger.close()
         kept = bool(checkpoints(run_dir))
         if not kept:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -488,6 +477,31 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     finally:
         logger.close()
     return result
+
+
+def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
+               fresh: bool, best: BestModel | None
+               ) -> tuple[list[Any], HeldOutEval | None, BestModelSelection | None]:
+    """A run's callbacks, and of them its eval/ curves' and --select-best's, which it reads."""
+    model = agent.model
+    callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window)]
+    if fresh:
+        callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
+    if cfg.checkpoint_interval:
+        callbacks.append(AtomicCheckpoint(
+            max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
+            name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
+            save_vecnormalize=cfg.normalize, warmup=agent.warmup))
+    held = _held_out_eval(agent, cfg) if cfg.eval_interval and cfg.eval_tasks else None
+    if held is not None:
+        callbacks.append(held)
+    selection = None
+    if cfg.select_best:     # TrainConfig.validate: with eval/ points and an episode to run
+        evaluate, static = _episode_of(agent, cfg, cfg.validation_seed)
+        selection = BestModelSelection(evaluate, static, cfg.eval_interval, run_dir,
+                                       (cfg.validation_seed, cfg.eval_tasks), best)
+        callbacks.append(selection)
+    return callbacks, held, selection
 
 
 def _episode_of(agent: SB3Agent, cfg: TrainConfig, seed: int
@@ -658,11 +672,17 @@ def train(config: TrainConfig, given: set[str] | None = None,
     return results
 
 
+# what a file system says when it refuses a write: a full disk, a quota, a read-only mount
+REFUSED_WRITES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 def print_cause(failed: RunFailed) -> None:
-    """The traceback of what failed a run, for a bug; none for a file the file system refused
-    (a full disk): the run's message names the file and says why."""
-    if not isinstance(failed.__cause__, WriteFailed):
-        traceback.print_exception(failed.__cause__, file=sys.stderr)
+    """The traceback of what failed a run, for a bug; none where the file system refused a
+    write (a full disk): the run's message says why (ours name the file, ``WriteFailed``)."""
+    cause = failed.__cause__
+    if not isinstance(cause, WriteFailed) and not (isinstance(cause, OSError)
+                                                   and cause.errno in REFUSED_WRITES):
+        traceback.print_exception(cause, file=sys.stderr)
 
 
 def finished_line(r: RunResult) -> str:

@@ -742,6 +742,33 @@ def test_an_interrupt_after_the_model_is_saved_says_the_run_is_complete(
     assert f"python evaluate.py --models {run}" in err
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "full disk"])
+def test_a_run_stopped_before_it_learns_leaves_no_folder(tmp_path: Path, monkeypatch, capsys,
+                                                         stop: str) -> None:
+    """Ctrl-C while a run set up its held-out episode (best-static's run of --eval-tasks tasks,
+    seconds long), or a full disk when TensorBoard opened its events file: the new run folder
+    was left behind, an events file alone in it, unmentioned; the disk's error a traceback."""
+    import errno
+    import os
+
+    import agents.training as training
+
+    def stopped(*args, **kwargs):
+        if stop == "ctrl-c":
+            raise KeyboardInterrupt
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(training, "_held_out_eval" if stop == "ctrl-c" else "configure",
+                        stopped)
+    runs = tmp_path / "runs"
+    assert load_main("train.py")(["--timesteps", "64", "--warmup", "none",
+                                  "--eval-interval", "32", "--log-dir", str(runs),
+                                  *TINY]) == (130 if stop == "ctrl-c" else 1)
+    err = capsys.readouterr().err
+    assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
+    assert "Traceback" not in err
+
+
 def deliver_sigterm() -> None:
     """What the process does on SIGTERM (SLURM's scancel, a job's time limit, docker stop): its
     handler run where the process is, as the interpreter runs it, without sending a signal."""
