@@ -13,9 +13,9 @@ A resolved config dumps back to YAML (``to_yaml``) that ``--config`` reads again
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
+import tempfile
 import types
 import typing
 from collections.abc import Sequence
@@ -344,25 +344,30 @@ def _require_usable_paths(config: Any) -> None:
 def _require_folder(flag: str, folder: str) -> None:
     """The output folder must be a folder, or creatable: checked before hours of work."""
     path, where = Path(folder), f"{flag} {shown(folder, quote=False)}"
+    for link in (path, *path.parents):
+        # a link to a folder since moved: "cannot create LINK: File exists" named a path that
+        # seems not to exist
+        if link.is_symlink() and not link.exists():
+            target = link.parent / os.readlink(link)
+            _require(False, f"{where}: {shown(link, quote=False)} is a symbolic link to "
+                            f"{shown(target, quote=False)}, which does not exist")
     _require(not path.exists() or path.is_dir(), f"{where} exists and is not a folder")
     existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     at = shown(existing, quote=False)
     _require(existing.is_dir(), f"{where}: {at} is a file, not a folder")
     _require(os.access(existing, os.W_OK | os.X_OK), f"{where}: {at} is not writable")
-    # os.access answers yes to root almost everywhere (a root-squashed NFS share, /proc), so
-    # the missing folders are made here, where a refusal is one line, and removed again: the
-    # run makes them for real once every option has been checked.
+    # os.access answers yes to root almost everywhere (a root-squashed NFS share, /proc), so a
+    # folder is made here, where a refusal is one line, and removed again: a folder of the
+    # check's own in the nearest existing one, not the missing ones themselves, which another
+    # train.py started at the same moment makes and fills (making and removing those refused
+    # the second of two, "File exists", and could remove the first's before its run was in it)
     missing = [p for p in (path, *path.parents) if not p.exists()]
-    try:
-        for created in reversed(missing):
-            created.mkdir()
-    except OSError as exc:
-        _require(False, f"{where}: cannot create {shown(created, quote=False)}: "
-                     f"{exc.strerror or exc}")
-    finally:
-        for created in missing:
-            with contextlib.suppress(OSError):
-                created.rmdir()
+    if missing:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".check-", dir=existing))
+        except OSError as exc:
+            _require(False, f"{where}: cannot create {shown(missing[-1], quote=False)}: "
+                         f"{exc.strerror or exc}")
 
 
 # ----------------------------------------------------------------------------- machinery

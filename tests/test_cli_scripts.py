@@ -501,6 +501,41 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
 
 
+def test_an_output_folder_that_is_a_broken_link_says_so(tmp_path: Path, capsys) -> None:
+    """A --log-dir or --out that is a symbolic link to a folder since removed (or under one):
+    the error was "cannot create LINK: File exists", of a path that seems not to exist."""
+    link = tmp_path / "results"
+    link.symlink_to(tmp_path / "moved")
+    for script_name, flag in (("train.py", "--log-dir"), ("evaluate.py", "--out")):
+        for given in (link, link / "deeper"):
+            assert load_main(script_name)([flag, str(given)]) == 2
+            err = capsys.readouterr().err
+            assert (f"{link} is a symbolic link to {tmp_path / 'moved'}, which does not exist"
+                    in err), err
+    assert not (tmp_path / "moved").exists()
+
+
+def test_the_output_folder_check_leaves_a_folder_another_process_makes_be(
+        tmp_path: Path, monkeypatch) -> None:
+    """Two train.py started at once into a new --log-dir: each checked that it could make the
+    folder by making it and removing it again, so the one that found it made a moment sooner
+    was refused ("cannot create runs: File exists"), and the check could remove the folder
+    the other was about to make its run in. The check makes a folder of its own instead."""
+    from agents.config import TrainConfig, parse_config
+
+    runs = tmp_path / "runs"
+    original = Path.mkdir
+
+    def the_other_process_first(self, *args, **kwargs):
+        if self == runs and not runs.exists():
+            original(self)             # the other train.py, a moment sooner
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", the_other_process_first)
+    parse_config(TrainConfig, ["--log-dir", str(runs)])     # not refused
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["runs"])    # nothing of the check's
+
+
 def test_none_turns_off_what_sb3_lets_be_none_and_a_warm_starts_overrides_fail_up_front(
         tmp_path, capsys):
     # the Split env's warm_start sets target_kl 0.03: null (SB3's default, "no limit") must
