@@ -40,7 +40,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     except OSError as exc:
         raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        # suppressed: a read-only folder refuses even to remove a temp file it never let be
+        # made, and that error (on the temp file's name) replaced the one naming the target
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def model_file(path: str | os.PathLike[str]) -> Path:

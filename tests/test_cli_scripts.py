@@ -982,6 +982,26 @@ def test_an_atomic_write_replaces_the_target_only_once_complete(tmp_path: Path) 
     assert leftover_temp_files(tmp_path) == []
 
 
+def test_a_write_to_a_read_only_folder_names_the_target(tmp_path: Path, monkeypatch) -> None:
+    """--resume of a run in a read-only folder (a read-only mount): removing the temp file
+    that was never made raised the file system's "Read-only file system" on the temp file's
+    name, as a traceback, in place of the error naming the file."""
+    import errno
+    import os
+
+    from agents.files import WriteFailed
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    target = tmp_path / "config.yaml"
+    monkeypatch.setattr(Path, "write_text", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    refused = re.escape(f"cannot write {target}: Read-only file")
+    with pytest.raises(WriteFailed, match=refused), atomic_path(target) as tmp:
+        tmp.write_text("complete")
+
+
 def test_leftover_temp_files_finds_every_temp_form_at_any_depth(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     temps = [tmp_path / "run" / ".config.yaml.7.tmp",                    # atomic_path's
