@@ -8,6 +8,7 @@ of what was kept.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -49,7 +50,8 @@ def stopped(exc: KeyboardInterrupt) -> tuple[str, int]:
 
 def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     """A CLI's `body`, with SIGTERM as Ctrl-C; either, while the modules load too (before there
-    is anything to keep), ends in one line, ``{script}: interrupted{kept}``, and 130 (143)."""
+    is anything to keep), ends in one line, ``{script}: interrupted{kept}``, and 130 (143).
+    A reader of stdout that went away (``train.py | head``) ends it silently, status 1."""
     with sigterm_as_interrupt():
         try:
             return body()
@@ -57,3 +59,8 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
             how, status = stopped(exc)
             print(f"{script}: {how}{kept}", file=sys.stderr)
             return status
+        except BrokenPipeError:
+            # nowhere to say more; Python's flush of stdout at exit would raise it again, as a
+            # second traceback, so what is left of stdout goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1

@@ -6,6 +6,7 @@ import contextlib
 import csv
 import dataclasses
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -802,6 +803,23 @@ def test_a_run_stopped_before_it_learns_leaves_no_folder(tmp_path: Path, monkeyp
     err = capsys.readouterr().err
     assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
     assert "Traceback" not in err
+
+
+def test_a_reader_of_stdout_that_went_away_ends_evaluate_py_without_a_traceback(
+        tmp_path: Path) -> None:
+    """`evaluate.py | head` whose head has exited: the next line printed was a BrokenPipeError
+    traceback, and Python's flush at exit a second one ("Exception ignored")."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)                  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--baselines", "all-gpu",
+                               "--no-online", "--seeds", "1", "--episodes", "1",
+                               "--episode-tasks", "5", "--out", str(tmp_path / "results"),
+                               "--no-progress-bar"], cwd=ROOT, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, "")
 
 
 def deliver_sigterm() -> None:
