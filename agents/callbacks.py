@@ -62,7 +62,12 @@ from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import HParam, Logger, TensorBoardOutputFormat
+from stable_baselines3.common.logger import (
+    HParam,
+    Logger,
+    TensorBoardOutputFormat,
+    make_output_format,
+)
 
 from agents.run_folder import BestModel, save_best_model
 
@@ -71,6 +76,35 @@ FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_stati
 BEST_METRICS = ("final/best_latency_mean", "final/best_vs_best_static", "final/best_step")
 HPARAM_METRICS = (*FINAL_METRICS, "latency/mean", "latency/vs_static")
 TB_ONLY = ("stdout", "log", "json", "csv")
+
+
+class OncePerStepLogger(Logger):
+    """SB3's Logger writing a tag at most once per step: a dump at the step of the one before
+    it leaves out the tags that one wrote, keeping their first value. SB3's on-policy
+    algorithms record train/ after the rollout's dump, written at the next one; their last
+    update's values, which SB3 never writes, were still pending when the trainer dumped
+    final/ at the run's last step, where the last rollout's dump had written train/ already:
+    TensorBoard drew each train/ curve with two values there, on every run and resume."""
+
+    def __init__(self, folder: str | None, output_formats: list[Any]) -> None:
+        super().__init__(folder, output_formats)
+        self._written: tuple[int, set[str]] = (-1, set())   # the last dump's step and tags
+
+    def dump(self, step: int = 0) -> None:
+        last, written = self._written
+        if step != last:
+            written = set()
+        for key in written & self.name_to_value.keys():
+            del self.name_to_value[key]
+            self.name_to_count.pop(key, None)
+            self.name_to_excluded.pop(key, None)
+        self._written = (step, written | set(self.name_to_value))
+        super().dump(step)
+
+
+def tensorboard_logger(folder: str) -> Logger:
+    """A run's logger: TensorBoard alone, each tag once per step (``OncePerStepLogger``)."""
+    return OncePerStepLogger(folder, [make_output_format("tensorboard", folder)])
 
 
 def tensorboard_writer(logger: Logger) -> Any:

@@ -65,7 +65,6 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from agents.callbacks import (
@@ -75,6 +74,7 @@ from agents.callbacks import (
     HeldOutEval,
     LatencyMetrics,
     RunInfo,
+    tensorboard_logger,
 )
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
@@ -429,7 +429,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     try:
         # inside: a stop while the events file opens or the held-out episode is set up (its
         # best-static run, seconds long) left a new run's folder behind, an events file alone
-        logger = configure(str(run_dir), ["tensorboard"])
+        logger = tensorboard_logger(str(run_dir))
         model.set_logger(logger)
         callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best)
         start, t0 = model.num_timesteps, time.perf_counter()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from PIL import Image
@@ -73,6 +74,12 @@ def events(run_dir: Path) -> EventAccumulator:
     return acc
 
 
+def unordered_steps(acc: EventAccumulator) -> dict[str, list[int]]:
+    """Each scalar tag whose steps, as TensorBoard reads them, do not strictly increase."""
+    steps = {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    return {tag: s for tag, s in steps.items() if any(np.diff(s) <= 0)}
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     runs = tmp_path_factory.mktemp("train") / "runs"
@@ -121,6 +128,10 @@ def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
         assert {"train/value_loss", "final/vs_best_static"} <= scalars    # SB3's and ours
         per_sample = [e.step for e in acc.Scalars("latency/per_sample")]
         assert per_sample == list(range(256))
+        # one point per step on every curve: PPO's last update's train/ values, which SB3
+        # leaves unwritten, were written by the final/ dump at the step its last rollout's
+        # dump had written train/ already
+        assert not unordered_steps(acc), unordered_steps(acc)
         assert "config/text_summary" in acc.Tags()["tensors"]
         assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")
         # the held-out curve: step 0 (before any update), each --eval-interval crossed, and
@@ -794,7 +805,7 @@ def test_a_run_stopped_before_it_learns_leaves_no_folder(tmp_path: Path, monkeyp
             raise KeyboardInterrupt
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(training, "_held_out_eval" if stop == "ctrl-c" else "configure",
+    monkeypatch.setattr(training, "_held_out_eval" if stop == "ctrl-c" else "tensorboard_logger",
                         stopped)
     runs = tmp_path / "runs"
     assert load_main("train.py")(["--timesteps", "64", "--warmup", "none",
