@@ -107,6 +107,19 @@ def tensorboard_logger(folder: str) -> Logger:
     return OncePerStepLogger(folder, [make_output_format("tensorboard", folder)])
 
 
+def drop_events_past(logger: Logger, step: int) -> None:
+    """Has TensorBoard drop the events of every step past `step` that the folder's earlier
+    events files hold (a restart marker, as SummaryWriter's ``purge_step`` writes): a run
+    resumed from a checkpoint logs those steps again. Without it the curves of a run
+    stopped past its last checkpoint went back to the checkpoint's step and drew both."""
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+    writer = tensorboard_writer(logger)
+    if writer is not None:
+        writer.file_writer.add_event(
+            Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
+
+
 def tensorboard_writer(logger: Logger) -> Any:
     """The SummaryWriter behind an SB3 logger (None if it does not write TensorBoard)."""
     for fmt in logger.output_formats:

@@ -5,7 +5,9 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 
 * ``events.out.tfevents.*``: SB3's scalars and ours (``agents.callbacks``), the config as
   text and the hyper-parameters in the HPARAMS view; a resumed run appends a new events
-  file beside the old ones, with the step count continuing;
+  file beside the old ones, with the step count continuing from the step resumed from, and
+  marks it so that TensorBoard drops the old files' events past it (a run stopped after its
+  last checkpoint had logged them; the resumed run logs those steps again);
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
   its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
@@ -74,6 +76,7 @@ from agents.callbacks import (
     HeldOutEval,
     LatencyMetrics,
     RunInfo,
+    drop_events_past,
     tensorboard_logger,
 )
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
@@ -430,6 +433,12 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         # inside: a stop while the events file opens or the held-out episode is set up (its
         # best-static run, seconds long) left a new run's folder behind, an events file alone
         logger = tensorboard_logger(str(run_dir))
+        if not fresh:
+            # past the step resumed from, not from it: the points at it (a rollout's, an
+            # eval/ point, final/ from model.zip) describe what the resumed model was and
+            # are not logged again; the per-task latency of index `step` (the next task) is,
+            # so a run stopped past its checkpoint keeps that one point twice
+            drop_events_past(logger, model.num_timesteps)
         model.set_logger(logger)
         callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best)
         start, t0 = model.num_timesteps, time.perf_counter()
