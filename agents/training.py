@@ -315,7 +315,7 @@ def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
     """The HPARAMS view of a new run; `config` is the run's own, whose ``hp`` holds every
     hyper-parameter the run uses (``train_run``)."""
     return {"agent": spec.label, "algo": spec.agent, "warmup": spec.warmup, "seed": spec.seed,
-            "env_id": config.env_id, "scenario": config.scenario,
+            "env_id": config.env_id, "scenario": config.scenario, "reward": config.reward,
             "hardware": config.hardware or "(scenario's)", "variant": config.variant or
             "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
             "normalize": config.normalize, "episode_tasks": config.episode_tasks or 0,

@@ -825,6 +825,19 @@ def test_run_info_gives_tensorboard_hparams_it_takes() -> None:
     assert type(info.hparams["n_steps"]) is int and type(info.hparams["gamma"]) is float
 
 
+def test_the_hparams_view_tells_runs_of_another_reward_apart() -> None:
+    """The reward a run trained on changes what it learns, and the HPARAMS view, where runs are
+    compared side by side, left it out (only the config text held it)."""
+    from agents.config import TrainConfig
+    from agents.training import RunSpec, _hparams
+
+    spec = RunSpec("ppo", "none", 0)
+    views = [_hparams(TrainConfig(reward=reward), spec) for reward in ("relative", "latency")]
+    assert [view["reward"] for view in views] == ["relative", "latency"]
+    assert {k: v for k, v in views[0].items() if k != "reward"} == \
+        {k: v for k, v in views[1].items() if k != "reward"}
+
+
 def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
     """--checkpoint-interval is in env steps: with two envs a vector step is two of them."""
     from agents.config import TrainConfig
