@@ -82,17 +82,13 @@ def _nearest(name: str, learners: bool = True, env: Any = None) -> str:
     """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out, and
     all-<device> for each device of `env`'s hardware, as it spells it), in any case as the
     names are read (HEFT_CALIBRATED: 'heft-calibrated')."""
-    key = name.strip().lower() if isinstance(name, str) else name
     try:
         devices = unwrap_env(env).device_names if env is not None else ()
     except TypeError:       # not one of our envs: the fixed names alone
         devices = ()
-    spelt = {f"all-{d}".lower(): f"all-{d}" for d in devices}
-    hint = did_you_mean([key], (*POLICY_NAMES, *SPLIT_POLICY_NAMES,
-                                *(SB3_NAMES if learners else ()), *spelt))
-    near = next((original for lower, original in spelt.items()
-                 if hint == f" (did you mean {lower!r}?)"), None)
-    return f" (did you mean {near!r}?)" if near is not None else hint
+    return did_you_mean([name.strip() if isinstance(name, str) else name],
+                        (*POLICY_NAMES, *SPLIT_POLICY_NAMES, *(SB3_NAMES if learners else ()),
+                         *(f"all-{d}" for d in devices)), ignore_case=True)
 
 
 def check_fixed_policy_name(name: str, what: str) -> None:

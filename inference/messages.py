@@ -42,15 +42,22 @@ def shown(value: object, *, quote: bool = True, limit: int = SHOWN_MAX) -> str:
 SUGGEST_CUTOFF = 0.75
 
 
-def did_you_mean(given: Iterable[object], choices: Iterable[str]) -> str:
+def did_you_mean(given: Iterable[object], choices: Iterable[str], ignore_case: bool = False
+                 ) -> str:
     """' (did you mean 'x'?)': for each unknown name in `given` the valid name of `choices`
     nearest to it, when one is near (`SUGGEST_CUTOFF`); '' when none is. Several unknown
     names read " (did you mean 'a' for 'b', 'c' for 'd'?)". Errors list every valid name after
-    it: among twenty options the one meant was hard to find."""
+    it: among twenty options the one meant was hard to find. `ignore_case`: names read in any
+    case are compared lower-cased, and the guess is spelt as `choices` spell it."""
     names = list(given)
-    valid = [c for c in choices if isinstance(c, str)]
-    pairs = [(name, near[0]) for name in names if isinstance(name, str)
-             for near in [difflib.get_close_matches(name, valid, n=1, cutoff=SUGGEST_CUTOFF)]
+
+    def fold(text: str) -> str:
+        return text.lower() if ignore_case else text
+
+    spelt = {fold(c): c for c in choices if isinstance(c, str)}
+    pairs = [(name, spelt[near[0]]) for name in names if isinstance(name, str)
+             for near in [difflib.get_close_matches(fold(name), list(spelt), n=1,
+                                                    cutoff=SUGGEST_CUTOFF)]
              if near]
     if not pairs:
         return ""

@@ -386,6 +386,16 @@ def test_did_you_mean_names_the_nearest_valid_name_only_when_one_is_near():
         " (did you mean 'episode_tasks' for 'episode_task', 'gpu' for 'gpus'?)"
 
 
+def test_did_you_mean_ignoring_case_guesses_as_the_choices_spell_it():
+    """Names read in any case (agent names, all-<device> of a hardware YAML's A100) compare
+    lower-cased, and the guess keeps the choice's own spelling."""
+    assert did_you_mean(["ALL-A10"], ["heft", "all-A100"], ignore_case=True) == \
+        " (did you mean 'all-A100'?)"
+    assert did_you_mean(["HEFT_CALIBRATED"], ["heft-calibrated"], ignore_case=True) == \
+        " (did you mean 'heft-calibrated'?)"
+    assert did_you_mean(["ALL-A10"], ["all-A100"]) == ""       # case counts unless ignored
+
+
 def _error_of(build) -> str:
     with pytest.raises(ValueError) as err:      # ConfigError and UnknownPolicyName are ValueErrors
         build()
