@@ -34,11 +34,8 @@ def _main(argv: list[str] | None) -> int:
 
     try:
         config, _ = parse_config(EvalConfig, argv, description=__doc__)
-        if config.reproduce_article:
-            for path in reproduce_article(config):
-                print(f"wrote {path}")
-        else:
-            run(config)     # it says each file as it writes it
+        # each says the files it writes as it writes them
+        (reproduce_article if config.reproduce_article else run)(config)
     except ConfigError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2

@@ -494,7 +494,8 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     written: list[Path] = []
     total = (0 if cfg.online else work_units(cfg, entries, scenarios)) \
         + len(online_agents) * online_n
-    ours = (() if cfg.online else SUMMARY_OUTPUTS) + (ONLINE_OUTPUTS if online_agents else ())
+    skipped, why = _skipped_outputs(cfg, bool(online_agents))
+    ours = tuple(name for name in (*SUMMARY_OUTPUTS, *ONLINE_OUTPUTS) if name not in skipped)
     with _earlier_named(out, ours, written, report), \
             tqdm(total=total, desc="evaluate", unit="item", disable=not cfg.progress_bar) as bar:
 
@@ -541,7 +542,6 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             wrote(plots.stabilization(study.curves, out / "stabilization.png", title=title))
             wrote(write_text(out / "stabilization.md", online_markdown(
                 study, seeds, cfg.online_samples, setting, cfg.online_reward)))
-    skipped, why = _skipped_outputs(cfg, bool(online_agents))
     kept = [name for name in skipped if (out / name).is_file()]
     if kept:
         report(f"kept {', '.join(kept)} in {out} from an earlier evaluation ({why})")
@@ -586,10 +586,10 @@ def curve_runs(entries: list[ModelEntry]) -> list[tuple[str, Path]]:
     return list(runs.values())
 
 
-def reproduce_article(cfg: EvalConfig) -> list[Path]:
+def reproduce_article(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     """``agents.article.reproduce`` on the held-out seeds, a progress bar ticking per seed
     (imported only when asked: the article job is the one user of its module); the file it
-    wrote."""
+    wrote, said as `run` says its files."""
     from tqdm.auto import tqdm
 
     from agents.article import ARTICLE_FILE, reproduce
@@ -599,7 +599,9 @@ def reproduce_article(cfg: EvalConfig) -> list[Path]:
     with tqdm(total=len(seeds), desc="article", unit="seed", disable=not cfg.progress_bar,
               leave=False) as bar:
         reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
-    return [Path(cfg.out) / ARTICLE_FILE]
+    written = Path(cfg.out) / ARTICLE_FILE
+    report(f"wrote {written}")
+    return [written]
 
 
 def fmt_summary(rows: list[dict[str, Any]]) -> str:
