@@ -41,13 +41,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def stopped(exc: KeyboardInterrupt) -> tuple[str, int]:
-    """How the CLIs say they were stopped, and their exit status."""
-    if isinstance(exc, Terminated):
-        return "terminated (SIGTERM)", SIGTERM_STATUS
-    return "interrupted", SIGINT_STATUS
-
-
 def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     """A CLI's `body`, with SIGTERM as Ctrl-C; either, while the modules load too (before there
     is anything to keep), ends in one line, ``{script}: interrupted{kept}``, and 130 (143).
@@ -55,10 +48,12 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     with sigterm_as_interrupt():
         try:
             return body()
-        except KeyboardInterrupt as exc:
-            how, status = stopped(exc)
-            print(f"{script}: {how}{kept}", file=sys.stderr)
-            return status
+        except Terminated:
+            print(f"{script}: terminated (SIGTERM){kept}", file=sys.stderr)
+            return SIGTERM_STATUS
+        except KeyboardInterrupt:
+            print(f"{script}: interrupted{kept}", file=sys.stderr)
+            return SIGINT_STATUS
         except BrokenPipeError:
             # nowhere to say more; Python's flush of stdout at exit would raise it again, as a
             # second traceback, so what is left of stdout goes nowhere
