@@ -35,3 +35,78 @@ def test_the_readmes_glm_9b_weight_size_is_the_models():
     stated = re.search(r"glm-9b: ([\d.]+e\d+)\)", README.read_text(encoding="utf-8"))
     assert stated is not None
     assert float(stated.group(1)) == float(f"{get_model('glm-9b').weight_bytes:.2e}")
+
+
+# ---- figures and defaults the README's prose quotes -------------------------------------------
+# Each is read from the README and compared with what the project loads, so that an edit to
+# either side alone fails here (measured figures, which need minutes of training, are not).
+
+def _text() -> str:
+    return " ".join(README.read_text(encoding="utf-8").split())
+
+
+def _quoted(pattern: str) -> list[str]:
+    """The groups of `pattern` in the README's whitespace-collapsed text; fails if it is gone."""
+    match = re.search(pattern, _text())
+    assert match is not None, f"README.md no longer reads {pattern!r}: update this test"
+    return list(match.groups())
+
+
+def _yaml_example(intro: str) -> list[str]:
+    """The lines of the ```yaml block right after the paragraph that starts with `intro`."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(re.escape(intro) + r"[^\n]*\n+```yaml\n(.*?)```", text, re.S)
+    assert block is not None, f"README.md has no YAML example after {intro!r}"
+    return block.group(1).splitlines()
+
+
+def _scenario_defaults() -> dict[tuple[str, ...], str]:
+    """The scenario example's `# (default)` notes, keyed by the field's path (`workload`,
+    `arrival_rate`); a field without a note maps to ''."""
+    notes: dict[tuple[str, ...], str] = {}
+    section: tuple[str, ...] = ()
+    for line in _yaml_example("A scenario ("):
+        field = re.match(r"(\s*)(\w+):\s*(.*)", line)
+        if field is None:
+            continue        # a comment's continuation line, or a fault's list entry
+        indent, key, rest = field.groups()
+        path = (*section, key) if indent else (key,)
+        note = re.search(r"#\s*\(([^)]*)\)", rest)
+        notes[path] = note.group(1) if note else ""
+        if not indent:
+            section = (key,)
+    return notes
+
+
+def test_the_readmes_scenario_example_gives_every_field_and_the_loaders_defaults():
+    from dataclasses import fields, is_dataclass
+
+    from envs.scenario import Distribution, Scenario, scenario_from_dict
+
+    loaded = scenario_from_dict({}, "chat.yaml")     # every field left to its default
+    notes = _scenario_defaults()
+    schema = {(f.name,) for f in fields(Scenario)} - {("source",)}
+    for f in fields(Scenario):
+        value = getattr(loaded, f.name)
+        if is_dataclass(value):
+            schema |= {(f.name, g.name) for g in fields(value)}
+    assert schema <= set(notes), f"README's scenario example lacks {sorted(schema - set(notes))}"
+    sections = {(path[0],) for path in notes if len(path) == 2}   # workload:, cache:, ...
+    for path, note in notes.items():
+        if path in sections or path == ("description",):     # description: free text
+            continue
+        assert note, f"README's scenario example gives {'.'.join(path)} no (default)"
+        value = loaded
+        for part in path:
+            value = getattr(value, part)
+        where = f"README's scenario example: {'.'.join(path)} ({note})"
+        if note == "none":
+            assert value in (None, ()), f"{where}; the loader's default is {value!r}"
+        elif note == "the file's name":
+            assert value == "chat", f"{where}; the loader names it {value!r}"
+        elif isinstance(value, Distribution):
+            assert (value.dist, value.value) == ("constant", float(note)), f"{where}; {value!r}"
+        elif isinstance(value, (int, float)):
+            assert float(note) == value, f"{where}; the loader's default is {value!r}"
+        else:
+            assert note == value, f"{where}; the loader's default is {value!r}"
