@@ -110,3 +110,26 @@ def test_the_readmes_scenario_example_gives_every_field_and_the_loaders_defaults
             assert float(note) == value, f"{where}; the loader's default is {value!r}"
         else:
             assert note == value, f"{where}; the loader's default is {value!r}"
+
+
+def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
+    """train.py passes no `log_interval`, so SB3's defaults set how often the grouped scalars
+    are written (the README once said every rollout for all on-policy agents; A2C's is 100)."""
+    import inspect
+
+    from agents.sb3_hyperparams import ALGORITHMS, load_hyperparams
+    from envs import ENV_IDS
+
+    a2c_every, discrete_steps, split_steps, off_policy_every = _quoted(
+        r"PPO and MaskablePPO every rollout, A2C every (\d+) rollouts \(([\d,]+) steps on "
+        r"`InferenceAlloc-v0`, ([\d,]+) on the Split env\), DQN and SAC every (\d+) episodes")
+
+    def interval(agent: str) -> int:
+        return inspect.signature(ALGORITHMS[agent].learn).parameters["log_interval"].default
+
+    assert interval("ppo") == interval("maskable-ppo") == 1
+    assert interval("a2c") == int(a2c_every)
+    for env_id, steps in zip(ENV_IDS, (discrete_steps, split_steps), strict=True):
+        n_steps = load_hyperparams("a2c", env_id, False)["n_steps"]
+        assert int(steps.replace(",", "")) == int(a2c_every) * n_steps, (env_id, n_steps)
+    assert interval("dqn") == interval("sac") == int(off_policy_every)
