@@ -133,3 +133,58 @@ def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
         n_steps = load_hyperparams("a2c", env_id, False)["n_steps"]
         assert int(steps.replace(",", "")) == int(a2c_every) * n_steps, (env_id, n_steps)
     assert interval("dqn") == interval("sac") == int(off_policy_every)
+
+
+def test_the_readmes_scenario_list_and_episode_lengths_are_the_presets():
+    import envs
+    from envs.scenario import load_scenario
+
+    listed = re.findall(r"`([\w-]+)`", _quoted(r"Scenarios \(`envs/scenarios/\*\.yaml`, or your "
+                                               r"own YAML\): (.*?)\. Real workloads")[0])
+    assert sorted(listed) == envs.scenario_names()
+    assert _quoted(r"`(\w+)` \(default\), `long-context`")[0] == "article"
+    short, preset, others = _quoted(r"\(the scenario's: (\d+) for `([\w-]+)`, (\d+) for the "
+                                    r"other presets\)")
+    for name in envs.scenario_names():
+        stated = short if name == preset else others
+        assert load_scenario(name).episode_tasks == int(stated), (name, stated)
+
+
+def test_the_readmes_space_sizes_are_the_envs():
+    import gymnasium as gym
+
+    from agents.sb3_factory import FlatDiscreteActions
+    from inference.hardware import load_hardware
+
+    fixed, per_device = _quoted(r"observation \(`(\d+) \+ (\d+) \* D` entries\)")
+    flat = int(_quoted(r"turns the three device ids into `Discrete\((\d+)\)`")[0])
+    for hardware in ("server", "edge"):
+        devices = len(load_hardware(hardware).devices)
+        env = gym.make("envs:InferenceAlloc-v0", hardware=hardware)
+        assert env.observation_space.shape == (int(fixed) + int(per_device) * devices,)
+        assert FlatDiscreteActions(env).action_space.n == flat == devices ** 3
+        env.close()
+
+
+def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
+    from agents import article_job
+    from agents.config import ARTICLE_SEEDS, EVAL_SEEDS, HELDOUT_SEED, EvalConfig, TrainConfig
+
+    train, evaluation = TrainConfig(), EvalConfig()
+    assert int(_quoted(r"`--validation-seed`, (\d+) by default")[0]) == train.validation_seed
+    first, seeds, episodes = _quoted(r"held-out seeds (\d+), \d+, \.\.\. \(`--seeds` of them, "
+                                     r"(\d+) by default\), `episode_latencies\(policy, env, "
+                                     r"seed, episodes=(\d+)\)` each, as `--episodes \3`")
+    assert (int(first), int(seeds), int(episodes)) == (HELDOUT_SEED, EVAL_SEEDS,
+                                                       evaluation.episodes)
+    assert int(_quoted(r"the article's figures, (\d+) held-out seeds")[0]) == ARTICLE_SEEDS
+    words = {"five": 5, "six": 6, "seven": 7, "eight": 8}
+    points, tasks = _quoted(r"The (\w+) points \(~[\d.]+ s a ([\d,]+)-task episode\)")
+    assert words[points] == train.timesteps // train.eval_interval + 1   # step 0 too
+    assert int(tasks.replace(",", "")) == train.eval_tasks
+    job, clients = _quoted(r"a job of (\d+) `article` requests sent by (\d+) closed-loop clients")
+    assert (int(job), int(clients)) == (article_job.JOB_TASKS, article_job.JOB_CLIENTS)
+    open_loop, scale = _quoted(r"the open-loop job instead \((\d+) requests, ([\d.]+)x the live "
+                               r"rate\)")
+    assert int(open_loop) == article_job.OPEN_LOOP_TASKS
+    assert float(scale) == article_job.JOB_TIME_SCALE
