@@ -1,9 +1,10 @@
 """docs/CALIBRATION.md's parameter tables state the shipped values.
 
-Each row of the tables under "Hardware", "Cost model", "Scenario" and "Learner" is found by its
-parameter cell and the figures it states are compared with the ones the project loads (the
-preset, scenario and hyper-parameter files through their loaders, the cost model's module
-constants): an edit to either side alone fails here, naming the row.
+Each row of the tables under "Hardware", "Cost model", "Scenario", "Learner" and "The article
+job" is found by its parameter cell and the figures it states are compared with the ones the
+project loads (the preset, scenario and hyper-parameter files through their loaders, the cost
+model's and the article job's module constants): an edit to either side alone fails here,
+naming the row.
 
 Not checked, because they state no shipped value:
   * the "rows it moves" cells: article targets and measured results (22%, 2.17x, ...), which
@@ -16,7 +17,9 @@ Not checked, because they state no shipped value:
     112" (the core count lives only in a comment of the preset);
   * the device model names (2 x Xeon Platinum 8480+, A100 80GB SXM, Ascend 910) and BF16 /
     AMX: labels, which the figures of their rows pin down;
-  * the `learning_rate` row's empty "why", and the prose under the Learner table.
+  * the `learning_rate` row's empty "why", and the prose under the Learner table;
+  * the article job table's "rows" cells and its "Flash-optimized's allocator" and "the loss
+    row's job" rows: measured ratios and choices of method, not shipped values.
 Every table row states at least one figure, so no row is skipped whole.
 README.md states none of these values: its YAML examples are a made-up `two-gpu` profile and
 `chat` scenario, and its "(default)" notes are the loaders' defaults, not the article's.
@@ -426,6 +429,32 @@ def test_the_dqn_row_states_the_cold_exploration_it_replaces():
                   "dqn.yaml's exploration_initial_eps")
     assert_states(where, fraction, cold["exploration_fraction"],
                   "dqn.yaml's exploration_fraction", "%")
+
+
+# ---- The article job --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("parameter", "names"), [
+    ("`JOB_CLIENTS`", ("JOB_CLIENTS",)),
+    ("`JOB_TASKS`", ("JOB_TASKS",)),
+    ("`JOB_TIME_SCALE`, `OPEN_LOOP_TASKS`", ("JOB_TIME_SCALE", "OPEN_LOOP_TASKS")),
+])
+def test_an_article_job_row_states_its_constants(parameter, names):
+    from agents import article_job
+
+    value, why = row("The article job", parameter)[1:3]
+    figures = stated(value, ", ".join(["{n}"] * len(names)), parameter)
+    for name, text in zip(names, figures, strict=True):
+        assert_states(parameter, text, getattr(article_job, name), f"article_job.{name}")
+    if "JOB_TIME_SCALE" in names:   # the why cell restates the open loop's speed-up
+        assert_states(parameter, stated(why, "requests {n}x faster", parameter)[0],
+                      article_job.JOB_TIME_SCALE, "article_job.JOB_TIME_SCALE")
+
+
+def test_the_online_samples_row_states_the_studys_length():
+    from agents import article
+
+    text = stated(row("The article job", "online samples")[1], "{n}", "online samples")[0]
+    assert_states("online samples", text, article.ONLINE_SAMPLES, "article.ONLINE_SAMPLES")
 
 
 # ---- the checks themselves ---------------------------------------------------------------------
