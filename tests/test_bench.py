@@ -461,3 +461,15 @@ def test_every_bench_script_imports_the_repository_it_lies_in(script):
     assert out.splitlines()[-1] == str(ROOT)
     # run as a script, it runs its main(): --help prints the usage and exits 0
     assert out.startswith(f"usage: {script}") and out.splitlines()[-2] == "exit 0"
+
+
+def test_the_readmes_bench_env_targets_are_the_scripts():
+    """README's Benchmarks list quotes bench_env.py's targets (and its --env choices)."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    quoted = re.search(r"`python bench/bench_env\.py \[--env ([\w|]+)\]`.*?\(targets: ratios of "
+                       r"([\d.]+) and ([\d.]+)\)", readme)
+    assert quoted is not None, "README's bench_env.py line changed: update this test"
+    module = bench_module("bench_env")
+    choices, discrete, split = quoted.groups()
+    assert choices.split("|") == list(module.ENV_CHOICES)
+    assert (float(discrete), float(split)) == (module.TARGETS["discrete"], module.TARGETS["split"])
