@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import re
 from pathlib import Path
@@ -188,3 +189,5 @@ def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
                                r"rate\)")
     assert int(open_loop) == article_job.OPEN_LOOP_TASKS
     assert float(scale) == article_job.JOB_TIME_SCALE
+    placement = _quoted(r"`python -m inference`'s default `--placement ([\w,]+)`")[0]
+    assert placement == importlib.import_module("inference.__main__").DEFAULT_PLACEMENT
