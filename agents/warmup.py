@@ -344,6 +344,7 @@ def _picks_masked(actions: np.ndarray, masks: Any, action_space: spaces.Space) -
     """
     if masks is None:
         return False
+    nvec: np.ndarray   # unshaped: numpy 2.2's stubs (Python 3.10's) would shape it 1-D
     if isinstance(action_space, spaces.MultiDiscrete):
         nvec = np.asarray(action_space.nvec).reshape(-1)
     elif isinstance(action_space, spaces.Discrete):

@@ -40,6 +40,8 @@ def precomputed_domains(scenario: Scenario) -> tuple[int, ...]:
 
 
 def _draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+    # unshaped: numpy 2.2's stubs (the last numpy for Python 3.10) type np.full as 1-D
+    values: np.ndarray
     if dist.dist == "constant":
         values = np.full(n, dist.value)
     elif dist.dist == "normal":
@@ -91,7 +93,7 @@ def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int)
         output = batches.output_tokens[window]
     else:
         n = n_tasks
-        rates = np.full(n, w.arrival_rate)
+        rates: np.ndarray = np.full(n, w.arrival_rate)   # unshaped, as in _draw
         if w.burst is not None:
             in_burst = (np.arange(n) % w.burst.period) < w.burst.length
             rates = np.where(in_burst, rates * w.burst.rate_multiplier, rates)
