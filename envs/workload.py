@@ -103,7 +103,8 @@ def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int)
         batch = _draw(w.batch, rng, n)
         prompt = _draw(w.prompt_tokens, rng, n)
         output = _draw(w.output_tokens, rng, n)
-    domains = rng.choice(w.domains, size=n, p=domain_popularity(w))
+    # unshaped, untyped dtype: numpy 2.5's stubs reject `domains.min() < 0` on an int64 array
+    domains: np.ndarray = rng.choice(w.domains, size=n, p=domain_popularity(w))
     noise = np.exp(rng.normal(0.0, scenario.noise, (n, 3))) if scenario.noise > 0 else np.ones((n, 3))
     # The columns are checked here as arrays, once, so that the tasks can skip `Task`'s
     # per-task validation (`Task.many_trusted`): with it, building them dominated a reset.
