@@ -19,6 +19,7 @@ Definitions used in every table:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -305,7 +306,8 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                       "run or more (steady_vs_static): a backlog they built, which their "
                       "samples_to_stabilise, read against static in their own state, does not "
                       "see (Definitions)."]
-    doc = (OnlineResult.metrics.__doc__ or "").strip().splitlines()
+    # cleandoc, not a fixed cut: Python 3.13 compiles docstrings already dedented
+    doc = inspect.cleandoc(OnlineResult.metrics.__doc__ or "").splitlines()
     lines += ["", "## Definitions", "",
               f"(early = the first {min(EARLY_SAMPLES, n_samples)} samples, window = "
               f"{min(WINDOW, n_samples)} samples; "
@@ -318,5 +320,5 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                   f"samples 1..`early` are the first {min(EARLY_SAMPLES, n_samples)}, and "
                   f"'the last {STEADY_SAMPLES} samples' are the last "
                   f"{min(STEADY_SAMPLES, n_samples)}.", ""]
-    lines += [line.strip() if not line.startswith("  ") else line[8:] for line in doc[2:]]
+    lines += doc[2:]
     return "\n".join(lines).rstrip() + "\n"

@@ -489,6 +489,22 @@ def test_stabilization_md_ends_with_the_metrics_definitions_as_their_docstring_l
     assert online_markdown(study, [1], 600, "article").endswith("\n".join(listed) + "\n")
 
 
+def test_stabilization_md_definitions_do_not_depend_on_the_docstring_indent(monkeypatch):
+    """Python 3.13 strips a docstring's common indent when it compiles it; 3.10-3.12 keep the
+    method's 8 spaces. The definitions cut a fixed 8 characters off each indented line, so on
+    3.13 (docstring already dedented) they lost the first 6 letters of every continuation line
+    ("static's" became "'s"). Here 3.13's docstring is given on any version."""
+    import inspect
+
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy(metrics={"ppo": [{"early": 1.0}]})
+    as_compiled = online_markdown(study, [1], 600, "article")
+    dedented = inspect.cleandoc(OnlineResult.metrics.__doc__ or "")
+    monkeypatch.setattr(OnlineResult.metrics, "__doc__", dedented)
+    assert online_markdown(study, [1], 600, "article") == as_compiled
+
+
 @pytest.mark.parametrize("n", [60, 200, 600])
 def test_stabilization_md_states_the_spans_its_metrics_used(n):
     """With --online-samples 60 the metrics average samples 1..60 (early) and the last 60
