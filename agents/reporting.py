@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from envs import ENV_IDS
 from envs.scenario import SCENARIO_DIR, load_scenario
 from inference.hardware import PRESET_DIR, load_hardware, preset_file
 from inference.variants import variant_label
+from inference.yamlio import path_version
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
@@ -252,11 +254,24 @@ class Context:
         return _context_key(self.scenario, self.hardware, self.variant)
 
 
-@lru_cache(maxsize=256)
 def _context_key(scenario: str, hardware: str | None, variant: str | None) -> tuple[str, str, str]:
     """The scenario (a file's resolved path), the hardware's resolved YAML file (a preset
     name, a relative or absolute path, or None for the scenario's) and the variant's recipe
     (None: the scenario's)."""
+    return _cached_context_key(scenario, hardware, variant, _names_now(scenario, hardware))
+
+
+def _names_now(*names: str | None) -> tuple[object, ...]:
+    """What the names given read now, besides their spelling: the working directory a relative
+    path is read from, and each file's version. One process (a notebook, a sweep) resolved a
+    name once and kept it: from another folder, or after the file was edited, its setting was
+    the first file's, with the first file's hardware."""
+    return (os.getcwd(), *(path_version(Path(name)) for name in names if name is not None))
+
+
+@lru_cache(maxsize=256)
+def _cached_context_key(scenario: str, hardware: str | None, variant: str | None,
+                        names_now: tuple[object, ...]) -> tuple[str, str, str]:
     sc = load_scenario(scenario)
     # Each name read as load_scenario and load_hardware read it: a preset name is the preset,
     # even where a file of that name lies in the working directory.
@@ -321,10 +336,15 @@ def _env_in(ctx: Context, env_id: str, cfg: EvalConfig) -> Any:
     return make_env(env_id, ctx.scenario, ctx.hardware, ctx.variant, cfg.episode_tasks)
 
 
-@lru_cache(maxsize=64)
 def _devices(ctx: Context) -> tuple[str, ...]:
-    """The device names of the context's hardware (its resolved file, read once)."""
-    return load_hardware(ctx.key()[1]).device_names
+    """The device names of the context's hardware (its resolved file, read once a version)."""
+    path = ctx.key()[1]
+    return _device_names(path, path_version(Path(path)))
+
+
+@lru_cache(maxsize=64)
+def _device_names(path: str, version: tuple[object, ...]) -> tuple[str, ...]:
+    return load_hardware(path).device_names
 
 
 def runnable_baselines(cfg: EvalConfig, ctx: Context) -> list[str]:

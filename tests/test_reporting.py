@@ -900,3 +900,40 @@ def test_the_article_job_gets_article_clients_only_when_given(
                                      article_clients=clients, progress_bar=False))
     assert got == [{"clients": 3}, {"clients": 0}, {}]
     assert bars == [[2, 2]] * 3
+
+
+def test_a_settings_key_follows_the_working_directory_and_an_edited_scenario(tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    # In one process (a notebook, a sweep) a relative scenario path was resolved once and kept:
+    # from another folder, or after the file's `hardware:` changed, the key named the first
+    # file and its hardware, so a section was titled (and its models matched) by a stale file.
+    from agents.reporting import Context, section_of
+    for folder, hardware in (("a", "server"), ("b", "edge")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "my.yaml").write_text(f"hardware: {hardware}\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path / "a")
+    assert section_of(Context("my.yaml", "edge", None)) == "my (hardware edge)"
+    monkeypatch.chdir(tmp_path / "b")
+    assert Context("my.yaml", None, None).key()[0] == str(tmp_path / "b" / "my.yaml")
+    assert section_of(Context("my.yaml", "edge", None)) == "my"
+    (tmp_path / "b" / "my.yaml").write_text("hardware: server\n", encoding="utf-8")
+    assert section_of(Context("my.yaml", "edge", None)) == "my (hardware edge)"
+
+
+def test_the_baselines_a_setting_runs_follow_an_edited_hardware_file(tmp_path: Path) -> None:
+    # The device names were read once per setting and kept for the process: a hardware file
+    # whose gpu was renamed still ran all-gpu (and failed there), in the next evaluation.
+    from agents.reporting import Context, runnable_baselines
+    hardware = tmp_path / "hw.yaml"
+    text = (PRESET_DIR / "server.yaml").read_text(encoding="utf-8")
+    hardware.write_text(text, encoding="utf-8")
+    cfg = EvalConfig(baselines=["best-static", "all-gpu"])
+    ctx = Context("article", str(hardware), None)
+    assert runnable_baselines(cfg, ctx) == ["best-static", "all-gpu"]
+    renamed = yaml.safe_load(text)
+    for device in renamed["devices"]:
+        device["name"] = device["name"].replace("gpu", "fastgpu")
+    for link in renamed["links"]:
+        link["between"] = [d.replace("gpu", "fastgpu") for d in link["between"]]
+    hardware.write_text(yaml.safe_dump(renamed), encoding="utf-8")
+    assert runnable_baselines(cfg, ctx) == ["best-static"]
