@@ -109,7 +109,9 @@ from agents.run_folder import (
 )
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
+from agents.static import unwrap_env
 from agents.warmup import WARMUP_PARTS, WarmupConfig, attach_warmup
+from envs.reference import setting_key
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
@@ -586,11 +588,18 @@ def _env_key(cfg: TrainConfig, seed: int | None = None) -> tuple:
             cfg.eval_seed if seed is None else seed)
 
 
-@lru_cache(maxsize=64)
 def baseline_latency(key: tuple, name: str) -> np.ndarray:
-    env_id, scenario, hardware, variant, tasks, seed = key
-    env = make_env(env_id, scenario, hardware, variant, tasks)
-    return episode_latencies(make_policy(name, env), env, seed)
+    """`name`'s per-task latency on the episode of `key` (``_env_key``), run once per setting:
+    keyed on what the names read now (``setting_key``), not on the names, so a scenario or
+    hardware file rewritten at its path (each trial of a sweep, in one process) is run again."""
+    env = make_env(*key[:5])
+    return _baseline_run(key, setting_key(unwrap_env(env)), name)
+
+
+@lru_cache(maxsize=64)
+def _baseline_run(key: tuple, setting: str, name: str) -> np.ndarray:
+    env = make_env(*key[:5])
+    return episode_latencies(make_policy(name, env), env, key[5])
 
 
 def read_run_config(path: Path) -> TrainConfig:

@@ -110,6 +110,14 @@ def best_static_key(env: InferenceAllocEnv) -> str:
     return _key_of(env, _searched_scenario(env))
 
 
+def setting_key(env: InferenceAllocEnv) -> str:
+    """Everything an episode of `env` depends on besides its seed and policy, as text: as
+    `best_static_key`, with the env's own scenario (its noise and length too). A cache of
+    episodes keyed on the names instead answered from a file's first version after it was
+    rewritten at the same path (a sweep's trial.yaml)."""
+    return _key_of(env, env.scenario)
+
+
 def _key_of(env: InferenceAllocEnv, scenario: Scenario) -> str:
     """`best_static_key` of `env` with its scenario as searched, `scenario`."""
     trace = scenario.workload.trace

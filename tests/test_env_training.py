@@ -1414,3 +1414,20 @@ def test_an_unknown_env_names_the_ids_and_short_names():
                                          r"valid: InferenceAlloc-v0 "
                                          r"\(discrete\), InferenceAllocSplit-v0 \(split\)"):
         make_env("Split")
+
+
+def test_the_held_out_baselines_follow_a_scenario_file_rewritten_at_its_path(tmp_path) -> None:
+    # A sweep that writes each trial's scenario to one file (or a notebook's edit of it): the
+    # baselines' held-out latencies were cached by the file's name, so every later trial's
+    # eval/ curves, vs_best_static and comparison table divided by the first trial's best-static.
+    from agents.config import TrainConfig
+    from agents.evaluation import episode_latencies, make_env
+    from agents.registry import make_policy
+    from agents.training import _env_key, baseline_latency
+    scenario = tmp_path / "trial.yaml"
+    config = TrainConfig(scenario=str(scenario), eval_tasks=40)
+    for rate in (0.05, 0.5):
+        scenario.write_text(f"workload: {{arrival_rate: {rate}}}\n", encoding="utf-8")
+        env = make_env(V0, str(scenario), episode_tasks=40)
+        expected = episode_latencies(make_policy("best-static", env), env, config.eval_seed)
+        assert np.array_equal(baseline_latency(_env_key(config), "best-static"), expected)
