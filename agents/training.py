@@ -597,7 +597,7 @@ def baseline_latency(key: tuple, name: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _baseline_run(key: tuple, setting: str, name: str) -> np.ndarray:
+def _baseline_run(key: tuple, setting: tuple, name: str) -> np.ndarray:
     env = make_env(*key[:5])
     return episode_latencies(make_policy(name, env), env, key[5])
 

@@ -20,6 +20,8 @@ import numpy as np
 
 from envs.workload import file_version, generate_episode
 from inference.simulator import Shares, Simulator
+from inference.task import STAGES
+from inference.variants import COST_PARAMS, resolve_variant
 
 if TYPE_CHECKING:
     from envs.inference_alloc import InferenceAllocEnv
@@ -32,7 +34,8 @@ CALIBRATION_SEED = 20231116
 #: sweep over many configurations grew the memo for the whole process. A run uses a handful; a
 #: forgotten one is searched again, with the same result (the search is deterministic).
 BEST_STATIC_MEMO = 256
-_BEST_STATIC: dict[str, tuple[int, ...]] = {}   # in order of use, the most recent last
+# in order of use, the most recent last; keyed by `best_static_key` and the stages' classes
+_BEST_STATIC: dict[tuple[str, tuple[type, ...]], tuple[int, ...]] = {}
 
 
 def all_placements(n_devices: int) -> list[tuple[int, int, int]]:
@@ -104,31 +107,42 @@ def best_static_key(env: InferenceAllocEnv) -> str:
     """Everything the best-static search depends on, as text: the scenario as searched, and
     what its names point to now: the hardware's figures (a name or path gives other figures
     once its file is edited), the model, the variant, the replayed trace's version (a CSV
-    rewritten at the same path; see `generate_episode`'s own trace cache) and the calibration
+    rewritten at the same path; see `generate_episode`'s own trace cache), the variant's
+    implementations' constructor arguments (COST_PARAMS) and the calibration
     workload. The search's cache keys on it, and so does a result saved to a file
     (`agents.static.search_best_static`)."""
     return _key_of(env, _searched_scenario(env))
 
 
-def setting_key(env: InferenceAllocEnv) -> str:
-    """Everything an episode of `env` depends on besides its seed and policy, as text: as
-    `best_static_key`, with the env's own scenario (its noise and length too). A cache of
+def setting_key(env: InferenceAllocEnv) -> tuple[str, tuple[type, ...]]:
+    """Everything an episode of `env` depends on besides its seed and policy: as the
+    best-static memo's key, with the env's own scenario (its noise and length too). A cache of
     episodes keyed on the names instead answered from a file's first version after it was
     rewritten at the same path (a sweep's trial.yaml)."""
-    return _key_of(env, env.scenario)
+    return _memo_key(env, env.scenario)
+
+
+def _memo_key(env: InferenceAllocEnv, scenario: Scenario) -> tuple[str, tuple[type, ...]]:
+    # The classes too, not only their names: a class registered anew under a name
+    # (IMPLEMENTATIONS, a notebook cell run again) was answered with the first class's placement.
+    return _key_of(env, scenario), tuple(type(stage) for stage in env.sim.stages)
 
 
 def _key_of(env: InferenceAllocEnv, scenario: Scenario) -> str:
     """`best_static_key` of `env` with its scenario as searched, `scenario`."""
     trace = scenario.workload.trace
+    recipe = resolve_variant(scenario.variant)
+    # an implementation's constructor arguments as registered now (COST_PARAMS): a name's
+    # arguments changed in one process were answered with the first arguments' placement
+    params = tuple(COST_PARAMS.get(recipe[stage], {}) for stage in STAGES)
     return repr((scenario, trace and file_version(trace), env.hardware, env.model, env.variant,
-                 CALIBRATION_TASKS, CALIBRATION_SEED))
+                 params, CALIBRATION_TASKS, CALIBRATION_SEED))
 
 
 def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:
     """The best static placement for the env's configuration, by nominal simulation."""
     scenario = _searched_scenario(env)      # once, for the key and, on a miss, the search
-    key = _key_of(env, scenario)
+    key = _memo_key(env, scenario)
     best = _BEST_STATIC.pop(key, None)
     if best is None:
         tasks = generate_episode(scenario, np.random.default_rng(CALIBRATION_SEED), CALIBRATION_TASKS).tasks

@@ -979,3 +979,43 @@ def test_a_name_given_as_an_env_argument_is_refused_without_a_scenario_field() -
         with pytest.raises(ValueError) as info:
             gym.make(f"envs:{V0}", **kwargs)
         assert str(info.value).startswith(problem)
+
+
+def test_best_static_is_searched_again_for_a_stage_implementation_registered_anew(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's own implementation (`IMPLEMENTATIONS[stage][name] = cls`, its arguments in
+    `COST_PARAMS[name]`), redefined or given other arguments in one process (a notebook cell
+    run again): the memo keyed the search by the implementation's name and answered with the
+    first version's placement, where a fresh process searched the new one's."""
+    from envs import reference
+    from inference.stages.prefill import WindowAttention
+    from inference.variants import COST_PARAMS, IMPLEMENTATIONS
+    from inference.work import PREPROCESS
+
+    def wide(branchy_by_default: bool) -> type:
+        class Wide(WindowAttention):   # prefill as branchy byte-level work: the CPU's kind
+            def __init__(self, window: int = 2048, branchy: bool = branchy_by_default) -> None:
+                super().__init__(window=window)
+                self.branchy = branchy
+
+            def work(self, task, model):
+                w = super().work(task, model)
+                return w._replace(parts=tuple(p._replace(op=PREPROCESS) for p in w.parts)) \
+                    if self.branchy else w
+        return Wide
+
+    monkeypatch.setattr(reference, "_BEST_STATIC", {})
+    variant = {"load": "direct", "prefill": "wide", "decode": "sequential"}
+
+    def searched(cls: type, params: dict) -> tuple[int, ...]:
+        monkeypatch.setitem(IMPLEMENTATIONS["prefill"], "wide", cls)
+        monkeypatch.setitem(COST_PARAMS, "wide", params)
+        return envs.InferenceAllocEnv(variant=variant, episode_tasks=2).planner.best_static
+
+    first = wide(False)
+    for cls, params in ((wide(True), {}), (first, {"branchy": True})):
+        monkeypatch.setattr(reference, "_BEST_STATIC", {})      # as a fresh process
+        alone = searched(cls, params)
+        monkeypatch.setattr(reference, "_BEST_STATIC", {})
+        assert searched(first, {}) != alone                     # another placement ...
+        assert searched(cls, params) == alone                   # ... not the memo's first one
