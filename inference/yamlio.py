@@ -18,49 +18,82 @@ import yaml
 from inference.messages import shown
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+VALUE_TAG = "tag:yaml.org,2002:value"   # a bare `=` key, which SafeLoader reads as the string
 
 
 class NumberFriendlyLoader(yaml.SafeLoader):
-    """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``, and
-    refuses a key given twice in one mapping."""
+    """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``, refuses a
+    key given twice in one mapping, and resolves merge keys (``<<``) itself."""
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
-        # A mapping's pairs as written, for the mappings `flatten_mapping` has rewritten.
-        self._written_pairs: dict[yaml.Node, list[tuple[yaml.Node, yaml.Node]]] = {}
-
-    def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        # PyYAML merges `<<` sources into node.value in place, and flattens a merge source when
-        # the mapping that merges it is constructed -- before the source itself is, if it is
-        # aliased again later. Keep the pairs as written for the duplicate check.
-        self._written_pairs.setdefault(node, list(node.value))
-        super().flatten_mapping(node)
+        # Each merge source's pairs with its own merges resolved: {key: (key node, value node)}.
+        self._resolved: dict[yaml.Node, dict[Any, tuple[yaml.Node, yaml.Node]]] = {}
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        # PyYAML keeps the last of two equal keys without a word: a scenario's second
-        # `workload:` block replaced the first whole, its other fields falling back to their
-        # defaults. YAML requires unique keys. The check reads the pairs as written, before the
-        # merge keys (`<<`) are flattened in: a key overriding a merged one is allowed. Keys are
-        # compared by value only: both uses of an alias are one node, so a node identity test
-        # let `*k : 1` then `*k : 4` through (the lines named are then the anchor's).
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, yaml.Node] = {}
-            pairs = self._written_pairs.get(node) or node.value   # [] was [] as written too
-            for key_node, _ in pairs:
-                if key_node.tag == MERGE_TAG:
-                    continue
-                key = self.construct_object(key_node, deep=False)
-                try:
-                    first = seen.get(key)
-                except TypeError:   # an unhashable key: the base class names it
-                    continue
-                if first is not None:
+        # PyYAML's own merge (`flatten_mapping`) rewrites a merge source's node in place and
+        # changed in 6.0.4, which keeps the first `x` of a source that merges an `x` and also
+        # gives its own: `c: {<<: *b}` got 1 from `b: {<<: {x: 1}, x: 2}` (2 in 6.0.3 and by the
+        # spec). So the merge is done here, on nodes left as written, and never calls it.
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep=deep)   # the base class says what is wrong
+        return {key: self.construct_object(value_node, deep=deep)
+                for key, (_, value_node) in self._merged_pairs(node, ()).items()}
+
+    def _merged_pairs(self, node: yaml.MappingNode, merging: tuple[yaml.Node, ...]
+                      ) -> dict[Any, tuple[yaml.Node, yaml.Node]]:
+        """`node`'s pairs with its merge keys resolved as https://yaml.org/type/merge.html says:
+        the mapping's own keys override merged ones, and of a sequence of mappings merged, an
+        earlier one overrides a later one. A key given twice in the mapping is refused."""
+        if node in self._resolved:
+            return self._resolved[node]
+        if node in merging:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", merging[-1].start_mark,
+                "found a mapping that merges itself", node.start_mark)
+        merged: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+        own: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+        # The keys as written, a merge key too (YAML keys are unique; PyYAML 6.0.3 and 6.0.4
+        # disagree on which of two `<<` wins), kept apart from a quoted "<<" key.
+        given: dict[tuple[bool, Any], yaml.Node] = {}
+        for key_node, value_node in node.value:
+            is_merge = key_node.tag == MERGE_TAG
+            key = "<<" if is_merge else self._hashable_key(node, key_node)
+            if (is_merge, key) in given:
+                # PyYAML keeps the last of two equal keys without a word: a scenario's second
+                # `workload:` block replaced the first whole, its fields falling back to their
+                # defaults. Keys are compared by value: both uses of an alias are one node.
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r} (first given on line "
+                    f"{given[is_merge, key].start_mark.line + 1})", key_node.start_mark)
+            given[is_merge, key] = key_node
+            if not is_merge:
+                own[key] = (key_node, value_node)
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in reversed(sources):   # the earlier source is applied last: it wins
+                if not isinstance(source, yaml.MappingNode):
                     raise yaml.constructor.ConstructorError(
                         "while constructing a mapping", node.start_mark,
-                        f"found duplicate key {key!r} (first given on line "
-                        f"{first.start_mark.line + 1})", key_node.start_mark)
-                seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+                        f"a merge key (<<) takes a mapping or a list of mappings, "
+                        f"not a {source.id}", source.start_mark)
+                merged.update(self._merged_pairs(source, (*merging, node)))
+        merged.update(own)   # a key of the mapping itself overrides a merged one
+        self._resolved[node] = merged
+        return merged
+
+    def _hashable_key(self, node: yaml.MappingNode, key_node: yaml.Node) -> Any:
+        if key_node.tag == VALUE_TAG:
+            return "="
+        key = self.construct_object(key_node, deep=False)   # a hashable key is a scalar: whole
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                "found unhashable key", key_node.start_mark) from None
+        return key
 
 
 NumberFriendlyLoader.add_implicit_resolver(
@@ -71,7 +104,8 @@ NumberFriendlyLoader.add_implicit_resolver(
 
 
 def safe_load(text_or_stream: str | IO[str]) -> Any:
-    """`yaml.safe_load`, reading exponent-only floats as numbers."""
+    """`yaml.safe_load`, reading exponent-only floats as numbers, refusing duplicate keys and
+    merging `<<` keys as the YAML spec says (see `NumberFriendlyLoader`)."""
     return yaml.load(text_or_stream, Loader=NumberFriendlyLoader)  # noqa: S506 (a SafeLoader)
 
 

@@ -389,13 +389,49 @@ def test_the_duplicate_key_check_sees_aliased_keys_and_not_merged_ones():
     # A merge source with its own merge key, aliased again: PyYAML flattens the source in
     # place when the first mapping merges it, so the check (reading the node's pairs) saw the
     # merged-in `x` beside the source's own `x` and refused this valid document.
-    # Which `x` wins in `c` is PyYAML's merge, not this check: 6.0.3 gives 2 (the source's own
-    # key), 6.0.4 gives 1 (its merge rewrite keeps the first `x` of the flattened source). So
-    # the loader is held to PyYAML's answer, and to the parts both versions agree on.
+    # `c` gets the source's own `x` (PyYAML 6.0.4's own merge gives it the merged-in 1).
     text = "c:\n  <<: &b\n    <<: {x: 1}\n    x: 2\n  y: 0\nd: *b\n"
-    loaded = safe_load(text)
-    assert loaded == yaml.safe_load(text)
-    assert loaded["d"] == {"x": 2} and loaded["c"]["y"] == 0 and set(loaded["c"]) == {"x", "y"}
+    assert safe_load(text) == {"c": {"x": 2, "y": 0}, "d": {"x": 2}}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # A merge source that merges: its own key overrides what it merges, whether the source is
+    # read before the mapping merging it or inside it (PyYAML 6.0.4 gave c.x == 1 both ways).
+    ("b: &b\n  <<: {x: 1}\n  x: 2\nc:\n  <<: *b\n  y: 0\n",
+     {"b": {"x": 2}, "c": {"x": 2, "y": 0}}),
+    ("c:\n  <<: &b\n    <<: [{x: 1}]\n    x: 2\n  y: 0\nd: *b\n",
+     {"c": {"x": 2, "y": 0}, "d": {"x": 2}}),
+    # Of a list of mappings merged, an earlier one overrides a later one.
+    ("a: &a {x: 1, y: 1}\nb: &b {x: 2, z: 2}\nc: {<<: [*a, *b], w: 0}\n",
+     {"a": {"x": 1, "y": 1}, "b": {"x": 2, "z": 2}, "c": {"x": 1, "y": 1, "z": 2, "w": 0}}),
+    ("c: {<<: [{x: 1}, {x: 2, <<: {x: 3, y: 3}}]}\n", {"c": {"x": 1, "y": 3}}),
+    # The mapping's own key overrides a merged one, wherever it is written.
+    ("a: &a {x: 1, y: 1}\nc: {x: 3, <<: *a}\n", {"a": {"x": 1, "y": 1}, "c": {"x": 3, "y": 1}}),
+    # One source merged twice, once overridden: neither use changes the other or the source.
+    ("a: &a {x: 1}\nb: {<<: *a, x: 3}\nc: {<<: *a, y: 2}\nd: *a\n",
+     {"a": {"x": 1}, "b": {"x": 3}, "c": {"x": 1, "y": 2}, "d": {"x": 1}}),
+    # A bare `=` key is the string, as in yaml.safe_load (the duplicate check failed on its tag).
+    ("=: 1\n", {"=": 1}),
+])
+def test_merge_keys_follow_the_yaml_spec(text, expected):
+    assert safe_load(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: 1\nb:\n  x: 0\n  <<: 3\n", "line 4, column 7: a merge key .* not a scalar"),
+    ("a: &a {x: 1}\nb:\n  <<:\n    - *a\n    - [x]\n", "line 5, column 7: .* not a sequence"),
+    ("a: &a {x: 1}\nb:\n  <<:\n", "line 3, column 6: a merge key"),
+    # YAML keys are unique, the merge key too: PyYAML 6.0.3 let the second `<<` win, 6.0.4 the first.
+    ("a: &a {x: 1}\nb: &b {x: 2}\nc:\n  <<: *a\n  <<: *b\n",
+     r"line 5, column 3: found duplicate key '<<' \(first given on line 4\)"),
+    ("b: {<<: {x: 1, x: 2}}\n", "found duplicate key 'x'"),
+    ("a: &a\n  <<: *a\n", "merges itself"),
+])
+def test_a_bad_merge_key_names_its_line(text, message):
+    from inference.yamlio import describe_yaml_error
+    with pytest.raises(yaml.YAMLError) as raised:
+        safe_load(text)
+    assert re.search(message, describe_yaml_error(raised.value))
 
 def renamed(section: dict, old: str, new: str) -> None:
     section[new] = section.pop(old)
