@@ -47,9 +47,11 @@ batch each device takes (the stage ends when its slowest share does).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -62,6 +64,7 @@ from inference.task import STAGES, Task
 from inference.work import StageWork
 
 Shares = tuple[tuple[tuple[int, float], ...], ...]   # per stage: ((device, fraction), ...)
+_span_end = itemgetter(1)    # a booked (start, end) span's end
 
 
 @dataclass(frozen=True)
@@ -714,8 +717,14 @@ class Simulator:
             for _tag, _op, pattern, _flops, nbytes, fixed_bytes, _launches in parts:
                 est += (nbytes * frac + fixed_bytes) * inv_b[pattern]
             if est > 0:
-                peers_booked: list[Sequence[tuple[float, float]]] = [
-                    st.booked[q] for q in self._peers[dev]]
+                # Only a peer's spans that end after `start` can slow the stage. Each device's
+                # spans are booked in order, so they are a suffix, found by bisection: under a
+                # backlog that never drains, the spans still ahead of the task's arrival grow
+                # with the episode, and scanning them all made each step slower than the last.
+                peers_booked: list[Sequence[tuple[float, float]]] = []
+                for q in self._peers[dev]:
+                    spans = st.booked[q]
+                    peers_booked.append(spans[bisect_right(spans, start, key=_span_end):])
                 if siblings:
                     peers_booked.append(siblings)
                 slow = self._contended_slowdown(est, start, peers_booked)

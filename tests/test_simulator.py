@@ -640,6 +640,37 @@ def test_contention_with_no_peer_busy_leaves_the_memory_time_exact():
     assert sim._stage_time(work, npu, 1.0, 1234.567, st)[0] == sim.stage_seconds(work, npu)
 
 
+def test_a_stage_is_priced_beside_only_the_peer_spans_still_running_at_its_start():
+    """Under a backlog that never drains, every span booked after the task's arrival stays,
+    and scanning them all for each stage made a step's cost grow with the episode. A peer's
+    spans that end by the stage's start cannot slow it; the slowdown is handed none of them,
+    and the stage's time is the same."""
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    cpu, gpu = EDGE.device_id("cpu"), EDGE.device_id("gpu")
+    spans = [(100.0 + i, 100.5 + i) for i in range(500)]    # done by 600: before the cpu's turn
+    spans.append((700.0, 800.0))                            # still running when the cpu starts
+    sim.state.booked[gpu] = list(spans)
+    sim.state.busy_until[gpu] = 800.0
+    sim.state.busy_until[cpu] = 650.0
+    seen = []
+    real = sim._contended_slowdown
+
+    def recording(est, start, peers_booked):
+        seen.extend((start, span) for peer in peers_booked for span in peer)
+        return real(est, start, peers_booked)
+
+    sim._contended_slowdown = recording
+    result = sim.execute(Task(4, 512, 16, arrival=50.0), ("cpu", "cpu", "cpu"))
+    assert seen and all(end > start for start, (_, end) in seen)
+    assert (700.0, 800.0) in [span for _, span in seen]
+    full = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    full.state.booked[gpu] = [(700.0, 800.0)]
+    full.state.busy_until[gpu] = 800.0
+    full.state.busy_until[cpu] = 650.0
+    assert full.execute(Task(4, 512, 16, arrival=50.0), ("cpu", "cpu", "cpu")).latency \
+        == result.latency
+
+
 def test_a_device_fits_the_weights_and_a_footprint_up_to_its_memory_exactly():
     """`fits` is weights + footprint <= memory; by default the weights start on every device
     they fit on, a device exactly their size included."""
