@@ -671,6 +671,35 @@ def test_a_stage_is_priced_beside_only_the_peer_spans_still_running_at_its_start
         == result.latency
 
 
+def test_a_dry_run_copies_only_the_booked_spans_that_can_slow_its_stages(monkeypatch):
+    """A dry run (`commit=False`: the references, the oracle's every placement) works on a
+    copy of the state. It copied every booked span, which under a backlog that never drains
+    grow with the episode; a span that ends before every contended device is free can slow
+    none of the task's stages, and the copy leaves it out. The result is the same, and the
+    state itself keeps every span."""
+    from inference.simulator import ClusterState
+
+    sim = simulator("glm-5.3", EDGE, SimConfig(contention=1.0))
+    gpu = EDGE.device_id("gpu")
+    spans = [(100.0 + i, 100.5 + i) for i in range(500)] + [(700.0, 800.0)]
+    sim.state.booked[gpu] = list(spans)
+    sim.state.busy_until[:] = [650.0, 800.0, 650.0]
+    copies = []
+    real_copy = ClusterState.copy
+
+    def recording_copy(self, *args, **kwargs):
+        copy = real_copy(self, *args, **kwargs)
+        copies.append([len(b) for b in copy.booked])   # as copied, before the run books
+        return copy
+
+    monkeypatch.setattr(ClusterState, "copy", recording_copy)
+    task, placement = Task(4, 512, 16, arrival=50.0), ((((0, 1.0),),) * 3)
+    dry = sim.run(task, placement, commit=False)
+    assert copies == [[0, 1, 0]]
+    assert sim.state.booked[gpu] == spans
+    assert sim.run(task, placement).latency == dry.latency
+
+
 def test_a_device_fits_the_weights_and_a_footprint_up_to_its_memory_exactly():
     """`fits` is weights + footprint <= memory; by default the weights start on every device
     they fit on, a device exactly their size included."""
