@@ -37,9 +37,10 @@ and the subset's finish is then its latest share's, ``max_S c_d + a_d + f_d b_d`
 The batch is the one the observation shows, which caps it at 64; a larger batch's
 fractions (multiples of 1/64) are rounded again by the env.
 
-Every non-empty subset of the allowed devices is tried. A subset is dropped, unless
-it has a single device, when a share is below ``MIN_SHARE`` or rounds to no
-sequence at all (that is a smaller subset, tried on its own). The earliest finish
+Every non-empty subset of the allowed devices is tried: 2 ** D - 1 per stage, so a decision's
+cost doubles with each device (about 0.2 ms at 3 devices, 3 ms at 8, 0.85 s at 16). A subset
+is dropped, unless it has a single device, when a share is below ``MIN_SHARE`` or rounds to
+no sequence at all (that is a smaller subset, tried on its own). The earliest finish
 wins, and the next stage starts from it. A subset of one device is HEFT's own
 choice: heft-split only divides a stage where that finishes it earlier.
 

@@ -7,6 +7,9 @@ placement with the lowest latency wins. Ties go to the first placement in
 ``envs.reference.all_placements`` order, so its choice is the env's
 ``info["oracle_placement"]`` (``reference=True``) for the same step.
 
+Its cost is a simulation per allowed placement, D ** 3 of them on D devices, every step
+(about 0.3 ms a step at 3 devices, 4.5 ms at 8, 40 ms at 16).
+
 What it is for: a per-step lower bound that every result is compared to. No
 policy can do better *on this task in this state*.
 

@@ -15,7 +15,8 @@ Format
     they are: the same header, times like ``2024-05-10 00:00:00.009930+00:00`` (a whole second
     without its fraction), 17-27 million rows a week. The reader streams the file into int64
     arrays, about 55 bytes a row at its peak (``bench/bench_traces.py``), so such a week takes
-    1-2 GB and a couple of minutes, once per process.
+    1-2 GB and a couple of minutes, once per process for each time scale, window and batch cap
+    the environment replays it with (``envs.workload`` keeps the batches of the last 8).
     :func:`read_trace` returns a :class:`Trace` of numpy arrays with times in seconds since the
     first request. Both token counts must be integers >= 1: the real traces contain no zero, so a
     zero is treated as a corrupt row and rejected rather than silently patched.
