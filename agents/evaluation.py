@@ -1,8 +1,9 @@
 """Evaluation on held-out workloads: per-task latencies, summary statistics, the online study.
 
 * ``episode_latencies``: run any policy (``predict``) for whole episodes of a seeded stream;
-* ``summarise``: per seed mean / p50 / p95 / p99 latency, ratio to best-static and gap to
-  the oracle on the same episodes, then the mean and a 95% t-interval over seeds;
+* ``episode_metrics``: per seed mean / p50 / p95 / p99 latency, ratio to best-static and gap
+  to the oracle on the same episodes; ``AgentResult.row``: their mean and a 95% t-interval
+  over seeds;
 * ``online_study``: ``agents.online.deploy`` of learners from sample 0 beside the static,
   HEFT and oracle references on the same streams (the ~200-sample stabilisation).
 
