@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
+import importlib.util
 import io
 import re
 from pathlib import Path
@@ -191,3 +193,114 @@ def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
     assert float(scale) == article_job.JOB_TIME_SCALE
     placement = _quoted(r"`python -m inference`'s default `--placement ([\w,]+)`")[0]
     assert placement == importlib.import_module("inference.__main__").DEFAULT_PLACEMENT
+
+
+# ---- the names the docs give: command-line flags and TensorBoard tags -------------------------
+# A renamed option or tag left the README's (or CALIBRATION.md's) name behind; these read each
+# name back from the parsers and from the code that writes the tags.
+
+ROOT = README.parent
+DOCS = (README, ROOT / "docs" / "CALIBRATION.md")
+COMMAND = re.compile(r"(train\.py|evaluate\.py|python -m inference|bench/bench_\w+\.py)")
+FLAG = re.compile(r"(?<![\w-])--[a-z][\w-]*")
+OTHER_TOOLS = {"--logdir": "tensorboard", "--index-url": "pip"}   # the README's, not ours
+TAG = re.compile(r"(?<![\w/.-])((?:latency|devices|cache|eval|charts|final|warmup)/[\w*<>]*)")
+
+
+class _Parser(Exception):
+    """Raised in place of parsing: carries the parser a script built."""
+
+    def __init__(self, parser):
+        super().__init__()
+        self.parser = parser
+
+
+def _flags_of(parser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def _bench_flags(script: Path, monkeypatch) -> set[str]:
+    """The flags of a bench script's parser, which its main() builds and parses at once."""
+    def caught(self, *args, **kwargs):
+        raise _Parser(self)
+
+    spec = importlib.util.spec_from_file_location(f"{script.stem}_flags", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with monkeypatch.context() as patch:
+        patch.setattr("argparse.ArgumentParser.parse_args", caught)
+        with pytest.raises(_Parser) as built:
+            module.main([])
+    return _flags_of(built.value.parser)
+
+
+@pytest.fixture(scope="module")
+def command_flags() -> dict[str, set[str]]:
+    from agents.config import EvalConfig, TrainConfig, build_parser
+
+    flags = {"train.py": _flags_of(build_parser(TrainConfig)),
+             "evaluate.py": _flags_of(build_parser(EvalConfig)),
+             "python -m inference": _flags_of(
+                 importlib.import_module("inference.__main__").build_parser())}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for script in sorted((ROOT / "bench").glob("bench_*.py")):
+            flags[f"bench/{script.name}"] = _bench_flags(script, monkeypatch)
+    return flags
+
+
+def _commands(text: str) -> list[tuple[str, str]]:
+    """(command, what follows it) for each command a doc writes with its options: a line of a
+    ```bash block (to `&&` or `#`) or an inline code span."""
+    spans = [part.split("#")[0] for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+             for line in block.splitlines() for part in line.split("&&")]
+    spans += re.findall(r"`([^`\n]+(?:\n[^`\n]+)?)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    found = [COMMAND.search(span) for span in spans]
+    return [(m.group(1), m.string[m.end():]) for m in found if m is not None]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda doc: doc.name)
+def test_every_flag_a_doc_gives_is_one_of_a_command(doc, command_flags):
+    text = doc.read_text(encoding="utf-8")
+    every = set().union(*command_flags.values())
+    unknown = sorted(set(FLAG.findall(text)) - every - set(OTHER_TOOLS))
+    assert not unknown, f"{doc.name} gives flags no command takes: {unknown}"
+    commands = _commands(text)
+    assert len(commands) >= 10, f"{doc.name}'s commands were not found: {commands}"
+    for command, rest in commands:
+        wrong = [flag for flag in FLAG.findall(rest) if flag not in command_flags[command]]
+        assert not wrong, f"{doc.name}: `{command}{rest}`: {command} takes no {wrong}"
+
+
+def _written_tags() -> list[str]:
+    """The TensorBoard tags the code records: as the literal it writes, or as an f-string's
+    pattern (`devices/{d}_share`: `devices/*_share`)."""
+    tags = []
+    for path in sorted(ROOT.glob("*/*.py")) + sorted(ROOT.glob("*.py")):
+        if path.parts[-2] in ("tests", "bench"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(part.value if isinstance(part, ast.Constant) else "*"
+                               for part in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            else:
+                continue
+            if TAG.fullmatch(text):
+                tags.append(text)
+    return tags
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda doc: doc.name)
+def test_every_tensorboard_tag_a_doc_names_is_one_the_code_writes(doc):
+    """`latency/per_sample`, a group (`devices/`) or a family (`final/best_*`,
+    `devices/<d>_share`): each is, or matches, a tag the callbacks or the trainer record."""
+    written = _written_tags()
+    assert "latency/per_sample" in written and "devices/*_share" in written, written
+    named = set(TAG.findall(doc.read_text(encoding="utf-8")))
+    assert "eval/" in named, f"{doc.name}: no tags found ({named}): update this test"
+    for tag in sorted(named):
+        pattern = re.sub(r"<\w+>|\\\*", ".*", re.escape(tag)) + (".*" if tag.endswith("/") else "")
+        assert any(re.fullmatch(pattern, t.replace("*", "x")) for t in written), (
+            f"{doc.name} names the TensorBoard tag {tag!r}, which no code writes; written: "
+            f"{sorted(set(written))}")
