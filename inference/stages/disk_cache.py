@@ -90,7 +90,7 @@ class DiskCache:
             self.misses += 1
             return None
         _, key, tokens = entry
-        if key == validation_key(raw, self.version):  # cache_valid
+        if key == validation_key(raw, self.version):  # the article's cache_valid
             self.hits += 1
             return tokens
         self.stale += 1

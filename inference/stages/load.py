@@ -3,9 +3,9 @@
 After the article's section 2:
   * `direct`   (GLM-5.3): read_from_disk -> preprocess -> tokenize, every time.
   * `cached`   (Flash): a precomputed on-disk cache; each request loads the entry, validates it
-    against the current source (cache_valid), applies it on a hit and falls back to the full
-    preprocess on a miss or a stale entry. Validation reads and hashes the source, which is
-    the overhead that makes a low hit rate a net loss.
+    against the current source (the article's `cache_valid`), applies it on a hit and falls
+    back to the full preprocess on a miss or a stale entry. Validation reads and hashes the
+    source, which is the overhead that makes a low hit rate a net loss.
   * `adaptive` (Flash-optimized): the cache's contents follow the runtime request distribution
     (exponentially decayed request counts): it holds the `capacity` most requested sources.
 
@@ -118,7 +118,7 @@ def full_preprocess(path: StrPath) -> tuple[tuple[int, ...], bytes]:
 
 def _lookup(cache: DiskCache, source: Path, raw: bytes) -> tuple[tuple[int, ...], bool]:
     """(tokens, hit): the entry validated against `raw`, the source's bytes, on a hit
-    (apply_cache), else a full preprocess of `raw`."""
+    (the article's `apply_cache`), else a full preprocess of `raw`."""
     tokens = cache.lookup(source, raw)
     if tokens is not None:
         return tokens, True
