@@ -31,7 +31,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
     simulator: {prefetch_depth: 1, replacement_overhead_s: 0.1, contention: 1.0}
     faults:
       - {device: npu, kind: offline, start_task: 60, end_task: 120}
-      - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}
+      - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}   # factor in [1e-12, 1]
 
 Distributions (``batch``, ``prompt_tokens``, ``output_tokens``): a number is a constant; a
 constant's ``value``, a choice's ``values`` and the clamps are whole numbers (a normal,
@@ -60,7 +60,13 @@ from typing import Any
 
 from envs.traces import TRACES
 from inference.checks import is_number
-from inference.hardware import PRESET_DIR, load_named_yaml, preset_file, unusable_spec
+from inference.hardware import (
+    FRACTION_MIN,
+    PRESET_DIR,
+    load_named_yaml,
+    preset_file,
+    unusable_spec,
+)
 from inference.messages import did_you_mean, shown
 from inference.yamlio import unusable_path
 
@@ -92,6 +98,9 @@ MAX_SIGMA = 10.0            # a log-normal's sigma: e^(4 sigma) ~ 2e17x the medi
 MAX_NOISE = 2.0             # sigma of log-normal noise: e^(4 sigma) = 3000x at most
 MAX_SECONDS = 3600.0        # a dispatch penalty or replacement overhead
 MAX_CONTENTION = 10.0       # bandwidth share a peer takes: 1 = doubles memory time per peer
+# A throttle's speed factor, a fraction of the device's speed as an efficiency is: a stage's
+# time is divided by it, and 5e-324 made that inf (step() then raised a RuntimeError).
+MIN_THROTTLE = FRACTION_MIN
 
 
 def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = True,
@@ -252,7 +261,7 @@ class Fault:
     kind: str                   # offline | throttle
     start_task: int
     end_task: int
-    factor: float = 1.0         # throttle: speed multiplier in (0, 1]
+    factor: float = 1.0         # throttle: speed multiplier in [MIN_THROTTLE, 1]
 
     def to_dict(self) -> dict[str, Any]:
         """The mapping a scenario's `faults` entry gives; an offline fault has no factor."""
@@ -450,6 +459,9 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         )
         if fault.end_task <= fault.start_task or fault.factor > 1:
             raise ValueError(f"scenario field {where}: need start_task < end_task and 0 < factor <= 1")
+        if fault.factor < MIN_THROTTLE:
+            raise ValueError(f"scenario field {where}.factor must be >= {MIN_THROTTLE:g}, got "
+                             f"{shown(f['factor'])}")
         if fault.kind == "offline" and "factor" in f:
             raise ValueError(f"scenario field {where}.factor is for kind: throttle; an offline "
                              f"device runs nothing")

@@ -381,6 +381,9 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"episode_tasks": 0}, "episode_tasks must be >= 1, got 0"),
     ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
                   "factor": 1.5}]}, "need start_task < end_task and 0 < factor <= 1"),
+    # a stage's time is divided by the factor: 5e-324 made it inf, and step() a RuntimeError
+    ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
+                  "factor": 5e-324}]}, "faults[0].factor must be >= 1e-12, got 5e-324"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -405,6 +408,37 @@ def test_the_inclusive_edges_of_each_documented_range_load() -> None:
     assert (w.zipf, w.arrival_rate, w.trace_time_scale) == (0, MIN_RATE, MIN_RATE)
     assert w.burst == Burst(4, 4, MIN_RATE) and sc.faults[0].factor == 1
     assert (w.batch.min, w.batch.max, sc.simulator.prefetch_depth) == (4, 4, 0)
+
+
+def test_the_slowest_throttle_the_loader_takes_steps_to_finite_latencies(tmp_path: Path) -> None:
+    """The other side of the throttle's lower bound: its smallest factor, on every device of
+    hardware at the slow end of every range and with the largest tasks and noise, still steps
+    to a finite latency and reward in both envs."""
+    import yaml
+
+    raw_hw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    raw_hw["disk_bandwidth"] = 1.0
+    for device in raw_hw["devices"]:
+        device.update(peak_flops=1.0, mem_bandwidth=1.0, launch_overhead=3600.0, setup_s=3600.0)
+        device.pop("true_figures", None)
+        for table in ("op_efficiency", "pattern_efficiency"):
+            device[table] = dict.fromkeys(device[table], 1e-12)
+    for link in raw_hw["links"]:
+        link.update(bandwidth=1.0, latency=3600.0)
+    hardware = tmp_path / "slowest.yaml"
+    hardware.write_text(yaml.safe_dump(raw_hw), encoding="utf-8")
+    scenario = {"episode_tasks": 3, "noise": 2.0, "hardware": str(hardware),
+                "workload": {"batch": 10**9, "prompt_tokens": 10**9, "output_tokens": 10**9},
+                "faults": [{"device": name, "kind": "throttle", "factor": 1e-12,
+                            "start_task": 0, "end_task": 3} for name in ("cpu", "gpu", "npu")]}
+    for env_id in (V0, SPLIT):
+        env = gym.make(env_id, scenario=scenario, reward="relative")
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        for _ in range(3):
+            obs, reward, _, _, info = env.step(env.action_space.sample())
+            assert math.isfinite(reward) and math.isfinite(info["latency"])
+            assert info["latency"] > 1e40 and env.observation_space.contains(obs)
 
 
 def test_a_choice_without_weights_and_a_zero_std_survive_to_dict() -> None:
