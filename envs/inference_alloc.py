@@ -66,6 +66,18 @@ def _json_able(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _relative_reward(latency: float, reference: float, finish: float) -> float:
+    """``1 - latency / reference``, each duration at least one tick of the clock at `finish`
+    (the later of the two runs' finishes, whose float spacing that tick is). The durations
+    are differences of absolute times: where those are huge next to a task (a one-token task
+    behind a queue of 1e9-sequence ones finishes near 1e19 s, 4096 s between floats) a
+    shorter duration rounds to 0, and the reward divided by it. In any plausible run every
+    duration is far above the tick (seconds against 1e-10 s), so the reward is unchanged;
+    a 0 counts as one tick, and two of them give 0, as good as static."""
+    tick = math.ulp(finish)
+    return 1.0 - (latency if latency > tick else tick) / (reference if reference > tick else tick)
+
+
 def holds_bool(action: Any) -> bool:
     """Does a (nested) list or tuple action hold a bool? numpy reads [True, 0, 1] as the
     numbers [1, 0, 1], so an action's dtype alone does not show a bool mixed in."""
@@ -132,7 +144,10 @@ class InferenceAllocEnv(gym.Env):
     that same static latency less its queue wait. With no queue it equals `relative`; unlike
     `relative`, a backlog the agent builds lowers the rewards of the tasks that wait behind
     it, so a policy is charged for it. Its scale is set per task by static, as `relative`'s is
-    (`latency`'s spans the tasks' sizes: seconds to minutes).
+    (`latency`'s spans the tasks' sizes: seconds to minutes). In both, a duration too short
+    for the float clock at its finish time (one that rounds to 0, e.g. a one-token task
+    behind a queue of tasks of 1e9 sequences) counts as that clock's smallest step, so the
+    ratio stays finite.
 
     ## Info
 
@@ -526,7 +541,8 @@ class InferenceAllocEnv(gym.Env):
             reward = -res.latency
         else:
             assert refs is not None
-            reward = 1.0 - res.latency / refs[scale]
+            reward = _relative_reward(res.latency, refs[scale],
+                                      max(res.finish, task.arrival + refs["static_latency"]))
         info = self._step_info(task, res, facts, failed)
         if refs is not None:   # the references' keys come first
             refs.update(info)

@@ -707,6 +707,36 @@ def test_normalised_reward_is_one_minus_latency_over_static_service(env_id: str)
     assert queued > 0     # static waited somewhere: the two references differ
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_a_static_reference_too_short_for_the_clock_still_gives_a_finite_reward(
+        env_id: str) -> None:
+    """Times are absolute floats: a one-token task queued behind tasks of 1e9 sequences of
+    1e9 tokens (sizes the loader takes) finishes near 1e19 s, where floats are 4096 s apart,
+    so static's service (latency less queue) came out 0 and the normalised reward divided by
+    it (ZeroDivisionError). Such a duration counts as one tick of the clock there: the
+    reward is finite, and below 0 (the agent waited the whole queue)."""
+    sizes = {"dist": "choice", "values": [1, 10**9]}
+    scenario = {"episode_tasks": 12, "noise": 0.0,
+                "workload": {"arrival_rate": 1e6, "batch": sizes, "prompt_tokens": sizes,
+                             "output_tokens": 1}}
+    for reward_kind in ("normalised", "relative"):
+        env = make(env_id, scenario=scenario, reward=reward_kind)
+        raw = env.unwrapped
+        static = raw.planner.best_static
+        action = (np.array(static) if env_id == V0
+                  else np.array([1.0 if d == s else -1.0 for s in static
+                                 for d in range(raw.n_devices)], dtype=np.float32))
+        env.reset(seed=0)
+        unmeasurable = 0
+        for _ in range(12):
+            _, reward, _, _, info = env.step(action)
+            assert math.isfinite(reward)
+            if info["static_service"] == 0.0:
+                unmeasurable += 1
+                assert reward < 0.0 if reward_kind == "normalised" else reward == 0.0
+        assert unmeasurable > 0
+
+
 def test_normalised_reward_of_the_static_placement_is_minus_its_queue_share() -> None:
     """Acting as static, the agent is static: its reward is minus the share of its latency
     it queued (0 exactly where it did not queue, as the relative reward is throughout)."""
