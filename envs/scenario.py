@@ -68,6 +68,7 @@ from inference.hardware import (
     unusable_spec,
 )
 from inference.messages import did_you_mean, shown
+from inference.simulator import MIN_CACHE_DECAY
 from inference.yamlio import unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -421,8 +422,9 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         capacity=_int(c_raw.get("capacity", c.capacity), "cache.capacity"),
         decay=_number(c_raw.get("decay", c.decay), "cache.decay"),
     )
-    if cache.decay > 1:
-        raise ValueError(f"scenario field cache.decay must be in (0, 1], got {cache.decay}")
+    if not MIN_CACHE_DECAY <= cache.decay <= 1:
+        raise ValueError(f"scenario field cache.decay must be in [{MIN_CACHE_DECAY:g}, 1], got "
+                         f"{shown(c_raw.get('decay', c.decay))}")
     s_raw = _section(top.get("simulator"), "simulator", {f.name for f in fields(SimulatorSpec)})
     s = SimulatorSpec()
     sim = SimulatorSpec(

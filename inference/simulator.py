@@ -67,6 +67,12 @@ Shares = tuple[tuple[tuple[int, float], ...], ...]   # per stage: ((device, frac
 _span_end = itemgetter(1)    # a booked (start, end) span's end
 
 
+# The adaptive cache grows its count increment by 1 / decay per request (see `_track`), which
+# must stay a finite float: below ~5.6e-309 it is inf, the counts turn NaN and the cache froze
+# on its first entries. Any decay near this one forgets all but the newest request.
+MIN_CACHE_DECAY = 1e-300
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Cluster-level parameters of the simulator.
@@ -107,8 +113,9 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name} must be finite and >= 0, got {value!r}")
         if not is_integer(self.cache_capacity) or self.cache_capacity < 1:
             raise ValueError(f"SimConfig.cache_capacity must be an integer >= 1, got {self.cache_capacity!r}")
-        if not is_number(self.cache_decay) or not 0 < self.cache_decay <= 1:
-            raise ValueError(f"SimConfig.cache_decay must be in (0, 1], got {self.cache_decay!r}")
+        if not is_number(self.cache_decay) or not MIN_CACHE_DECAY <= self.cache_decay <= 1:
+            raise ValueError(f"SimConfig.cache_decay must be in [{MIN_CACHE_DECAY:g}, 1], "
+                             f"got {self.cache_decay!r}")
         if not isinstance(self.precomputed_domains, (tuple, list)) or any(
                 not is_integer(d) or d < 0 for d in self.precomputed_domains):
             raise ValueError(f"SimConfig.precomputed_domains must be a tuple of integers >= 0, "

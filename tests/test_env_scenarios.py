@@ -345,7 +345,8 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
                   "factor": 0.5}]}, "faults[0].factor is for kind: throttle"),
     # the edges of each documented range
     ({"cache": {"decay": 0}}, "cache.decay must be > 0, got 0"),
-    ({"cache": {"decay": 1.5}}, "cache.decay must be in (0, 1]"),
+    ({"cache": {"decay": 1.5}}, "cache.decay must be in [1e-300, 1], got 1.5"),
+    ({"cache": {"decay": 5e-324}}, "cache.decay must be in [1e-300, 1], got 5e-324"),
     ({"workload": {"burst": {"period": 4, "length": 5, "rate_multiplier": 2}}},
      "burst.length must be <= workload.burst.period"),
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 5, "end_task": 5}]},

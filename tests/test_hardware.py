@@ -312,6 +312,8 @@ def test_a_bad_placement_is_refused(placement, message):
     ({"contention": float("inf")}, "contention"),
     ({"cache_capacity": 0}, "cache_capacity"),
     ({"cache_decay": 0.0}, "cache_decay"),
+    # 1 / 5e-324 is inf: the decayed counts turned NaN and the cache froze on its first entries
+    ({"cache_decay": 5e-324}, r"cache_decay must be in \[1e-300, 1\]"),
     ({"precomputed_domains": (-3,)}, "precomputed_domains"),
 ])
 def test_a_bad_sim_config_names_the_field(kwargs, field):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from inference.hardware import Hardware, Link, load_hardware
 from inference.model_config import get_model
-from inference.simulator import SimConfig, Simulator, TaskResult
+from inference.simulator import MIN_CACHE_DECAY, SimConfig, Simulator, TaskResult
 from inference.task import Task
 from inference.variants import VARIANTS, build_stages
 
@@ -382,6 +382,20 @@ def test_the_adaptive_cache_evicts_domains_that_stop_being_requested():
     assert sum(late) / len(late) == 1.0, f"hit rate on the new domains stays {sum(late) / len(late)}"
     assert sim.state.cache_entries == set(new)
     assert not sim.state.cache_entries & set(old)
+
+
+def test_at_the_smallest_decay_the_adaptive_cache_keeps_the_latest_domains():
+    """The smallest decay the config takes forgets all but the newest request: each newcomer
+    displaces the coldest entry, so the cache holds the last `capacity` domains asked for
+    (the counts stay finite through the renormalisations)."""
+    capacity = 2
+    sim = simulator("glm-5.3-flash-opt",
+                    config=SimConfig(cache_capacity=capacity, cache_decay=MIN_CACHE_DECAY))
+    shares = sim.shares(("cpu", "gpu", "gpu"))
+    for domain in range(40):
+        sim.run(Task(1, 16, 1, domain=domain), shares)
+        assert sim.state.cache_entries == set(range(max(0, domain - capacity + 1), domain + 1))
+    assert all(np.isfinite(list(sim.state.cache_counts.values())))
 
 
 def test_without_prefetch_a_split_load_reads_the_input_once() -> None:
