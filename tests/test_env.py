@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import hypothesis
 import numpy as np
 import pytest
 from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env as gym_check_env
+from hypothesis import strategies as st
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
@@ -735,6 +737,77 @@ def test_a_static_reference_too_short_for_the_clock_still_gives_a_finite_reward(
                 unmeasurable += 1
                 assert reward < 0.0 if reward_kind == "normalised" else reward == 0.0
         assert unmeasurable > 0
+
+
+def _edge_hardware(folder: Path, edge: str) -> str:
+    """The server preset with every figure at one end of its documented range."""
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    slow = edge == "slowest"
+    rate, overhead = (1.0, 3600.0) if slow else (1e30, 1e-300)
+    raw["disk_bandwidth"] = rate
+    for link in raw["links"]:
+        link.update(bandwidth=rate, latency=overhead)
+    for device in raw["devices"]:
+        device.update(peak_flops=rate, mem_bandwidth=rate, launch_overhead=overhead,
+                      setup_s=3600.0 if slow else 0.0)
+        for table in ("op_efficiency", "pattern_efficiency"):
+            device[table] = dict.fromkeys(device[table], 1e-12 if slow else 1.0)
+        # the fast edge on the spec sheet only: heft and best-static plan with 1e30, truth is 1
+        device["true_figures"] = None if slow else {"peak_flops": 1.0, "mem_bandwidth": 1.0}
+    path = folder / f"{edge}.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def edge_hardware(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("edges")
+    return {"server": "server", **{edge: _edge_hardware(folder, edge)
+                                   for edge in ("slowest", "fastest-on-paper")}}
+
+
+_SIZE_EDGES = st.sampled_from([1, 10**9, {"dist": "choice", "values": [1, 10**9]}])
+
+
+@hypothesis.settings(max_examples=12, deadline=None)
+@hypothesis.given(env_id=st.sampled_from(IDS), reward=st.sampled_from(["latency", "relative", "normalised"]),
+       hardware=st.sampled_from(["server", "slowest", "fastest-on-paper"]),
+       noise=st.sampled_from([0.0, MAX_NOISE]), rate=st.sampled_from([MIN_RATE, 1 / MIN_RATE]),
+       batch=_SIZE_EDGES, prompt=_SIZE_EDGES, output=_SIZE_EDGES,
+       model=st.sampled_from(["tiny", "glm-9b"]), throttled=st.booleans())
+# a one-token task behind tasks of 1e9 sequences: static's service rounded to 0 (see above)
+@hypothesis.example(env_id=V0, reward="normalised", hardware="server", noise=0.0, rate=1 / MIN_RATE,
+         batch={"dist": "choice", "values": [1, 10**9]},
+         prompt={"dist": "choice", "values": [1, 10**9]}, output=1, model="glm-9b",
+         throttled=False)
+def test_values_at_the_edges_of_their_ranges_step_within_the_envs_promises(
+        edge_hardware: dict[str, str], env_id: str, reward: str, hardware: str, noise: float,
+        rate: float, batch: Any, prompt: Any, output: Any, model: str, throttled: bool) -> None:
+    """What the loaders accept, the env runs: mixes of range edges (hardware at either end of
+    every figure, the largest sizes and noise, the extreme rates, the smallest throttle factor
+    and cache decay) step to observations inside the box and finite rewards and info."""
+    scenario = {"episode_tasks": 12, "noise": noise, "model": model,
+                "hardware": edge_hardware[hardware], "variant": "glm-5.3-flash-opt",
+                "cache": {"decay": 1e-300, "capacity": 1},
+                "workload": {"arrival_rate": rate, "batch": batch, "prompt_tokens": prompt,
+                             "output_tokens": output},
+                "faults": [{"device": "gpu", "kind": "throttle", "factor": 1e-12,
+                            "start_task": 0, "end_task": 12}] if throttled else []}
+    env = make(env_id, scenario=scenario, reward=reward)
+    env.action_space.seed(0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(12):
+        obs, value, _, _, info = env.step(env.action_space.sample())
+        assert obs.dtype == np.float32 and env.observation_space.contains(obs)
+        assert math.isfinite(value)
+        numbers = [info["latency"], info["device_s"], *info["breakdown"].values(),
+                   *info["speed_ratio"].values(), *info["utilisation"].values(),
+                   info.get("static_latency", 0.0), info.get("static_service", 0.0)]
+        assert all(math.isfinite(x) for x in numbers), info
 
 
 def test_normalised_reward_of_the_static_placement_is_minus_its_queue_share() -> None:
