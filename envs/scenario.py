@@ -460,7 +460,8 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
             factor=_number(f.get("factor", 1.0), f"{where}.factor"),
         )
         if fault.end_task <= fault.start_task or fault.factor > 1:
-            raise ValueError(f"scenario field {where}: need start_task < end_task and 0 < factor <= 1")
+            raise ValueError(f"scenario field {where}: need start_task < end_task and "
+                             f"{MIN_THROTTLE:g} <= factor <= 1")
         if fault.factor < MIN_THROTTLE:
             raise ValueError(f"scenario field {where}.factor must be >= {MIN_THROTTLE:g}, got "
                              f"{shown(f['factor'])}")

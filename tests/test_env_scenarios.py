@@ -381,7 +381,7 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     # a count of tasks, the episode's or a fault's window, is at least one
     ({"episode_tasks": 0}, "episode_tasks must be >= 1, got 0"),
     ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
-                  "factor": 1.5}]}, "need start_task < end_task and 0 < factor <= 1"),
+                  "factor": 1.5}]}, "need start_task < end_task and 1e-12 <= factor <= 1"),
     # a stage's time is divided by the factor: 5e-324 made it inf, and step() a RuntimeError
     ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
                   "factor": 5e-324}]}, "faults[0].factor must be >= 1e-12, got 5e-324"),
