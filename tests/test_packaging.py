@@ -1,0 +1,105 @@
+"""What `pip install .` gets: the sdist and the wheel built from it hold what the code reads.
+
+Every other test imports the packages from the source tree; these build the distributions
+(offline, with the setuptools already installed, as `pip install --no-build-isolation .`
+would) from a copy of the tree and look inside them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from agents.sb3_hyperparams import HYPERPARAMS_DIR
+from envs.scenario import SCENARIO_DIR
+from envs.traces import TRACES
+from inference.hardware import PRESET_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("inference", "envs", "agents")
+# what a working tree holds that is no source: build outputs, caches, runs, results
+NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
+                                    ".*cache", ".hypothesis", ".venv", "venv", ".gl", "runs",
+                                    "results", "*.zip")
+# the files around the packages the README's commands and the tests use
+SOURCE_DIRS = ("tests", "docs", "bench")
+
+BUILD = """
+import sys, tarfile
+from pathlib import Path
+from setuptools import build_meta
+out = Path(sys.argv[1])
+sdist = out / build_meta.build_sdist(str(out))
+safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}   # 3.10.12+, 3.11.4+
+with tarfile.open(sdist) as tar:
+    tar.extractall(out / "unpacked", **safe)
+import os
+os.chdir(next((out / "unpacked").iterdir()))
+build_meta.build_wheel(str(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[str]]:
+    """The sdist's and the wheel's file names (the sdist's without its top folder): the
+    sdist built from a copy of the tree, the wheel from the unpacked sdist, as pip does."""
+    pytest.importorskip("setuptools")
+    tmp = tmp_path_factory.mktemp("packaging")
+    shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
+    out = tmp / "dist"
+    out.mkdir()
+    subprocess.run([sys.executable, "-c", BUILD, str(out)], cwd=tmp / "src", check=True,
+                   capture_output=True, timeout=120)
+    (sdist,), (wheel,) = out.glob("*.tar.gz"), out.glob("*.whl")
+    with tarfile.open(sdist) as tar:
+        sdist_names = [name.split("/", 1)[1] for name in tar.getnames() if "/" in name]
+    with zipfile.ZipFile(wheel) as whl:
+        wheel_names = whl.namelist()
+    return sdist_names, wheel_names
+
+
+def runtime_files() -> list[Path]:
+    """The data files the packages open at run time, found from the code's own paths."""
+    folders = (PRESET_DIR, SCENARIO_DIR, HYPERPARAMS_DIR)
+    files = [p for folder in folders for p in folder.iterdir() if p.is_file()]
+    traces = [Path(p) for p in TRACES.values()]
+    return files + traces + [traces[0].parent / "README.md"]   # the traces' CC-BY attribution
+
+
+def test_the_wheel_holds_every_file_the_packages_read(dists: tuple[list[str], list[str]]) -> None:
+    wheel = set(dists[1])
+    files = runtime_files()
+    assert len(files) > 10
+    for path in files:
+        inside = path.resolve().relative_to(ROOT).as_posix()
+        assert inside.split("/")[0] in PACKAGES, f"{inside} lies outside the packages"
+        assert inside in wheel, f"{inside} is read at run time but not in the wheel"
+
+
+def test_the_wheel_holds_every_non_python_file_of_the_packages(
+        dists: tuple[list[str], list[str]]) -> None:
+    """A data file added next to the code without a package-data glob never reaches a user."""
+    wheel = set(dists[1])
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*"):
+            if path.is_file() and path.suffix not in (".py", ".pyc"):
+                inside = path.relative_to(ROOT).as_posix()
+                assert inside in wheel, f"{inside} is not in the wheel"
+
+
+def test_the_wheel_holds_the_packages_and_nothing_else(dists: tuple[list[str], list[str]]) -> None:
+    tops = {name.split("/")[0] for name in dists[1]}
+    assert {t for t in tops if not t.endswith(".dist-info")} == set(PACKAGES)
+    assert not [n for n in dists[1] if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_the_wheel_marks_its_packages_typed(dists: tuple[list[str], list[str]]) -> None:
+    """PEP 561: without a py.typed in a package, a user's mypy ignores its annotations."""
+    for package in PACKAGES:
+        assert f"{package}/py.typed" in dists[1], f"{package} has no py.typed in the wheel"
