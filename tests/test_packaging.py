@@ -103,3 +103,22 @@ def test_the_wheel_marks_its_packages_typed(dists: tuple[list[str], list[str]]) 
     """PEP 561: without a py.typed in a package, a user's mypy ignores its annotations."""
     for package in PACKAGES:
         assert f"{package}/py.typed" in dists[1], f"{package} has no py.typed in the wheel"
+
+
+def source_files(folder: Path) -> list[Path]:
+    """The files under `folder`, less caches and hidden files."""
+    return [p for p in folder.rglob("*") if p.is_file() and p.suffix != ".pyc" and not any(
+        part == "__pycache__" or part.startswith(".") for part in p.relative_to(ROOT).parts)]
+
+
+def test_the_sdist_holds_the_scripts_docs_benches_and_tests(
+        dists: tuple[list[str], list[str]]) -> None:
+    """The README's train.py and evaluate.py, the docs it points to, and tests that run
+    (tests/conftest.py's fixtures; the benches and scripts the tests run) are source too."""
+    expected = [p for p in ROOT.iterdir() if p.is_file() and p.suffix in (".py", ".md", ".toml")]
+    expected += [p for folder in SOURCE_DIRS for p in source_files(ROOT / folder)]
+    assert ROOT / "train.py" in expected and ROOT / "tests" / "conftest.py" in expected
+    sdist = set(dists[0])
+    missing = [p.relative_to(ROOT).as_posix() for p in expected
+               if p.relative_to(ROOT).as_posix() not in sdist]
+    assert not missing, f"not in the sdist: {', '.join(missing)}"
