@@ -172,6 +172,12 @@ def fmt_ci(mean: float, ci: float, digits: int = 3) -> str:
     return f"{mean:.{digits}f}" if math.isnan(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
 
 
+def markdown_text(value: Any) -> str:
+    """`value` as one line of markdown that keeps a table's shape: a "|" in a label (a model
+    file's name, a scenario file's path) split its cell, and a line break its row or heading."""
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
+
+
 def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episodes: int,
                      notes: dict[str, str] | None = None) -> str:
     """Tables per scenario (value ± 95% CI), each followed by its note in `notes`, if any,
@@ -181,15 +187,14 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episo
              f"{episodes} episode(s) per seed. Values: mean ± 95% CI half-width over seeds "
              "(for models: seeds x training runs).", ""]
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
-        lines += [f"## {scenario}", "",
+        lines += [f"## {markdown_text(scenario)}", "",
                   "| agent | n | mean latency (s) | p50 (s) | p95 (s) | p99 (s) | vs best static "
                   "| gap to oracle |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in (r for r in rows if r["scenario"] == scenario):
             cells = [fmt_ci(r[m], r[f"{m}_ci95"]) for m in METRICS]
-            # a "|" in a label (a model file's name) split its cell: the row gained a column
-            agent = str(r["agent"]).replace("|", "\\|")
-            lines.append(f"| {agent} | {r['n']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {markdown_text(r['agent'])} | {r['n']} | " + " | ".join(cells)
+                         + " |")
         lines.append("")
         if notes and scenario in notes:
             lines += [notes[scenario], ""]

@@ -685,6 +685,21 @@ def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> No
     assert fmt_ci(float("nan"), 0.1) == "-"
 
 
+def test_a_label_with_a_line_break_stays_one_row_of_the_markdown_table() -> None:
+    """A model file's name may hold a newline (or a scenario file's path a "|"): the row split
+    in two, or the heading ran into the next line, and the table lost its shape on GitHub."""
+    nan = float("nan")
+    metrics = {k: v for m in METRICS for k, v in ((m, 1.0), (f"{m}_ci95", nan))}
+    rows = [{"scenario": "my|sc\nenario", "agent": "new\nline\r\nppo", "n": 1, **metrics},
+            {"scenario": "my|sc\nenario", "agent": "plain", "n": 1, **metrics}]
+    lines = summary_markdown(rows, [0], 1).splitlines()
+    header = next(i for i, x in enumerate(lines) if x.startswith("| agent |"))
+    table = lines[header:header + 4]
+    assert [x.replace(r"\|", "").count("|") for x in table] == [9] * 4
+    assert table[2].startswith("| new line ppo | 1 |")
+    assert lines[header - 2] == r"## my\|sc enario"
+
+
 def test_the_markdown_summary_ends_with_the_modules_definitions() -> None:
     """The "Definitions" section is the evaluation module's list of them (ratio to best
     static, gap to the oracle, 95% CI), not the docstring's overview above that list."""
