@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,26 @@ def _finish(fig: Any, axes: Any, target: str | Path) -> Path:
     """Grid and legend on every axis, then save atomically and free the figure."""
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        handles = _labelled_lines(ax)
+        legend = ax.legend(handles=handles, labels=[h.get_label() for h in handles], fontsize=8)
+        # names as written: matplotlib read "$...$" in a label or title (a model file
+        # ppo_$5_$10.zip, a scenario file's name) as mathtext, and one unbalanced stopped
+        # the save with a ParseSyntaxException
+        for text in (*legend.get_texts(), ax.title):
+            text.set_parse_math(False)
     try:
         return save_figure(fig, target)
     finally:
         plt.close(fig)
+
+
+def _labelled_lines(ax: Any) -> list[Any]:
+    """The lines of `ax` drawn with a label: matplotlib's own legend leaves out every label
+    that starts with "_" (a model file _ppo.zip), taking it for its name of an unlabelled
+    artist ("_child3"), which is all this skips."""
+    return [line for line in ax.get_lines()
+            if not re.fullmatch(r"_child\d+|_nolegend_", line.get_label())]
+
 
 def read_scalars(run_dir: str | os.PathLike[str], tag: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one scalar tag in a run folder's TensorBoard events (empty if none)."""

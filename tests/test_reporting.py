@@ -586,6 +586,23 @@ def test_the_latency_cdf_steps_to_1_per_agent_on_a_log_axis(tmp_path: Path, draw
     assert list(lines["heft"].get_ydata()) == pytest.approx([1 / 3, 2 / 3, 1.0])
 
 
+def test_a_label_with_dollars_or_a_leading_underscore_is_drawn_as_written(tmp_path: Path,
+                                                                          drawn: list) -> None:
+    """Matplotlib reads "$...$" as mathtext (a model file ppo_$5_$10.zip stopped evaluate.py
+    with a ParseSyntaxException after summary.csv was written) and leaves a label that starts
+    with "_" out of the legend: each name is shown as the CSV spells it."""
+    from agents import plots
+
+    names = ["ppo_$5_$10", "_ppo", "heft"]
+    plots.latency_cdf({"a$b$": {n: np.array([1.0, 2.0]) for n in names}}, tmp_path / "c.png")
+    plots.stabilization({n: [np.full(30, 1.0)] for n in names}, tmp_path / "s.png",
+                        title="online: a$b$")
+    for ax in drawn:
+        legend = ax.get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == names
+        assert not any(t.get_parse_math() for t in [*legend.get_texts(), ax.title])
+    assert [ax.get_title() for ax in drawn] == ["latency CDF: a$b$", "online: a$b$"]
+
 def test_the_stabilization_plot_draws_the_mean_a_t_band_and_sample_200(tmp_path: Path,
                                                                        drawn: list) -> None:
     """Two seeds at 1 s and 3 s: mean 2, half-width t95(1) x std / sqrt(2) = t95(1), cut at 0."""
