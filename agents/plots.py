@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
 
 from agents.files import save_figure  # noqa: E402
 from agents.stats import t95  # noqa: E402
@@ -34,7 +35,9 @@ def _finish(fig: Any, axes: Any, target: str | Path) -> Path:
     for ax in axes:
         ax.grid(alpha=0.3)
         handles = _labelled_lines(ax)
-        legend = ax.legend(handles=handles, labels=[h.get_label() for h in handles], fontsize=8)
+        _tell_apart(handles)
+        legend = ax.legend(handles=handles, labels=[h.get_label() for h in handles], fontsize=8,
+                           **_legend_place([h.get_label() for h in handles]))
         # names as written: matplotlib read "$...$" in a label or title (a model file
         # ppo_$5_$10.zip, a scenario file's name) as mathtext, and one unbalanced stopped
         # the save with a ParseSyntaxException
@@ -52,6 +55,34 @@ def _labelled_lines(ax: Any) -> list[Any]:
     artist ("_child3"), which is all this skips."""
     return [line for line in ax.get_lines()
             if not re.fullmatch(r"_child\d+|_nolegend_", line.get_label())]
+
+
+# Matplotlib's colour cycle: more lines than this repeat its colours.
+CYCLE_COLOURS = 10
+DASHES = ("-", "--", "-.", ":")
+LEGEND_WIDTH = 60     # characters of labels a row of a legend below a panel holds
+
+
+def _tell_apart(lines: list[Any]) -> None:
+    """A line of another's colour and dash takes the next dash of `DASHES` that is free: past
+    the colour cycle (every --baselines and a few models), line 11 was line 1's to the eye."""
+    seen: set[tuple[tuple[float, ...], str]] = set()
+    for line in lines:
+        colour = to_rgba(line.get_color())
+        dash = next((d for d in (line.get_linestyle(), *DASHES) if (colour, d) not in seen),
+                    line.get_linestyle())
+        line.set_linestyle(dash)
+        seen.add((colour, dash))
+
+
+def _legend_place(labels: list[str]) -> dict[str, Any]:
+    """Where a legend goes: where matplotlib finds room in the panel, or, for more entries
+    than the colour cycle's, below the panel (beside it would cover the next panel), in as
+    many columns as the labels leave room for: inside, 17 entries covered the curves."""
+    if len(labels) <= CYCLE_COLOURS:
+        return {}
+    columns = max(1, min(3, LEGEND_WIDTH // max(len(label) for label in labels)))
+    return {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncol": columns}
 
 
 def read_scalars(run_dir: str | os.PathLike[str], tag: str) -> tuple[np.ndarray, np.ndarray]:

@@ -603,6 +603,36 @@ def test_a_label_with_dollars_or_a_leading_underscore_is_drawn_as_written(tmp_pa
         assert not any(t.get_parse_math() for t in [*legend.get_texts(), ax.title])
     assert [ax.get_title() for ax in drawn] == ["latency CDF: a$b$", "online: a$b$"]
 
+def test_more_agents_than_colours_stay_apart_and_the_legend_leaves_the_curves(
+        tmp_path: Path, drawn: list) -> None:
+    """Past the colour cycle's 10 colours, agents 11, 12, ... took agents 1, 2, ...'s colour
+    and line (every --baselines and a few models: two indistinguishable curves), and the
+    legend of 17 entries covered the curves. Each keeps a colour-and-dash of its own, and a
+    legend that long stands below the panel."""
+    from agents import plots
+
+    names = [f"agent-{i}" for i in range(17)]
+    plots.latency_cdf({"article": {n: np.arange(1.0, 3.0 + i) for i, n in enumerate(names)}},
+                      tmp_path / "cdf.png")
+    (ax,) = drawn
+    styles = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
+    assert len(set(styles)) == len(names)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(ax.figure)     # the saved figure, closed: laid out again
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    below = ax.get_tightbbox(renderer, bbox_extra_artists=[])    # ticks and axis label too
+    assert legend.y1 < below.y0 and legend.x0 >= below.x0 - 1 and legend.x1 <= below.x1 + 1
+    # a short legend stays where it was, inside the panel
+    drawn.clear()
+    plots.latency_cdf({"article": {n: np.arange(1.0, 4.0) for n in names[:3]}},
+                      tmp_path / "few.png")
+    FigureCanvasAgg(drawn[0].figure).draw()
+    assert drawn[0].get_legend().get_window_extent().y0 > drawn[0].get_window_extent().y0
+
+
 def test_the_stabilization_plot_draws_the_mean_a_t_band_and_sample_200(tmp_path: Path,
                                                                        drawn: list) -> None:
     """Two seeds at 1 s and 3 s: mean 2, half-width t95(1) x std / sqrt(2) = t95(1), cut at 0."""
