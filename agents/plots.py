@@ -5,7 +5,7 @@
   stream's ``latency/vs_static``, the held-out ``eval/vs_best_static``), one line per run,
   read from the runs' event files with tensorboard's EventAccumulator;
 * ``stabilization``: online per-sample latency from sample 0 (rolling mean), mean and a
-  95% band over seeds per agent, and a vertical line at sample 200.
+  95% band over seeds per agent, and a vertical line at sample 200 where the runs reach it.
 """
 
 from __future__ import annotations
@@ -167,9 +167,12 @@ def stabilization(curves: Mapping[str, Sequence[np.ndarray]], target: str | Path
             half = t95(len(data) - 1) * data.std(axis=0, ddof=1) / np.sqrt(len(data))
             ax.fill_between(x, np.maximum(mean - half, 0.0), mean + half, color=line.get_color(),
                             alpha=0.15)
-    ax.axvline(STABILIZATION_LINE, color="k", ls="--", lw=1)
-    ax.text(STABILIZATION_LINE, ax.get_ylim()[1], f" sample {STABILIZATION_LINE}", va="top",
-            fontsize=8)
+    # only where the runs reach it: past their end it stretched the x axis to 200, leaving
+    # the curves of a short study (--online-samples 60) a strip at the left
+    if any(len(run) > STABILIZATION_LINE for runs in curves.values() for run in runs):
+        ax.axvline(STABILIZATION_LINE, color="k", ls="--", lw=1)
+        ax.text(STABILIZATION_LINE, ax.get_ylim()[1], f" sample {STABILIZATION_LINE}",
+                va="top", fontsize=8)
     ax.set(title=title or "online deployment from sample 0",
            xlabel="sample (task) index", ylabel=f"latency (s), rolling mean of {window}")
     return _finish(fig, [ax], target)

@@ -650,6 +650,18 @@ def test_the_stabilization_plot_draws_the_mean_a_t_band_and_sample_200(tmp_path:
     assert ax.get_ylabel() == "latency (s), rolling mean of 1"
 
 
+def test_the_stabilization_plot_marks_sample_200_only_within_the_runs(tmp_path: Path,
+                                                                      drawn: list) -> None:
+    """With --online-samples 60 the marker at sample 200 stretched the x axis to 200: the
+    curves filled the left 30% of the panel, beside an empty 70%."""
+    from agents import plots
+
+    plots.stabilization({"ppo": [np.full(60, 1.0), np.full(60, 3.0)]}, tmp_path / "s.png")
+    (ax,) = drawn
+    assert all(max(line.get_xdata()) < 60 for line in ax.get_lines())
+    assert ax.get_xlim()[1] < 70 and not ax.texts
+
+
 def test_the_rolling_mean_starts_at_sample_0() -> None:
     """Until the window fills, each point is the mean of the samples so far."""
     from agents.plots import _smooth
