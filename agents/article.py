@@ -369,7 +369,8 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
             mean, half = row["in_job"]
             notes.append(f"The loss row measured in the main job instead of the controlled "
                          f"test: {format_value(mean, half, row['unit'])}.")
-    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+    # a blank line between notes: markdown joins consecutive lines into one paragraph
+    return "\n".join(lines + [f"\n{note}" for note in notes]) + "\n"
 
 
 def job_description(time_scale: float = JOB_TIME_SCALE, clients: int = JOB_CLIENTS) -> str:

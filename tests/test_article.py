@@ -456,6 +456,17 @@ def test_the_planted_table_prints_each_rows_value_and_verdict(planted_table):
         assert line.endswith(f"| {verdict} |")
 
 
+def test_each_note_under_the_table_is_a_paragraph_of_its_own(planted_table):
+    """The notes below the table (each seed's own curve, device time, the loss in the main job)
+    were consecutive lines: markdown (GitHub's too) joins those into one paragraph, running
+    "... 436 ± 61. performance drop while stabilising ..." together."""
+    table, seeds, _ = planted_table
+    after_table = table_markdown(table, seeds).split("|\n\n", 1)[1]
+    paragraphs = [p for p in after_table.split("\n\n") if p.strip()]
+    assert len(paragraphs) >= 3 and all("\n" not in p.strip() for p in paragraphs)
+    assert any(p.startswith("Device time of batches < 16") for p in paragraphs)
+
+
 def test_the_cost_model_rows_are_read_off_the_first_seeds_job_tasks():
     """The header says the three cost-model rows are read off the tasks of the first seed: its
     job's tasks, all n_tasks of them (arrival times aside, which the closed loop sets)."""
