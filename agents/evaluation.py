@@ -13,7 +13,10 @@ Definitions used in every table:
   same episodes (same seed: same tasks and noise); < 1 is better than static;
 - *gap to the oracle*: an agent's mean latency over the per-step oracle's on the same
   episodes, minus 1 (the oracle is myopic: a learner may beat it over a stream);
-- *95% CI*: half-width of the Student-t interval of the mean over the samples (seeds, or
+- *n*: how many samples a row's values are the mean of: one per held-out seed for a
+  baseline, and for a model one per held-out seed and training run pooled under its label
+  (summary.csv's ``runs`` counts those runs); each sample pools that seed's episodes;
+- *95% CI*: half-width of the Student-t interval of the mean over the n samples (seeds, or
   seeds x training runs), ``t(0.975, n-1) * sd / sqrt(n)``; empty with one sample.
 """
 

@@ -771,6 +771,20 @@ def test_the_markdown_summary_ends_with_the_modules_definitions() -> None:
     assert "online_study" in evaluation.__doc__ and "online_study" not in definitions
 
 
+def test_the_markdown_summary_says_what_its_n_column_counts() -> None:
+    """Each table has a column ``n`` that its text never explained: a reader could not tell
+    seeds from episodes, or a model's training runs from its seeds."""
+    nan = float("nan")
+    row = {"scenario": "article", "agent": "ppo", "n": 4,
+           **{k: v for m in METRICS for k, v in ((m, 1.0), (f"{m}_ci95", nan))}}
+    text = summary_markdown([row], [0, 1], 3)
+    assert "| agent | n |" in text
+    definitions = text.split("## Definitions")[1].split("\n- ")
+    [n_column] = [d for d in definitions if d.lstrip("- ").startswith("*n*")]
+    for counted in ("held-out seed", "training run", "episodes"):
+        assert counted in " ".join(n_column.split())
+
+
 def test_make_env_builds_the_variant_it_is_given() -> None:
     from inference.variants import resolve_variant, variant_label
 
