@@ -292,7 +292,7 @@ def _backlogged(study: OnlineStudy) -> list[str]:
 
 def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                     scenario: str, reward: str = "relative") -> str:
-    from agents.online import EARLY_SAMPLES, STEADY_SAMPLES, WINDOW, OnlineResult
+    from agents.online import EARLY_SAMPLES, SAMPLE_COUNTS, STEADY_SAMPLES, WINDOW, OnlineResult
 
     names = list(next(iter(study.metrics.values()))[0]) if study.metrics else []
     lines = ["# Online stabilisation", "",
@@ -307,7 +307,9 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
             values = [m[k] for m in per_seed]
             finite = sum(np.isfinite(values))
             note = f" ({finite}/{len(values)} seeds)" if 0 < finite < len(values) else ""
-            cells.append(fmt_ci(*mean_ci(values)) + note)
+            # a count of samples: 50, not 50.000; its mean over seeds in steps of 1/seeds
+            digits = (0 if finite == 1 else 1) if k in SAMPLE_COUNTS else 3
+            cells.append(fmt_ci(*mean_ci(values), digits) + note)
         lines.append(f"| {agent} | " + " | ".join(cells) + " |")
     backlogged = _backlogged(study)
     if backlogged:

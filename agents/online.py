@@ -23,6 +23,9 @@ EARLY_SAMPLES = 200
 WINDOW = 50
 STABLE_TOLERANCE = 0.05
 STEADY_SAMPLES = 200
+#: The metrics that count samples: whole on each seed (floats, so that one never reached is
+#: NaN), printed as counts (stabilization.md: one seed's whole, a mean over seeds to 0.1).
+SAMPLE_COUNTS = ("samples_to_stabilise", "samples_to_0.9_static")
 
 
 def rolling_mean(x: np.ndarray, window: int) -> np.ndarray:

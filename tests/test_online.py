@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -503,6 +505,43 @@ def test_stabilization_md_definitions_do_not_depend_on_the_docstring_indent(monk
     dedented = inspect.cleandoc(OnlineResult.metrics.__doc__ or "")
     monkeypatch.setattr(OnlineResult.metrics, "__doc__", dedented)
     assert online_markdown(study, [1], 600, "article") == as_compiled
+
+
+def _table_cells(text: str) -> dict[str, dict[str, str]]:
+    """stabilization.md's table: agent -> metric -> cell."""
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| agent |"))
+    names = lines[header].strip("| ").split(" | ")[1:]
+    rows = [line.strip("| ").split(" | ") for line in lines[header + 2:] if line.startswith("|")]
+    return {row[0]: dict(zip(names, row[1:], strict=True)) for row in rows}
+
+
+def test_stabilization_md_prints_sample_counts_as_counts():
+    """samples_to_stabilise and samples_to_0.9_static are whole samples per seed, but printed
+    as ratios are: 50.000 from one seed, 500.000 ± 122.679 over five. One seed's count is
+    printed whole, a mean over seeds (and its interval) to one decimal."""
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    n = 150
+    static = np.full(n, 9.0)
+    late = np.where(np.arange(n) < 70, 20.0, 4.0)     # above static, then well below it
+    runs = [OnlineResult(lat, static, np.full(n, 8.0)) for lat in (np.full(n, 4.0), late)]
+    counts = [k for k in runs[0].metrics() if k.startswith("samples_to")]
+    assert len(counts) == 2
+    for seeds in ([1], [1, 2]):
+        study = OnlineStudy()
+        for seed in seeds:
+            study.add("x", runs[seed - 1])
+        cells = _table_cells(online_markdown(study, seeds, n, "article"))["x"]
+        for name, cell in cells.items():
+            values = [m[name] for m in study.metrics["x"]]
+            if name not in counts:
+                assert re.fullmatch(r"-?\d+\.\d{3}( ± \d+\.\d{3})?", cell), (name, cell)
+            elif len(seeds) == 1:
+                assert cell == f"{values[0]:.0f}", (name, cell)
+            else:
+                assert re.fullmatch(r"\d+\.\d ± \d+\.\d", cell), (name, cell)
+                assert cell.startswith(f"{np.mean(values):.1f} ± "), (name, cell)
 
 
 @pytest.mark.parametrize("n", [60, 200, 600])
