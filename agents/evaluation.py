@@ -137,6 +137,8 @@ class AgentResult:
     samples: list[dict[str, float]] = field(default_factory=list)
     latencies: list[np.ndarray] = field(default_factory=list)
     note: str | None = None         # the section's overload_note, if any
+    hardware: str = ""              # the section's hardware and variant, by the names it uses
+    variant: str = ""
 
     def row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"scenario": self.scenario, "agent": self.agent, "kind": self.kind,
@@ -144,6 +146,8 @@ class AgentResult:
         for m in METRICS:
             mean, ci = mean_ci([s[m] for s in self.samples])
             row[m], row[f"{m}_ci95"] = mean, ci
+        # last, as they came last: summary.csv's readers by position read as before
+        row["hardware"], row["variant"] = self.hardware, self.variant
         return row
 
 

@@ -4,7 +4,8 @@ Outputs (each written via temp file + rename, so a failure leaves no half-writte
 
 * ``summary.csv`` / ``summary.md``: per agent and scenario, mean / p50 / p95 / p99 latency,
   ratio to best static and gap to the oracle, each with a 95% t-interval over held-out
-  seeds (see ``agents.evaluation`` for the definitions);
+  seeds (see ``agents.evaluation`` for the definitions); summary.csv's last columns,
+  ``hardware`` and ``variant``, name each row's setting apart from its section's label;
 * ``latency_cdf.png``: per-task latency CDF per agent (a panel per scenario);
 * ``learning_curves.png``: ``latency/vs_static`` (training stream) and ``eval/vs_best_static``
   (held-out episode) against the step of every run (TensorBoard);
@@ -320,12 +321,20 @@ def section_of(ctx: Context, others: list[Context] | None = None) -> str:
     scenario = _unique_name(scenario_key, (k[0] for k in keys))
     # --hardware is named too: the summary records nothing else of the options it ran with
     _, own_hardware, own_variant = Context(ctx.scenario, None, None).key()
+    hardware_name, _ = setting_names(ctx, others)
     extra = []
     if hardware != own_hardware:
-        extra.append(f"hardware {_unique_name(hardware, (k[1] for k in keys))}")
+        extra.append(f"hardware {hardware_name}")
     if variant != own_variant:
         extra.append(f"variant {variant}")
     return f"{scenario} ({', '.join(extra)})" if extra else scenario
+
+
+def setting_names(ctx: Context, others: list[Context] | None = None) -> tuple[str, str]:
+    """The hardware and variant of the setting as its section names them (`section_of`), the
+    scenario's own too: summary.csv's hardware and variant columns."""
+    _, hardware, variant = ctx.key()
+    return _unique_name(hardware, (o.key()[1] for o in others or [])), variant
 
 
 def _in_context(cfg: EvalConfig, entry: ModelEntry, ctx: Context) -> bool:
@@ -439,6 +448,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
     contexts = contexts_of(cfg, entries, scenarios)
     for ctx in contexts:
         section = section_of(ctx, contexts)
+        hardware, variant = setting_names(ctx, contexts)
         env = _env_in(ctx, DEFAULT_ENV, cfg)
         static, oracle = make_policy("best-static", env), make_policy("oracle", env)
         refs = {s: (episode_latencies(static, env, s, cfg.episodes),
@@ -477,6 +487,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
         for result in results.values():
             if result.scenario == section:
                 result.note = note
+                result.hardware, result.variant = hardware, variant
     return list(results.values())
 
 

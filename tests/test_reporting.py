@@ -309,6 +309,32 @@ def test_hardware_given_on_the_command_line_is_named_in_the_section(tmp_path: Pa
     assert [r.scenario for r in evaluate_agents(cfg, [], ["article"])] == ["article"]
 
 
+def test_summary_csv_gives_each_rows_hardware_and_variant_in_columns_of_their_own(
+        tmp_path: Path) -> None:
+    """A section on other hardware or another variant is one combined label in `scenario`
+    ("article (hardware edge, variant glm-5.3)"): to group by hardware or variant, a reader
+    had to parse it. `hardware` and `variant` now hold the names the section uses (the
+    scenario's own where the label leaves them out), after every earlier column, so readers
+    by name or by position read as before."""
+    from envs.scenario import load_scenario
+    from inference.variants import variant_label
+
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["none"], hardware="edge",
+             variant="glm-5.3")
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    text = summary_csv(r.row() for r in evaluate_agents(cfg, entries, ["article"]))
+    header, *rows = list(csv.reader(io.StringIO(text)))
+    earlier = ["scenario", "agent", "kind", "runs", "n",
+               *(k for m in METRICS for k in (m, f"{m}_ci95"))]
+    assert header == [*earlier, "hardware", "variant"]
+    own = load_scenario("article")
+    settings = {(row[0], row[-2], row[-1]) for row in rows}
+    assert settings == {("article", own.hardware, variant_label(own.variant)),
+                        ("article (hardware edge, variant glm-5.3)", "edge", "glm-5.3")}
+
+
 def test_a_hardware_file_without_a_yaml_suffix_is_that_file(tmp_path: Path) -> None:
     """load_hardware reads any file that exists, whatever its suffix: the section's hardware
     is that file (its devices decide the baselines), not a preset of its name."""
