@@ -339,9 +339,12 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
     cost_model = ("; decode memory wait, CPU cache hit-rate loss and init-time saving: one value "
                   f"each, read off the cost model on the tasks of seed {seeds[0]}"
                   if any(row.get("cost_model") for row in table) else "")
-    lines = [f"Seeds: {', '.join(map(str, seeds))}. Ours: mean ± 95% CI half-width over seeds; "
-             "stabilisation and drop: of the seed-mean online curve, with the 95% bootstrap "
-             f"interval over seeds in brackets{cost_model}.", "",
+    lines = [f"Seeds: {', '.join(map(str, seeds))}. Ours: mean ± 95% CI half-width over seeds "
+             "(Student's t; a ratio row is the mean of each seed's ratio); stabilisation and "
+             "drop: of the seed-mean online curve, with the 95% percentile bootstrap interval "
+             f"in brackets (the seeds redrawn {BOOTSTRAP_RESAMPLES} times){cost_model}. "
+             "in: the value shown lies within the tolerance, limits included (the value, not "
+             "its interval).", "",
              "| figure | article | ours | tolerance | in |", "|---|---|---|---|---|"]
     notes: list[str] = []
     for row in table:

@@ -499,3 +499,16 @@ def test_the_table_says_which_rows_are_one_cost_model_value(planted_table):
     header = table_markdown(table, seeds).split("\n\n")[0]
     assert f"read off the cost model on the tasks of seed {seeds[0]}" in header
     assert "cost model" not in table_markdown(table[:4], seeds).split("\n\n")[0]
+
+
+def test_the_table_says_what_its_verdict_and_intervals_are(planted_table):
+    """The header gave "mean ± 95% CI" and "bootstrap interval in brackets" but not what "in"
+    decides on (the value, not its interval; the limits included), what the brackets'
+    bootstrap is (percentile, the seeds redrawn), nor that a ratio row is the mean of each
+    seed's ratio rather than a ratio of the seed means."""
+    table, seeds, _ = planted_table
+    header = table_markdown(table, seeds).split("\n\n")[0]
+    assert "percentile bootstrap" in header
+    assert "mean of each seed's ratio" in header
+    assert "in: the value shown lies within the tolerance, limits included" in header
+    assert "not its interval" in header
