@@ -17,7 +17,11 @@ Definitions used in every table:
   baseline, and for a model one per held-out seed and training run pooled under its label
   (summary.csv's ``runs`` counts those runs); each sample pools that seed's episodes;
 - *95% CI*: half-width of the Student-t interval of the mean over the n samples (seeds, or
-  seeds x training runs), ``t(0.975, n-1) * sd / sqrt(n)``; empty with one sample.
+  seeds x training runs), ``t(0.975, n-1) * sd / sqrt(n)``; empty with one sample. A model's
+  seeds x training runs are pooled as n samples, but they are not independent: every run is
+  scored on the same held-out seeds, and a run's seeds share its training. The interval is
+  then narrower than one over the runs' means (``t(0.975, runs-1)``), which the spread
+  between training runs calls for.
 """
 
 from __future__ import annotations
@@ -185,6 +189,17 @@ def markdown_text(value: Any) -> str:
     return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
+def _pooled_runs_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """A note naming the rows whose samples pool several training runs (see *95% CI*)."""
+    pooled = [f"{markdown_text(r['agent'])} (n = {r['n'] // r['runs']} seeds x {r['runs']} "
+              "training runs)" for r in rows if r.get("runs", 1) > 1]
+    if not pooled:
+        return None
+    return (f"note: {', '.join(pooled)}: seeds and training runs pooled as n samples, which "
+            "are not independent (the runs share the held-out seeds); the 95% CI is narrower "
+            "than one over the runs' means (Definitions).")
+
+
 def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episodes: int,
                      notes: dict[str, str] | None = None) -> str:
     """Tables per scenario (value ± 95% CI), each followed by its note in `notes`, if any,
@@ -203,6 +218,9 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episo
             lines.append(f"| {markdown_text(r['agent'])} | {r['n']} | " + " | ".join(cells)
                          + " |")
         lines.append("")
+        pooled = _pooled_runs_note([r for r in rows if r["scenario"] == scenario])
+        if pooled:
+            lines += [pooled, ""]
         if notes and scenario in notes:
             lines += [notes[scenario], ""]
     lines += ["## Definitions", "", (__doc__ or "").split("Definitions used in every table:")[-1]

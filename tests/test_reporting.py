@@ -1051,3 +1051,26 @@ def test_the_baselines_a_setting_runs_follow_an_edited_hardware_file(tmp_path: P
         link["between"] = [d.replace("gpu", "fastgpu") for d in link["between"]]
     hardware.write_text(yaml.safe_dump(renamed), encoding="utf-8")
     assert runnable_baselines(cfg, ctx) == ["best-static"]
+
+
+def test_a_model_row_pooling_training_runs_says_its_interval_is_of_pooled_samples() -> None:
+    """A model row's n is seeds x training runs, and its 95% CI treats them as independent
+    samples, though every run is scored on the same held-out seeds: the interval is narrower
+    than one over the runs (README's reward table: 0.039 over 15 pairs where the three runs'
+    means give 0.096). The summary said "seeds x training runs" and no more."""
+    import agents.evaluation as evaluation
+
+    metrics = {k: v for m in METRICS for k, v in ((m, 1.0), (f"{m}_ci95", 0.1))}
+    rows = [{"scenario": "article", "agent": "ppo", "kind": "model", "runs": 3, "n": 15,
+             **metrics},
+            {"scenario": "article", "agent": "dqn", "kind": "model", "runs": 1, "n": 5,
+             **metrics},
+            {"scenario": "article", "agent": "best-static", "kind": "baseline", "runs": 1,
+             "n": 5, **metrics}]
+    text = summary_markdown(rows, [0, 1, 2, 3, 4], 1)
+    tables = text.split("## Definitions")[0]
+    [note] = [p for p in tables.split("\n\n") if "pooled" in p]
+    assert "ppo (n = 5 seeds x 3 training runs)" in note
+    assert "dqn" not in note and "best-static" not in note
+    assert "pooled" not in summary_markdown(rows[1:], [0, 1, 2, 3, 4], 1).split("## Def")[0]
+    assert "not independent" in (evaluation.__doc__ or "")
