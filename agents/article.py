@@ -43,7 +43,7 @@ from agents.article_job import (
     job_scenario,
     run_job,
 )
-from agents.online import OnlineResult, deploy, rollout
+from agents.online import OnlineResult, deploy, rollout, unsettled
 from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95
@@ -269,6 +269,10 @@ def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
             mean, half = metrics[key], float("nan")
             entry["interval"] = bootstrap_interval(onlines, key)
             entry["per_stream"] = mean_ci95([m[key] for m in stream_metrics])
+            if key == "samples_to_stabilise":
+                # (runs still outside the band at their end, which count at its sample)
+                entry["unsettled"] = (unsettled([m[key] for m in stream_metrics],
+                                                online_samples), online_samples)
         else:
             mean, half = mean_ci95(per_seed[row.figure])
         entry.update({"ours": mean, "ci": half, "in": bool(row.low <= mean <= row.high)})
@@ -362,8 +366,11 @@ def table_markdown(table: list[dict[str, Any]], seeds: list[int]) -> str:
                      f"{'yes' if row['in'] else 'NO'} |")
         if "per_stream" in row:
             mean, half = row["per_stream"]
+            late, length = row.get("unsettled", (0, 0))
+            censored = (f" ({late}/{len(seeds)} seeds unsettled, counted at {length}: a lower "
+                        "bound)" if late else "")
             notes.append(f"{row['figure']}, on each seed's own curve (its noise included): "
-                         f"{format_value(mean, half, row['unit'])}.")
+                         f"{format_value(mean, half, row['unit'])}{censored}.")
         if "device_time" in row:
             mean, half = row["device_time"]
             notes.append("Device time of batches < 16, set-ups included (what a batch costs "

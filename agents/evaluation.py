@@ -314,7 +314,14 @@ def _backlogged(study: OnlineStudy) -> list[str]:
 
 def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                     scenario: str, reward: str = "relative") -> str:
-    from agents.online import EARLY_SAMPLES, SAMPLE_COUNTS, STEADY_SAMPLES, WINDOW, OnlineResult
+    from agents.online import (
+        EARLY_SAMPLES,
+        SAMPLE_COUNTS,
+        STEADY_SAMPLES,
+        WINDOW,
+        OnlineResult,
+        unsettled,
+    )
 
     names = list(next(iter(study.metrics.values()))[0]) if study.metrics else []
     lines = ["# Online stabilisation", "",
@@ -329,6 +336,9 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
             values = [m[k] for m in per_seed]
             finite = sum(np.isfinite(values))
             note = f" ({finite}/{len(values)} seeds)" if 0 < finite < len(values) else ""
+            late = unsettled(values, n_samples) if k == "samples_to_stabilise" else 0
+            if late:
+                note += f" ({late}/{len(values)} seeds unsettled, counted at {n_samples})"
             # a count of samples: 50, not 50.000; its mean over seeds in steps of 1/seeds
             digits = (0 if finite == 1 else 1) if k in SAMPLE_COUNTS else 3
             cells.append(fmt_ci(*mean_ci(values), digits) + note)
@@ -346,7 +356,10 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
               f"{min(WINDOW, n_samples)} samples; "
               "static = best-static on the same tasks; the oracle is the myopic per-step "
               "reference; '-': undefined for every seed, e.g. never reached; (k/n seeds): the mean of "
-              "the k seeds where it is defined.)", ""]
+              "the k seeds where it is defined, the others left out (samples_to_0.9_static: those "
+              "that never reach it, so the mean reads earlier than all seeds' would); (k/n seeds "
+              f"unsettled, counted at {n_samples}): k runs had not settled by their end and "
+              "count at its length, a lower bound; so is the mean.)", ""]
     if n_samples < max(EARLY_SAMPLES, STEADY_SAMPLES):
         # the metrics clamp each span to the run (OnlineResult.metrics)
         lines += [f"With {n_samples} samples per run, the spans below are clamped to the run: "

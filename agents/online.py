@@ -9,7 +9,7 @@ sample has its references.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,15 @@ def rolling_mean(x: np.ndarray, window: int) -> np.ndarray:
         return np.array([float(np.mean(x))]) if len(x) else np.array([])
     c = np.cumsum(np.insert(np.asarray(x, dtype=float), 0, 0.0))
     return (c[window:] - c[:-window]) / window
+
+
+def unsettled(stabilise: Sequence[float], n_samples: int, window: int = WINDOW) -> int:
+    """How many of the runs' `samples_to_stabilise` are censored: runs of `n_samples` whose
+    last window was still outside the band, which report the run's length (a lower bound).
+    A run no longer than a window has that one window and reports its length too: settled."""
+    if n_samples <= window:
+        return 0
+    return sum(1 for value in stabilise if value >= n_samples)
 
 
 @dataclass

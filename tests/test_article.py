@@ -512,3 +512,17 @@ def test_the_table_says_what_its_verdict_and_intervals_are(planted_table):
     assert "mean of each seed's ratio" in header
     assert "in: the value shown lies within the tolerance, limits included" in header
     assert "not its interval" in header
+
+
+def test_the_per_stream_stabilisation_note_says_how_many_streams_never_settled():
+    """Each seed's own curve that has not settled by sample 600 counts at 600 (a lower
+    bound); the note gave "436 ± 61" with one such seed among ten, unsaid."""
+    late = _stepped(590)                   # still 2x static in its last window
+    assert late.metrics()["samples_to_stabilise"] == 600
+    table = _table_of({4: _stepped(150), 7: late}, lambda i, seed: _planted(i, seed % 2),
+                      COST_MODEL)
+    after_table = table_markdown(table, [4, 7]).split("|\n\n", 1)[1]
+    [stabilise] = [p for p in after_table.split("\n\n") if p.startswith(ROWS[9].figure)]
+    assert "(1/2 seeds unsettled, counted at 600: a lower bound)" in stabilise
+    [drop] = [p for p in after_table.split("\n\n") if p.startswith(ROWS[10].figure)]
+    assert "unsettled" not in drop

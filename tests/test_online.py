@@ -610,3 +610,33 @@ def test_stabilization_md_notes_learners_that_settled_on_a_backlog():
     assert "ppo-warm" not in notes[0] and "samples_to_stabilise" in notes[0]
     calm = OnlineStudy(metrics={"ppo": [{"steady_vs_static": 0.98}]})
     assert "note:" not in online_markdown(calm, [1], 600, "x")
+
+
+def test_stabilization_md_says_how_many_seeds_never_settled():
+    """A run that has not settled by its end counts at its length (a lower bound): the mean
+    over seeds is one too. The cell gave the mean alone (dqn's 531.8 held a seed at 600), so
+    a reader could not tell a late mean from a censored one."""
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    study = OnlineStudy(metrics={"x": [{"samples_to_stabilise": 600.0, "early": 1.0},
+                                       {"samples_to_stabilise": 300.0, "early": 600.0}],
+                                 "y": [{"samples_to_stabilise": 250.0, "early": 1.0},
+                                       {"samples_to_stabilise": 300.0, "early": 1.0}]})
+    lines = online_markdown(study, [1, 2], 600, "article").splitlines()
+    [x] = [ln for ln in lines if ln.startswith("| x |")]
+    [y] = [ln for ln in lines if ln.startswith("| y |")]
+    assert x.split(" | ")[1].endswith("(1/2 seeds unsettled, counted at 600)")
+    assert "unsettled" not in x.split(" | ")[2]          # another metric's 600 is a value
+    assert "unsettled" not in y
+    # a 600-sample run is unsettled at 600, a 1000-sample one is not
+    assert "unsettled" not in online_markdown(study, [1, 2], 1000, "article").split("##")[0]
+    assert any("unsettled, counted at" in ln for ln in lines[lines.index("## Definitions"):])
+
+
+def test_unsettled_counts_the_runs_censored_at_their_length():
+    from agents.online import WINDOW, unsettled
+
+    assert unsettled([600.0, 596.0, 300.0, 600.0], 600) == 2
+    # a run no longer than a window has one window: its value is its length, and it settled
+    assert unsettled([float(WINDOW)], WINDOW) == 0
+    assert unsettled([float("nan"), 600.0], 600) == 1
