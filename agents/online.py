@@ -73,7 +73,8 @@ class OnlineResult:
           10000-10004 the seed-mean curves of heft-calibrated and the oracle, which do not
           learn, are then stable from the first window (against static's own run: from
           sample 588 of 600, the queue bursts of two trajectories keeping 50-sample windows
-          10-20% apart). On one stream their gain still swings with the load (50-553).
+          10-20% apart). On one stream their gain still swings with the load (50-553):
+          a mean over seeds of this metric, each seed's own curve, is not the mean curve's.
           The cancelling also hides a backlog the agent built itself: static, priced behind
           it, waits as long, so a learner that overloads a near-capacity stream reads as
           settled (ratio ~1) while its latency grows; steady_vs_static shows it (azure-conv
@@ -81,8 +82,9 @@ class OnlineResult:
           A run whose last window is still outside the band gives its length: it has not
           settled within the run, and the number is a lower bound (censored, not NaN, so
           that a mean over seeds counts it as late rather than dropping it).
-        - samples_to_0.9_static: the first sample at which the rolling mean ratio to static
-          reaches 0.9 (NaN if never).
+        - samples_to_0.9_static: the last sample of the first window whose worst_window
+          ratio (the agent's rolling mean over static's own run's) is 0.9 or below (NaN if
+          never: a mean over seeds leaves that seed out).
         - steady_vs_static / steady_vs_oracle: mean latency over the last 200 samples over
           static's / the oracle's on the same samples.
         """
