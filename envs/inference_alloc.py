@@ -123,12 +123,21 @@ class InferenceAllocEnv(gym.Env):
     | 1                | prompt tokens                                          | n / 32768, <= 1    |
     | 2                | output tokens                                          | m / 2048, <= 1     |
     | 3                | cache signal: 1 the loader's cache holds the task's domain, 0 it does not, 0.5 no cache | as is |
-    | 4 + 4d           | device d backlog b (seconds of queued work)            | b / (b + 60)       |
-    | 5 + 4d           | device d free memory beside resident weights           | fraction           |
+    | 4 + 4d           | device d backlog b (seconds until d is free)           | b / (b + 60)       |
+    | 5 + 4d           | device d free memory beside the weights (see below)    | fraction           |
     | 6 + 4d           | device d online                                        | 0 or 1             |
     | 7 + 4d           | device d measured speed ratio r (EMA of nominal / observed prefill time) | r / 2, <= 1 |
-    | 4 + 4D           | recent cache hit rate (EMA)                            | fraction           |
+    | 4 + 4D           | recent cache hit rate (EMA, weight 0.05; 0 at reset)   | fraction           |
     | 5 + 4D + D s + d | previous task's share of stage s on device d           | fraction           |
+
+    The backlog is counted from the observed task's arrival: 0.5 at 60 s, 0.9 at 540 s.
+    Free memory counts the model's weights alone, not KV caches or activations:
+    1 - weights / memory while d holds them, 1 while it does not. Weights are never evicted
+    and every device that can hold them does from reset, so on both hardware presets these
+    entries are constant (server 0.98, 0.77, 0.41; edge 0.41 each). The speed ratio is an
+    EMA (weight 0.2) of nominal / observed prefill time on the device that ran the prefill;
+    it is 1 (observed 0.5) at reset and stays so on a device that runs no prefill. The hit
+    rate stays 0 without a loader cache.
 
     ## Rewards
 

@@ -5,8 +5,9 @@ A `Box(0, 1, (5 + 7 * D,))` vector; see the table in `InferenceAllocEnv`'s docst
 
 * 0, 1, 2: batch / BATCH_SCALE, prompt tokens / PROMPT_SCALE, output tokens / OUTPUT_SCALE
   (each capped at 1); 3: the cache signal (1 hit, 0 miss, 0.5 no cache);
-* per device d, four entries from 4 + 4d: backlog b as b / (b + BACKLOG_SCALE_S), free memory,
-  online flag, measured speed ratio / SPEED_SCALE;
+* per device d, four entries from 4 + 4d: backlog b as b / (b + BACKLOG_SCALE_S), free memory
+  beside the weights (1 - weights / memory while d holds them, else 1), online flag, measured
+  speed ratio / SPEED_SCALE;
 * 4 + 4D: the recent cache hit rate; from 5 + 4D: the previous task's (3, D) shares.
 
 A policy that decoded with constants of its own would silently misread every observation
@@ -101,7 +102,7 @@ class ObservedState(NamedTuple):
     output_tokens: int
     cache_hit: bool | None          # None: the loader has no cache
     backlog: tuple[float, ...]      # seconds of queued work per device
-    free_memory: tuple[float, ...]  # fraction of memory beside resident weights
+    free_memory: tuple[float, ...]  # 1 - weights / memory where resident, else 1
     online: tuple[bool, ...]
     speed_ratio: tuple[float, ...]  # measured nominal/observed stage time (1 = as the datasheet)
     hit_rate: float

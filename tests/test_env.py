@@ -22,6 +22,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
 from envs.inference_alloc_split import sequences_of
+from envs.observation import device_entries
 from envs.scenario import MAX_EPISODE_TASKS, MAX_NOISE, MIN_RATE
 
 IDS = envs.ENV_IDS
@@ -1306,6 +1307,26 @@ def test_observation_entries_follow_the_docstring_table(variant: str) -> None:
         assert np.array_equal(obs[5 + 4 * d_count:], previous.reshape(-1))
     assert queued > 10                                     # the backlogs were not all zero
 
+
+
+@pytest.mark.parametrize(("hardware", "shown"), [("server", (0.98, 0.77, 0.41)),
+                                                  ("edge", (0.41, 0.41, 0.41))])
+def test_free_memory_entries_stay_at_the_docstrings_values(hardware: str, shown: tuple) -> None:
+    """The docstring's note: every device holds the weights from reset and never drops them,
+    so each free-memory entry stays at 1 - weights / memory, the values it states, through an
+    episode of random placements (which run every stage on every device)."""
+    env = make(V0, scenario="article", hardware=hardware, episode_tasks=60)
+    env.action_space.seed(0)
+    raw = env.unwrapped
+    free = device_entries(raw.n_devices, "free_memory")
+    obs, _ = env.reset(seed=0)
+    seen = {tuple(obs[free].tolist())}
+    truncated = False
+    while not truncated:
+        obs, *_, truncated, _ = env.step(env.action_space.sample())
+        seen.add(tuple(obs[free].tolist()))
+    (only,) = seen
+    assert [round(x, 2) for x in only] == list(shown)
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_reset_observes_a_fresh_machine_even_after_an_episode(env_id: str) -> None:
