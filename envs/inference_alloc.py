@@ -139,6 +139,15 @@ class InferenceAllocEnv(gym.Env):
     it is 1 (observed 0.5) at reset and stays so on a device that runs no prefill. The hit
     rate stays 0 without a loader cache.
 
+    Measured (heft-calibrated on each preset scenario's own hardware, 10 episodes, seeds
+    10000-10009): where the load outruns the server, the backlog entries sit near 1, at or
+    above 0.9 on 48% (`bursty`), 54% (`faults`) and 80% (`long-context`) of device-steps
+    (87-93% under random placements), and the three devices' entries lie within 0.01 of each
+    other on 73%, 49% and 75% of steps: queues minutes apart differ in the third decimal. In
+    `article` they are 0 on 74% of device-steps, in `edge` on 94%. The online entries are 1
+    on every step but the NPU's in `faults` (0 on 30%); the speed entries stay in 0.47-0.61,
+    the GPU's down to 0.37 while `faults` throttles it.
+
     ## Rewards
 
     `reward="latency"` (default): minus the task's latency in seconds.
