@@ -292,7 +292,11 @@ class EvalConfig:
         evaluation = ("models", "runs", "baselines", "episodes", "episode_tasks")
         if self.online:
             why = "--online trains its own agents from scratch and runs no baselines"
-            return dict.fromkeys((*evaluation, "no_online", "article_clients"), why)
+            unused = dict.fromkeys((*evaluation, "no_online", "article_clients"), why)
+            if self.online_seeds is not None:   # online_seed_count: --seeds only stands in
+                unused["seeds"] = (f"--online runs --online-seeds seeds "
+                                   f"({self.online_seeds}) and no evaluation")
+            return unused
         if self.reproduce_article:
             why = "--reproduce-article trains its own agents on the article scenario and server"
             return dict.fromkeys((*evaluation, "scenarios", "hardware", "no_online",

@@ -596,6 +596,9 @@ def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path:
     (["--reproduce-article", "--scenarios", "bursty"], "--scenarios is not used there"),
     (["--online", "--scenarios", "article", "bursty"], "one scenario"),
     (["--online", "--baselines", "heft"], "--baselines is not used there: --online"),
+    # the study runs --online-seeds seeds: --seeds beside it counted nothing
+    (["--online", "--seeds", "7", "--online-seeds", "5"],
+     "--seeds is not used there: --online runs --online-seeds seeds"),
     (["--reproduce-article", "--hardware", "edge"], "--hardware is not used there"),
     (["--reproduce-article", "--online-samples", "50"], "--online-samples is not used there"),
     (["--models", "x.zip", "--runs", "elsewhere"], "--runs is not used there: --models"),
