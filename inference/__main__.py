@@ -163,9 +163,15 @@ def compare(args: argparse.Namespace) -> list[Outcome]:
                          f"{shown(absent[0])}, which hardware {shown(hardware.name)} lacks "
                          f"(devices: {', '.join(hardware.device_names)}); give --placement "
                          f"with its devices")
+    built = [(recipe, build_stages(recipe)) for recipe in parse_variants(args.variants)]
+    if args.cache is not None and all(stages[0].cache_kind is None for _, stages in built):
+        # forced on no variant, the flag changed nothing and the title still said it was set
+        flag = "--cache-hit" if args.cache else "--cache-miss"
+        raise ValueError(f"{flag}: no variant of --variants {shown(args.variants, quote=False)} has a loading cache "
+                         f"(a cached or adaptive load has one, as glm-5.3-flash's does); "
+                         f"add such a variant to --variants or drop {flag}")
     outcomes = []
-    for recipe in parse_variants(args.variants):
-        stages = build_stages(recipe)
+    for recipe, stages in built:
         sim = Simulator(hardware, model, stages)
         if args.cache is not None and stages[0].cache_kind is not None:
             if args.cache:

@@ -115,6 +115,11 @@ def test_forcing_the_cache_changes_the_load_time():
     (["--hardware", "mainframe"], "unknown hardware 'mainframe'"),
     (["--variants", "glm-6"], "unknown variant 'glm-6'"),
     (["--variants", "cached+window"], "one implementation per stage"),
+    # no variant has a loading cache to force: the flag changed nothing, unannounced
+    (["--variants", "glm-5.3", "--cache-hit"],
+     "--cache-hit: no variant of --variants glm-5.3 has a loading cache"),
+    (["--variants", "direct+window+sequential", "--cache-miss"],
+     "--cache-miss: no variant of --variants direct+window+sequential has a loading cache"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     assert main(argv) == 2
