@@ -75,9 +75,11 @@ class TrainConfig:
         "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
         "(guard only with conservative)"))
     conservative: str = field(default="heft-calibrated", metadata=_help(
-        "conservative policy of the warm-up (e.g. best-static, heft-calibrated)"))
+        "conservative policy of the warm-up (e.g. best-static, heft-calibrated); ignored by "
+        "--warmup none runs, its name checked all the same"))
     clone_samples: int | None = field(default=None, metadata=_help(
-        "observations collected for behaviour cloning (default: WarmupConfig's)"))
+        "observations collected for behaviour cloning; ignored by runs whose --warmup spec "
+        "does not clone (default: WarmupConfig's)"))
     scenario: str = field(default="article", metadata=_help(
         "scenario name or YAML path", path=True))
     hardware: str | None = field(default=None, metadata=_help(
@@ -121,7 +123,7 @@ class TrainConfig:
         "keeps the run's own and refuses another)"))
     eval_interval: int = field(default=10_000, metadata=_help(
         "steps between runs of the current policy on the held-out episode, logged as eval/ "
-        "in TensorBoard (0: none)"))
+        "in TensorBoard (0: none; none with --eval-tasks 0)"))
     select_best: bool = field(default=False, metadata=_help(
         "also keep the model with the lowest mean latency on a validation episode "
         "(--eval-tasks tasks of --validation-seed, run at the --eval-interval points) as "

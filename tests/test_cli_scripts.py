@@ -1316,6 +1316,21 @@ def test_help_shows_each_options_default() -> None:
         "--clone-samples")[1].split("--scenario")[0]       # its own words, not appended twice
 
 
+def test_help_says_which_runs_ignore_the_warmup_options() -> None:
+    """--conservative and --clone-samples apply per warm-up spec (a shared flag set serves
+    --warmup none all), so a run without warm-up, or without cloning, takes them and ignores
+    them: --help says so, and that --eval-tasks 0 leaves --eval-interval nothing to run."""
+    text = " ".join(build_parser(TrainConfig).format_help().split())
+
+    def help_of(flag: str, following: str) -> str:
+        return text.split(f"{flag} {flag[2:].upper().replace('-', '_')}")[2].split(following)[0]
+
+    assert "ignored by --warmup none runs" in help_of("--conservative", "--clone-samples")
+    assert "ignored by runs whose --warmup spec does not clone" in help_of("--clone-samples",
+                                                                          "--scenario")
+    assert "none with --eval-tasks 0" in help_of("--eval-interval", "--select-best")
+
+
 def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monkeypatch) -> None:
     """SB3's load seeds the env it is given with the model's saved seed (its _setup_model calls
     set_random_seed), which overrode the resume seeds build_vec_env had given: the resumed run
