@@ -160,7 +160,12 @@ HP_RANGES: dict[str, tuple[float | None, float | None]] = {
     # these two failed only inside each run, after its cloning, with a traceback per run
     # (stats_window_size=-1: deque's "maxlen must be non-negative"; train_freq=0: an assert)
     "stats_window_size": (0, None), "train_freq": (1, None),
+    "target_kl": (1e-9, None), "clip_range_vf": (1e-9, None),
 }
+# Numbers whose SB3 default is None (off), so that the default gives no type to check against:
+# target_kl=abc failed inside the run, and target_kl <= 0 stopped each update after one batch.
+# Each with the example its error shows.
+NUMBERS_WHEN_SET = {"target_kl": 0.03, "clip_range_vf": 0.2}
 
 
 # SAC's entropy settings, whose SB3 default is the text "auto" (learned): what they take
@@ -192,6 +197,8 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             _check_policy_kwargs(name, value)
             continue
         ref = expected.get(key)
+        if ref is None and key in NUMBERS_WHEN_SET:
+            ref = NUMBERS_WHEN_SET[key]
         if key in AUTO_FORMS and defaults.get(key) == "auto":
             if _is_auto(key, value):
                 continue

@@ -571,6 +571,23 @@ def test_none_turns_off_what_sb3_lets_be_none_and_a_warm_starts_overrides_fail_u
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ("target_kl=abc", "target_kl must be a number"),
+    ("target_kl=-1", "target_kl must be >= 1e-09"),
+    ("target_kl=0", "target_kl must be >= 1e-09"),
+    ("clip_range_vf=lin_0.2", "clip_range_vf must be a number"),
+])
+def test_a_number_sb3_defaults_to_none_is_checked_when_given(override, message, tmp_path, capsys):
+    # SB3's default None left them unchecked: target_kl=abc failed inside the run, after its
+    # folder was made, and target_kl <= 0 stopped every update after its first minibatch
+    main = load_main("train.py")
+    assert main(["--hp", override, "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path: Path,
                                                                      capsys) -> None:
