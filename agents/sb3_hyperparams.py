@@ -116,6 +116,19 @@ def layer_hyperparams(params: dict[str, Any], top: dict[str, Any]) -> dict[str, 
 RESERVED = ("env", "seed", "device", "verbose", "tensorboard_log", "_init_setup_model")
 
 
+# rl-baselines3-zoo's YAMLs carry these beside the agent's keywords: what each is here. A
+# did-you-mean sent n_timesteps to n_steps (PPO's rollout length), which took it without a word.
+NO_WRAPPER = "train.py has none: it builds and wraps the env itself (a flat observation vector)"
+ZOO_OPTIONS = {"n_timesteps": "set it with train.py's --timesteps",
+               "normalize": "set it with train.py's --normalize (rewards only)",
+               "n_envs": "set it with train.py's --n-envs",
+               "env_kwargs": "the env is set with train.py's --scenario, --hardware, "
+                             "--episode-tasks and --reward",
+               "frame_stack": NO_WRAPPER, "env_wrapper": NO_WRAPPER,
+               "vec_env_wrapper": NO_WRAPPER, "normalize_kwargs": NO_WRAPPER,
+               "callback": "train.py has none: see its --checkpoint-interval and --eval-interval"}
+
+
 def check_keys(name: str, params: dict[str, Any]) -> None:
     """Every key a keyword the agent's constructor takes (and not one make_sb3 sets)."""
     known = [k for k in inspect.signature(ALGORITHMS[name].__init__).parameters
@@ -124,6 +137,9 @@ def check_keys(name: str, params: dict[str, Any]) -> None:
         if key in RESERVED:
             raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
                              + (" (train.py --seeds)" if key == "seed" else ""))
+        if key not in known and key in ZOO_OPTIONS:
+            raise ValueError(f"{key} is an rl-baselines3-zoo option, not a {name} "
+                             f"hyper-parameter; {ZOO_OPTIONS[key]}")
         if key not in known:
             raise ValueError(f"unknown {name} hyper-parameter {shown(key)}"
                              f"{did_you_mean([key], known)}; known: {', '.join(known)}")

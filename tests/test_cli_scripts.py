@@ -485,6 +485,24 @@ def test_an_unknown_agent_or_a_trainers_key_is_named_as_such() -> None:
     assert "--seeds" not in str(device.value)
 
 
+@pytest.mark.parametrize(("key", "pointer"), [
+    ("n_timesteps", "train.py's --timesteps"), ("normalize", "train.py's --normalize"),
+    ("n_envs", "train.py's --n-envs"), ("frame_stack", "train.py has none"),
+    ("env_wrapper", "train.py has none"),
+])
+def test_an_rl_zoo_option_among_the_hyperparameters_points_to_train_py(key, pointer, tmp_path,
+                                                                       capsys) -> None:
+    """rl-baselines3-zoo's YAMLs carry these beside the agent's keywords: n_timesteps was met
+    with "did you mean 'n_steps'?", whose advice set PPO's rollout to the run's length."""
+    main = load_main("train.py")
+    assert main(["--hp", f"{key}=1", "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert f"{key} is an rl-baselines3-zoo option, not a ppo hyper-parameter" in err
+    assert pointer in err and "did you mean" not in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_layer_width_may_be_the_largest_the_error_names() -> None:
     """The widths' range 1..MAX_LAYER_WIDTH is closed: its top is taken, one more refused."""
     check_override_types("ppo", {}, {"policy_kwargs": {"net_arch": [MAX_LAYER_WIDTH, 1]}})
