@@ -24,7 +24,7 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from envs import ENV_IDS
+from envs import ENV_IDS, canonical_env_id
 from inference.checks import is_integer, is_number
 from inference.messages import did_you_mean, shown
 from inference.yamlio import describe_yaml_error, load_yaml_file, path_version, safe_load
@@ -53,6 +53,15 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     table = _hyperparam_table(path) or {}
     if not isinstance(table, dict):
         raise ValueError(f"{path} must map env ids to hyper-parameters, got {table!r}")
+    # a section under a misspelt id was never read, its values unused without a word
+    unknown = [key for key in table if key not in ENV_IDS]
+    if unknown:
+        key = unknown[0]
+        alias = canonical_env_id(str(key))
+        hint = (f" (write {alias})" if alias in ENV_IDS
+                else did_you_mean([key], ENV_IDS, ignore_case=True))
+        raise ValueError(f"{path}: unknown env id {shown(key)}{hint}; hyper-parameters are "
+                         f"keyed by env id: {', '.join(ENV_IDS)}")
     if env_id not in table:
         raise ValueError(f"no {agent} hyper-parameters for env {shown(env_id)} in {path}; "
                          f"envs there: {', '.join(table) or 'none'}")

@@ -473,6 +473,21 @@ def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, t
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("typo", ["InferenceAloc-v0", "discrete", "InferenceAllocSplit-v0x"])
+def test_a_hyperparameter_yaml_keyed_by_an_unknown_env_is_refused(typo, tmp_path, capsys,
+                                                                  monkeypatch) -> None:
+    """Beside a good section, a section under a misspelt env id was never read: the values
+    tuned there went unused, without a word."""
+    import agents.sb3_hyperparams as hyperparams
+    (tmp_path / "ppo.yaml").write_text(f"InferenceAlloc-v0:\n  n_steps: 16\n{typo}:\n  n_steps: 64\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    main = load_main("train.py")
+    assert main(["--warmup", "none", "--log-dir", str(tmp_path / "runs"), "--timesteps", "32"]) == 2
+    err = capsys.readouterr().err
+    assert f"ppo.yaml: unknown env id {typo!r}" in err and "InferenceAllocSplit-v0" in err
+    assert err.count("\n") == 1 and not (tmp_path / "runs").exists()
+
+
 def test_an_unknown_agent_or_a_trainers_key_is_named_as_such() -> None:
     """An unknown agent is named with the known ones (not a missing <agent>.yaml), and a key
     the trainer sets points to the option that sets it: seed to --seeds, the others to none."""
