@@ -241,7 +241,8 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         else:
             continue
         if not ok:
-            raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got {shown(value)}")
+            raise ValueError(f"hyper-parameter {key} must be {kind} (e.g. {ref}), got "
+                             f"{shown(value)}{_text_for_number_hint(key, value)}")
         if not abs(value) <= FLOAT32_MAX:
             # NaN passed every range check (comparisons with it are false), and SB3 trained on
             # nan/inf to NaN weights, or failed converting 1e300 to the float32 tensors it uses
@@ -257,6 +258,23 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             # SB3 takes 0 and never trains: the run's "learning" left the network as built
             raise ValueError("hyper-parameter gradient_steps must be -1 (as many as the env "
                              "steps since the last update) or >= 1, got 0")
+
+
+def _text_for_number_hint(key: str, value: Any) -> str:
+    """What to write instead of a text where a number goes, when the text holds one:
+    rl-baselines3-zoo's linear schedule ``lin_3e-4`` (SB3 takes a schedule as a Python
+    callable only, which neither YAML nor --hp gives), or a number in quotes."""
+    if not isinstance(value, str):
+        return ""
+    number = value.removeprefix("lin_")
+    try:
+        constant = float(number)
+    except ValueError:
+        return ""
+    if number != value:
+        return (f"; rl-baselines3-zoo's linear schedules (lin_<x>) are not supported here: "
+                f"give a constant, e.g. {key}={constant:g}")
+    return "; a quoted number is text: write it unquoted"
 
 
 def _is_auto(key: str, value: Any) -> bool:

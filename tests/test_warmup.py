@@ -12,7 +12,7 @@ import torch
 
 from agents.registry import load_policy, make_policy
 from agents.sb3_factory import make_sb3
-from agents.sb3_hyperparams import load_hyperparams, parse_overrides
+from agents.sb3_hyperparams import hyperparams_with, load_hyperparams, parse_overrides
 from agents.warmup import WarmupConfig, WarmupController
 
 torch.set_num_threads(1)
@@ -278,6 +278,22 @@ def test_an_override_of_the_wrong_type_is_refused_before_the_model_is_built(over
     with pytest.raises(ValueError, match=message):
         make_sb3("ppo", env, seed=0, overrides=overrides)
     assert make_sb3("ppo", env, seed=0, overrides={"gamma": 1, "n_steps": 32}).model.n_steps == 32
+
+
+@pytest.mark.parametrize(("agent", "override", "hint"), [
+    ("ppo", "learning_rate=lin_3e-4", "linear schedules (lin_<x>) are not supported here: "
+                                      "give a constant, e.g. learning_rate=0.0003"),
+    ("ppo", "clip_range=lin_0.2", "e.g. clip_range=0.2"),
+    ("dqn", "exploration_fraction=lin_0.1", "e.g. exploration_fraction=0.1"),
+    ("ppo", "learning_rate='3e-4'", "a quoted number is text: write it unquoted"),
+    ("ppo", 'batch_size="64"', "a quoted number is text: write it unquoted"),
+])
+def test_an_rl_zoo_schedule_or_a_quoted_number_says_what_to_write(agent, override, hint):
+    """rl-baselines3-zoo writes lin_3e-4 for a linear schedule, which SB3 takes as a callable
+    only; "must be a number, got 'lin_3e-4'" left it open whether schedules were meant."""
+    with pytest.raises(ValueError, match="must be") as refused:
+        hyperparams_with(agent, "InferenceAlloc-v0", parse_overrides([override]))
+    assert hint in str(refused.value)
 
 
 def test_dqn_ranges_are_checked_to_their_bounds_inclusive():
