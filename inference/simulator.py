@@ -331,23 +331,22 @@ class Simulator:
         caller that prices one task several times (masks, references, oracle) needs them once.
         """
         st = state if state is not None else self.state
-        if not commit:
-            # A stage on device d starts once d is free, so a peer's span that ends by the
-            # time every contended device is free can slow none of this task's stages. Under a
-            # backlog those are most of the spans, and each dry run (the references, the
-            # oracle's D**3) copied them all: a copy that grew with the episode.
-            contended = self._contended_ids
-            st = st.copy(min([st.busy_until[d] for d in contended]) if contended else -math.inf)
-        res = TaskResult(self.n_devices)
         t = task.arrival + extra_overhead
+        # A booked span that ends by the task's arrival contends with none of it, nor, as a
+        # stage on device d starts once d is free, one that ends by the time every contended
+        # device is free. A commit drops the first kind for good; a dry run (the references,
+        # the oracle's D**3) copies neither: under a backlog the second kind is most of the
+        # spans, and copying them all grew each dry run with the episode.
+        contended = self._contended_ids
+        if commit:
+            for d in contended:
+                spans = st.booked[d]
+                del spans[:bisect_right(spans, t, key=_span_end)]
+        else:
+            free = min([st.busy_until[d] for d in contended]) if contended else -math.inf
+            st = st.copy(max(t, free))
+        res = TaskResult(self.n_devices)
         res.overhead = extra_overhead
-        for d in self._contended_ids:   # spans over before the task arrives contend with none of it
-            spans = st.booked[d]
-            done = 0
-            while done < len(spans) and spans[done][1] <= t:
-                done += 1
-            if done:
-                del spans[:done]
         # -- work records; the loader's depends on the cache
         load_impl = self.stages[0]
         hit = None
