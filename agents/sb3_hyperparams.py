@@ -209,7 +209,8 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     other structured values are left to SB3. The off-policy agents' ``train_freq`` is a number
     of steps or a pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); SAC's
     ``ent_coef`` and ``target_entropy`` ``auto`` or a number (``_is_auto``); ``policy_kwargs``
-    a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``).
+    a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``); ``policy``
+    MlpPolicy (``_check_policy``).
     """
     defaults = {key: p.default for key, p in
                 inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
@@ -220,6 +221,9 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             continue
         if key == "policy_kwargs":
             _check_policy_kwargs(name, value)
+            continue
+        if key == "policy":
+            _check_policy(value)
             continue
         ref = expected.get(key)
         if ref is None and key in NUMBERS_WHEN_SET:
@@ -309,6 +313,15 @@ def _check_train_freq(value: Any) -> None:
 
 # A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
 # with a torch traceback (1e12 units: "can't allocate memory").
+def _check_policy(value: Any) -> None:
+    """MlpPolicy, the one SB3 policy our observation fits: CnnPolicy wants images and
+    MultiInputPolicy a dict observation (SB3 fails on either with its image advice or an
+    AttributeError), and a warm-up run swaps in its own MlpPolicy subclass."""
+    if value != "MlpPolicy":
+        raise ValueError(f"hyper-parameter policy must be MlpPolicy: the observation is one "
+                         f"flat vector of numbers (a Box), got {shown(value)}")
+
+
 MAX_LAYER_WIDTH = 65_536
 
 

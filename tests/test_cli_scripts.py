@@ -1665,6 +1665,31 @@ def test_a_list_or_mapping_for_a_scalar_hyperparameter_is_refused_before_trainin
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("policy", ["CnnPolicy", "MultiInputPolicy", "FooPolicy", "[64]"])
+def test_a_policy_other_than_mlp_is_refused_before_training(policy: str, tmp_path: Path,
+                                                           capsys) -> None:
+    # CnnPolicy was SB3's six-line image advice, MultiInputPolicy an AttributeError traceback:
+    # the observation is one flat vector, and warm-up runs swap in an MlpPolicy subclass
+    main = load_main("train.py")
+    assert main(["--hp", f"policy={policy}", "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "hyper-parameter policy must be MlpPolicy" in err and "flat vector" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_policy_in_the_yaml_is_checked_too(tmp_path: Path, monkeypatch) -> None:
+    import agents.sb3_hyperparams as hyperparams
+    (tmp_path / "ppo.yaml").write_text("InferenceAlloc-v0:\n  policy: CnnPolicy\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    with pytest.raises(ValueError, match="ppo.yaml, InferenceAlloc-v0: hyper-parameter policy "
+                                         "must be MlpPolicy"):
+        load_hyperparams("ppo", "InferenceAlloc-v0")
+    (tmp_path / "ppo.yaml").write_text("InferenceAlloc-v0:\n  policy: MlpPolicy\n")
+    assert load_hyperparams("ppo", "InferenceAlloc-v0")["policy"] == "MlpPolicy"
+
+
 @pytest.mark.parametrize("override", ["gamma=.nan", "learning_rate=.inf", "ent_coef=-.inf",
                                       "clip_range=.nan", "vf_coef=1e300"])
 def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, tmp_path: Path,
