@@ -15,6 +15,8 @@ Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
 * ``oracle``: the per-step (myopic) lower bound; needs the live single env;
 * ``gated-<name>``: any of the above behind the small-batch gate (keyword
   ``threshold=``, default 16), e.g. ``gated-heft-calibrated``;
+* ``<module>:<attribute>``: a policy of your own, imported (``agents.imported``), e.g.
+  ``mine:ShortestQueue``;
 * ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``, ``sac``: Stable-Baselines3 agents, built by
   ``agents.sb3_factory.make_sb3`` (imported only when asked for); ``dqn`` and
   ``maskable-ppo`` act in ``InferenceAlloc-v0`` only, ``sac`` in ``InferenceAllocSplit-v0``
@@ -36,6 +38,13 @@ from agents.files import model_file
 from agents.gated import DEFAULT_THRESHOLD, GatedScheduling
 from agents.heft import HeftPolicy
 from agents.heft_split import HeftSplitPolicy
+from agents.imported import PATTERN as IMPORT_PATTERN
+from agents.imported import (
+    ImportNameError,
+    imported_env_id,
+    imported_policy_maker,
+    is_import_name,
+)
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
 from envs import ENV_IDS
@@ -49,7 +58,7 @@ POLICY_NAMES: tuple[str, ...] = (
 SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
 SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo", "sac")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
-                                  "gated-<name>")
+                                  "gated-<name>", IMPORT_PATTERN)
 _SB3_MODULE = "agents.sb3_factory"
 
 
@@ -63,8 +72,15 @@ def _ungated(name: str) -> str:
 
 def policy_env_id(name: str) -> str:
     """The env a named policy acts in: the Split env for those that divide stages (e.g.
-    heft-split, gated or not), else the discrete env."""
-    return ENV_IDS[1] if _ungated(name).lower() in SPLIT_POLICY_NAMES else ENV_IDS[0]
+    heft-split, gated or not), else the discrete env; an imported policy says (its
+    ``env_id``), and one that cannot be imported is refused when it is built."""
+    inner = _ungated(name)
+    if is_import_name(inner):
+        try:
+            return imported_env_id(inner)
+        except ImportNameError:
+            return ENV_IDS[0]
+    return ENV_IDS[1] if inner.lower() in SPLIT_POLICY_NAMES else ENV_IDS[0]
 
 
 class UnknownPolicyName(ValueError):
@@ -132,6 +148,8 @@ def _fixed_policy_maker(name: str, env: Any, what: str, learner_hint: str) -> Ca
         raise UnknownPolicyName(f"{exc}{learner_hint}") from None
     try:
         return _policy_maker(name, env)
+    except ImportNameError as exc:  # a name of the grammar, whose module or attribute is not
+        raise UnknownPolicyName(f"{what}: {exc}") from None
     except UnknownPolicyName:
         raise UnknownPolicyName(f"unknown {what} {shown(name)}"
                                 f"{_nearest(name, learners=False, env=env)}; "
@@ -190,6 +208,13 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
     if not isinstance(name, str):
         raise UnknownPolicyName(f"agent name must be a string; valid names: {valid_names()}")
     key = name.strip().lower()
+    if is_import_name(name):
+        try:
+            return imported_policy_maker(name.strip(), env)
+        except ImportNameError as exc:
+            if not exc.missing_module:
+                raise
+            raise ImportNameError(f"{exc}{_nearest(name, env=env)}", missing_module=True) from None
     if key in SB3_NAMES:
         return lambda **kwargs: _sb3("make_sb3", key)(key, env, **kwargs)
     if key.startswith("gated-"):

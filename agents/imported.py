@@ -1,0 +1,165 @@
+"""Policies of your own, named ``<module>:<attribute>`` wherever a policy name is read.
+
+``evaluate.py --baselines mine:ShortestQueue``, ``train.py --conservative mine:make_rule``
+and ``make_policy("mine:ShortestQueue", env)`` import ``mine`` (from the working directory,
+then ``sys.path``) and take its ``ShortestQueue``; a dotted attribute (``mine:Rules.fifo``)
+is followed. The attribute is one of:
+
+* a class or function that builds the policy: called with the env when it takes one
+  positional argument (``factory(env)``), else with no argument (the README's
+  ``ShortestQueue()``); keywords of ``make_policy`` are passed on;
+* a ready policy object (anything with a ``predict`` method but not a class), used as it is.
+
+The policy answers Stable-Baselines3's ``predict()`` in the env's own actions, for one
+observation: a batch (a VecEnv's, as the warm-up's conservative policy gets) is handed to it
+one observation at a time (``OneAtATime``). It acts in ``InferenceAlloc-v0`` unless the
+attribute sets ``env_id = "InferenceAllocSplit-v0"``.
+Importing runs the module's code, as ``python -c "import mine"`` would: name only modules you
+trust.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from envs import ENV_IDS
+from inference.messages import did_you_mean, shown
+
+# package.module:attribute.attribute: Python identifiers on both sides
+_IMPORT_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+PATTERN = "<module>:<attribute>"
+
+
+def is_import_name(name: str) -> bool:
+    """Whether `name` reads as ``<module>:<attribute>``. ``static:<devices>`` is the fixed
+    placement's pattern and wins: a module of yours named ``static`` is not reachable here."""
+    key = name.strip()
+    return bool(_IMPORT_NAME.match(key)) and not key.lower().startswith("static:")
+
+
+class ImportNameError(ValueError):
+    """`<module>:<attribute>` names nothing that can be imported; `missing_module`: its module
+    is not there at all (a typo of one of our names, as heft:calibrated, may be meant)."""
+
+    def __init__(self, message: str, missing_module: bool = False) -> None:
+        super().__init__(message)
+        self.missing_module = missing_module
+
+
+def import_target(name: str) -> Any:
+    """The object `name` (``<module>:<attribute>``) names. Raises ImportNameError naming
+    what is missing: the module (a module the named one imports, missing, is its own error),
+    or the attribute, with the module's nearest names."""
+    module_name, _, attribute = name.strip().partition(":")
+    cwd = os.getcwd()
+    added = cwd not in {os.path.abspath(p) for p in sys.path}      # '' is the cwd too
+    if added:   # as `python -m` would find it; for this import only, not for the process
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
+            raise   # the module exists, and one it imports does not: that is its own error
+        stem = module_name.removesuffix(".py")
+        hint = f"; name the module, {stem}, not its file" if stem != module_name else ""
+        raise ImportNameError(f"policy {shown(name)}: no module named {shown(module_name)} in the "
+                              f"working directory ({cwd}) or on sys.path{hint}",
+                              missing_module=True) from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            public = [n for n in dir(target) if not n.startswith("_")]
+            raise ImportNameError(f"policy {shown(name)}: {getattr(target, '__name__', target)} "
+                                  f"has no attribute {shown(part)}{did_you_mean([part], public)}")
+        target = getattr(target, part)
+    return target
+
+
+def imported_env_id(name: str) -> str:
+    """The env the policy `name` acts in: its ``env_id`` attribute, else InferenceAlloc-v0."""
+    env_id = getattr(import_target(name), "env_id", ENV_IDS[0])
+    if env_id not in ENV_IDS:
+        raise ImportNameError(f"policy {shown(name)}: env_id must be one of "
+                              f"{', '.join(ENV_IDS)}, got {shown(env_id)}")
+    return str(env_id)
+
+
+def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
+    """What builds the policy `name` for `env` from make_policy's keywords (see the module
+    docstring); the import happens now, so that a missing module or attribute is refused
+    before anything is built."""
+    target = import_target(name)
+    if not callable(target) and not hasattr(target, "predict"):
+        raise ImportNameError(f"policy {shown(name)} is a {type(target).__name__}: it must be a "
+                              f"policy (with predict()), or a class or function that builds one")
+
+    def build(**kwargs: Any) -> Any:
+        if hasattr(target, "predict") and not inspect.isclass(target):
+            if kwargs:
+                raise ValueError(f"policy {shown(name)} is an object: it takes no keywords, "
+                                 f"got {', '.join(kwargs)}")
+            policy = target
+        else:
+            policy = target(*_arguments(name, target, env, kwargs), **kwargs)
+        if not callable(getattr(policy, "predict", None)):
+            raise ValueError(f"policy {shown(name)} built a {type(policy).__name__}, which has "
+                             f"no predict(observation, state, episode_start, deterministic)")
+        return OneAtATime(policy)
+
+    return build
+
+
+class OneAtATime:
+    """`policy` with SB3's batch contract kept for it: a batch of observations is answered
+    row by row, stacked. A policy written for one observation (the README's ShortestQueue)
+    answered the warm-up's batch of one with one action, and PPO failed deep in torch."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        obs = np.asarray(observation)
+        if obs.ndim == 1:
+            action, state = self.policy.predict(observation, state, episode_start, deterministic)
+            return np.asarray(action), state
+        actions = []
+        for row in obs:
+            action, state = self.policy.predict(row, state, episode_start, deterministic)
+            actions.append(np.asarray(action))
+        return np.stack(actions), state
+
+    def __getattr__(self, name: str) -> Any:
+        # the policy's own attributes (its env_id, a threshold, its config) read through
+        if name == "policy":
+            raise AttributeError(name)
+        return getattr(self.policy, name)
+
+
+def _arguments(name: str, factory: Callable[..., Any], env: Any,
+               kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """(env,) when `factory` takes the env as its one positional argument, else ()."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):     # a builtin without one: give it the env
+        return (env,)
+    for args in ((env,), ()):
+        try:
+            signature.bind(*args, **kwargs)
+            return args
+        except TypeError:
+            continue
+    raise ValueError(f"policy {shown(name)}: {getattr(factory, '__name__', factory)}{signature} "
+                     f"takes neither the env alone nor no argument"
+                     + (f" (with keywords {', '.join(kwargs)})" if kwargs else ""))

@@ -1,0 +1,228 @@
+"""Policies of your own named <module>:<attribute> (agents.imported), in make_policy, the
+baselines of evaluate.py and train.py's conservative policy."""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from test_cli_scripts import load_main
+
+from agents.evaluation import episode_latencies
+from agents.imported import is_import_name
+from agents.registry import make_fixed_policy, make_policy, policy_env_id, valid_names
+
+USER_MODULE = '''
+import numpy as np
+
+from envs.observation import decode_observation
+
+
+class ShortestQueue:
+    """Every stage on the online device with the least queued work."""
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        seen = decode_observation(obs)
+        queue = [b if up else np.inf for b, up in zip(seen.backlog, seen.online)]
+        return np.full(3, int(np.argmin(queue))), state
+
+
+class OnDevice:
+    """Every stage on one device, chosen by name from the env's hardware."""
+
+    def __init__(self, env, device="gpu"):
+        self.action = np.full(3, env.unwrapped.device_names.index(device))
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return self.action, state
+
+
+def on_cpu(env):
+    return OnDevice(env, "cpu")
+
+
+ready = OnDevice.__new__(OnDevice)
+ready.action = np.full(3, 1)
+
+
+class EvenSplit:
+    """Split env: each stage's work in equal shares over every device."""
+
+    env_id = "InferenceAllocSplit-v0"
+
+    def __init__(self, env):
+        self.shape = env.unwrapped.action_space.shape
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.ones(self.shape, dtype=np.float32), state
+
+
+not_a_policy = 3
+
+
+def builds_nothing(env):
+    return "a string"
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch) -> Iterator[str]:
+    """A module of the user's in the working directory (not on sys.path), imported by name."""
+    name = f"mine_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.chdir(tmp_path)
+    yield name
+    sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def env() -> gym.Env:
+    return gym.make("envs:InferenceAlloc-v0", scenario="article", episode_tasks=40)
+
+
+def test_the_pattern_is_a_module_and_an_attribute_and_leaves_static_alone() -> None:
+    assert is_import_name("mine:ShortestQueue") and is_import_name("pkg.mod:Rules.fifo")
+    for name in ("static:cpu,gpu,gpu", "STATIC:cpu,gpu,gpu", "heft", "gated-mine:X", "mine:",
+                 ":X", "mine:X:Y", "1mine:X"):
+        assert not is_import_name(name), name
+    assert "<module>:<attribute>" in valid_names()
+
+
+def test_each_kind_of_attribute_builds_the_policy_it_names(user_module: str, env) -> None:
+    devices = env.unwrapped.device_names
+    cpu, gpu = devices.index("cpu"), devices.index("gpu")
+    obs, _ = env.unwrapped.reset(seed=3)
+    # a class taking no argument, one taking the env (with a keyword passed on), a function,
+    # a ready object
+    assert make_policy(f"{user_module}:ShortestQueue", env).predict(obs)[0].shape == (3,)
+    assert list(make_policy(f"{user_module}:OnDevice", env).predict(obs)[0]) == [gpu] * 3
+    assert list(make_policy(f"{user_module}:OnDevice", env, device="cpu").predict(obs)[0]) \
+        == [cpu] * 3
+    assert list(make_policy(f"{user_module}:on_cpu", env).predict(obs)[0]) == [cpu] * 3
+    mod = sys.modules[user_module]
+    assert make_policy(f"{user_module}:ready", env).policy is mod.ready
+    # a batch is answered a row at a time, though OnDevice answers one action whatever it gets
+    batch = np.stack([obs, obs])
+    assert make_policy(f"{user_module}:on_cpu", env).predict(batch)[0].tolist() == [[cpu] * 3] * 2
+    one = make_policy(f"{user_module}:ShortestQueue", env)
+    np.testing.assert_array_equal(one.predict(obs[None])[0], one.predict(obs)[0][None])
+    # gated, as any name
+    gated = make_policy(f"gated-{user_module}:on_cpu", env)
+    assert type(gated).__name__ == "GatedScheduling"
+
+
+def test_an_imported_policy_scores_as_the_same_policy_built_by_hand(user_module: str,
+                                                                     env) -> None:
+    named = episode_latencies(make_policy(f"{user_module}:ShortestQueue", env), env, seed=10000)
+    by_hand = episode_latencies(sys.modules[user_module].ShortestQueue(), env, seed=10000)
+    np.testing.assert_array_equal(named, by_hand)
+    all_gpu = episode_latencies(make_policy("all-gpu", env), env, seed=10000)
+    assert not np.array_equal(named, all_gpu)       # it is not some default policy
+
+
+def test_the_split_env_is_the_attributes_own_say(user_module: str) -> None:
+    assert policy_env_id(f"{user_module}:ShortestQueue") == "InferenceAlloc-v0"
+    assert policy_env_id(f"{user_module}:EvenSplit") == "InferenceAllocSplit-v0"
+    assert policy_env_id(f"gated-{user_module}:EvenSplit") == "InferenceAllocSplit-v0"
+    split = gym.make("envs:InferenceAllocSplit-v0", scenario="article", episode_tasks=20)
+    latency = episode_latencies(make_policy(f"{user_module}:EvenSplit", split), split, seed=1)
+    assert latency.shape == (20,) and np.all(latency > 0)
+
+
+@pytest.mark.parametrize(("attribute", "expected"), [
+    ("Shortestqueue", "has no attribute 'Shortestqueue' (did you mean 'ShortestQueue'?)"),
+    ("not_a_policy", "is a int: it must be a policy (with predict()), or a class or function"),
+])
+def test_a_name_that_builds_no_policy_is_one_clear_error(user_module: str, env, attribute: str,
+                                                         expected: str) -> None:
+    with pytest.raises(ValueError, match="baseline: policy .*" + re.escape(expected)):
+        make_fixed_policy(f"{user_module}:{attribute}", env, "baseline")
+
+
+def test_a_built_object_without_predict_or_a_factory_that_fits_no_call_is_refused(
+        user_module: str, env) -> None:
+    with pytest.raises(ValueError, match="built a str, which has no predict"):
+        make_policy(f"{user_module}:builds_nothing", env)
+    with pytest.raises(ValueError, match="takes neither the env alone nor no argument"):
+        make_policy(f"{user_module}:OnDevice", env, colour="red")
+    with pytest.raises(ValueError, match="is an object: it takes no keywords"):
+        make_policy(f"{user_module}:ready", env, device="cpu")
+
+
+def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, monkeypatch,
+                                                                env) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"no module named 'nowhere_xyz' in the working "
+                                         r"directory \(" + re.escape(str(tmp_path))):
+        make_policy("nowhere_xyz:Policy", env)
+    # one of our names mistyped with a colon reads as a module, and is pointed to
+    with pytest.raises(ValueError, match=r"no module named 'heft'.* \(did you mean "
+                                         r"'heft-calibrated'\?\)"):
+        make_fixed_policy("heft:calibrated", env, "baseline")
+    (tmp_path / "mine_xyz.py").write_text("")
+    with pytest.raises(ValueError, match=r"no module named 'mine_xyz.py' .*; name the module, "
+                                         r"mine_xyz, not its file"):
+        make_policy("mine_xyz.py:Policy", env)
+    # a module that exists and imports one that does not: its own error, not "no module"
+    (tmp_path / "broken_xyz.py").write_text("import missing_dependency_xyz\n")
+    with pytest.raises(ModuleNotFoundError, match="missing_dependency_xyz"):
+        make_policy("broken_xyz:Policy", env)
+    assert str(tmp_path) not in sys.path        # the import's own path entry is taken back
+
+
+def test_evaluate_puts_your_policy_in_the_tables_beside_the_baselines(user_module: str,
+                                                                      tmp_path: Path) -> None:
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    (tmp_path / "runs").mkdir()
+    name = f"{user_module}:ShortestQueue"
+    assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--episodes", "1",
+                 "--episode-tasks", "30", "--seeds", "2", "--baselines", "all-gpu", name,
+                 "--no-online", "--no-progress-bar"]) == 0
+    rows = {row["agent"]: row for row in csv.DictReader((out / "summary.csv").open())}
+    assert set(rows) == {"all-gpu", name}
+    # the mean over the two held-out seeds is the policy's own, measured here by hand
+    env = gym.make("envs:InferenceAlloc-v0", scenario="article", episode_tasks=30)
+    mod = sys.modules[user_module]
+    by_hand = np.concatenate([episode_latencies(mod.ShortestQueue(), env, seed=s)
+                              for s in (10000, 10001)])
+    mean_column = next(k for k in rows[name] if k.startswith("mean"))
+    assert float(rows[name][mean_column]) == pytest.approx(by_hand.mean(), rel=1e-3)
+
+
+def test_evaluate_refuses_a_missing_policy_before_writing_anything(tmp_path: Path, monkeypatch,
+                                                                   capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    main = load_main("evaluate.py")
+    assert main(["--runs", "runs", "--out", "results", "--baselines", "heft", "nowhere_xyz:P",
+                 "--no-online", "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no module named 'nowhere_xyz'" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
+                                                         tmp_path: Path) -> None:
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import plan
+
+    cfg = TrainConfig(conservative=f"{user_module}:on_cpu", log_dir=str(tmp_path / "r"))
+    assert len(plan(cfg)) == 2
+    # a warm-up run acts with it: a policy written for one observation (OnDevice answers one
+    # action to the VecEnv's batch of one) failed deep in PPO's update
+    main = load_main("train.py")
+    assert main(["--conservative", f"{user_module}:on_cpu", "--warmup", "conservative",
+                 "--timesteps", "80", "--hp", "n_steps=16", "batch_size=16",
+                 "--log-dir", str(tmp_path / "runs"), "--no-progress-bar",
+                 "--eval-tasks", "20", "--checkpoint-interval", "0"]) == 0
+    assert len(list((tmp_path / "runs").glob("*ppo-warm*/model.zip"))) == 1
+    with pytest.raises(ConfigError, match="no module named 'nowhere_xyz'"):
+        plan(TrainConfig(conservative="nowhere_xyz:P", log_dir=str(tmp_path / "r")))
