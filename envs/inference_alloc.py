@@ -206,9 +206,10 @@ class InferenceAllocEnv(gym.Env):
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
     - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's.
-    - `reward`: `latency`, `relative` or `normalised` (see Rewards).
+    - `reward`: `latency`, `relative` or `normalised` (see Rewards); default `latency`.
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
-      trace format; replaces the scenario's synthetic task sizes and arrivals.
+      trace format; replaces the scenario's synthetic task sizes and arrivals. Default the
+      scenario's `workload.trace` (none in the presets: synthetic tasks).
     - `trace_time_scale`: replay the trace's arrivals this many times faster (< 1: slower);
       default the scenario's `workload.trace_time_scale` (1, the real rate). The Azure
       traces are a whole service's load: at their real rate they give one `server` 18-66x
@@ -217,18 +218,19 @@ class InferenceAllocEnv(gym.Env):
       over the first 100, 3,220 s over the last 100). One server keeps up at about 0.05
       (the same run: 5.8 s over the first 100, 5.5 s over the last, 5.4-7.2 s per 100).
     - `noise`: sigma of the multiplicative log-normal stage-time noise (0 .. 2): median
-      factor 1, mean exp(sigma**2 / 2), so noise also lengthens the mean latency.
+      factor 1, mean exp(sigma**2 / 2), so noise also lengthens the mean latency. Default the
+      scenario's `noise`.
     - `reference`: if True, `info` also carries the best-static and per-step oracle
-      latencies for the same state (costs ~D**3 simulations per step).
+      latencies for the same state (costs ~D**3 simulations per step). Default `False`.
     - `price_static`: if True, `info` carries the best-static latency for the same state
       whatever the reward (one simulation more per step; `reference=True` and the
       `relative` and `normalised` rewards price it anyway): what a guard or a
-      latency-versus-static curve reads while training on `reward="latency"`.
+      latency-versus-static curve reads while training on `reward="latency"`. Default `False`.
     - `render_mode`: `None`, `ansi` (a line per task: placement, latency, breakdown) or
       `rgb_array` (a frame of the last placement, the device queues and the latency's
       parts; see `envs/render.py`). SB3's `make_vec_env` asks for `rgb_array`.
       `gym.make(..., render_mode="human")` wraps the env in Gymnasium's HumanRendering,
-      which shows the `rgb_array` frames in a window and needs pygame.
+      which shows the `rgb_array` frames in a window and needs pygame. Default `None`.
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}

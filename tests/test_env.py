@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -1435,3 +1437,266 @@ def test_utilisation_is_busy_time_over_the_time_booked_not_clamped() -> None:
         if truncated:
             break
     assert unclamped > 10
+
+
+# ---- the class docstrings as help() shows them ------------------------------------------------
+# Read from the docstring and compared with the code, so that an edit to either side alone fails
+# here: the Arguments, the spaces, every row of the observation table and the info keys.
+
+def _sections(cls: type) -> dict[str, str]:
+    """A class docstring's `## ` sections by heading, each as its (dedented) text."""
+    text = inspect.getdoc(cls) or ""
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {heading.strip(): body for heading, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _arguments(cls: type) -> dict[str, str]:
+    """The `- `name`: text` bullets of the Arguments section, each text on one line."""
+    bullets = re.split(r"^- `(\w+)`: ", _sections(cls)["Arguments"], flags=re.M)[1:]
+    return {name: " ".join(text.split()) for name, text in zip(bullets[::2], bullets[1::2],
+                                                                strict=True)}
+
+
+def _ticked(text: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", text)
+
+
+def _stated_default(text: str) -> str:
+    stated = re.search(r"[Dd]efault (the scenario's|`[^`]*`)", text)
+    assert stated is not None, f"no default stated in {text!r}"
+    return stated.group(1)
+
+
+def test_every_env_argument_is_documented_with_its_default() -> None:
+    """The Arguments of `InferenceAllocEnv`'s docstring are `__init__`'s parameters, no more
+    and no fewer, each stating the default the signature has (None: the scenario's own value)
+    and that gym.make's registration passes."""
+    from envs.inference_alloc import InferenceAllocEnv
+
+    documented = _arguments(InferenceAllocEnv)
+    parameters = dict(inspect.signature(InferenceAllocEnv.__init__).parameters)
+    parameters.pop("self")
+    assert list(documented) == [p for p in documented if p in parameters]   # none extra
+    assert set(documented) == set(parameters)                              # none missing
+    for name, parameter in parameters.items():
+        default, stated = parameter.default, _stated_default(documented[name])
+        if default is None:
+            assert stated in ("the scenario's", "`None`"), (name, stated)
+        else:
+            assert stated == f"`{default}`", (name, stated, default)
+    for env_id in IDS:
+        for name, value in gym.spec(env_id).kwargs.items():
+            assert value == parameters[name].default, (env_id, name)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_both_envs_take_every_documented_argument_at_its_default(env_id: str) -> None:
+    """The Split env documents its arguments by pointing to InferenceAlloc-v0's: each of them,
+    given at its default, makes the env gym.make makes without any."""
+    from envs.inference_alloc import InferenceAllocEnv
+
+    defaults = {name: parameter.default for name, parameter
+                in inspect.signature(InferenceAllocEnv.__init__).parameters.items()
+                if name in _arguments(InferenceAllocEnv)}
+    given, plain = make(env_id, **defaults).unwrapped, make(env_id).unwrapped
+    assert (given.scenario, given.reward_kind, given.reference, given.render_mode) == (
+        plain.scenario, plain.reward_kind, plain.reference, plain.render_mode)
+    if env_id == SPLIT:
+        assert "arguments" in _sections(type(given))["Description"]
+
+
+def test_the_arguments_list_the_values_the_env_accepts() -> None:
+    """The names each argument lists (presets, recipes, rewards, traces, render modes) and the
+    ranges it states are the ones the code knows."""
+    from envs.inference_alloc import REWARDS, InferenceAllocEnv
+    from envs.traces import TRACES
+    from inference.hardware import preset_names
+    from inference.variants import VARIANTS
+
+    args = _arguments(InferenceAllocEnv)
+
+    def listed(name: str, intro: str) -> set[str]:
+        found = re.search(re.escape(intro) + r"[^(]*\(([^)]*)\)", args[name])
+        assert found is not None, (name, intro)
+        return set(_ticked(found.group(1)))
+
+    assert listed("scenario", "preset name") == set(SCENARIOS)
+    assert listed("hardware", "preset name") == set(preset_names())
+    assert listed("variant", "recipe") == set(VARIANTS)
+    assert set(_ticked(args["reward"].split("(see Rewards)")[0])) == set(REWARDS)
+    assert set(_ticked(args["trace"].split(" or a CSV path")[0])) == set(TRACES)
+    modes = _ticked(re.sub(r"\([^)]*\)", "", args["render_mode"].split(". ")[0]))
+    assert set(modes) == {"None", *InferenceAllocEnv.metadata["render_modes"]}
+
+    def bounds(name: str) -> tuple[float, float]:
+        found = re.search(r"\(([\d,.]+) \.\. ([\d,.]+)\)", args[name])
+        assert found is not None, name
+        low, high = (float(x.replace(",", "")) for x in found.groups())
+        return low, high
+
+    assert bounds("episode_tasks") == (1, MAX_EPISODE_TASKS)
+    assert bounds("noise") == (0, MAX_NOISE)
+
+
+def _space(text: str, n_devices: int) -> gym.Space:
+    """The first backticked space of `text` (`Box(...)`, `MultiDiscrete(...)`) with D devices."""
+    expression = next(t for t in _ticked(text) if re.match(r"(Box|MultiDiscrete)\(", t))
+    return eval(expression, {"Box": gym.spaces.Box, "MultiDiscrete": gym.spaces.MultiDiscrete,
+                             "float32": np.float32, "D": n_devices})
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("hardware", ["server", "cpu-npu"])
+def test_the_docstring_spaces_are_the_envs(env_id: str, hardware: str,
+                                           cpu_npu_hardware: str) -> None:
+    """The Action Space and Observation Space sections' spaces, with D devices, are the ones the
+    env builds, on 3 devices and on 2; and the observation's stated length for D = 3 adds up."""
+    from envs.inference_alloc import InferenceAllocEnv
+
+    env = make(env_id, hardware=cpu_npu_hardware if hardware == "cpu-npu" else hardware)
+    d_count = env.unwrapped.n_devices
+    assert d_count == (2 if hardware == "cpu-npu" else 3)
+    assert _space(_sections(type(env.unwrapped))["Action Space"], d_count) == env.action_space
+    observation = _sections(InferenceAllocEnv)["Observation Space"]
+    assert _space(observation, d_count) == env.observation_space
+    stated = re.search(r"with D = (\d+) devices, (\d+) entries", observation)
+    assert stated is not None
+    assert _space(observation, int(stated.group(1))).shape == (int(stated.group(2)),)
+
+
+def _table_rows() -> list[tuple[str, str, str]]:
+    """(index formula, observation, scaling) of each row of the observation table."""
+    from envs.inference_alloc import InferenceAllocEnv
+
+    rows = []
+    for line in _sections(InferenceAllocEnv)["Observation Space"].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 3 and cells[0] not in ("index", "") \
+                and not set(cells[0]) <= set("-"):
+            rows.append((cells[0], cells[1], cells[2]))
+    return rows
+
+
+def _row_indices(formula: str, n_devices: int) -> dict[int, tuple[int, int]]:
+    """Entry -> (stage s, device d) of a row's index formula, over every s and d it names."""
+    # as written, products are juxtaposed: `4 + 4d`, `5 + 4D + D s + d`
+    expression = re.sub(r"([\dDds])\s*(?=[Dds])", r"\1 * ", formula)
+    names = set(re.findall(r"[A-Za-z]", formula))
+    stages = range(3) if "s" in names else (0,)
+    devices = range(n_devices) if "d" in names else (0,)
+    return {eval(expression, {"d": d, "D": n_devices, "s": s}): (s, d)
+            for s in stages for d in devices}
+
+
+# Each table row by the words its observation starts with -> what it observes, unscaled, as
+# (state of the env before the observed task, stage s, device d, previous shares) -> number.
+# The scaling column then turns that into the entry: an expression of the row's variable.
+_ROW_QUANTITIES: dict[str, tuple[str, Any]] = {
+    "batch size": ("batch", lambda e, s, d, p: e._current_task().batch),
+    "prompt tokens": ("n", lambda e, s, d, p: e._current_task().prompt_tokens),
+    "output tokens": ("m", lambda e, s, d, p: e._current_task().output_tokens),
+    "cache signal": ("x", lambda e, s, d, p: 0.5 if e.sim.stages[0].cache_kind is None
+                     else float(e._current_task().domain in e.sim.state.cache_entries)),
+    "device d backlog": ("b", lambda e, s, d, p: max(
+        e.sim.state.busy_until[d] - e._current_task().arrival, 0.0)),
+    "device d free memory": ("x", lambda e, s, d, p: 1.0 - e.model.weight_bytes
+                             / e.hardware.devices[d].memory if e.sim.state.resident[d] else 1.0),
+    "device d online": ("x", lambda e, s, d, p: float(e.sim.state.online[d])),
+    "device d measured speed ratio": ("r", lambda e, s, d, p: p["speed"][e.device_names[d]]),
+    "recent cache hit rate": ("x", lambda e, s, d, p: p["hit_rate"]),
+    "previous task's share": ("x", lambda e, s, d, p: p["shares"][s][e.device_names[d]]),
+}
+
+
+def _label_shares(label: str) -> dict[str, float]:
+    """Device -> share of one stage's info placement label (`gpu`, `cpu:11/32+gpu:21/32`)."""
+    shares = {}
+    for part in label.split("+"):
+        name, _, count = part.partition(":")
+        numerator, _, denominator = count.partition("/")
+        shares[name] = int(numerator) / int(denominator) if count else 1.0
+    return shares
+
+
+def _entry(scaling: str, variable: str, value: float) -> float:
+    """An entry by the table's scaling column: `batch / 64, <= 1`, `b / (b + 60)`, `fraction`."""
+    expression, _, cap = scaling.partition(", <=")
+    if expression in ("as is", "fraction", "0 or 1"):
+        entry = value
+    else:
+        entry = eval(expression, {variable: value})
+    return min(entry, float(cap)) if cap else entry
+
+
+@pytest.mark.parametrize(("env_id", "scenario", "variant", "hardware"), [
+    (V0, "faults", "glm-5.3-flash", None),        # a cache that hits and misses, a device offline
+    (SPLIT, "bursty", "glm-5.3-flash-opt", None),  # split shares, queues
+    (V0, "article", "glm-5.3", "cpu-npu"),        # no loader cache, two devices
+])
+def test_every_observation_entry_is_its_table_rows_scaling_of_the_state(
+        env_id: str, scenario: str, variant: str, hardware: str | None,
+        cpu_npu_hardware: str) -> None:
+    """Each table row, by its index formula and scaling column as written, recomputed from
+    the state the observed task finds (the hit rate as the EMA the row states, of the info's
+    cache hits), and the rows' indices cover the observation once each."""
+    env = make(env_id, scenario=scenario, variant=variant, episode_tasks=70,
+               hardware=cpu_npu_hardware if hardware else None)
+    env.action_space.seed(3)
+    raw = env.unwrapped
+    d_count = raw.n_devices
+    rows = _table_rows()
+    hit_row = next(row for row in rows if row[1].startswith("recent cache hit rate"))
+    weight = re.search(r"EMA, weight ([\d.]+)", hit_row[1])
+    assert weight is not None
+    seen: dict[str, Any] = {"hit_rate": 0.0, "speed": dict.fromkeys(raw.device_names, 1.0),
+                            "shares": [dict.fromkeys(raw.device_names, 0.0)] * 3}
+    obs, _ = env.reset(seed=4)
+    offline = hits = 0
+    for step in range(70):
+        covered: list[int] = []
+        for formula, observation, scaling in rows:
+            key = next(k for k in _ROW_QUANTITIES if observation.startswith(k))
+            variable, quantity = _ROW_QUANTITIES[key]
+            for index, (s, d) in _row_indices(formula, d_count).items():
+                covered.append(index)
+                value = quantity(raw, s, d, seen)
+                assert obs[index] == pytest.approx(_entry(scaling, variable, value), abs=1e-6), (
+                    step, formula, observation)
+        assert sorted(covered) == list(range(len(obs)))
+        offline += not all(raw.sim.state.online)
+        if step == 69:
+            break
+        obs, *_, info = env.step(env.action_space.sample())
+        if info["cache_hit"] is not None:
+            hits += info["cache_hit"]
+            seen["hit_rate"] += float(weight.group(1)) * (info["cache_hit"] - seen["hit_rate"])
+        seen["speed"] = info["speed_ratio"]
+        seen["shares"] = [{**dict.fromkeys(raw.device_names, 0.0), **_label_shares(label)}
+                          for label in info["placement"]]
+    assert (offline > 0) == (scenario == "faults")
+    assert (hits > 0) == (variant != "glm-5.3")
+
+
+def test_the_info_section_names_the_keys_step_returns() -> None:
+    """Info's per-step keys (outside its parentheses), the breakdown's parts and the task's
+    fields are what `step()` returns; the reference keys those that `reference=True` adds."""
+    from envs.inference_alloc import InferenceAllocEnv
+
+    text = " ".join(_sections(InferenceAllocEnv)["Info"].split())
+    per_step = text[text.index("Per step:"):text.index("With `price_static")]
+    outside = per_step
+    while re.search(r"\([^()]*\)", outside):
+        outside = re.sub(r"\([^()]*\)", "", outside)
+    env = make(V0, reference=True, episode_tasks=2)
+    env.reset(seed=0)
+    info = env.step(env.action_space.sample())[-1]
+    references = set(_ticked(text[text.index("With `price_static"):text.index("`reset()`")]))
+    references -= {"price_static=True", "reference=True", 'reward="relative"',
+                   'reward="normalised"'}
+    assert set(_ticked(outside)) | references == set(info)
+    breakdown = re.search(r"`breakdown` \(([^:]*):", per_step)
+    task = re.search(r"`task` \((.*?) of the task this step placed", per_step)
+    assert breakdown is not None and task is not None
+    assert breakdown.group(1).split(", ") == list(info["breakdown"])
+    fields = [f.strip() for f in re.sub(r"\([^()]*\)", "", task.group(1)).split(",")]
+    assert fields == list(info["task"])
