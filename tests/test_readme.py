@@ -195,6 +195,43 @@ def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
     assert placement == importlib.import_module("inference.__main__").DEFAULT_PLACEMENT
 
 
+
+def test_the_readmes_harnesses_step_the_env_it_says_they_step():
+    """The harness the README says steps `env.unwrapped` bypasses a wrapper given with `env`;
+    the one it says steps `env` as given shows the policy the wrapper's observations, while
+    its best-static and oracle (which refuse an observation outside [0, 1]) run on the bare
+    env."""
+    import gymnasium as gym
+    import numpy as np
+
+    from agents.evaluation import episode_latencies
+    from agents.online import deploy
+
+    bare = _quoted(r"`(\w+)` steps `env\.unwrapped`, so a wrapper given with `env` is not applied")
+    given = _quoted(r"`(\w+)` steps the policy through `env` as given, its wrappers included")
+    beside = _quoted(r"and (best-static and the oracle) beside it on `env\.unwrapped`")
+    assert beside == ["best-static and the oracle"]
+    runs = {"episode_latencies": lambda policy, env: episode_latencies(policy, env, seed=0),
+            "deploy": lambda policy, env: deploy(policy, env, 5, learn=False, seed=0,
+                                                 references=True)}
+
+    class Recorder:
+        def __init__(self):
+            self.seen = []
+
+        def predict(self, obs, state=None, episode_start=None, deterministic=True):
+            self.seen.append(np.asarray(obs))
+            return np.zeros(3, dtype=np.int64), state
+
+    for name in (*bare, *given):
+        env = gym.make("envs:InferenceAlloc-v0", episode_tasks=5)
+        wrapped = gym.wrappers.TransformObservation(env, lambda obs: obs - 2.0, None)
+        policy = Recorder()
+        runs[name](policy, wrapped)
+        outside = [bool(np.all(obs < 0.0)) for obs in policy.seen]
+        assert outside == [name in given] * 5, name
+
+
 # ---- the names the docs give: command-line flags and TensorBoard tags -------------------------
 # A renamed option or tag left the README's (or CALIBRATION.md's, CONTRIBUTING.md's) name behind; these read each
 # name back from the parsers and from the code that writes the tags.
