@@ -29,7 +29,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
       capacity: 12                   # adaptive cache entries
       decay: 0.98
     simulator: {prefetch_depth: 1, replacement_overhead_s: 0.1, contention: 1.0}
-    faults:
+    faults:                          # each needs device, kind, start_task, end_task (excluded)
       - {device: npu, kind: offline, start_task: 60, end_task: 120}
       - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}   # factor in [1e-12, 1]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,47 @@ def test_a_bad_client_count_names_the_field(tmp_path: Any, clients: str) -> None
 def test_every_shipped_scenario_loads(name: str) -> None:
     assert load_scenario(name).name == name
 
+
+
+def _schema_example() -> Any:
+    """The YAML example of the `envs.scenario` module docstring (what help() shows), parsed."""
+    import textwrap
+
+    import yaml
+
+    import envs.scenario
+
+    block = (envs.scenario.__doc__ or "").split("::\n", 1)[1].lstrip("\n").split("\n\n")[0]
+    return yaml.safe_load(textwrap.dedent(block)), block
+
+
+def test_the_scenario_schema_example_loads_and_shows_every_field() -> None:
+    """The module docstring's schema loads as a scenario, gives every field of every section,
+    and the fields a fault needs, as its comment names them, are the ones a fault is refused
+    without: nothing else is required."""
+    import envs.scenario
+    from envs.scenario import FAULT_NEEDS, CacheSpec, Scenario, SimulatorSpec, Workload
+
+    raw, block = _schema_example()
+    scenario_from_dict(raw, "schema")
+    assert set(raw) == {f.name for f in dataclasses.fields(Scenario)} - {"source"}
+    for section, cls in (("workload", Workload), ("cache", CacheSpec), ("simulator", SimulatorSpec)):
+        assert set(raw[section]) == {f.name for f in dataclasses.fields(cls)}, section
+    assert set(raw["workload"]["burst"]) == {f.name for f in dataclasses.fields(Burst)}
+    needs = re.search(r"faults: +# each needs ([\w, ]+) \(", block)
+    assert needs is not None
+    assert tuple(needs.group(1).split(", ")) == FAULT_NEEDS
+    scenario_from_dict({}, "nothing given")
+    clamps = re.search(r"``min``/``max`` \(default (\S+) and (\S+)\), and ``dist`` itself "
+                       r"\(default ``(\w+)``\)", " ".join((envs.scenario.__doc__ or "").split()))
+    assert clamps is not None
+    default = envs.scenario.Distribution()
+    assert (float(clamps[1]), float(clamps[2]), clamps[3]) == (default.min, default.max,
+                                                                default.dist)
+    for key in FAULT_NEEDS:
+        fault = {k: v for k, v in raw["faults"][0].items() if k != key}
+        with pytest.raises(ValueError, match=key):
+            scenario_from_dict({"faults": [fault]}, "schema")
 
 def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -> None:
     """Their draws are rounded by design; 8.0 is the size 8."""

@@ -613,3 +613,25 @@ def test_a_path_named_like_a_preset_with_no_such_file_says_to_give_the_name(
         load(name)
     with pytest.raises(ValueError, match="^unknown hardware 'mainframe': not a preset"):
         load_hardware(Path("mainframe"))
+
+
+def test_the_hardware_schema_in_the_module_docstring_lists_every_key_the_loader_reads() -> None:
+    """The YAML schema help(inference.hardware) shows names every key of each mapping the
+    loader accepts (it refuses any other), the device kinds, op classes and access patterns,
+    and only figures `true_figures` may override."""
+    import textwrap
+
+    import inference.hardware as hardware
+
+    block = (hardware.__doc__ or "").split("::\n", 1)[1].lstrip("\n").split("\n\n")[0]
+    raw = safe_load(textwrap.dedent(block))
+    device, link = raw["devices"][0], raw["links"][0]
+    assert set(raw) == set(hardware._HARDWARE_KEYS)
+    assert set(device) == set(hardware._DEVICE_KEYS)
+    assert set(link) == set(hardware._LINK_KEYS)
+    kinds = re.search(r"kind: \w+ +# ([\w |]+)\n", block)
+    assert kinds is not None
+    assert tuple(kinds.group(1).split(" | ")) == hardware.DEVICE_KINDS
+    assert tuple(device["op_efficiency"]) == hardware.OP_CLASSES
+    assert tuple(device["pattern_efficiency"]) == tuple(device["cache_hit_rate"]) == hardware.PATTERNS
+    assert set(device["true_figures"]) <= set(hardware._TRUE_FIELDS)
