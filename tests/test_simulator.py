@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -1293,3 +1294,28 @@ def test_a_bigger_split_task_is_never_cheaper_on_an_idle_cluster(variant, hardwa
     large = simulator(variant, hardware, config).execute(bigger, placement)
     assert small.latency <= large.latency
     assert all(s <= b for s, b in zip(small.busy, large.busy, strict=True))
+
+
+@pytest.mark.parametrize("module", ["inference", "inference.variants"])
+def test_the_python_examples_of_the_package_docstrings_run(module: str) -> None:
+    """The `::` examples help(inference) and help(inference.variants) show run as printed, in
+    the module's namespace (the variants' use its build_stages); the package's prints a
+    latency whose breakdown adds up to it, as its text says."""
+    import contextlib
+    import importlib
+    import io
+    import textwrap
+
+    namespace = importlib.import_module(module)
+    # the literal block: the indented lines after `::`, blank ones included, up to the text
+    after = (namespace.__doc__ or "").split("::\n", 1)[1].lstrip("\n")
+    indented = re.match(r"((?:[ \t]+\S.*\n|[ \t]*\n)+)", after)
+    assert indented is not None
+    block = indented.group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(textwrap.dedent(block), f"{module} docstring", "exec"), dict(vars(namespace)))
+    if module == "inference":
+        latency, breakdown = out.getvalue().split(" ", 1)
+        parts = eval(breakdown, {})
+        assert float(latency) > 0 and sum(parts.values()) == pytest.approx(float(latency))
