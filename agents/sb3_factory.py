@@ -124,7 +124,8 @@ class SB3Agent(Policy):
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
-        """The model's action, as device ids in the env's own action space.
+        """The model's action in the env's own action space: device ids in InferenceAlloc-v0
+        (DQN's flat index unravelled into them), the box's weights in InferenceAllocSplit-v0.
 
         maskable-ppo: without `action_masks`, one observation is masked with the masks of the
         env the agent was built on, i.e. its current task. To act on another env, pass that
