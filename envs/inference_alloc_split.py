@@ -78,6 +78,7 @@ class InferenceAllocSplitEnv(InferenceAllocEnv):
     float32 rounding (1e-6, as gymnasium's `RescaleAction` leaves at its own
     bounds) is read as the bound. The box is symmetric so that
     Stable-Baselines3's Gaussian policies fit it without rescaling.
+
     ## Memory and masks
 
     A share is checked against the memory of its own device: a fraction f of a
