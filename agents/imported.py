@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from envs import ENV_IDS
+from envs.inference_alloc_split import InferenceAllocSplitEnv
 from inference.messages import did_you_mean, shown
 
 # package.module:attribute.attribute: Python identifiers on both sides
@@ -100,6 +101,12 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
     docstring); the import happens now, so that a missing module or attribute is refused
     before anything is built."""
     target = import_target(name)
+    wanted, given = imported_env_id(name), _env_id(env)
+    if wanted != given:     # its actions would be refused by the env at the first step
+        raise ValueError(f"policy {shown(name)} acts in {wanted}"
+                         f"{' (its env_id)' if wanted != ENV_IDS[0] else ''}, not {given}"
+                         + (f"; a policy of {given} sets env_id = {given!r}"
+                            if given != ENV_IDS[0] else ""))
     if not callable(target) and not hasattr(target, "predict"):
         raise ImportNameError(f"policy {shown(name)} is a {type(target).__name__}: it must be a "
                               f"policy (with predict()), or a class or function that builds one")
@@ -118,6 +125,12 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
         return OneAtATime(policy)
 
     return build
+
+
+def _env_id(env: Any) -> str:
+    """Which of our two envs `env` is (wrapped or not)."""
+    return ENV_IDS[1] if isinstance(getattr(env, "unwrapped", env), InferenceAllocSplitEnv) \
+        else ENV_IDS[0]
 
 
 class OneAtATime:

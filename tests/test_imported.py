@@ -52,6 +52,13 @@ ready = OnDevice.__new__(OnDevice)
 ready.action = np.full(3, 1)
 
 
+class BadEnv:
+    env_id = "CartPole-v1"
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.zeros(3), state
+
+
 class EvenSplit:
     """Split env: each stage's work in equal shares over every device."""
 
@@ -134,11 +141,20 @@ def test_the_split_env_is_the_attributes_own_say(user_module: str) -> None:
     split = gym.make("envs:InferenceAllocSplit-v0", scenario="article", episode_tasks=20)
     latency = episode_latencies(make_policy(f"{user_module}:EvenSplit", split), split, seed=1)
     assert latency.shape == (20,) and np.all(latency > 0)
+    # each in the other's env: refused when built, not by the env at its first step
+    with pytest.raises(ValueError, match=r"acts in InferenceAllocSplit-v0 \(its env_id\), not "
+                                         r"InferenceAlloc-v0"):
+        make_policy(f"{user_module}:EvenSplit", gym.make("envs:InferenceAlloc-v0"))
+    with pytest.raises(ValueError, match="acts in InferenceAlloc-v0, not InferenceAllocSplit-v0; "
+                                         "a policy of InferenceAllocSplit-v0 sets env_id"):
+        make_policy(f"{user_module}:ShortestQueue", split)
 
 
 @pytest.mark.parametrize(("attribute", "expected"), [
     ("Shortestqueue", "has no attribute 'Shortestqueue' (did you mean 'ShortestQueue'?)"),
     ("not_a_policy", "is a int: it must be a policy (with predict()), or a class or function"),
+    ("BadEnv", "env_id must be one of InferenceAlloc-v0, InferenceAllocSplit-v0, got "
+               "'CartPole-v1'"),
 ])
 def test_a_name_that_builds_no_policy_is_one_clear_error(user_module: str, env, attribute: str,
                                                          expected: str) -> None:
