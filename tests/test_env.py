@@ -677,6 +677,34 @@ def test_sb3_make_vec_env_builds_the_env_by_id() -> None:
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_an_async_vector_env_steps_as_the_sync_one(env_id: str) -> None:
+    """Gymnasium's AsyncVectorEnv (each env pickled into a process of its own) gives the
+    trajectories of its SyncVectorEnv, over next-step autoresets too: env i is the env seeded
+    seed + i, each its own stream."""
+    def rollout(mode: str) -> list[np.ndarray]:
+        vec = gym.make_vec(env_id, num_envs=2, vectorization_mode=mode, episode_tasks=4,
+                           reward="relative")
+        steps = [vec.reset(seed=5)[0]]
+        vec.action_space.seed(0)
+        for _ in range(10):              # episodes of 4 tasks: steps 4 and 9 reset the envs
+            obs, reward, _, truncated, info = vec.step(vec.action_space.sample())
+            placed = info.get("_latency", np.zeros(2, bool))     # none on a step of resets
+            latency = np.where(placed, info.get("latency", 0.0), np.nan)
+            steps += [obs, reward, truncated, latency]
+        vec.close()
+        return steps
+
+    sync = rollout("sync")
+    assert all(np.array_equal(a, b, equal_nan=True)
+               for a, b in zip(sync, rollout("async"), strict=True))
+    latency = sync[4::4]                 # of each step: step 4, the reset's, places no task
+    assert np.isnan(latency[4]).all() and not np.isnan(np.delete(latency, [4, 9], axis=0)).any()
+    for i in range(2):
+        assert np.array_equal(sync[0][i], make(env_id, episode_tasks=4).reset(seed=5 + i)[0])
+    assert not np.array_equal(sync[0][0], sync[0][1])
+
+
+@pytest.mark.parametrize("env_id", IDS)
 def test_relative_reward_is_one_minus_latency_over_static(env_id: str) -> None:
     env = make(env_id, episode_tasks=25, reward="relative")
     env.action_space.seed(0)
