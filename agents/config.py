@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
+from agents.vec_envs import VEC_ENVS
 from agents.warmup import MIN_CLONE_SAMPLES
 from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
@@ -94,7 +95,11 @@ class TrainConfig:
         "environment steps per run (with --resume: the new total)"))
     seeds: list[int] = field(default_factory=lambda: [0], metadata=_help(
         "training seeds (one run per seed)"))
-    n_envs: int = field(default=1, metadata=_help("parallel envs (DummyVecEnv)"))
+    n_envs: int = field(default=1, metadata=_help("parallel envs (stepped as --vec-env says)"))
+    vec_env: str = field(default="dummy", metadata=_help(
+        "where the --n-envs envs step: dummy (SB3's DummyVecEnv: one after another in this "
+        "process) | subproc (SubprocVecEnv: a process each, at once on several cores; the "
+        "same run as dummy for the same seed)"))
     log_dir: str = field(default="runs", metadata=_help("folder of the run folders", path=True))
     checkpoint_interval: int = field(default=10_000, metadata=_help(
         "steps between checkpoints (0: none)"))
@@ -150,6 +155,9 @@ class TrainConfig:
         _require_folder("--log-dir", self.log_dir)
         _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
+        _require(self.vec_env in VEC_ENVS, f"--vec-env must be one of {', '.join(VEC_ENVS)}, "
+                                           f"got {shown(self.vec_env)}"
+                                           f"{did_you_mean([self.vec_env], VEC_ENVS)}")
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
         _require_reward("--reward", self.reward)
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")

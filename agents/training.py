@@ -41,7 +41,8 @@ generators', so the resumed run starts new episodes, its envs and generators see
 ``resume_seed(seed, steps)`` (``seed`` would replay the task stream it has already seen; ``seed + steps`` was
 the held-out seeds themselves for a resume at 10000 steps). Compare runs trained straight.
 
-Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env; its
+Warm-up with several envs: the warm-up (and ``predict``) uses the first sub-env (with
+``--vec-env subproc``, an env of the trainer's own built alike: ``agents.vec_envs``); its
 conservative phase counts decisions per vector step (``steps`` x ``n_envs`` tasks).
 Rewards are the env's ``relative`` ones (``1 - latency / static latency``), or its
 ``normalised`` or ``latency`` ones (``TrainConfig.reward``); ``normalize``
@@ -66,7 +67,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from agents.callbacks import (
@@ -110,6 +110,7 @@ from agents.run_folder import (
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
 from agents.static import unwrap_env
+from agents.vec_envs import close_venv, first_env, training_venv
 from agents.warmup import WARMUP_PARTS, WarmupConfig, attach_warmup
 from envs.reference import setting_key
 from envs.scenario import SCENARIO_DIR
@@ -118,7 +119,7 @@ from inference.messages import did_you_mean, shown
 
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_interval",
-             "metrics_window"}
+             "metrics_window", "vec_env"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
 # and final/ row (or its later points would come from another episode on the same curves as
 # the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
@@ -246,6 +247,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     warms = [warmup_config(config, w) for w in specs]
+    check_vec_env(config, warms, env)
     if config.n_envs > 1 and any(w is not None and (w.steps or w.guard) for w in warms):
         # It acts for every sub-env at once, a batch per vector step: the oracle decides
         # only its one live env's task, and failed inside the first run, after cloning.
@@ -275,15 +277,37 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             for w in specs]
 
 
+def check_vec_env(config: TrainConfig, warms: list[WarmupConfig | None], env: Any) -> None:
+    """--vec-env subproc steps the envs in worker processes, so a conservative policy that acts
+    in training (a conservative phase or a guard) must decide from observations alone: one
+    that reads the live env's current task (the oracle) would read the trainer's own env,
+    which no training step moves, and failed inside the run. Such a policy refuses to be built
+    on a VecEnv, whose sub-envs may live elsewhere (``unwrap_env(live=True)``): it is built on
+    one here to find out."""
+    if config.vec_env != "subproc" or not any(w is not None and (w.steps or w.guard)
+                                              for w in warms):
+        return
+    try:
+        make_fixed_policy(config.conservative, DummyVecEnv([lambda: env]), "--conservative")
+    except ValueError as exc:
+        raise ConfigError(f"--conservative {config.conservative} cannot act for --vec-env "
+                          f"subproc, whose envs step in other processes ({exc}); use --vec-env "
+                          f"dummy, or --warmup clone (no conservative phase, no guard)") from None
+
+
 # ----------------------------------------------------------------------------- building
 def build_vec_env(config: TrainConfig, agent: str, seed: int, vecnormalize: Path | None = None,
                   *, warm_start: bool = False) -> tuple[Any, Any]:
-    """The training VecEnv (DummyVecEnv of n_envs, optionally VecNormalize) and its first env.
+    """The training VecEnv (n_envs stepped as --vec-env says, optionally VecNormalize) and the
+    env the trainer reads in its own process: the first sub-env of a DummyVecEnv, an env
+    built alike for a SubprocVecEnv, whose sub-envs live in other processes (``first_env``).
     `warm_start`: the agent takes its env's ``warm_start`` hyper-parameters (``starts_warm``),
     whose gamma, if they set one, the reward normaliser discounts with."""
-    venv = make_vec_env(lambda: wrap_for(agent, env_for(config)), n_envs=config.n_envs,
-                        seed=seed, vec_env_cls=DummyVecEnv)
-    first = venv.envs[0]  # type: ignore[attr-defined]
+    def make() -> Any:
+        return wrap_for(agent, env_for(config))
+
+    venv = training_venv(make, config.n_envs, seed, config.vec_env)
+    first = first_env(venv, make)
     if config.normalize:
         if vecnormalize is not None and vecnormalize.is_file():
             venv = VecNormalize.load(str(vecnormalize), venv)
@@ -330,14 +354,18 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     """Train one run in a new folder (see the module docstring for what it holds)."""
     warm = warmup_config(config, spec.warmup)
     venv, first = build_vec_env(config, spec.agent, spec.seed, warm_start=starts_warm(warm))
-    agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
-                     vec_env=venv, metrics_window=config.metrics_window)
-    run_dir = new_run_dir(config.log_dir, run_name(config, spec))
-    # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's, the
-    # overrides), so the run's config.yaml reproduces it after agents/hyperparams/ changes
-    run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
-                                     seeds=[spec.seed], resume=None, hp=dict(agent.hyperparams))
-    return _run(agent, run_dir, run_config, spec, first, fresh=True)
+    try:
+        agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
+                         vec_env=venv, metrics_window=config.metrics_window)
+        run_dir = new_run_dir(config.log_dir, run_name(config, spec))
+        # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's, the
+        # overrides), so the run's config.yaml reproduces it after agents/hyperparams/ changes
+        run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
+                                         seeds=[spec.seed], resume=None,
+                                         hp=dict(agent.hyperparams))
+        return _run(agent, run_dir, run_config, spec, first, fresh=True)
+    finally:
+        close_venv(venv)
 
 
 def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
@@ -375,8 +403,18 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
                           f"above that (the new total) to continue it")
     # cfg.hp: every hyper-parameter the run was built with, a warm start's included
     seed = resume_seed(spec.seed, steps)
-    venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
+    venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
+    try:
+        check_vec_env(cfg, [warm], first)
+        return _resume(cfg, spec, run_dir, path, steps, seed, venv, first, warm)
+    finally:
+        close_venv(venv)
+
+
+def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: int, seed: int,
+            venv: Any, first: Any, warm: WarmupConfig | None) -> RunResult:
+    """`resume_run`'s model, loaded from the checkpoint at `path` onto `venv`, trained on."""
     algo = algorithm_class(spec.agent, warm=warm is not None)
     torch.set_num_threads(1)   # as make_sb3 does: a resumed DQN ran 10x slower on two threads
     model = algo.load(path, env=venv, device="cpu")

@@ -393,6 +393,13 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--conservative", "oracle", "--n-envs", "2"], "oracle cannot act for --n-envs 2 envs"),
     (["--conservative", "gated-oracle", "--n-envs", "3", "--warmup", "conservative,guard"],
      "use --n-envs 1, or --warmup clone"),
+    # ... and so cannot with its one env in a worker process either (it read the trainer's own)
+    (["--conservative", "oracle", "--vec-env", "subproc"],
+     "--conservative oracle cannot act for --vec-env subproc"),
+    (["--conservative", "gated-oracle", "--vec-env", "subproc", "--n-envs", "2"],
+     "use --vec-env dummy, or --warmup clone"),
+    (["--vec-env", "subprocess"], "--vec-env must be one of dummy, subproc, got 'subprocess' "
+                                  "(did you mean 'subproc'?)"),
 ])
 def test_train_bad_input_lists_the_valid_names(args, expected, tmp_path, capsys) -> None:
     main = load_main("train.py")
@@ -1379,6 +1386,51 @@ def test_help_says_which_runs_ignore_the_warmup_options() -> None:
     assert "ignored by runs whose --warmup spec does not clone" in help_of("--clone-samples",
                                                                           "--scenario")
     assert "none with --eval-tasks 0" in help_of("--eval-interval", "--select-best")
+
+
+def test_a_subproc_run_trains_and_resumes_as_a_dummy_one(tmp_path: Path) -> None:
+    """--vec-env subproc steps the same envs in worker processes: the same scalars (every
+    tag and point but the clock's) and the same model as dummy, with what reads the trainer's
+    own env (warm-up: its conservative phase, cloning, guard) and --normalize, whose statistics
+    moved on SubprocVecEnv's float64 rewards; a resume may switch between the two."""
+    import torch
+    from stable_baselines3 import PPO
+
+    main = load_main("train.py")
+    args = ["--warmup", "all", "--n-envs", "2", "--normalize", "--episode-tasks", "20",
+            "--clone-samples", "40", "--eval-tasks", "10", "--eval-interval", "64",
+            "--checkpoint-interval", "64", "--no-progress-bar",
+            "--hp", "n_steps=32", "batch_size=32", "n_epochs=1"]
+    runs = {}
+    for first, then in (("dummy", "dummy"), ("subproc", "dummy"), ("dummy", "subproc")):
+        log = tmp_path / f"{first}-{then}"
+        assert main([*args, "--timesteps", "64", "--vec-env", first, "--log-dir", str(log)]) == 0
+        assert main(["--resume", "--timesteps", "128", "--vec-env", then, "--log-dir", str(log),
+                     "--no-progress-bar"]) == 0
+        (run,) = log.iterdir()
+        acc = events(run)
+        runs[first, then] = (
+            {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
+             if tag not in ("time/fps", "charts/SPS")},
+            PPO.load(run / "model.zip", device="cpu").policy.state_dict(),
+            yaml.safe_load((run / "config.yaml").read_text())["vec_env"])
+    expected, weights, _ = runs["dummy", "dummy"]
+    assert {"latency/per_sample", "warmup/conservative_acting", "train/loss"} <= expected.keys()
+    for (first, then), (scalars, state, recorded) in runs.items():
+        assert scalars == expected, (first, then)
+        assert all(torch.equal(state[k], weights[k]) for k in weights), (first, then)
+        assert recorded == then
+
+
+def test_a_resume_with_subproc_refuses_an_oracle_that_acts(tmp_path: Path, capsys) -> None:
+    """The check of a new run holds for a resumed one: its guard would read the trainer's env."""
+    main = load_main("train.py")
+    args = ["--log-dir", str(tmp_path), "--no-progress-bar"]
+    assert main(["--warmup", "conservative,guard", "--conservative", "oracle", "--timesteps",
+                 "32", "--checkpoint-interval", "32", "--episode-tasks", "20", "--eval-tasks",
+                 "0", "--hp", "n_steps=16", "batch_size=16", "n_epochs=1", *args]) == 0
+    assert main(["--resume", "--timesteps", "64", "--vec-env", "subproc", *args]) == 2
+    assert "use --vec-env dummy, or --warmup clone" in capsys.readouterr().err
 
 
 def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monkeypatch) -> None:

@@ -1004,18 +1004,18 @@ def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
         zf.writestr("data", json.dumps({"num_timesteps": 64}))
     seen = {}
 
-    def vec_env(config, agent, seed, vecnormalize=None):
-        seen["seed"] = seed
-        return None, None
-
     class Stop(Exception):
         pass
+
+    def vec_env(config, agent, seed, vecnormalize=None):
+        seen["seed"] = seed
+        raise Stop      # the rest (loading the model) is not what this test is about
 
     original = training.warmup_config
 
     def warm(config, spec, done_steps=0):
         seen["warmup"] = original(config, spec, done_steps)
-        raise Stop      # the rest (loading the model) is not what this test is about
+        return seen["warmup"]
 
     monkeypatch.setattr(training, "build_vec_env", vec_env)
     monkeypatch.setattr(training, "warmup_config", warm)
@@ -1431,3 +1431,45 @@ def test_the_held_out_baselines_follow_a_scenario_file_rewritten_at_its_path(tmp
         env = make_env(V0, str(scenario), episode_tasks=40)
         expected = episode_latencies(make_policy("best-static", env), env, config.eval_seed)
         assert np.array_equal(baseline_latency(_env_key(config), "best-static"), expected)
+
+
+# --- train.py --vec-env (agents.vec_envs) ------------------------------------------------------
+
+
+def _tiny_env() -> gym.Env:
+    return gym.make(V0, episode_tasks=5)
+
+
+def test_a_subproc_venv_steps_as_a_dummy_one_and_closes_after_a_worker_died() -> None:
+    """Each env in a worker of its own, seeded seed + i as in a DummyVecEnv, its rewards handed
+    on as float32 as DummyVecEnv's; the env the trainer reads is a DummyVecEnv's first sub-env,
+    and one of its own beside a SubprocVecEnv, whose sub-envs are not in this process. SB3's
+    close sent to a dead worker (an error in its env, a stop that reached the workers) and
+    raised BrokenPipeError in place of the error that ended the run, the live one left
+    waiting for the plan's next runs."""
+    from agents.vec_envs import close_venv, first_env, training_venv
+
+    venvs = {kind: training_venv(_tiny_env, 2, seed=3, vec_env=kind)
+             for kind in ("dummy", "subproc")}
+    rollouts = []
+    for venv in venvs.values():
+        steps = [venv.reset()]
+        for action in np.random.default_rng(0).integers(0, 3, (8, 2, 3)):   # over a reset
+            obs, reward, done, infos = venv.step(action)
+            steps += [obs, reward, done, [info["latency"] for info in infos]]
+        rollouts.append(steps)
+    dummy, subproc = rollouts
+    assert all(np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
+               for a, b in zip(dummy, subproc, strict=True))
+    assert not np.array_equal(dummy[0][0], dummy[0][1])         # env 1 is not env 0's seed
+    assert first_env(venvs["dummy"], _tiny_env) is venvs["dummy"].envs[0]
+    own = first_env(venvs["subproc"], _tiny_env)
+    assert isinstance(own.unwrapped, envs.InferenceAllocEnv) and own.unwrapped._episode is None
+    dead, live = venvs["subproc"].unwrapped.processes
+    dead.kill()
+    dead.join()
+    close_venv(venvs["subproc"])
+    live.join(timeout=10)
+    assert not live.is_alive()
+    with pytest.raises(ValueError, match="vec_env must be one of dummy, subproc"):
+        training_venv(_tiny_env, 1, seed=0, vec_env="threads")
