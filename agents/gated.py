@@ -68,6 +68,11 @@ class GatedScheduling(Policy):
         inner_name = getattr(policy, "name", None) or type(policy).__name__.lower()
         self.name = f"gated-{inner_name}"
 
+    @property
+    def reads_live_env(self) -> bool:
+        """Whether the gated policy reads the live env (the oracle does: ``OraclePolicy``)."""
+        return bool(getattr(self.inner, "reads_live_env", False))
+
     def start_stream(self, seed: int) -> None:
         start_stream_of(self.inner, seed)
 

@@ -13,7 +13,9 @@ is followed. The attribute is one of:
 The policy answers Stable-Baselines3's ``predict()`` in the env's own actions, for one
 observation: a batch (a VecEnv's, as the warm-up's conservative policy gets) is handed to it
 one observation at a time (``OneAtATime``). It acts in ``InferenceAlloc-v0`` unless the
-attribute sets ``env_id = "InferenceAllocSplit-v0"``.
+attribute sets ``env_id = "InferenceAllocSplit-v0"``. One that reads the env it was built
+with as it acts, not the observation alone (as the oracle does), sets ``reads_live_env =
+True``: ``train.py --vec-env subproc``, whose envs step in other processes, then refuses it.
 Importing runs the module's code, as ``python -c "import mine"`` would: name only modules you
 trust.
 """

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.callbacks import (
     BEST_METRICS,
@@ -280,19 +280,21 @@ def plan(config: TrainConfig) -> list[RunSpec]:
 def check_vec_env(config: TrainConfig, warms: list[WarmupConfig | None], env: Any) -> None:
     """--vec-env subproc steps the envs in worker processes, so a conservative policy that acts
     in training (a conservative phase or a guard) must decide from observations alone: one
-    that reads the live env's current task (the oracle) would read the trainer's own env,
-    which no training step moves, and failed inside the run. Such a policy refuses to be built
-    on a VecEnv, whose sub-envs may live elsewhere (``unwrap_env(live=True)``): it is built on
-    one here to find out."""
+    that reads the live env's current task (``reads_live_env``: the oracle, gated or not)
+    would read the trainer's own env, which no training step moves, and failed inside the
+    run."""
     if config.vec_env != "subproc" or not any(w is not None and (w.steps or w.guard)
                                               for w in warms):
         return
     try:
-        make_fixed_policy(config.conservative, DummyVecEnv([lambda: env]), "--conservative")
+        policy = make_fixed_policy(config.conservative, env, "--conservative")
     except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if getattr(policy, "reads_live_env", False):
         raise ConfigError(f"--conservative {config.conservative} cannot act for --vec-env "
-                          f"subproc, whose envs step in other processes ({exc}); use --vec-env "
-                          f"dummy, or --warmup clone (no conservative phase, no guard)") from None
+                          f"subproc: it reads the live env's current task, and the envs step "
+                          f"in other processes; use --vec-env dummy, or --warmup clone (no "
+                          f"conservative phase, no guard)")
 
 
 # ----------------------------------------------------------------------------- building

@@ -4,6 +4,7 @@ baselines of evaluate.py and train.py's conservative policy."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 import sys
 import textwrap
@@ -240,5 +241,8 @@ def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
                  "--log-dir", str(tmp_path / "runs"), "--no-progress-bar",
                  "--eval-tasks", "20", "--checkpoint-interval", "0"]) == 0
     assert len(list((tmp_path / "runs").glob("*ppo-warm*/model.zip"))) == 1
+    # in worker processes too: the check for policies that read the live env built it on a
+    # VecEnv, and OnDevice's constructor, reading the env's devices, failed with a traceback
+    assert len(plan(dataclasses.replace(cfg, vec_env="subproc", n_envs=2))) == 2
     with pytest.raises(ConfigError, match="no module named 'nowhere_xyz'"):
         plan(TrainConfig(conservative="nowhere_xyz:P", log_dir=str(tmp_path / "r")))
