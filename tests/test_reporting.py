@@ -590,6 +590,31 @@ def test_a_latency_cdf_of_no_scenarios_is_an_empty_figure(tmp_path: Path, drawn:
     assert drawn == []
 
 
+def test_learning_curves_read_each_runs_events_once(tmp_path: Path, drawn: list,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a folder's events parses every event in it whatever tag is asked for (a long
+    run's latency/per_sample: 200,000 a 200,000-step run), and each panel read them again:
+    evaluate.py read a run once per curve. The panels get the curves as before."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agents import plots
+
+    for name in ("a", "b"):
+        write_scalars(tmp_path / name, "latency/vs_static", {s: 1.5 - s / 100 for s in range(0, 50, 10)})
+        write_scalars(tmp_path / name, "eval/vs_best_static", {s: 1.2 - s / 100 for s in range(0, 50, 10)})
+    reloads: list[str] = []
+    reload = EventAccumulator.Reload
+
+    def counted(self: EventAccumulator) -> EventAccumulator:
+        reloads.append(Path(self.path).name)
+        return reload(self)
+
+    monkeypatch.setattr(EventAccumulator, "Reload", counted)
+    plots.learning_curves([("a", tmp_path / "a"), ("b", tmp_path / "b")], tmp_path / "c.png")
+    assert sorted(reloads) == ["a", "b"]
+    assert [len(ax.get_lines()) for ax in drawn] == [3, 3]      # a, b and best static each
+
+
 def test_a_resumed_runs_scalars_keep_the_newer_of_each_step(tmp_path: Path) -> None:
     from agents.plots import read_scalars
 
