@@ -13,6 +13,7 @@ partial warm-ups read ``-warm-clone+guard``) holds:
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
   VecNormalize statistics, for DQN and SAC the latest replay buffer, and with warm-up the
   guard's state, which it and its ``warmup/guard_trips`` curve continue from on ``--resume``);
+  every one, or with ``keep_checkpoints`` that many, the newest;
 * ``model.zip`` once training ends, for DQN and SAC with ``replay_buffer.pkl`` (a resume from
   ``model.zip`` continues with it), ``vecnormalize.pkl`` with ``normalize``, and
   ``warmup.json`` with warm-up (the guard's trip count and the windows of latency ratios
@@ -118,8 +119,8 @@ from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
 
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
-RESUMABLE = {"timesteps", "checkpoint_interval", "progress_bar", "eval_interval",
-             "metrics_window", "vec_env"}
+RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
+             "eval_interval", "metrics_window", "vec_env"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
 # and final/ row (or its later points would come from another episode on the same curves as
 # the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
@@ -542,7 +543,7 @@ def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, 
         callbacks.append(AtomicCheckpoint(
             max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
             name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
-            save_vecnormalize=cfg.normalize, warmup=agent.warmup))
+            save_vecnormalize=cfg.normalize, warmup=agent.warmup, keep=cfg.keep_checkpoints))
     held = _held_out_eval(agent, cfg) if cfg.eval_interval and cfg.eval_tasks else None
     if held is not None:
         callbacks.append(held)

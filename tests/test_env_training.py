@@ -921,6 +921,37 @@ def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
     assert (result.run_dir / "replay_buffer.pkl").is_file()
 
 
+def test_keep_checkpoints_keeps_the_newest_with_their_files_and_a_resume_goes_on(
+        tmp_path: Path) -> None:
+    """Every checkpoint was kept: a long run's folder grew by one every --checkpoint-interval
+    steps without end. --keep-checkpoints N keeps the newest N, each with what is saved beside
+    it (warm-up state, VecNormalize statistics; the one replay buffer, the newest's), and a
+    resume continues from the newest and keeps its own N."""
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    config = TrainConfig(agents=["dqn"], warmup=["conservative,guard"], timesteps=128,
+                         checkpoint_interval=32, keep_checkpoints=2, normalize=True,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False)
+    (result,) = train(config, report=lambda line: None)
+    folder = result.run_dir / "checkpoints"
+
+    def kept() -> list[str]:
+        return sorted(p.name for p in folder.iterdir())
+
+    assert kept() == sorted([f"model_{kind}_{steps}_steps.{ext}" for steps in (96, 128)
+                             for kind, ext in (("warmup", "json"), ("vecnormalize", "pkl"))]
+                            + ["model_96_steps.zip", "model_128_steps.zip",
+                               "model_replay_buffer_128_steps.pkl"])
+    (resumed,) = train(TrainConfig(resume=str(result.run_dir), timesteps=192, keep_checkpoints=1,
+                                   progress_bar=False),
+                       {"resume", "timesteps", "keep_checkpoints"}, report=lambda line: None)
+    assert resumed.steps == 192
+    assert kept() == ["model_192_steps.zip", "model_replay_buffer_192_steps.pkl",
+                      "model_vecnormalize_192_steps.pkl", "model_warmup_192_steps.json"]
+
+
 @pytest.mark.parametrize(("agent", "kind"), [("dqn", "replay_buffer"), ("ppo", "vecnormalize")])
 def test_a_checkpoint_interrupted_while_saving_leaves_no_model_without_its_companion(
         tmp_path: Path, monkeypatch, agent: str, kind: str) -> None:
