@@ -7,7 +7,7 @@
 | ``latency/mean``             | mean task latency (s) over the last `window` tasks            |
 | ``latency/p95``              | 95th percentile of the same                                   |
 | ``latency/vs_static``        | their total latency over the best static placement's on the same tasks (``info["static_latency"]``, which train.py's envs price under every reward) |
-| ``latency/per_sample``       | every task's latency against its sample index (from 0): the online curve where the ~200-sample stabilisation shows |
+| ``latency/per_sample``       | every task's latency against its sample index (from 0): the online curve where the ~200-sample stabilisation shows; with `per_sample_interval` K, that of every K-th (indices 0, K, 2K, ...) |
 | ``cache/hit_rate``           | loader cache hits over the last `window` lookups               |
 | ``devices/<d>_utilisation``  | device d's busy share of the time booked so far (``info``), mean over `window` |
 | ``devices/<d>_share``        | share of the stages placed on device d (``info["share"]``), mean over `window` |
@@ -129,10 +129,17 @@ def tensorboard_writer(logger: Logger) -> Any:
 
 
 class LatencyMetrics(BaseCallback):
-    """Records the latency, cache and device metrics of the table above."""
+    """Records the latency, cache and device metrics of the table above. `per_sample_interval`:
+    K writes ``latency/per_sample`` for the tasks of index 0, K, 2K, ... alone (train.py's
+    ``--per-sample-interval``): one point per env step is ~58 bytes, most of a long run's events
+    file, and TensorBoard shows 1,000 points of a tag however many it holds."""
 
-    def __init__(self, device_names: tuple[str, ...] | list[str], window: int = 100) -> None:
+    def __init__(self, device_names: tuple[str, ...] | list[str], window: int = 100,
+                 per_sample_interval: int = 1) -> None:
         super().__init__()
+        if per_sample_interval < 1:
+            raise ValueError(f"per_sample_interval must be >= 1, got {per_sample_interval}")
+        self.per_sample_interval = per_sample_interval
         self.devices = tuple(device_names)
         self.latency: deque[float] = deque(maxlen=window)
         self.static: deque[float] = deque(maxlen=window)
@@ -164,7 +171,7 @@ class LatencyMetrics(BaseCallback):
             for d, value in info.get("share", {}).items():
                 if d in self.share:
                     self.share[d].append(value)
-            if self.writer is not None:
+            if self.writer is not None and (first + i) % self.per_sample_interval == 0:
                 self.writer.add_scalar("latency/per_sample", latency, first + i)
         if self._fresh and any(self.locals.get("dones", ())):
             # An off-policy learner (DQN, SAC) dumps its logs at an episode's end, inside its

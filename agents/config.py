@@ -123,6 +123,9 @@ class TrainConfig:
     metrics_window: int = field(default=100, metadata=_help(
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
         "the devices/ means and warmup/conservative_acting"))
+    per_sample_interval: int = field(default=1, metadata=_help(
+        "tasks between the points of the latency/per_sample curve (1: every task, ~58 bytes "
+        "each, most of a long run's events file; TensorBoard shows 1,000 points of a curve)"))
     eval_seed: int = field(default=HELDOUT_SEED, metadata=_help(
         "workload seed of the held-out episode of the comparison table and the eval/ curves "
         "(--resume keeps the run's own and refuses another)"))
@@ -165,6 +168,7 @@ class TrainConfig:
         _require(self.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
         _require_reward("--reward", self.reward)
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
+        _require(self.per_sample_interval >= 1, "--per-sample-interval must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
         # checked even where no warm-up clones: the flag is wrong whichever run it reaches

@@ -120,7 +120,7 @@ from inference.messages import did_you_mean, shown
 
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
-             "eval_interval", "metrics_window", "vec_env"}
+             "eval_interval", "metrics_window", "vec_env", "per_sample_interval"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
 # and final/ row (or its later points would come from another episode on the same curves as
 # the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
@@ -536,7 +536,8 @@ def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, 
                ) -> tuple[list[Any], HeldOutEval | None, BestModelSelection | None]:
     """A run's callbacks, and of them its eval/ curves' and --select-best's, which it reads."""
     model = agent.model
-    callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window)]
+    callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window,
+                                           cfg.per_sample_interval)]
     if fresh:
         callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
     if cfg.checkpoint_interval:

@@ -495,6 +495,44 @@ def test_per_sample_latency_counts_the_samples_of_every_env(log: _Logger) -> Non
         == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]
 
 
+def test_a_per_sample_interval_writes_every_kth_samples_latency_and_keeps_the_window(
+        log: _Logger) -> None:
+    """One latency/per_sample point per env step filled most of a long run's events file;
+    --per-sample-interval K writes samples 0, K, 2K, ... by index, so two envs' steps and a
+    resume (a step count not a multiple of K) keep to the same grid. The windowed tags still
+    see every task."""
+    import agents.callbacks as callbacks
+
+    metrics = callbacks.LatencyMetrics(("cpu",), window=10, per_sample_interval=3)
+    _attach(metrics, log, num_timesteps=4)            # resumed at step 4: next sample is 4
+    metrics.on_training_start({}, {})
+    latencies = [float(x) for x in range(4, 12)]
+    for pair in zip(latencies[::2], latencies[1::2], strict=True):
+        metrics.model.num_timesteps += 2
+        metrics.locals = {"infos": [{"latency": x} for x in pair]}
+        metrics.on_step()
+    metrics.on_rollout_end()
+    assert [(step, value) for tag, value, step in log.scalars if tag == "latency/per_sample"] \
+        == [(6, 6.0), (9, 9.0)]
+    assert log.values["latency/mean"] == pytest.approx(np.mean(latencies))
+    with pytest.raises(ValueError, match="per_sample_interval must be >= 1"):
+        callbacks.LatencyMetrics(("cpu",), per_sample_interval=0)
+
+
+def test_train_writes_the_per_sample_curve_at_its_interval(tmp_path: Path) -> None:
+    from agents.config import TrainConfig
+    from agents.plots import read_scalars
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, per_sample_interval=16,
+                         checkpoint_interval=0, log_dir=str(tmp_path), episode_tasks=20,
+                         eval_tasks=0, progress_bar=False,
+                         hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (result,) = train(config, report=lambda line: None)
+    assert list(read_scalars(result.run_dir, "latency/per_sample")[0]) == [0, 16, 32, 48]
+    assert len(read_scalars(result.run_dir, "latency/mean")[0]) == 4     # a point a rollout
+
+
 def test_a_step_info_without_a_latency_is_no_sample(log: _Logger) -> None:
     """Only a task's step info carries a latency: an info without one adds nothing to the
     window or the per-sample curve, and a rollout of such steps alone records nothing."""
