@@ -123,6 +123,11 @@ class TrainConfig:
     metrics_window: int = field(default=100, metadata=_help(
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
         "the devices/ means and warmup/conservative_acting"))
+    log_interval: int | None = field(default=None, metadata=_help(
+        "rollouts (ppo, a2c, maskable-ppo) or episodes (dqn, sac) between writes of the "
+        "TensorBoard scalars other than latency/per_sample and eval/ (default: SB3's: 1 "
+        "rollout, 100 for a2c, 4 episodes; PPO's 16-step rollouts write ~90 KB a thousand "
+        "steps)"))
     per_sample_interval: int = field(default=1, metadata=_help(
         "tasks between the points of the latency/per_sample curve (1: every task, ~58 bytes "
         "each, most of a long run's events file; TensorBoard shows 1,000 points of a curve)"))
@@ -169,6 +174,8 @@ class TrainConfig:
         _require_reward("--reward", self.reward)
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
         _require(self.per_sample_interval >= 1, "--per-sample-interval must be >= 1")
+        _require(self.log_interval is None or self.log_interval >= 1,
+                 "--log-interval must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
         # checked even where no warm-up clones: the flag is wrong whichever run it reaches

@@ -120,7 +120,8 @@ from inference.messages import did_you_mean, shown
 
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
-             "eval_interval", "metrics_window", "vec_env", "per_sample_interval"}
+             "eval_interval", "metrics_window", "vec_env", "per_sample_interval",
+             "log_interval"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
 # and final/ row (or its later points would come from another episode on the same curves as
 # the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
@@ -487,8 +488,10 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         start, t0 = model.num_timesteps, time.perf_counter()
         if fresh:
             write_text(run_dir / "config.yaml", to_yaml(cfg))
+        # SB3's own log_interval unless one is given: each algorithm's default differs
+        interval = {} if cfg.log_interval is None else {"log_interval": cfg.log_interval}
         agent.learn(cfg.timesteps - start, callback=callbacks, reset_num_timesteps=fresh,
-                    tb_log_name=run_dir.name, progress_bar=cfg.progress_bar)
+                    tb_log_name=run_dir.name, progress_bar=cfg.progress_bar, **interval)
         seconds = time.perf_counter() - t0
         # a resume continues from model.zip when it is the newest: DQN and SAC need their
         # buffer beside it, or it starts again from an empty one

@@ -1177,7 +1177,7 @@ def test_a_list_or_mapping_flag_given_twice_adds_to_itself() -> None:
     ({"checkpoint_interval": -1}, "--checkpoint-interval"),
     ({"keep_checkpoints": -1}, "--keep-checkpoints"),
     ({"metrics_window": 0}, "--metrics-window"), ({"eval_tasks": -1}, "--eval-tasks"),
-    ({"per_sample_interval": 0}, "--per-sample-interval"),
+    ({"per_sample_interval": 0}, "--per-sample-interval"), ({"log_interval": 0}, "--log-interval"),
     ({"eval_interval": -1}, "--eval-interval"), ({"clone_samples": 9}, "--clone-samples"),
     ({"episode_tasks": 0}, "--episode-tasks"),
     ({"episode_tasks": MAX_EPISODE_TASKS + 1}, "--episode-tasks"),
@@ -1192,7 +1192,8 @@ def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> N
     """The edges the --help texts document: 0 turns checkpoints, the table and eval/ off, and
     keeps every checkpoint."""
     for edge in ({"timesteps": 1, "n_envs": 1, "metrics_window": 1, "per_sample_interval": 1,
-                  "clone_samples": 10, "episode_tasks": 1, "seeds": [0], "eval_seed": 0},
+                  "log_interval": 1, "clone_samples": 10, "episode_tasks": 1, "seeds": [0],
+                  "eval_seed": 0},
                  {"checkpoint_interval": 0, "keep_checkpoints": 0, "eval_tasks": 0,
                   "eval_interval": 0, "episode_tasks": MAX_EPISODE_TASKS, "seeds": [MAX_SEED], "eval_seed": MAX_SEED},
                  # --select-best chooses at every step's point, on a one-task episode

@@ -533,6 +533,31 @@ def test_train_writes_the_per_sample_curve_at_its_interval(tmp_path: Path) -> No
     assert len(read_scalars(result.run_dir, "latency/mean")[0]) == 4     # a point a rollout
 
 
+def test_a_log_interval_writes_the_grouped_scalars_every_nth_rollout(tmp_path: Path) -> None:
+    """PPO's 16-step rollouts write each grouped tag (SB3's and ours, ~25) every 16 steps:
+    ~90 KB of a long run's events file a thousand steps. --log-interval 4 writes them every
+    4th rollout, the latest values; latency/per_sample still has every task."""
+    from agents.config import TrainConfig
+    from agents.plots import read_scalars
+    from agents.training import train
+
+    def run(**option: int) -> Path:
+        config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=128,
+                             checkpoint_interval=0, log_dir=str(tmp_path / str(option)),
+                             episode_tasks=20, eval_tasks=0, progress_bar=False,
+                             hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1}, **option)
+        return train(config, report=lambda line: None)[0].run_dir
+
+    default, every_4th = run(), run(log_interval=4)
+    assert list(read_scalars(default, "latency/mean")[0]) == list(range(16, 129, 16))
+    assert list(read_scalars(every_4th, "latency/mean")[0]) == [64, 128]
+    assert list(read_scalars(every_4th, "train/value_loss")[0]) == [64, 128]
+    # the values at those steps are the default run's (the same training, written less often)
+    assert list(read_scalars(every_4th, "latency/mean")[1]) == \
+        list(read_scalars(default, "latency/mean")[1][[3, 7]])
+    assert len(read_scalars(every_4th, "latency/per_sample")[0]) == 128
+
+
 def test_a_step_info_without_a_latency_is_no_sample(log: _Logger) -> None:
     """Only a task's step info carries a latency: an info without one adds nothing to the
     window or the per-sample curve, and a rollout of such steps alone records nothing."""
