@@ -242,7 +242,8 @@ DOCS = (README, ROOT / "docs" / "CALIBRATION.md", ROOT / "CONTRIBUTING.md")
 MIN_COMMANDS = {"README.md": 10, "CALIBRATION.md": 10, "CONTRIBUTING.md": 4}
 COMMAND = re.compile(r"(train\.py|evaluate\.py|python -m inference|bench/bench_\w+\.py)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][\w-]*")
-OTHER_TOOLS = {"--logdir": "tensorboard", "--index-url": "pip"}   # the README's, not ours
+OTHER_TOOLS = {"--logdir": "tensorboard", "--samples_per_plugin": "tensorboard",
+               "--index-url": "pip"}   # the README's, not ours
 TAG = re.compile(r"(?<![\w/.-])((?:latency|devices|cache|eval|charts|final|warmup)/[\w*<>]*)")
 
 
