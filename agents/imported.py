@@ -7,7 +7,8 @@ is followed. The attribute is one of:
 
 * a class or function that builds the policy: called with the env when it takes one
   positional argument (``factory(env)``), else with no argument (the README's
-  ``ShortestQueue()``); keywords of ``make_policy`` are passed on;
+  ``ShortestQueue()``); an optional first argument (``seed=0``) is its own, not the env's,
+  unless named ``env``; keywords of ``make_policy`` are passed on;
 * a ready policy object (anything with a ``predict`` method but not a class), used as it is.
 
 The policy answers Stable-Baselines3's ``predict()`` in the env's own actions, for one
@@ -164,12 +165,17 @@ class OneAtATime:
 
 def _arguments(name: str, factory: Callable[..., Any], env: Any,
                kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """(env,) when `factory` takes the env as its one positional argument, else ()."""
+    """(env,) when `factory` takes the env as its one positional argument, else (). A first
+    parameter with a default (``seed=0``) is the policy's own: it took the env, unless it is
+    named ``env``."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):     # a builtin without one: give it the env
         return (env,)
-    for args in ((env,), ()):
+    first = next((p for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
+    own = first is not None and first.default is not first.empty and first.name != "env"
+    for args in (((),) if own else ((env,), ())):
         try:
             signature.bind(*args, **kwargs)
             return args

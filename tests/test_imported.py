@@ -77,6 +77,16 @@ not_a_policy = 3
 
 def builds_nothing(env):
     return "a string"
+
+
+class Seeded:
+    """Its own optional argument first: a seed, not the env."""
+
+    def __init__(self, seed=0):
+        self.seed = seed
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.full(3, self.seed % 3), state
 '''
 
 
@@ -161,6 +171,13 @@ def test_a_name_that_builds_no_policy_is_one_clear_error(user_module: str, env, 
                                                          expected: str) -> None:
     with pytest.raises(ValueError, match="baseline: policy .*" + re.escape(expected)):
         make_fixed_policy(f"{user_module}:{attribute}", env, "baseline")
+
+
+def test_an_optional_first_argument_is_the_policys_own_not_the_env(user_module: str,
+                                                                       env) -> None:
+    # Seeded(seed=0) bound (env,) and took the env for its seed
+    assert make_policy(f"{user_module}:Seeded", env).seed == 0
+    assert make_policy(f"{user_module}:Seeded", env, seed=2).seed == 2
 
 
 def test_a_built_object_without_predict_or_a_factory_that_fits_no_call_is_refused(
