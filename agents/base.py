@@ -62,11 +62,13 @@ def flat_index(action: Any, nvec: Any) -> int:
 
 
 def start_stream_of(policy: Any, seed: int) -> None:
-    """Tell `policy` that the task stream `seed` begins, if it is one of ours (SB3 models keep
-    no state between streams), so its actions on a stream depend on that stream alone, not on
-    the streams it was evaluated on before."""
-    if isinstance(policy, Policy):
-        policy.start_stream(seed)
+    """Tell `policy` that the task stream `seed` begins, if it has ``start_stream`` (ours, a
+    ``Policy`` of yours, also behind ``agents.imported.OneAtATime``, which reads its
+    attributes through; SB3 models keep no state between streams), so its actions on a stream
+    depend on that stream alone, not on the streams it was evaluated on before."""
+    start_stream = getattr(policy, "start_stream", None)
+    if callable(start_stream):
+        start_stream(seed)
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from agents.registry import make_fixed_policy, make_policy, policy_env_id, valid
 USER_MODULE = '''
 import numpy as np
 
+from agents.base import Policy
 from envs.observation import decode_observation
 
 
@@ -87,6 +88,19 @@ class Seeded:
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         return np.full(3, self.seed % 3), state
+
+
+class StreamSeeded(Policy):
+    """Random device ids, its generator restarted at each stream as our random policy's."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+    def start_stream(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs):
+        return self.rng.integers(0, 3, size=3)
 '''
 
 
@@ -143,6 +157,17 @@ def test_an_imported_policy_scores_as_the_same_policy_built_by_hand(user_module:
     np.testing.assert_array_equal(named, by_hand)
     all_gpu = episode_latencies(make_policy("all-gpu", env), env, seed=10000)
     assert not np.array_equal(named, all_gpu)       # it is not some default policy
+
+
+@pytest.mark.parametrize("prefix", ["", "gated-"])
+def test_a_policy_that_restarts_at_each_stream_is_told_through_the_wrapper(
+        user_module: str, env, prefix: str) -> None:
+    """A Policy of yours with start_stream (a generator restarted per stream, as ours) scores a
+    stream alike whatever it ran before: behind OneAtATime it was never told."""
+    policy = make_policy(f"{prefix}{user_module}:StreamSeeded", env)
+    first = episode_latencies(policy, env, seed=10001)
+    episode_latencies(policy, env, seed=10000)
+    np.testing.assert_array_equal(episode_latencies(policy, env, seed=10001), first)
 
 
 def test_the_split_env_is_the_attributes_own_say(user_module: str) -> None:
