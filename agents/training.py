@@ -408,6 +408,13 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     # cfg.hp: every hyper-parameter the run was built with, a warm start's included
     seed = resume_seed(spec.seed, steps)
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
+    if warm is not None:
+        # built again by the warm-up: config.yaml names a policy of yours as given, imported
+        # from the working directory (another folder's resume failed with a traceback)
+        try:
+            check_fixed_policy(cfg.conservative, env_for(cfg), "--conservative policy")
+        except ValueError as exc:
+            raise ConfigError(f"--resume {run_dir.name}: {exc}") from None
     venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     try:
         check_vec_env(cfg, [warm], first)

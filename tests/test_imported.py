@@ -288,3 +288,27 @@ def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
     assert len(plan(dataclasses.replace(cfg, vec_env="subproc", n_envs=2))) == 2
     with pytest.raises(ConfigError, match="no module named 'nowhere_xyz'"):
         plan(TrainConfig(conservative="nowhere_xyz:P", log_dir=str(tmp_path / "r")))
+
+
+def test_a_resume_from_another_folder_names_the_missing_module(user_module: str, tmp_path: Path,
+                                                               monkeypatch, capsys) -> None:
+    """A run's config.yaml names its conservative policy as given: resumed where the module
+    is not found, the warm-up's rebuild of it failed with a traceback."""
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    assert main(["--conservative", f"{user_module}:on_cpu", "--warmup", "conservative",
+                 "--timesteps", "32", "--hp", "n_steps=16", "batch_size=16", "--log-dir",
+                 str(runs), "--no-progress-bar", "--eval-tasks", "0"]) == 0
+    (run,) = runs.iterdir()
+    saved = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    sys.modules.pop(user_module, None)      # a new process would not have it
+    capsys.readouterr()
+    assert main(["--resume", "--log-dir", str(runs), "--timesteps", "64",
+                 "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no module named '{user_module}'" in err
+    assert str(elsewhere) in err and run.name in err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == saved
