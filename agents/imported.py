@@ -16,7 +16,9 @@ observation: a batch (a VecEnv's, as the warm-up's conservative policy gets) is 
 one observation at a time (``OneAtATime``). It acts in ``InferenceAlloc-v0`` unless the
 attribute sets ``env_id = "InferenceAllocSplit-v0"``. One that reads the env it was built
 with as it acts, not the observation alone (as the oracle does), sets ``reads_live_env =
-True``: ``train.py --vec-env subproc``, whose envs step in other processes, then refuses it.
+True``: ``train.py --vec-env subproc``, whose envs step in other processes, then refuses it
+as its conservative policy, and so does ``--n-envs`` above 1 (it would answer every env from
+its own one's task).
 Importing runs the module's code, as ``python -c "import mine"`` would: name only modules you
 trust.
 """

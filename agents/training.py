@@ -256,11 +256,16 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         obs, _ = env.reset(seed=0)
         try:
             conservative.predict(np.stack([obs] * config.n_envs))
+            # one of yours that says so answers each row from its one env's task, unrefused
+            why = "it reads the live env's current task" \
+                if getattr(conservative, "reads_live_env", False) else None
         except ValueError as exc:
+            why = str(exc)
+        if why is not None:
             raise ConfigError(f"--conservative {config.conservative} cannot act for "
-                              f"--n-envs {config.n_envs} envs at once ({exc}); use "
+                              f"--n-envs {config.n_envs} envs at once ({why}); use "
                               f"--n-envs 1, or --warmup clone (no conservative phase, "
-                              f"no guard)") from None
+                              f"no guard)")
     for agent in dict.fromkeys(agents):
         try:
             load_hyperparams(agent, config.env_id)

@@ -101,6 +101,12 @@ class StreamSeeded(Policy):
 
     def act(self, obs):
         return self.rng.integers(0, 3, size=3)
+
+
+class LiveCurrentDevice(OnDevice):
+    """Reads the env it was built with as it acts (here: nothing, but it says it does)."""
+
+    reads_live_env = True
 '''
 
 
@@ -312,3 +318,21 @@ def test_a_resume_from_another_folder_names_the_missing_module(user_module: str,
     assert err.count("\n") == 1 and f"no module named '{user_module}'" in err
     assert str(elsewhere) in err and run.name in err
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == saved
+
+
+def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_module: str,
+                                                                     tmp_path: Path) -> None:
+    """reads_live_env: it decides from the one env it was built with, so it answers the rows
+    of n envs from that env's task. The oracle's own predict refuses a batch; one of yours,
+    answered row by row, was taken for --n-envs 2 as for --vec-env subproc it is not."""
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import plan
+
+    cfg = TrainConfig(conservative=f"{user_module}:LiveCurrentDevice",
+                      log_dir=str(tmp_path / "r"))
+    assert len(plan(cfg)) == 2
+    with pytest.raises(ConfigError, match=r"LiveCurrentDevice cannot act for --n-envs 2 envs at "
+                                          r"once \(it reads the live env's current task\)"):
+        plan(dataclasses.replace(cfg, n_envs=2))
+    # without a conservative phase or a guard it only clones, on one env
+    assert len(plan(dataclasses.replace(cfg, n_envs=2, warmup=["clone"]))) == 1
