@@ -138,6 +138,21 @@ def make_fixed_policy(name: str, env: Any, what: str, learner_hint: str = "") ->
         raise ValueError(f"{what}: {exc}") from None
 
 
+def check_first_action(policy: Any, env: Any, what: str,
+                       hand_on: Callable[[Any], Any] = lambda action: action) -> None:
+    """Step `env` (reset on seed 0) once with `policy`'s action, handed on as the caller hands
+    it (`hand_on`): one the env refuses (a wrong shape or dtype, a device id out of range) is
+    one ValueError naming `what`, before a run or an evaluation starts. A policy of yours
+    answering so failed deep in PPO's update as the warm-up's conservative policy, or with the
+    env's traceback once evaluate.py's models had run, neither naming it."""
+    obs, _ = env.reset(seed=0)
+    action, _ = policy.predict(obs, deterministic=True)
+    try:
+        env.step(hand_on(action))
+    except ValueError as exc:
+        raise ValueError(f"{what}: the env refuses its action on a first task: {exc}") from None
+
+
 def _fixed_policy_maker(name: str, env: Any, what: str, learner_hint: str) -> Callable[..., Any]:
     """`_policy_maker` for a fixed policy, the name parsed once for both the checks and the
     build: a learner or an unknown name is an UnknownPolicyName naming `what`, a name the env

@@ -48,6 +48,7 @@ from agents.evaluation import (
 )
 from agents.files import model_file, write_text
 from agents.registry import (
+    check_first_action,
     load_policy,
     make_fixed_policy,
     make_policy,
@@ -390,9 +391,11 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
                 notes.append(f"{section_of(ctx, contexts)}: skipping baseline {name} (the hardware "
                              f"has no such device; it has {devices})")
                 continue
+            env = env_of[policy_env_id(name)]
             try:
-                make_fixed_policy(name, env_of[policy_env_id(name)], "baseline",
-                                  learner_hint=" (evaluate a trained model with --models)")
+                policy = make_fixed_policy(name, env, "baseline",
+                                           learner_hint=" (evaluate a trained model with --models)")
+                check_first_action(policy, env, f"baseline {name}")
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
     for entry in entries:

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.callbacks import (
@@ -85,6 +86,7 @@ from agents.evaluation import episode_latencies, make_env, overload_note
 from agents.files import WriteFailed, write_text
 from agents.registry import (
     SB3_NAMES,
+    check_first_action,
     check_fixed_policy,
     load_policy,
     make_fixed_policy,
@@ -112,7 +114,7 @@ from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm,
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
 from agents.static import unwrap_env
 from agents.vec_envs import close_venv, first_env, training_venv
-from agents.warmup import WARMUP_PARTS, WarmupConfig, attach_warmup
+from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions, attach_warmup
 from envs.reference import setting_key
 from envs.scenario import SCENARIO_DIR
 from inference.hardware import PRESET_DIR, preset_file
@@ -248,6 +250,14 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             check_fixed_policy(config.conservative, env, "--conservative policy")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if warming:     # as the warm-up hands its actions on (device ids one-hot in a Box)
+        space = env.unwrapped.action_space
+        try:
+            check_first_action(conservative, env, f"--conservative policy {config.conservative}",
+                               lambda action: as_env_actions(action, space)[0]
+                               if isinstance(space, spaces.Box) else action)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     warms = [warmup_config(config, w) for w in specs]
     check_vec_env(config, warms, env)
     if config.n_envs > 1 and any(w is not None and (w.steps or w.guard) for w in warms):

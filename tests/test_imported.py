@@ -107,6 +107,16 @@ class LiveCurrentDevice(OnDevice):
     """Reads the env it was built with as it acts (here: nothing, but it says it does)."""
 
     reads_live_env = True
+
+
+class TwoStages:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.zeros(2, dtype=int), state
+
+
+class FarDevice:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.full(3, 7), state
 '''
 
 
@@ -336,3 +346,29 @@ def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_modul
         plan(dataclasses.replace(cfg, n_envs=2))
     # without a conservative phase or a guard it only clones, on one env
     assert len(plan(dataclasses.replace(cfg, n_envs=2, warmup=["clone"]))) == 1
+
+
+@pytest.mark.parametrize(("attribute", "refusal"), [
+    ("TwoStages", "action must have shape (3,)"),
+    ("FarDevice", "action entries must be device ids in 0..2"),
+])
+def test_a_policy_whose_actions_the_env_refuses_is_refused_before_anything_runs(
+        user_module: str, tmp_path: Path, monkeypatch, capsys, attribute: str,
+        refusal: str) -> None:
+    """As a conservative policy it failed deep in a run (a warm-up without cloning: 'zip()
+    argument 2 is shorter than argument 1', or torch's Categorical support), as a baseline with
+    the env's traceback once evaluate.py's models had run, neither naming the policy."""
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import plan
+
+    name = f"{user_module}:{attribute}"
+    for warmup in ("conservative", "all"):
+        with pytest.raises(ConfigError, match=re.escape(name) + ".*" + re.escape(refusal)):
+            plan(TrainConfig(conservative=name, warmup=[warmup], log_dir=str(tmp_path / "r")))
+    (tmp_path / "runs").mkdir()
+    capsys.readouterr()
+    assert load_main("evaluate.py")(["--runs", "runs", "--out", "results", "--baselines", "heft",
+                                     name, "--no-online", "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"baseline {name}" in err and refusal in err
+    assert not (tmp_path / "results").exists()
