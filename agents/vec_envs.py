@@ -12,7 +12,9 @@ reads from an env of its own built alike (``first_env``), not from a sub-env. Tw
 rewards on as the env's float64 where ``DummyVecEnv`` stores them as float32
 (``Float32Rewards``), which moved ``--normalize``'s statistics, and closing one whose worker
 has died (a stop that reached the workers too, an error in an env) raised in place of the
-error or interrupt that ended the run (``close_venv``).
+error or interrupt that ended the run (``close_venv``). A worker that ends mid-run (its env
+raised: the worker prints the traceback and exits) fails the run with ``WorkerDied``, where the
+trainer's read of its pipe failed with a bare ``EOFError``.
 
 A script of yours that calls ``agents.training.train`` with ``vec_env="subproc"`` needs the
 ``if __name__ == "__main__":`` guard, as any that starts processes by forkserver or spawn:
@@ -21,7 +23,8 @@ each worker imports the main module afresh.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
@@ -32,15 +35,42 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 VEC_ENVS = ("dummy", "subproc")
 
 
+class WorkerDied(RuntimeError):
+    """A worker process of a ``SubprocVecEnv`` ended while the trainer waited on it: an error
+    in its env (SB3's worker printed its traceback, then exited), or the worker was killed."""
+
+
+# what a pipe to a worker that has ended raises: read (EOFError) or written to
+_ENDED_PIPE = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
 class Float32Rewards(VecEnvWrapper):
-    """The rewards as ``DummyVecEnv`` hands them on: float32, each the env's float64 rounded."""
+    """The rewards as ``DummyVecEnv`` hands them on: float32, each the env's float64 rounded;
+    a worker that has ended is a ``WorkerDied``, not the bare ``EOFError`` of its pipe (a run
+    failed with 'EOFError: ', the worker's own traceback far above it)."""
 
     def reset(self) -> Any:
-        return self.venv.reset()
+        with _worker_ends():
+            return self.venv.reset()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        with _worker_ends():
+            self.venv.step_async(actions)
 
     def step_wait(self) -> Any:
-        obs, rewards, dones, infos = self.venv.step_wait()
+        with _worker_ends():
+            obs, rewards, dones, infos = self.venv.step_wait()
         return obs, np.asarray(rewards, dtype=np.float32), dones, infos
+
+
+@contextmanager
+def _worker_ends() -> Iterator[None]:
+    try:
+        yield
+    except _ENDED_PIPE as exc:
+        raise WorkerDied(f"a worker process of --vec-env subproc ended ({type(exc).__name__} on "
+                         f"its pipe): an error in its env, printed above by the worker, or a "
+                         f"stop that reached it") from None
 
 
 def training_venv(make_env: Callable[[], gym.Env], n_envs: int, seed: int,

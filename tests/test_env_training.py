@@ -1567,3 +1567,20 @@ def test_a_subproc_venv_steps_as_a_dummy_one_and_closes_after_a_worker_died() ->
     assert not live.is_alive()
     with pytest.raises(ValueError, match="vec_env must be one of dummy, subproc"):
         training_venv(_tiny_env, 1, seed=0, vec_env="threads")
+
+
+def test_a_worker_that_died_is_named_as_such_not_as_an_empty_eoferror() -> None:
+    """An env raising in its worker ends the worker (SB3's worker prints its traceback); the
+    trainer then read an empty pipe, and the run failed with 'EOFError: ', naming nothing."""
+    from agents.vec_envs import WorkerDied, close_venv, training_venv
+
+    venv = training_venv(_tiny_env, 2, seed=0, vec_env="subproc")
+    try:
+        venv.reset()
+        dead = venv.unwrapped.processes[1]
+        dead.kill()
+        dead.join()
+        with pytest.raises(WorkerDied, match=r"a worker process of --vec-env subproc ended"):
+            venv.step(np.zeros((2, 3), dtype=np.int64))
+    finally:
+        close_venv(venv)
