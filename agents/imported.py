@@ -2,7 +2,8 @@
 
 ``evaluate.py --baselines mine:ShortestQueue``, ``train.py --conservative mine:make_rule``
 and ``make_policy("mine:ShortestQueue", env)`` import ``mine`` (from the working directory,
-then ``sys.path``) and take its ``ShortestQueue``; a dotted attribute (``mine:Rules.fifo``)
+then ``sys.path``; once per process, as ``import`` does: a module already imported under the
+name is the one taken) and take its ``ShortestQueue``; a dotted attribute (``mine:Rules.fifo``)
 is followed. The attribute is one of:
 
 * a class or function that builds the policy: called with the env when it takes one
@@ -86,8 +87,13 @@ def import_target(name: str) -> Any:
     for part in attribute.split("."):
         if not hasattr(target, part):
             public = [n for n in dir(target) if not n.startswith("_")]
-            raise ImportNameError(f"policy {shown(name)}: {getattr(target, '__name__', target)} "
-                                  f"has no attribute {shown(part)}{did_you_mean([part], public)}")
+            # the module's file: one imported already under its name (Python's random, our
+            # envs) is the one taken, not a file of that name in the working directory
+            where = f" ({target.__file__})" if target is module and getattr(
+                module, "__file__", None) else ""
+            raise ImportNameError(f"policy {shown(name)}: {getattr(target, '__name__', target)}"
+                                  f"{where} has no attribute {shown(part)}"
+                                  f"{did_you_mean([part], public)}")
         target = getattr(target, part)
     return target
 

@@ -252,6 +252,19 @@ def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, 
     assert str(tmp_path) not in sys.path        # the import's own path entry is taken back
 
 
+def test_a_module_already_imported_under_the_name_is_named_by_its_file(tmp_path: Path,
+                                                                     monkeypatch, env) -> None:
+    """random.py in the working directory: Python's own random, imported already, is the one
+    taken; 'random has no attribute P' did not say which random that was."""
+    import random
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "random.py").write_text("P = 1\n")
+    with pytest.raises(ValueError, match=r"random \(" + re.escape(random.__file__)
+                       + r"\) has no attribute 'P'"):
+        make_policy("random:P", env)
+
+
 def test_evaluate_puts_your_policy_in_the_tables_beside_the_baselines(user_module: str,
                                                                       tmp_path: Path) -> None:
     main = load_main("evaluate.py")
