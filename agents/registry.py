@@ -146,7 +146,10 @@ def check_first_action(policy: Any, env: Any, what: str,
     answering so failed deep in PPO's update as the warm-up's conservative policy, or with the
     env's traceback once evaluate.py's models had run, neither naming it."""
     obs, _ = env.reset(seed=0)
-    action, _ = policy.predict(obs, deterministic=True)
+    try:
+        action, _ = policy.predict(obs, deterministic=True)
+    except ValueError as exc:   # its own, or no (action, state) pair: else a bare message
+        raise ValueError(f"{what}: its predict() failed on a first task: {exc}") from None
     try:
         env.step(hand_on(action))
     except ValueError as exc:

@@ -117,6 +117,11 @@ class TwoStages:
 class FarDevice:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         return np.full(3, 7), state
+
+
+class ActionAlone:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.zeros(3, dtype=int)
 '''
 
 
@@ -364,6 +369,8 @@ def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_modul
 @pytest.mark.parametrize(("attribute", "refusal"), [
     ("TwoStages", "action must have shape (3,)"),
     ("FarDevice", "action entries must be device ids in 0..2"),
+    # no (action, state) pair: the bare unpacking error, naming no policy
+    ("ActionAlone", "its predict() failed on a first task: too many values to unpack"),
 ])
 def test_a_policy_whose_actions_the_env_refuses_is_refused_before_anything_runs(
         user_module: str, tmp_path: Path, monkeypatch, capsys, attribute: str,
