@@ -31,6 +31,7 @@ import inspect
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -129,13 +130,25 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
                                  f"got {', '.join(kwargs)}")
             policy = target
         else:
-            policy = target(*_arguments(name, target, env, kwargs), **kwargs)
+            arguments = _arguments(name, target, env, kwargs)
+            try:
+                policy = target(*arguments, **kwargs)
+            except (ValueError, TypeError) as exc:
+                # the CLIs print these as one line: name the policy, and where its code raised
+                raise ValueError(f"policy {shown(name)}: building it raised "
+                                 f"{type(exc).__name__}: {exc}{_raised_at(exc)}") from exc
         if not callable(getattr(policy, "predict", None)):
             raise ValueError(f"policy {shown(name)} built a {type(policy).__name__}, which has "
                              f"no predict(observation, state, episode_start, deterministic)")
         return OneAtATime(policy)
 
     return build
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (file, line n)`` of the innermost frame `exc` was raised in."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
 def _env_id(env: Any) -> str:

@@ -119,6 +119,14 @@ class FarDevice:
         return np.full(3, 7), state
 
 
+class BuggyInit:
+    def __init__(self, env):
+        self.devices = len(None)
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.zeros(3, dtype=int), state
+
+
 class ActionAlone:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         return np.zeros(3, dtype=int)
@@ -234,6 +242,16 @@ def test_a_built_object_without_predict_or_a_factory_that_fits_no_call_is_refuse
         make_policy(f"{user_module}:OnDevice", env, colour="red")
     with pytest.raises(ValueError, match="is an object: it takes no keywords"):
         make_policy(f"{user_module}:ready", env, device="cpu")
+
+
+def test_a_bug_in_its_constructor_names_the_policy_and_the_line(user_module: str, env) -> None:
+    """make_fixed_policy turns a ValueError or TypeError into the CLIs' one line: one of your
+    constructor's own read 'baseline: object of type 'NoneType' has no len()', naming neither
+    the policy nor where."""
+    with pytest.raises(ValueError, match=r"baseline: policy '\w+:BuggyInit': building it raised "
+                                         r"TypeError: object of type 'NoneType' has no len\(\) "
+                                         r"\(.*\w+\.py, line \d+\)"):
+        make_fixed_policy(f"{user_module}:BuggyInit", env, "baseline")
 
 
 def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, monkeypatch,
