@@ -81,6 +81,10 @@ def import_target(name: str) -> Any:
         raise ImportNameError(f"policy {shown(name)}: no module named {shown(module_name)} in the "
                               f"working directory ({cwd}) or on sys.path{hint}",
                               missing_module=True) from None
+    except (ValueError, TypeError) as exc:
+        # the CLIs print these as one line: name the policy, and where its code raised
+        raise ImportNameError(f"policy {shown(name)}: importing {module_name} raised "
+                              f"{type(exc).__name__}: {exc}{_raised_at(exc)}") from exc
     finally:
         if added:
             sys.path.remove(cwd)

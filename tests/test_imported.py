@@ -268,6 +268,13 @@ def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, 
     with pytest.raises(ValueError, match=r"no module named 'mine_xyz.py' .*; name the module, "
                                          r"mine_xyz, not its file"):
         make_policy("mine_xyz.py:Policy", env)
+    # a ValueError or TypeError its code raises as it is imported: named with where (the CLIs'
+    # one line read "baseline: invalid literal for int() with base 10: 'x'", naming nothing)
+    (tmp_path / "valueerror_xyz.py").write_text("\n\nN = int('x')\n")
+    with pytest.raises(ValueError, match=r"baseline: policy 'valueerror_xyz:P': importing "
+                                         r"valueerror_xyz raised ValueError: invalid literal .* "
+                                         r"\(.*valueerror_xyz\.py, line 3\)"):
+        make_fixed_policy("valueerror_xyz:P", env, "baseline")
     # a module that exists and imports one that does not: its own error, not "no module"
     (tmp_path / "broken_xyz.py").write_text("import missing_dependency_xyz\n")
     with pytest.raises(ModuleNotFoundError, match="missing_dependency_xyz"):
