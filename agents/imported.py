@@ -144,7 +144,7 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
         if not callable(getattr(policy, "predict", None)):
             raise ValueError(f"policy {shown(name)} built a {type(policy).__name__}, which has "
                              f"no predict(observation, state, episode_start, deterministic)")
-        return OneAtATime(policy)
+        return OneAtATime(policy, name)
 
     return build
 
@@ -164,10 +164,13 @@ def _env_id(env: Any) -> str:
 class OneAtATime:
     """`policy` with SB3's batch contract kept for it: a batch of observations is answered
     row by row, stacked. A policy written for one observation (the README's ShortestQueue)
-    answered the warm-up's batch of one with one action, and PPO failed deep in torch."""
+    answered the warm-up's batch of one with one action, and PPO failed deep in torch.
+    `name`: what the policy is called (``gated-`` and error messages read it) where it has no
+    name of its own."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Any, name: str = "") -> None:
         self.policy = policy
+        self.name = getattr(policy, "name", None) or name or type(policy).__name__.lower()
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:

@@ -174,9 +174,12 @@ def test_each_kind_of_attribute_builds_the_policy_it_names(user_module: str, env
     assert make_policy(f"{user_module}:on_cpu", env).predict(batch)[0].tolist() == [[cpu] * 3] * 2
     one = make_policy(f"{user_module}:ShortestQueue", env)
     np.testing.assert_array_equal(one.predict(obs[None])[0], one.predict(obs)[0][None])
-    # gated, as any name
+    # gated, as any name; named by the name it was given (its refusals read "gated-oneatatime")
     gated = make_policy(f"gated-{user_module}:on_cpu", env)
     assert type(gated).__name__ == "GatedScheduling"
+    assert gated.name == f"gated-{user_module}:on_cpu"
+    with pytest.raises(ValueError, match=f"^gated-{user_module}:on_cpu reads the env's own"):
+        gated.predict(obs * 5)
 
 
 def test_an_imported_policy_scores_as_the_same_policy_built_by_hand(user_module: str,
