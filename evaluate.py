@@ -1,18 +1,6 @@
-"""Evaluate trained models and the baselines on held-out workloads; write results/.
-
-    python evaluate.py                        # every run under runs/ + every baseline
-    python evaluate.py --models runs/X/model.zip --scenarios article bursty --seeds 10
-    python evaluate.py --online               # only the online stabilisation study
-    python evaluate.py --online --online-reward latency   # its learners on another reward
-    python evaluate.py --reproduce-article    # the article's figures (agents.article)
-
-Writes under --out (see agents/reporting.py): summary.csv, summary.md, latency_cdf.png,
-learning_curves.png (when run folders hold TensorBoard events; else an earlier one is
-removed), stabilization.png and stabilization.md; --online writes only the last two,
---reproduce-article only article.md. Files of a study skipped are kept, and named as such.
-Held-out workload seeds start at 10000; training uses 0, 1, ... Options resolve as:
-flags > --config YAML > defaults.
-"""
+"""`python evaluate.py`: the evaluation, as the `infer-alloc-evaluate` command of an installed
+wheel runs it. Its options, help and code are in agents/evaluate_cli.py; `python evaluate.py
+--help`."""
 
 from __future__ import annotations
 
@@ -20,29 +8,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agents.interrupts import run_stoppable
+    from agents import evaluate_cli
 
-    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does
-    return run_stoppable("evaluate.py", lambda: _main(argv),
-                         " (files already written are complete)")
-
-
-def _main(argv: list[str] | None) -> int:
-    from agents.config import ConfigError, EvalConfig, parse_config
-    from agents.files import WriteFailed
-    from agents.reporting import reproduce_article, run
-
-    try:
-        config, _ = parse_config(EvalConfig, argv, description=__doc__)
-        # each says the files it writes as it writes them
-        (reproduce_article if config.reproduce_article else run)(config)
-    except ConfigError as exc:
-        print(f"evaluate.py: error: {exc}", file=sys.stderr)
-        return 2
-    except WriteFailed as exc:      # a full disk: the files written before it are complete
-        print(f"evaluate.py: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return evaluate_cli.main(argv, prog=evaluate_cli.SCRIPT)
 
 
 if __name__ == "__main__":

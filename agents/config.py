@@ -413,10 +413,12 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def build_parser(cls: type, description: str | None = None) -> argparse.ArgumentParser:
-    """An argparse parser with a flag per field of `cls` (defaults shown, values SUPPRESSed)."""
+def build_parser(cls: type, description: str | None = None,
+                 prog: str | None = None) -> argparse.ArgumentParser:
+    """An argparse parser with a flag per field of `cls` (defaults shown, values SUPPRESSed);
+    `prog` (argparse's default: sys.argv[0]'s name) heads its usage and errors."""
     parser = ShortErrorParser(
-        description=description or (cls.__doc__ or "").strip(),
+        prog=prog, description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", metavar="FILE.yaml",
                         help="YAML file of options (flags given override it)")
@@ -555,13 +557,20 @@ def _clear_excluded(cls: type, given: set[str], values: dict[str, Any]) -> None:
                 values.pop(other, None)
 
 
-def parse_config(cls: type[C], argv: Sequence[str] | None = None,
-                 description: str | None = None) -> tuple[C, set[str]]:
+def described(doc: str | None, script: str, prog: str) -> str:
+    """A CLI's docstring, whose examples run `python {script}`, as `prog`'s --help text: run as
+    a console script (infer-alloc-train, where no train.py is), its examples name the command."""
+    text = doc or ""
+    return text if prog == script else text.replace(f"python {script}", prog)
+
+
+def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: str | None = None,
+                 prog: str | None = None) -> tuple[C, set[str]]:
     """The config from defaults < ``--config`` YAML < flags, and the names of the options set.
 
     Bad values raise ConfigError; argparse itself exits 2 on a malformed command line.
     """
-    parser = build_parser(cls, description)
+    parser = build_parser(cls, description, prog)
     namespace, extras = parser.parse_known_args(argv)
     if extras:
         hint = ""

@@ -1859,3 +1859,60 @@ def test_an_ambiguous_long_option_is_shortened(prog: str, capsys) -> None:
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "ambiguous option" in x]
     assert "characters elided" in line and "could match --" in line
     assert len(line) < 400
+
+
+def said(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    """`main(argv)`'s exit status (argparse's SystemExit included), stdout and stderr."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize(("script_name", "command", "bad_value"), [
+    ("train.py", "infer-alloc-train", ["--timesteps", "0"]),
+    ("evaluate.py", "infer-alloc-evaluate", ["--episodes", "0"]),
+])
+def test_the_console_script_answers_as_the_script_under_its_own_name(
+        script_name: str, command: str, bad_value: list[str], monkeypatch, capsys) -> None:
+    """A wheel install runs the scripts' code as infer-alloc-train / infer-alloc-evaluate (its
+    [project.scripts]): the same help, refusals and statuses, each line naming the command
+    run, and --help's examples the command a wheel user has (no `python train.py` there)."""
+    from importlib.metadata import EntryPoint
+
+    import agents.config
+
+    script = load_main(script_name)
+    (target,) = [line.split("=")[1].strip() for line in
+                 (ROOT / "pyproject.toml").read_text().splitlines()
+                 if line.startswith(f"{command} =")]
+    console = EntryPoint(command, target.strip('"'), "console_scripts").load()
+
+    (script_status, script_help, _), (status, help_text, _) = (
+        said(main, ["--help"], capsys) for main in (script, console))
+    assert script_status == status == 0
+    assert script_help.startswith(f"usage: {script_name} ") and help_text.startswith(f"usage: {command} ")
+    description, options = help_text.split("\n\n", 1)[1].split("\noptions:\n")
+    script_description, script_options = script_help.split("\n\n", 1)[1].split("\noptions:\n")
+    assert options == script_options
+    assert f"python {script_name}" in script_description and script_name not in description
+    assert description == script_description.replace(f"python {script_name}", command)
+
+    for argv in (["--no-such-option"], bad_value):
+        (script_status, _, script_err), (status, _, err) = (
+            said(main, argv, capsys) for main in (script, console))
+        assert script_status == status == 2
+        assert script_err.splitlines()[-1].startswith(f"{script_name}: error: ")
+        assert err.splitlines()[-1] == script_err.splitlines()[-1].replace(script_name, command, 1)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agents.config, "parse_config", interrupted)
+    (script_status, _, script_err), (status, _, err) = (
+        said(main, [], capsys) for main in (script, console))
+    assert script_status == status == 130
+    assert script_err.startswith(f"{script_name}: interrupted")
+    assert err == script_err.replace(script_name, command, 1)

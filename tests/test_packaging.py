@@ -7,6 +7,9 @@ would) from a copy of the tree and look inside them.
 
 from __future__ import annotations
 
+import configparser
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -46,9 +49,9 @@ build_meta.build_wheel(str(out))
 
 
 @pytest.fixture(scope="module")
-def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[str]]:
-    """The sdist's and the wheel's file names (the sdist's without its top folder): the
-    sdist built from a copy of the tree, the wheel from the unpacked sdist, as pip does."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist built from a copy of the tree, and the wheel built from the unpacked sdist,
+    as pip does."""
     pytest.importorskip("setuptools")
     tmp = tmp_path_factory.mktemp("packaging")
     shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
@@ -57,6 +60,13 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[str
     subprocess.run([sys.executable, "-c", BUILD, str(out)], cwd=tmp / "src", check=True,
                    capture_output=True, timeout=120)
     (sdist,), (wheel,) = out.glob("*.tar.gz"), out.glob("*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="module")
+def dists(built: tuple[Path, Path]) -> tuple[list[str], list[str]]:
+    """The sdist's and the wheel's file names (the sdist's without its top folder)."""
+    sdist, wheel = built
     with tarfile.open(sdist) as tar:
         sdist_names = [name.split("/", 1)[1] for name in tar.getnames() if "/" in name]
     with zipfile.ZipFile(wheel) as whl:
@@ -122,3 +132,45 @@ def test_the_sdist_holds_the_scripts_docs_benches_and_tests(
     missing = [p.relative_to(ROOT).as_posix() for p in expected
                if p.relative_to(ROOT).as_posix() not in sdist]
     assert not missing, f"not in the sdist: {', '.join(missing)}"
+
+
+# the commands a wheel install puts on PATH, and the repo's scripts they run
+COMMANDS = {"infer-alloc-train": "train.py", "infer-alloc-evaluate": "evaluate.py"}
+
+# run in the unpacked wheel: each command's entry point, imported as pip's launcher imports it
+RUN_ENTRY_POINTS = """
+import importlib, json, sys
+from pathlib import Path
+for name, target in json.loads(sys.argv[1]).items():
+    module_name, attr = target.split(":")
+    module = importlib.import_module(module_name)
+    print(name, Path(module.__file__).resolve().relative_to(Path.cwd().resolve()).as_posix())
+    try:
+        getattr(module, attr)(["--help"])
+    except SystemExit as exc:
+        print(name, "exit", exc.code)
+"""
+
+
+def test_the_wheel_installs_the_two_commands_from_its_own_files(
+        built: tuple[Path, Path], tmp_path: Path) -> None:
+    """A wheel install has no train.py or evaluate.py: its entry_points.txt names the two
+    commands, and each target imports from the wheel's own files (not the source tree) and
+    answers --help under the command's name."""
+    with zipfile.ZipFile(built[1]) as whl:
+        (entry_points,) = [n for n in whl.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        parser = configparser.ConfigParser()
+        parser.read_string(whl.read(entry_points).decode())
+        whl.extractall(tmp_path)
+    scripts = dict(parser["console_scripts"])
+    assert set(scripts) == set(COMMANDS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the wheel's files alone
+    done = subprocess.run([sys.executable, "-c", RUN_ENTRY_POINTS, json.dumps(scripts)],
+                          cwd=tmp_path, env=env, text=True, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name, target in scripts.items():
+        module_file = target.split(":")[0].replace(".", "/") + ".py"
+        assert f"{name} {module_file}" in lines, f"{name} did not import {module_file} from the wheel"
+        assert f"{name} exit 0" in lines
+        assert f"usage: {name} " in done.stdout

@@ -1,0 +1,52 @@
+"""Evaluate trained models and the baselines on held-out workloads; write results/.
+
+    python evaluate.py                        # every run under runs/ + every baseline
+    python evaluate.py --models runs/X/model.zip --scenarios article bursty --seeds 10
+    python evaluate.py --online               # only the online stabilisation study
+    python evaluate.py --online --online-reward latency   # its learners on another reward
+    python evaluate.py --reproduce-article    # the article's figures (agents.article)
+
+Writes under --out (see agents/reporting.py): summary.csv, summary.md, latency_cdf.png,
+learning_curves.png (when run folders hold TensorBoard events; else an earlier one is
+removed), stabilization.png and stabilization.md; --online writes only the last two,
+--reproduce-article only article.md. Files of a study skipped are kept, and named as such.
+Held-out workload seeds start at 10000; training uses 0, 1, ... Options resolve as:
+flags > --config YAML > defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+
+COMMAND = "infer-alloc-evaluate"  # the console script (pyproject.toml's [project.scripts])
+SCRIPT = "evaluate.py"            # the repo's script, a shim over main
+
+
+def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
+    """The evaluation `prog` runs; `prog` heads its error lines and its usage (evaluate.py's
+    shim passes its own name)."""
+    from agents.interrupts import run_stoppable
+
+    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does
+    return run_stoppable(prog, lambda: _main(argv, prog),
+                         " (files already written are complete)")
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    from agents.config import ConfigError, EvalConfig, described, parse_config
+    from agents.files import WriteFailed
+    from agents.reporting import reproduce_article, run
+
+    try:
+        config, _ = parse_config(EvalConfig, argv, description=described(__doc__, SCRIPT, prog),
+                                 prog=prog)
+        # each says the files it writes as it writes them
+        (reproduce_article if config.reproduce_article else run)(config)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except WriteFailed as exc:      # a full disk: the files written before it are complete
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
