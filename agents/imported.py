@@ -176,13 +176,24 @@ class OneAtATime:
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:
         obs = np.asarray(observation)
         if obs.ndim == 1:
-            action, state = self.policy.predict(observation, state, episode_start, deterministic)
+            action, state = self._one(observation, state, episode_start, deterministic)
             return np.asarray(action), state
         actions = []
         for row in obs:
-            action, state = self.policy.predict(row, state, episode_start, deterministic)
+            action, state = self._one(row, state, episode_start, deterministic)
             actions.append(np.asarray(action))
         return np.stack(actions), state
+
+    def _one(self, observation: Any, state: Any, episode_start: Any, deterministic: bool
+             ) -> tuple[Any, Any]:
+        """The policy's (action, state) for one observation. The action alone, unpacked as a
+        pair, read 'too many values to unpack' (an int action: a TypeError), naming no policy,
+        in every caller (evaluation, the warm-up, a loop of yours)."""
+        answer = self.policy.predict(observation, state, episode_start, deterministic)
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+            raise ValueError(f"policy {shown(self.name)}: predict() must return (action, state) "
+                             f"as Stable-Baselines3's does, got {shown(answer)}")
+        return answer[0], answer[1]
 
     def __getattr__(self, name: str) -> Any:
         # the policy's own attributes (its env_id, a threshold, its config) read through

@@ -148,7 +148,7 @@ def check_first_action(policy: Any, env: Any, what: str,
     obs, _ = env.reset(seed=0)
     try:
         action, _ = policy.predict(obs, deterministic=True)
-    except ValueError as exc:   # its own, or no (action, state) pair: else a bare message
+    except ValueError as exc:   # its own (or OneAtATime's, naming it): else a bare message
         raise ValueError(f"{what}: its predict() failed on a first task: {exc}") from None
     try:
         env.step(hand_on(action))

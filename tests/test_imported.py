@@ -130,6 +130,11 @@ class BuggyInit:
 class ActionAlone:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         return np.zeros(3, dtype=int)
+
+
+class FlatIndexAlone:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return 0
 '''
 
 
@@ -245,6 +250,22 @@ def test_a_built_object_without_predict_or_a_factory_that_fits_no_call_is_refuse
         make_policy(f"{user_module}:OnDevice", env, colour="red")
     with pytest.raises(ValueError, match="is an object: it takes no keywords"):
         make_policy(f"{user_module}:ready", env, device="cpu")
+
+
+@pytest.mark.parametrize("attribute", ["ActionAlone", "FlatIndexAlone"])
+def test_a_predict_without_an_action_state_pair_is_refused_naming_the_policy(
+        user_module: str, env, attribute: str) -> None:
+    """In a loop of yours too, not only in the CLIs' first-action check: the wrapper unpacked
+    the pair, so the action alone read 'too many values to unpack' (or a TypeError, for an int
+    action), naming no policy; a pair of an action and a state is unpacked as before."""
+    obs, _ = env.reset(seed=0)
+    policy = make_policy(f"{user_module}:{attribute}", env)
+    for observation in (obs, np.stack([obs, obs])):
+        with pytest.raises(ValueError, match=re.escape(f"policy '{user_module}:{attribute}': "
+                                                       f"predict() must return (action, state)")):
+            policy.predict(observation)
+    action, state = make_policy(f"{user_module}:ShortestQueue", env).predict(obs, state="kept")
+    assert action.shape == (3,) and state == "kept"
 
 
 def test_a_bug_in_its_constructor_names_the_policy_and_the_line(user_module: str, env) -> None:
@@ -397,8 +418,12 @@ def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_modul
 @pytest.mark.parametrize(("attribute", "refusal"), [
     ("TwoStages", "action must have shape (3,)"),
     ("FarDevice", "action entries must be device ids in 0..2"),
-    # no (action, state) pair: the bare unpacking error, naming no policy
-    ("ActionAlone", "its predict() failed on a first task: too many values to unpack"),
+    # no (action, state) pair: the bare unpacking error named no policy, and an int action
+    # alone ('cannot unpack non-iterable int object') was a TypeError traceback
+    ("ActionAlone", "its predict() failed on a first task: policy '{name}': predict() must "
+                    "return (action, state) as Stable-Baselines3's does, got array([0, 0, 0])"),
+    ("FlatIndexAlone", "its predict() failed on a first task: policy '{name}': predict() must "
+                       "return (action, state) as Stable-Baselines3's does, got 0"),
 ])
 def test_a_policy_whose_actions_the_env_refuses_is_refused_before_anything_runs(
         user_module: str, tmp_path: Path, monkeypatch, capsys, attribute: str,
@@ -410,6 +435,7 @@ def test_a_policy_whose_actions_the_env_refuses_is_refused_before_anything_runs(
     from agents.training import plan
 
     name = f"{user_module}:{attribute}"
+    refusal = refusal.format(name=name)
     for warmup in ("conservative", "all"):
         with pytest.raises(ConfigError, match=re.escape(name) + ".*" + re.escape(refusal)):
             plan(TrainConfig(conservative=name, warmup=[warmup], log_dir=str(tmp_path / "r")))
