@@ -250,32 +250,9 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             check_fixed_policy(config.conservative, env, "--conservative policy")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if warming:     # as the warm-up hands its actions on (device ids one-hot in a Box)
-        space = env.unwrapped.action_space
-        try:
-            check_first_action(conservative, env, f"--conservative policy {config.conservative}",
-                               lambda action: as_env_actions(action, space)[0]
-                               if isinstance(space, spaces.Box) else action)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
     warms = [warmup_config(config, w) for w in specs]
-    check_vec_env(config, warms, env)
-    if config.n_envs > 1 and any(w is not None and (w.steps or w.guard) for w in warms):
-        # It acts for every sub-env at once, a batch per vector step: the oracle decides
-        # only its one live env's task, and failed inside the first run, after cloning.
-        obs, _ = env.reset(seed=0)
-        try:
-            conservative.predict(np.stack([obs] * config.n_envs))
-            # one of yours that says so answers each row from its one env's task, unrefused
-            why = "it reads the live env's current task" \
-                if getattr(conservative, "reads_live_env", False) else None
-        except ValueError as exc:
-            why = str(exc)
-        if why is not None:
-            raise ConfigError(f"--conservative {config.conservative} cannot act for "
-                              f"--n-envs {config.n_envs} envs at once ({why}); use "
-                              f"--n-envs 1, or --warmup clone (no conservative phase, "
-                              f"no guard)")
+    if warming:
+        check_conservative(config, conservative, env, warms)
     for agent in dict.fromkeys(agents):
         try:
             load_hyperparams(agent, config.env_id)
@@ -294,24 +271,45 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             for w in specs]
 
 
-def check_vec_env(config: TrainConfig, warms: list[WarmupConfig | None], env: Any) -> None:
-    """--vec-env subproc steps the envs in worker processes, so a conservative policy that acts
-    in training (a conservative phase or a guard) must decide from observations alone: one
-    that reads the live env's current task (``reads_live_env``: the oracle, gated or not)
-    would read the trainer's own env, which no training step moves, and failed inside the
-    run."""
-    if config.vec_env != "subproc" or not any(w is not None and (w.steps or w.guard)
-                                              for w in warms):
-        return
+def check_conservative(config: TrainConfig, policy: Any, env: Any,
+                       warms: list[WarmupConfig | None]) -> None:
+    """Refuse, as a ConfigError naming it, a warm-up's conservative `policy` (built on `env`)
+    that would fail inside a run: one whose first action `env` refuses, handed on as the
+    warm-up hands it (device ids one-hot in a Box); and, where it acts in training (a
+    conservative phase or a guard in `warms`), one that cannot act for every sub-env at once.
+    That is one that reads the live env's current task (``reads_live_env``: the oracle, gated
+    or not, or one of yours that says so) with --vec-env subproc, whose envs step in other
+    processes and leave the trainer's env unmoved, or with --n-envs above 1, whose batch it
+    would answer from its one env's task; and one whose predict() refuses a batch of --n-envs
+    observations. Each failed inside the first run, after cloning."""
+    name = config.conservative
+    space = env.unwrapped.action_space
     try:
-        policy = make_fixed_policy(config.conservative, env, "--conservative")
+        check_first_action(policy, env, f"--conservative policy {name}",
+                           lambda action: as_env_actions(action, space)[0]
+                           if isinstance(space, spaces.Box) else action)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if getattr(policy, "reads_live_env", False):
-        raise ConfigError(f"--conservative {config.conservative} cannot act for --vec-env "
-                          f"subproc: it reads the live env's current task, and the envs step "
-                          f"in other processes; use --vec-env dummy, or --warmup clone (no "
-                          f"conservative phase, no guard)")
+    if not any(w is not None and (w.steps or w.guard) for w in warms):
+        return
+    live = bool(getattr(policy, "reads_live_env", False))
+    if live and config.vec_env == "subproc":
+        raise ConfigError(f"--conservative {name} cannot act for --vec-env subproc: it reads "
+                          f"the live env's current task, and the envs step in other processes; "
+                          f"use --vec-env dummy, or --warmup clone (no conservative phase, no "
+                          f"guard)")
+    if config.n_envs == 1:
+        return
+    obs, _ = env.reset(seed=0)
+    try:
+        policy.predict(np.stack([obs] * config.n_envs))
+        why = "it reads the live env's current task" if live else None
+    except ValueError as exc:
+        why = str(exc)
+    if why is not None:
+        raise ConfigError(f"--conservative {name} cannot act for --n-envs {config.n_envs} envs "
+                          f"at once ({why}); use --n-envs 1, or --warmup clone (no conservative "
+                          f"phase, no guard)")
 
 
 # ----------------------------------------------------------------------------- building
@@ -424,15 +422,17 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     seed = resume_seed(spec.seed, steps)
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
     if warm is not None:
-        # built again by the warm-up: config.yaml names a policy of yours as given, imported
-        # from the working directory (another folder's resume failed with a traceback)
+        # as plan() checks a new run's, before the envs are built: config.yaml names a policy
+        # of yours as given, imported from the working directory (another folder's resume
+        # failed with a traceback), and --vec-env may have changed
+        env = env_for(cfg)
         try:
-            check_fixed_policy(cfg.conservative, env_for(cfg), "--conservative policy")
+            conservative = make_fixed_policy(cfg.conservative, env, "--conservative policy")
         except ValueError as exc:
             raise ConfigError(f"--resume {run_dir.name}: {exc}") from None
+        check_conservative(cfg, conservative, env, [warm])
     venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     try:
-        check_vec_env(cfg, [warm], first)
         return _resume(cfg, spec, run_dir, path, steps, seed, venv, first, warm)
     finally:
         close_venv(venv)

@@ -1426,15 +1426,24 @@ def test_a_subproc_run_trains_and_resumes_as_a_dummy_one(tmp_path: Path) -> None
         assert recorded == then
 
 
-def test_a_resume_with_subproc_refuses_an_oracle_that_acts(tmp_path: Path, capsys) -> None:
-    """The check of a new run holds for a resumed one: its guard would read the trainer's env."""
+def test_a_resume_with_subproc_refuses_an_oracle_that_acts(tmp_path: Path, capsys,
+                                                           monkeypatch) -> None:
+    """The check of a new run holds for a resumed one: its guard would read the trainer's env.
+    It refuses before the envs are built: it started the worker processes first."""
+    import agents.training as training
+
     main = load_main("train.py")
     args = ["--log-dir", str(tmp_path), "--no-progress-bar"]
     assert main(["--warmup", "conservative,guard", "--conservative", "oracle", "--timesteps",
                  "32", "--checkpoint-interval", "32", "--episode-tasks", "20", "--eval-tasks",
                  "0", "--hp", "n_steps=16", "batch_size=16", "n_epochs=1", *args]) == 0
+    built: list[str] = []
+    real = training.build_vec_env
+    monkeypatch.setattr(training, "build_vec_env",
+                        lambda config, *a, **k: built.append(config.vec_env) or real(config, *a, **k))
     assert main(["--resume", "--timesteps", "64", "--vec-env", "subproc", *args]) == 2
     assert "use --vec-env dummy, or --warmup clone" in capsys.readouterr().err
+    assert built == []
 
 
 def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monkeypatch) -> None:
