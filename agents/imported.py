@@ -105,7 +105,12 @@ def import_target(name: str) -> Any:
 
 def imported_env_id(name: str) -> str:
     """The env the policy `name` acts in: its ``env_id`` attribute, else InferenceAlloc-v0."""
-    env_id = getattr(import_target(name), "env_id", ENV_IDS[0])
+    return _env_id_of(name, import_target(name))
+
+
+def _env_id_of(name: str, target: Any) -> str:
+    """`imported_env_id` of `target`, the object `name` names, imported already."""
+    env_id = getattr(target, "env_id", ENV_IDS[0])
     if env_id not in ENV_IDS:
         raise ImportNameError(f"policy {shown(name)}: env_id must be one of "
                               f"{', '.join(ENV_IDS)}, got {shown(env_id)}")
@@ -117,7 +122,7 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
     docstring); the import happens now, so that a missing module or attribute is refused
     before anything is built."""
     target = import_target(name)
-    wanted, given = imported_env_id(name), _env_id(env)
+    wanted, given = _env_id_of(name, target), _env_id(env)
     if wanted != given:     # its actions would be refused by the env at the first step
         raise ValueError(f"policy {shown(name)} acts in {wanted}"
                          f"{' (its env_id)' if wanted != ENV_IDS[0] else ''}, not {given}"
