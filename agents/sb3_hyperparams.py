@@ -311,8 +311,6 @@ def _check_train_freq(value: Any) -> None:
                          f"got {shown(value)}")
 
 
-# A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
-# with a torch traceback (1e12 units: "can't allocate memory").
 def _check_policy(value: Any) -> None:
     """MlpPolicy, the one SB3 policy our observation fits: CnnPolicy wants images and
     MultiInputPolicy a dict observation (SB3 fails on either with its image advice or an
@@ -322,6 +320,8 @@ def _check_policy(value: Any) -> None:
                          f"flat vector of numbers (a Box), got {shown(value)}")
 
 
+# A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
+# with a torch traceback (1e12 units: "can't allocate memory").
 MAX_LAYER_WIDTH = 65_536
 
 
