@@ -38,8 +38,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
     from agents.training import RunFailed, RunsFailed, comparison_table, print_cause, train
 
     try:
-        config, given = parse_config(TrainConfig, argv, description=described(__doc__, SCRIPT, prog),
-                                     prog=prog)
+        config, given = parse_config(TrainConfig, argv, prog=prog,
+                                     description=described(__doc__, SCRIPT, prog))
         try:
             results, failed = train(config, given), None
         except RunsFailed as exc:   # each failure was reported as it happened

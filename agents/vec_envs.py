@@ -8,13 +8,13 @@
 Both give a run the same envs, seeded ``seed + i``, and so the same model and scalars for the
 same seed: each worker builds its env as the trainer would, and what the trainer reads in its
 own process (the warm-up's conservative policy and cloning, the callbacks' device names) it
-reads from an env of its own built alike (``first_env``), not from a sub-env. Two differences of SB3's classes are levelled here: ``SubprocVecEnv`` hands the
-rewards on as the env's float64 where ``DummyVecEnv`` stores them as float32
-(``Float32Rewards``), which moved ``--normalize``'s statistics, and closing one whose worker
-has died (a stop that reached the workers too, an error in an env) raised in place of the
-error or interrupt that ended the run (``close_venv``). A worker that ends mid-run (its env
-raised: the worker prints the traceback and exits) fails the run with ``WorkerDied``, where the
-trainer's read of its pipe failed with a bare ``EOFError``.
+reads from an env of its own built alike (``first_env``), not from a sub-env. Two differences of
+SB3's classes are levelled here: ``SubprocVecEnv`` hands the rewards on as the env's float64
+where ``DummyVecEnv`` stores them as float32 (``Float32Rewards``), which moved ``--normalize``'s
+statistics, and closing one whose worker has died (a stop that reached the workers too, an error
+in an env) raised in place of the error or interrupt that ended the run (``close_venv``). A
+worker that ends mid-run (its env raised: the worker prints the traceback and exits) fails the
+run with ``WorkerDied``, where the trainer's read of its pipe failed with a bare ``EOFError``.
 
 A script of yours that calls ``agents.training.train`` with ``vec_env="subproc"`` needs the
 ``if __name__ == "__main__":`` guard, as any that starts processes by forkserver or spawn:
