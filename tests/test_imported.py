@@ -411,6 +411,8 @@ def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_modul
     with pytest.raises(ConfigError, match=r"LiveCurrentDevice cannot act for --n-envs 2 envs at "
                                           r"once \(it reads the live env's current task\)"):
         plan(dataclasses.replace(cfg, n_envs=2))
+    with pytest.raises(ConfigError, match=r"LiveCurrentDevice cannot act for --vec-env subproc"):
+        plan(dataclasses.replace(cfg, vec_env="subproc"))
     # without a conservative phase or a guard it only clones, on one env
     assert len(plan(dataclasses.replace(cfg, n_envs=2, warmup=["clone"]))) == 1
 
