@@ -166,12 +166,10 @@ class TrainConfig:
         _require_folder("--log-dir", self.log_dir)
         _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
-        _require(self.vec_env in VEC_ENVS, f"--vec-env must be one of {', '.join(VEC_ENVS)}, "
-                                           f"got {shown(self.vec_env)}"
-                                           f"{did_you_mean([self.vec_env], VEC_ENVS)}")
+        _require_choice("--vec-env", self.vec_env, VEC_ENVS)
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
         _require(self.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
-        _require_reward("--reward", self.reward)
+        _require_choice("--reward", self.reward, REWARDS)
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
         _require(self.per_sample_interval >= 1, "--per-sample-interval must be >= 1")
         _require(self.log_interval is None or self.log_interval >= 1,
@@ -289,7 +287,7 @@ class EvalConfig:
         _require(self.episode_tasks is None or 2 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 2..{MAX_EPISODE_TASKS}")
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
-        _require_reward("--online-reward", self.online_reward)
+        _require_choice("--online-reward", self.online_reward, REWARDS)
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
         n = self.seed_count() if self.no_online or self.reproduce_article else \
@@ -340,9 +338,9 @@ def _require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def _require_reward(flag: str, reward: str) -> None:
-    _require(reward in REWARDS, f"{flag} must be one of {', '.join(REWARDS)}, got {shown(reward)}"
-                                f"{did_you_mean([reward], REWARDS)}")
+def _require_choice(flag: str, value: str, choices: Sequence[str]) -> None:
+    _require(value in choices, f"{flag} must be one of {', '.join(choices)}, got {shown(value)}"
+                               f"{did_you_mean([value], choices)}")
 
 
 def _require_seeds(flag: str, lowest: int, highest: int) -> None:
