@@ -17,9 +17,9 @@ observation: a batch (a VecEnv's, as the warm-up's conservative policy gets) is 
 one observation at a time (``OneAtATime``). It acts in ``InferenceAlloc-v0`` unless the
 attribute sets ``env_id = "InferenceAllocSplit-v0"``. One that reads the env it was built
 with as it acts, not the observation alone (as the oracle does), sets ``reads_live_env =
-True``: ``train.py --vec-env subproc``, whose envs step in other processes, then refuses it
-as its conservative policy, and so does ``--n-envs`` above 1 (it would answer every env from
-its own one's task).
+True``: it then refuses a batch of more than one observation (it would answer every row from
+its own env's task), and so ``train.py`` refuses it as its conservative policy for
+``--n-envs`` above 1, and for ``--vec-env subproc``, whose envs step in other processes.
 Importing runs the module's code, as ``python -c "import mine"`` would: name only modules you
 trust.
 """
@@ -169,7 +169,8 @@ def _env_id(env: Any) -> str:
 class OneAtATime:
     """`policy` with SB3's batch contract kept for it: a batch of observations is answered
     row by row, stacked. A policy written for one observation (the README's ShortestQueue)
-    answered the warm-up's batch of one with one action, and PPO failed deep in torch.
+    answered the warm-up's batch of one with one action, and PPO failed deep in torch. One
+    that reads its live env (``reads_live_env``) takes a batch of one alone, as the oracle.
     `name`: what the policy is called (``gated-`` and error messages read it) where it has no
     name of its own."""
 
@@ -183,6 +184,11 @@ class OneAtATime:
         if obs.ndim == 1:
             action, state = self._one(observation, state, episode_start, deterministic)
             return np.asarray(action), state
+        if len(obs) != 1 and getattr(self.policy, "reads_live_env", False):
+            # as the oracle's predict: each row would be answered from its one env's task
+            raise ValueError(f"policy {shown(self.name)} reads the live env's current task "
+                             f"(reads_live_env), so it takes one observation or a batch of one, "
+                             f"got a batch of {len(obs)}")
         actions = []
         for row in obs:
             action, state = self._one(row, state, episode_start, deterministic)

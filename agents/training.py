@@ -279,9 +279,9 @@ def check_conservative(config: TrainConfig, policy: Any, env: Any,
     conservative phase or a guard in `warms`), one that cannot act for every sub-env at once.
     That is one that reads the live env's current task (``reads_live_env``: the oracle, gated
     or not, or one of yours that says so) with --vec-env subproc, whose envs step in other
-    processes and leave the trainer's env unmoved, or with --n-envs above 1, whose batch it
-    would answer from its one env's task; and one whose predict() refuses a batch of --n-envs
-    observations. Each failed inside the first run, after cloning."""
+    processes and leave the trainer's env unmoved; and one whose predict() refuses a batch of
+    --n-envs observations (as those that read the live env do). Each failed inside the first
+    run, after cloning."""
     name = config.conservative
     space = env.unwrapped.action_space
     try:
@@ -292,8 +292,7 @@ def check_conservative(config: TrainConfig, policy: Any, env: Any,
         raise ConfigError(str(exc)) from None
     if not any(w is not None and (w.steps or w.guard) for w in warms):
         return
-    live = bool(getattr(policy, "reads_live_env", False))
-    if live and config.vec_env == "subproc":
+    if getattr(policy, "reads_live_env", False) and config.vec_env == "subproc":
         raise ConfigError(f"--conservative {name} cannot act for --vec-env subproc: it reads "
                           f"the live env's current task, and the envs step in other processes; "
                           f"use --vec-env dummy, or --warmup clone (no conservative phase, no "
@@ -303,13 +302,10 @@ def check_conservative(config: TrainConfig, policy: Any, env: Any,
     obs, _ = env.reset(seed=0)
     try:
         policy.predict(np.stack([obs] * config.n_envs))
-        why = "it reads the live env's current task" if live else None
     except ValueError as exc:
-        why = str(exc)
-    if why is not None:
         raise ConfigError(f"--conservative {name} cannot act for --n-envs {config.n_envs} envs "
-                          f"at once ({why}); use --n-envs 1, or --warmup clone (no conservative "
-                          f"phase, no guard)")
+                          f"at once ({exc}); use --n-envs 1, or --warmup clone (no conservative "
+                          f"phase, no guard)") from None
 
 
 # ----------------------------------------------------------------------------- building

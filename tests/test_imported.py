@@ -252,6 +252,23 @@ def test_a_built_object_without_predict_or_a_factory_that_fits_no_call_is_refuse
         make_policy(f"{user_module}:ready", env, device="cpu")
 
 
+def test_a_policy_that_reads_its_live_env_refuses_a_batch_as_the_oracle_does(
+        user_module: str, env) -> None:
+    """Its rows were each answered from the one env it was built with, whichever env they came
+    from (only train.py's plan refused it, for --n-envs above 1); one observation, or a batch of
+    one, it answers as before."""
+    obs, _ = env.reset(seed=0)
+    policy = make_policy(f"{user_module}:LiveCurrentDevice", env)
+    with pytest.raises(ValueError, match=r"reads the live env's current task \(reads_live_env\), "
+                                         r"so it takes one observation or a batch of one, got a "
+                                         r"batch of 2"):
+        policy.predict(np.stack([obs, obs]))
+    assert policy.predict(obs)[0].shape == (3,)
+    assert policy.predict(obs[None])[0].shape == (1, 3)
+    # one that does not say so is answered row by row
+    assert make_policy(f"{user_module}:on_cpu", env).predict(np.stack([obs, obs]))[0].shape == (2, 3)
+
+
 @pytest.mark.parametrize("attribute", ["ActionAlone", "FlatIndexAlone"])
 def test_a_predict_without_an_action_state_pair_is_refused_naming_the_policy(
         user_module: str, env, attribute: str) -> None:
@@ -409,7 +426,9 @@ def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_modul
                       log_dir=str(tmp_path / "r"))
     assert len(plan(cfg)) == 2
     with pytest.raises(ConfigError, match=r"LiveCurrentDevice cannot act for --n-envs 2 envs at "
-                                          r"once \(it reads the live env's current task\)"):
+                                          r"once \(policy '[\w:]+' reads the live env's current "
+                                          r"task \(reads_live_env\), so it takes one observation "
+                                          r"or a batch of one, got a batch of 2\)"):
         plan(dataclasses.replace(cfg, n_envs=2))
     with pytest.raises(ConfigError, match=r"LiveCurrentDevice cannot act for --vec-env subproc"):
         plan(dataclasses.replace(cfg, vec_env="subproc"))
