@@ -49,4 +49,3 @@ def _main(argv: list[str] | None, prog: str) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     return 0
-
