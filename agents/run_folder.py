@@ -60,6 +60,8 @@ class AtomicCheckpoint(CheckpointCallback):
     def __init__(self, *args: Any, warmup: WarmupController | None = None, keep: int = 0,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if keep < 0:    # else a slice: [:-keep] removed the oldest -keep at each save
+            raise ValueError(f"keep must be >= 0 (0: every checkpoint), got {keep}")
         self.warmup = warmup
         self.keep = keep
 

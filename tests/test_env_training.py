@@ -1015,6 +1015,16 @@ def test_keep_checkpoints_keeps_the_newest_with_their_files_and_a_resume_goes_on
                       "model_vecnormalize_192_steps.pkl", "model_warmup_192_steps.json"]
 
 
+def test_a_negative_keep_is_refused_not_read_as_a_slice(tmp_path: Path) -> None:
+    """AtomicCheckpoint(keep=-1) pruned with sorted(found)[:1]: the oldest checkpoint removed at
+    each save, the rest kept. train.py refuses --keep-checkpoints -1; a script of yours was not."""
+    from agents.run_folder import AtomicCheckpoint
+
+    with pytest.raises(ValueError, match="keep must be >= 0 .0: every checkpoint., got -1"):
+        AtomicCheckpoint(1, str(tmp_path), keep=-1)
+    assert AtomicCheckpoint(1, str(tmp_path), keep=0).keep == 0
+
+
 @pytest.mark.parametrize(("agent", "kind"), [("dqn", "replay_buffer"), ("ppo", "vecnormalize")])
 def test_a_checkpoint_interrupted_while_saving_leaves_no_model_without_its_companion(
         tmp_path: Path, monkeypatch, agent: str, kind: str) -> None:
