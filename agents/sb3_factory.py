@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
+from torch.distributions import Distribution
 
 from agents.base import Policy, flat_index
 from agents.files import atomic_path, model_file, zip_target
@@ -71,6 +74,22 @@ class FlatDiscreteActions(gym.ActionWrapper):
 
     def flatten(self, action: Any) -> int:
         return flat_index(action, self.nvec)
+
+
+@contextmanager
+def unchecked_distributions() -> Iterator[None]:
+    """torch's checks of every distribution's arguments and samples, off for the block (the
+    caller's setting restored after). They only raise, never change a value, and cost: each
+    PPO forward builds a Categorical per stage, each checked, then checked again when scored,
+    ~10% of a PPO learn() here. Our agents learn and predict without them, to the same
+    weights and actions; a diverged network still fails, in the env (a NaN split weight) or
+    in torch's sampling (NaN probabilities), rather than in the check."""
+    checked = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(checked)
 
 
 def wrap_for(agent: str, env: gym.Env) -> gym.Env:
@@ -140,7 +159,9 @@ class SB3Agent(Policy):
             if action_masks is None and self.env is not None and (obs.ndim == 1 or len(obs) == 1):
                 action_masks = self.env.unwrapped.action_masks()  # type: ignore[attr-defined]
             kwargs["action_masks"] = action_masks
-        action, state = self.model.predict(observation, state, episode_start, deterministic, **kwargs)
+        with unchecked_distributions():
+            action, state = self.model.predict(observation, state, episode_start, deterministic,
+                                               **kwargs)
         if self._nvec is not None:
             flat = np.asarray(action)
             unravel = np.stack(np.unravel_index(flat.reshape(-1).astype(int), self._nvec), axis=-1)
@@ -157,7 +178,8 @@ class SB3Agent(Policy):
         callbacks: list[Any] = list(self.callbacks)
         if callback is not None:
             callbacks.extend(callback if isinstance(callback, list) else [callback])
-        self.model.learn(total_timesteps=total_timesteps, callback=callbacks or None, **kwargs)
+        with unchecked_distributions():
+            self.model.learn(total_timesteps=total_timesteps, callback=callbacks or None, **kwargs)
         return self
 
     def save(self, path: Any) -> Path:

@@ -227,6 +227,71 @@ def test_learning_leaves_no_folder_in_the_temp_dir(tmp_path: Path, monkeypatch, 
     assert ("total_timesteps" in capsys.readouterr().out) == bool(verbose)
 
 
+class _ChecksSeen:
+    """Whether torch checked distributions' arguments at each call of `method` on `obj`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, obj, method: str) -> None:
+        from torch.distributions import Distribution
+
+        self.seen: list[bool] = []
+        original = getattr(obj, method)
+
+        def recording(*args, **kwargs):
+            self.seen.append(bool(Distribution._validate_args))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(obj, method, recording)
+
+
+@pytest.mark.parametrize("env_id", envs.ENV_IDS)
+def test_agents_learn_and_predict_without_torchs_distribution_checks(
+        env_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch checked every distribution's arguments and samples as PPO built and scored them
+    (a Categorical per stage each step), ~10% of a learn(); the checks only raise. Our agents
+    run without them, and the caller's setting is back after."""
+    from torch.distributions import Distribution
+
+    from agents.sb3_factory import make_sb3
+
+    agent = make_sb3("ppo", make(env_id), seed=0, overrides={"n_steps": 64, "batch_size": 64})
+    during_learn = _ChecksSeen(monkeypatch, agent.model, "train")
+    during_predict = _ChecksSeen(monkeypatch, agent.model, "predict")
+    for caller in (True, False):
+        Distribution.set_default_validate_args(caller)
+        try:
+            agent.learn(64)
+            agent.predict(make(env_id).reset(seed=0)[0])
+            assert Distribution._validate_args is caller
+        finally:
+            Distribution.set_default_validate_args(True)
+    assert during_learn.seen == [False, False] and during_predict.seen == [False, False]
+
+
+@pytest.mark.parametrize("env_id", envs.ENV_IDS)
+def test_learning_without_the_distribution_checks_gives_sb3s_own_weights_and_actions(
+        env_id: str) -> None:
+    """The checks only raise: SB3's own learn() and predict(), checks on, reach the same bits."""
+    from torch.distributions import Distribution
+
+    from agents.sb3_factory import make_sb3
+
+    def built():   # seeds torch's global generator, which learn() then draws from
+        return make_sb3("ppo", make(env_id), seed=0, overrides={"n_steps": 64, "batch_size": 64})
+
+    ours = built().learn(128)
+    assert Distribution._validate_args is True
+    sb3s = built()
+    sb3s.model.learn(128)
+    for a, b in zip(ours.model.policy.parameters(), sb3s.model.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+    obs = np.stack([make(env_id).reset(seed=s)[0] for s in range(8)])
+    sampled = []
+    for predict in (ours.predict, sb3s.model.predict):
+        torch.manual_seed(1)           # the samples' draws, the same for both
+        sampled.append(predict(obs, deterministic=False)[0])
+    np.testing.assert_array_equal(*sampled)
+
+
 def test_a_policy_kwargs_override_merges_into_the_yamls() -> None:
     """policy_kwargs={net_arch: [8]} used to replace the YAML's dict, dropping activation_fn
     (and on Split log_std_init): the net trained with ReLU unannounced."""

@@ -63,6 +63,26 @@ def test_an_agent_without_warmup_has_the_warmup_attributes_empty():
     assert warm.warmup is not None and len(warm.callbacks) == 1 and warm.clone_stats is None
 
 
+def test_cloning_fits_without_torchs_distribution_checks(monkeypatch: pytest.MonkeyPatch):
+    """As the agents learn (test_env_training): each fitted batch built a checked Categorical
+    per stage. The caller's setting is back after."""
+    from torch.distributions import Distribution
+
+    import agents.cloning as cloning
+
+    seen, original = [], cloning._loss
+
+    def recording(*args, **kwargs):
+        seen.append(bool(Distribution._validate_args))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cloning, "_loss", recording)
+    make_sb3("ppo", _env("edge", 50), seed=0, warmup=WarmupConfig(
+        conservative="heft", steps=0, clone_samples=200, clone_epochs=1, guard=False))
+    assert seen and not any(seen)
+    assert Distribution._validate_args is True
+
+
 def test_an_uncloned_learner_does_not_agree_by_chance():
     env = _env("edge", 200)
     from agents.cloning import _agreement, collect
