@@ -135,6 +135,34 @@ class ActionAlone:
 class FlatIndexAlone:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         return 0
+
+
+class ListAlone:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return [0, 0, 0]
+
+
+class ListPair:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return [[1, 1, 1], state]
+
+
+class Rules:
+    """Rules of one module, reached by a dotted attribute."""
+
+    @staticmethod
+    def on_cpu(env):
+        return OnDevice(env, "cpu")
+
+
+def on_device_of(environment, device="cpu"):
+    """Its env argument named otherwise: still the env, having no default."""
+    return OnDevice(environment, device)
+
+
+def on_cpu_given(env=None):
+    """An optional env: named env, so it is the env."""
+    return OnDevice(env, "cpu")
 '''
 
 
@@ -153,12 +181,16 @@ def env() -> gym.Env:
     return gym.make("envs:InferenceAlloc-v0", scenario="article", episode_tasks=40)
 
 
-def test_the_pattern_is_a_module_and_an_attribute_and_leaves_static_alone() -> None:
+def test_the_pattern_is_a_module_and_an_attribute_and_leaves_static_alone(env) -> None:
     assert is_import_name("mine:ShortestQueue") and is_import_name("pkg.mod:Rules.fifo")
-    for name in ("static:cpu,gpu,gpu", "STATIC:cpu,gpu,gpu", "heft", "gated-mine:X", "mine:",
-                 ":X", "mine:X:Y", "1mine:X"):
+    # static:gpu reads as <module>:<attribute> too: it is the fixed placement's, in any case
+    for name in ("static:cpu,gpu,gpu", "STATIC:cpu,gpu,gpu", "static:gpu", "Static:gpu", "heft",
+                 "gated-mine:X", "mine:", ":X", "mine:X:Y", "1mine:X"):
         assert not is_import_name(name), name
     assert "<module>:<attribute>" in valid_names()
+    # and so it is told what a static placement takes, not that no module static was found
+    with pytest.raises(ValueError, match="a static placement names three devices"):
+        make_fixed_policy("Static:gpu", env, "baseline")
 
 
 def test_each_kind_of_attribute_builds_the_policy_it_names(user_module: str, env) -> None:
@@ -172,6 +204,8 @@ def test_each_kind_of_attribute_builds_the_policy_it_names(user_module: str, env
     assert list(make_policy(f"{user_module}:OnDevice", env, device="cpu").predict(obs)[0]) \
         == [cpu] * 3
     assert list(make_policy(f"{user_module}:on_cpu", env).predict(obs)[0]) == [cpu] * 3
+    # a dotted attribute is followed (a function on a class)
+    assert list(make_policy(f"{user_module}:Rules.on_cpu", env).predict(obs)[0]) == [cpu] * 3
     mod = sys.modules[user_module]
     assert make_policy(f"{user_module}:ready", env).policy is mod.ready
     # a batch is answered a row at a time, though OnDevice answers one action whatever it gets
@@ -240,6 +274,12 @@ def test_an_optional_first_argument_is_the_policys_own_not_the_env(user_module: 
     # Seeded(seed=0) bound (env,) and took the env for its seed
     assert make_policy(f"{user_module}:Seeded", env).seed == 0
     assert make_policy(f"{user_module}:Seeded", env, seed=2).seed == 2
+    # the env, though: a first argument without a default whatever its name, and an optional
+    # one named env (built without it, on_cpu_given(None) fails on None's devices)
+    cpu = env.unwrapped.device_names.index("cpu")
+    obs, _ = env.reset(seed=0)
+    for attribute in ("on_device_of", "on_cpu_given"):
+        assert list(make_policy(f"{user_module}:{attribute}", env).predict(obs)[0]) == [cpu] * 3
 
 
 def test_a_built_object_without_predict_or_a_factory_that_fits_no_call_is_refused(
@@ -285,6 +325,34 @@ def test_a_predict_without_an_action_state_pair_is_refused_naming_the_policy(
     assert action.shape == (3,) and state == "kept"
 
 
+def test_a_list_pair_is_an_answer_and_a_list_action_alone_is_not(user_module: str, env) -> None:
+    """[action, state] answers as (action, state) does, its action an array as SB3's predict
+    answers; a list action alone ([0, 0, 0]: no state) is refused, not read as the action 0
+    with the state 0."""
+    obs, _ = env.reset(seed=0)
+    policy = make_policy(f"{user_module}:ListPair", env)
+    action, state = policy.predict(obs, state="kept")
+    assert isinstance(action, np.ndarray) and action.tolist() == [1, 1, 1] and state == "kept"
+    assert policy.predict(np.stack([obs, obs]))[0].tolist() == [[1, 1, 1]] * 2
+    with pytest.raises(ValueError, match=re.escape(f"policy '{user_module}:ListAlone': predict() "
+                                                   f"must return (action, state)")):
+        make_policy(f"{user_module}:ListAlone", env).predict(obs)
+
+
+def test_an_imported_policy_copies_and_pickles_as_the_policy_it_wraps(user_module: str,
+                                                                      env) -> None:
+    """Reading the policy's attributes through, the wrapper looked for its own policy before it
+    had one (as copy and pickle build it): a RecursionError."""
+    import copy
+    import pickle
+
+    obs, _ = env.reset(seed=0)
+    policy = make_policy(f"{user_module}:on_cpu", env)
+    for twin in (copy.deepcopy(policy), pickle.loads(pickle.dumps(policy))):
+        np.testing.assert_array_equal(twin.predict(obs)[0], policy.predict(obs)[0])
+        assert twin.name == policy.name
+
+
 def test_a_bug_in_its_constructor_names_the_policy_and_the_line(user_module: str, env) -> None:
     """make_fixed_policy turns a ValueError or TypeError into the CLIs' one line: one of your
     constructor's own read 'baseline: object of type 'NoneType' has no len()', naming neither
@@ -316,6 +384,11 @@ def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, 
                                          r"valueerror_xyz raised ValueError: invalid literal .* "
                                          r"\(.*valueerror_xyz\.py, line 3\)"):
         make_fixed_policy("valueerror_xyz:P", env, "baseline")
+    (tmp_path / "typeerror_xyz.py").write_text("N = len(None)\n")
+    with pytest.raises(ValueError, match=r"baseline: policy 'typeerror_xyz:P': importing "
+                                         r"typeerror_xyz raised TypeError: .* "
+                                         r"\(.*typeerror_xyz\.py, line 1\)"):
+        make_fixed_policy("typeerror_xyz:P", env, "baseline")
     # a module that exists and imports one that does not: its own error, not "no module"
     (tmp_path / "broken_xyz.py").write_text("import missing_dependency_xyz\n")
     with pytest.raises(ModuleNotFoundError, match="missing_dependency_xyz"):
@@ -366,6 +439,12 @@ def test_evaluate_refuses_a_missing_policy_before_writing_anything(tmp_path: Pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no module named 'nowhere_xyz'" in err
     assert not (tmp_path / "results").exists()
+    # one of our names mistyped with a colon is pointed to here too, as a baseline's
+    assert main(["--runs", "runs", "--out", "results", "--baselines", "heft:calibrated",
+                 "--no-online", "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "baseline: policy 'heft:calibrated': no module named" in err
+    assert err.endswith("(did you mean 'heft-calibrated'?)\n")
 
 
 def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
@@ -388,6 +467,12 @@ def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
     assert len(plan(dataclasses.replace(cfg, vec_env="subproc", n_envs=2))) == 2
     with pytest.raises(ConfigError, match="no module named 'nowhere_xyz'"):
         plan(TrainConfig(conservative="nowhere_xyz:P", log_dir=str(tmp_path / "r")))
+    # without warm-up too, as any name no policy has (the config reused with warm-up on failed
+    # only then); one of the other env is a name, left be, as heft-split is
+    with pytest.raises(ConfigError, match="no module named 'nowhere_xyz'"):
+        plan(TrainConfig(conservative="nowhere_xyz:P", warmup=["none"], log_dir=str(tmp_path / "r")))
+    assert len(plan(TrainConfig(conservative=f"{user_module}:EvenSplit", warmup=["none"],
+                                log_dir=str(tmp_path / "r")))) == 1
 
 
 def test_a_resume_from_another_folder_names_the_missing_module(user_module: str, tmp_path: Path,
