@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.base import Policy
 from envs import ENV_IDS
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from inference.messages import did_you_mean, shown
@@ -176,7 +177,10 @@ class OneAtATime:
 
     def __init__(self, policy: Any, name: str = "") -> None:
         self.policy = policy
-        self.name = getattr(policy, "name", None) or name or type(policy).__name__.lower()
+        own = getattr(policy, "name", None)
+        if own == Policy.name:  # our base class's placeholder, not a name a subclass gave itself
+            own = None
+        self.name = own or name or type(policy).__name__.lower()
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:

@@ -163,6 +163,10 @@ def on_device_of(environment, device="cpu"):
 def on_cpu_given(env=None):
     """An optional env: named env, so it is the env."""
     return OnDevice(env, "cpu")
+
+
+class Named(OnDevice):
+    name = "my-rule"
 '''
 
 
@@ -337,6 +341,17 @@ def test_a_list_pair_is_an_answer_and_a_list_action_alone_is_not(user_module: st
     with pytest.raises(ValueError, match=re.escape(f"policy '{user_module}:ListAlone': predict() "
                                                    f"must return (action, state)")):
         make_policy(f"{user_module}:ListAlone", env).predict(obs)
+
+
+def test_a_policy_is_called_by_its_own_name_else_by_the_one_it_was_built_from(
+        user_module: str, env) -> None:
+    """A name of its own is kept (gated too); a subclass of our Policy that sets none has only
+    the base class's 'policy', which named no policy: its refusals read "policy 'policy'"."""
+    assert make_policy(f"{user_module}:Named", env).name == "my-rule"
+    assert make_policy(f"gated-{user_module}:Named", env).name == "gated-my-rule"
+    assert make_policy(f"{user_module}:StreamSeeded", env).name == f"{user_module}:StreamSeeded"
+    assert make_policy(f"gated-{user_module}:StreamSeeded", env).name == \
+        f"gated-{user_module}:StreamSeeded"
 
 
 def test_an_imported_policy_copies_and_pickles_as_the_policy_it_wraps(user_module: str,
