@@ -154,6 +154,10 @@ def as_env_actions(actions: np.ndarray, space: Any) -> np.ndarray:
         return actions.reshape(-1, space.shape[0]).astype(np.float32)   # already Box actions
     n_devices = space.shape[0] // 3
     ids = actions.reshape(-1, 3).astype(int)
+    if ids.size and (ids.min() < 0 or ids.max() >= n_devices):
+        # one-hot, an id past the devices was an IndexError, and -1 the last device, silently
+        raise ValueError(f"action entries must be device ids in 0..{n_devices - 1}, "
+                         f"got {shown(actions.tolist())}")
     onehot = -np.ones((len(ids), 3, n_devices), dtype=np.float32)
     np.put_along_axis(onehot, ids[:, :, None], 1.0, axis=2)
     return onehot.reshape(len(ids), -1)

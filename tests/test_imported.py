@@ -167,6 +167,24 @@ def on_cpu_given(env=None):
 
 class Named(OnDevice):
     name = "my-rule"
+
+
+class SplitDeviceIds:
+    """Split env, answering device ids: the warm-up hands them on one-hot."""
+
+    env_id = "InferenceAllocSplit-v0"
+    device = 1
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.full(3, self.device), state
+
+
+class SplitFarDevice(SplitDeviceIds):
+    device = 7
+
+
+class SplitBelowDevices(SplitDeviceIds):
+    device = -1
 '''
 
 
@@ -567,3 +585,24 @@ def test_a_policy_whose_actions_the_env_refuses_is_refused_before_anything_runs(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"baseline {name}" in err and refusal in err
     assert not (tmp_path / "results").exists()
+
+
+def test_a_split_env_conservative_answering_device_ids_is_checked_as_the_warm_up_hands_them(
+        user_module: str, tmp_path: Path) -> None:
+    """The warm-up hands device ids on one-hot in the Split env's Box, and so does the check
+    of its first action: ids it takes are taken, and ids past the devices (or below 0) are one
+    line naming the policy, as in the discrete env. One-hot, 7 was an IndexError traceback
+    ('index 7 is out of bounds for axis 2'), and -1 the last device, silently."""
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import plan
+
+    def config(attribute: str) -> TrainConfig:
+        return TrainConfig(env_id="InferenceAllocSplit-v0", agents=["ppo"], warmup=["all"],
+                           conservative=f"{user_module}:{attribute}", log_dir=str(tmp_path / "r"))
+
+    assert len(plan(config("SplitDeviceIds"))) == 1
+    for attribute, ids in (("SplitFarDevice", "[7, 7, 7]"), ("SplitBelowDevices", "[-1, -1, -1]")):
+        with pytest.raises(ConfigError, match=re.escape(
+                f"--conservative policy {user_module}:{attribute}: the env refuses its action on "
+                f"a first task: action entries must be device ids in 0..2, got {ids}")):
+            plan(config(attribute))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 
 import gymnasium as gym
@@ -195,6 +196,11 @@ def test_warmup_actions_in_the_split_env_are_one_hot_in_its_box():
     expected = [placement_action(p, 3, split=True) for p in ((0, 1, 2), (2, 2, 0))]
     np.testing.assert_array_equal(out, expected)
     np.testing.assert_array_equal(as_env_actions(out, space), out)   # Box actions pass as is
+    # an id one-hot nowhere (3: an IndexError) or on the last device (-1) is the env's refusal
+    for ids in ([[0, 1, 3]], [[-1, 0, 0]]):
+        with pytest.raises(ValueError, match=re.escape(f"action entries must be device ids in "
+                                                       f"0..2, got {ids}")):
+            as_env_actions(np.array(ids), space)
 
 
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
