@@ -1659,3 +1659,95 @@ def test_a_worker_that_died_is_named_as_such_not_as_an_empty_eoferror() -> None:
             venv.step(np.zeros((2, 3), dtype=np.int64))
     finally:
         close_venv(venv)
+
+
+@pytest.mark.parametrize("raises_at", ["reset", "step"])
+def test_an_env_raising_in_its_worker_fails_as_worker_died(raises_at: str) -> None:
+    """The case the test above stands in for, by the env's own error: its worker prints the
+    traceback and exits while the trainer waits on its answer, whose pipe then reads EOFError
+    (a killed worker's, written to, reads BrokenPipeError), at a step or at the reset a run
+    starts with."""
+    from agents.vec_envs import WorkerDied, close_venv, training_venv
+
+    class Broken(gym.Wrapper):
+        def reset(self, **kwargs):
+            if raises_at == "reset":
+                raise RuntimeError("a bug in the env")
+            return self.env.reset(**kwargs)
+
+        def step(self, action):
+            raise RuntimeError("a bug in the env")
+
+    venv = training_venv(lambda: Broken(_tiny_env()), 2, seed=0, vec_env="subproc")
+    try:
+        with pytest.raises(WorkerDied, match=r"a worker process of --vec-env subproc ended "
+                                             r"\(EOFError on its pipe\)"):
+            venv.reset()
+            venv.step(np.zeros((2, 3), dtype=np.int64))
+    finally:
+        close_venv(venv)
+
+
+def test_subproc_steps_the_envs_in_workers_that_end_with_the_run_and_its_resume(
+        tmp_path: Path, monkeypatch) -> None:
+    """--vec-env subproc is what it says: each env steps in a worker process, not in the
+    trainer's (where dummy steps them), and the workers end with the run, and with a resumed
+    one (not left waiting, one pair per run, for the plan's later runs)."""
+    import multiprocessing
+    import os
+
+    import agents.training as training
+    from agents.config import TrainConfig
+
+    stepped_in = tmp_path / "pids"
+    stepped_in.mkdir()
+    real_env_for = training.env_for
+
+    class Recorded(gym.Wrapper):
+        def step(self, action):
+            (stepped_in / str(os.getpid())).touch()
+            return self.env.step(action)
+
+    monkeypatch.setattr(training, "env_for", lambda *a, **k: Recorded(real_env_for(*a, **k)))
+    small = {"warmup": ["none"], "n_envs": 2, "episode_tasks": 20, "eval_tasks": 0,
+             "checkpoint_interval": 32, "progress_bar": False,
+             "hp": {"n_steps": 16, "batch_size": 16, "n_epochs": 1}}
+
+    def run(config: TrainConfig, given: set[str] | None = None) -> set[int]:
+        for pid in stepped_in.iterdir():
+            pid.unlink()
+        training.train(config, given, report=lambda line: None)
+        stepped = {int(p.name) for p in stepped_in.iterdir()}
+        # its workers ended with it
+        assert not stepped & {child.pid for child in multiprocessing.active_children()}
+        return stepped
+
+    dummy = TrainConfig(**small, timesteps=32, log_dir=str(tmp_path / "dummy"))
+    assert run(dummy) == {os.getpid()}
+    log_dir = str(tmp_path / "subproc")
+    workers = run(TrainConfig(**small, timesteps=32, vec_env="subproc", log_dir=log_dir))
+    assert len(workers) == 2 and os.getpid() not in workers
+    resumed = run(TrainConfig(resume="latest", log_dir=log_dir, timesteps=64, vec_env="subproc",
+                              progress_bar=False), {"resume", "log_dir", "timesteps", "vec_env"})
+    assert len(resumed) == 2 and not resumed & (workers | {os.getpid()})
+
+
+def test_a_resume_takes_its_own_per_sample_and_log_intervals(tmp_path: Path) -> None:
+    """Both only thin what is written, so a resume may change them (RESUMABLE): its steps
+    write latency/per_sample at the new interval's grid, and the grouped tags every new
+    log-interval-th rollout of its own."""
+    from agents.config import TrainConfig
+    from agents.plots import read_scalars
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, checkpoint_interval=32,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False, hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (run,) = train(config, report=lambda line: None)
+    (resumed,) = train(TrainConfig(resume=str(run.run_dir), timesteps=128, per_sample_interval=16,
+                                   log_interval=2, progress_bar=False),
+                       {"resume", "timesteps", "per_sample_interval", "log_interval"},
+                       report=lambda line: None)
+    assert resumed.steps == 128
+    assert list(read_scalars(run.run_dir, "latency/per_sample")[0]) == [*range(64), 64, 80, 96, 112]
+    assert list(read_scalars(run.run_dir, "latency/mean")[0]) == [16, 32, 48, 64, 96, 128]
