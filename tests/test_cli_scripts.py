@@ -1446,6 +1446,63 @@ def test_a_resume_with_subproc_refuses_an_oracle_that_acts(tmp_path: Path, capsy
     assert built == []
 
 
+def test_a_resume_past_the_conservative_phase_refuses_an_oracle_guard_with_subproc(
+        tmp_path: Path, capsys) -> None:
+    """Its 200 steps done, the conservative acts again only when the guard trips, and then
+    with the trainer's env still: refused as it is before, not let through for having no
+    steps left."""
+    main = load_main("train.py")
+    args = ["--log-dir", str(tmp_path), "--no-progress-bar"]
+    assert main(["--warmup", "conservative,guard", "--conservative", "oracle", "--timesteps",
+                 "224", "--checkpoint-interval", "224", "--episode-tasks", "20", "--eval-tasks",
+                 "0", "--hp", "n_steps=16", "batch_size=16", "n_epochs=1", *args]) == 0
+    capsys.readouterr()
+    assert main(["--resume", "--timesteps", "256", "--vec-env", "subproc", *args]) == 2
+    assert "--conservative oracle cannot act for --vec-env subproc" in capsys.readouterr().err
+
+
+def test_a_resumed_run_that_fails_shows_what_failed_it(tmp_path: Path, monkeypatch,
+                                                       capsys) -> None:
+    """A bug in training gets its traceback, then the one line saying what was kept, as a new
+    run's failure; a file the resume cannot write (its config.yaml, on a read-only mount) the
+    one line alone. Each exits 1: the run failed, the command line was right."""
+    import errno
+    import os
+
+    from agents.sb3_factory import SB3Agent
+
+    main = load_main("train.py")
+    args = ["--log-dir", str(tmp_path), "--no-progress-bar"]
+    assert main(["--warmup", "none", "--timesteps", "32", "--checkpoint-interval", "32",
+                 "--episode-tasks", "20", "--eval-tasks", "0", "--hp", "n_steps=16",
+                 "batch_size=16", "n_epochs=1", *args]) == 0
+    (run,) = tmp_path.iterdir()
+    capsys.readouterr()
+
+    def crash(self, *args, **kwargs):
+        raise RuntimeError("simulated crash")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(SB3Agent, "learn", crash)
+        assert main(["--resume", "--timesteps", "64", *args]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: simulated crash" in err
+    assert err.splitlines()[-1].startswith(f"train.py: error: run {run.name} failed "
+                                           f"(RuntimeError: simulated crash); kept {run}")
+
+    real_write = Path.write_text
+
+    def read_only_config(self, *args, **kwargs):
+        if ".config.yaml." in self.name:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", read_only_config)
+    assert main(["--resume", "--timesteps", "64", *args]) == 1
+    assert capsys.readouterr().err == (f"train.py: error: cannot write {run}/config.yaml: "
+                                       f"Read-only file system\n")
+
+
 def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monkeypatch) -> None:
     """SB3's load seeds the env it is given with the model's saved seed (its _setup_model calls
     set_random_seed), which overrode the resume seeds build_vec_env had given: the resumed run
