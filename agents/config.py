@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from agents.commands import named, program
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.vec_envs import VEC_ENVS
 from agents.warmup import MIN_CLONE_SAMPLES
@@ -210,7 +211,7 @@ class TrainConfig:
                      f"--validation-seed {seed} is a training workload seed (--seeds {first} "
                      f"trains on {envs}); give another --validation-seed")
         _require(not HELDOUT_SEED <= seed < HELDOUT_SEED + MAX_EVAL_SEEDS,
-                 f"--validation-seed {seed} is among evaluate.py's held-out seeds "
+                 f"--validation-seed {seed} is among {program('evaluate')}'s held-out seeds "
                  f"({HELDOUT_SEED} .. {HELDOUT_SEED + MAX_EVAL_SEEDS - 1}), which would then "
                  f"score a model chosen on it; give another --validation-seed (default "
                  f"{VALIDATION_SEED})")
@@ -305,7 +306,7 @@ class EvalConfig:
         # a --runs folder that is not there is a typo (runs/, the default, may not be yet): it
         # evaluated the baselines alone and wrote them over --out's summary
         _require(self.runs == defaults.runs or Path(self.runs).is_dir(),
-                 f"--runs {self.runs}: no such folder (train.py's runs are under its --log-dir, "
+                 f"--runs {self.runs}: no such folder ({program('train')}'s runs are under its --log-dir, "
                  f"{defaults.runs} by default)")
         _require(not (self.online and len(set(self.scenarios)) > 1),
                  "--online runs on one scenario; give one --scenarios value per invocation")
@@ -431,7 +432,7 @@ def build_parser(cls: type, description: str | None = None,
         text = meta.pop("help", "")
         if "default" not in text:
             text += f" (default: {default!r})"
-        kwargs: dict[str, Any] = {"dest": f.name, "help": text}
+        kwargs: dict[str, Any] = {"dest": f.name, "help": named(text)}
         tp, _optional = _unwrap_optional(hints[f.name])
         origin = typing.get_origin(tp)
         if tp is bool:

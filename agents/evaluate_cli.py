@@ -25,11 +25,13 @@ SCRIPT = "evaluate.py"            # the repo's script, a shim over main
 def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
     """The evaluation `prog` runs; `prog` heads its error lines and its usage (evaluate.py's
     shim passes its own name)."""
+    from agents.commands import invoked_as
     from agents.interrupts import run_stoppable
 
-    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does
-    return run_stoppable(prog, lambda: _main(argv, prog),
-                         " (files already written are complete)")
+    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does; its hints name what the user ran
+    with invoked_as(console=prog != SCRIPT):
+        return run_stoppable(prog, lambda: _main(argv, prog),
+                             " (files already written are complete)")
 
 
 def _main(argv: list[str] | None, prog: str) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import read_policy_file
+from agents.commands import command, program
 from agents.config import ConfigError, EvalConfig
 from agents.evaluation import (
     REFERENCES,
@@ -134,7 +135,7 @@ def _stale_model_notes(run_dir: Path) -> list[str]:
     if final is None or found[-1][0] <= final:
         return []
     return [f"{run_dir.name}: evaluating model.zip ({final} steps), but checkpoint "
-            f"{found[-1][1].name} has {found[-1][0]} (an interrupted --resume? python train.py "
+            f"{found[-1][1].name} has {found[-1][0]} (an interrupted --resume? {command('train')} "
             f"--resume {run_dir} finishes it)"]
 
 
@@ -201,7 +202,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                                       f"--runs {p} (every finished run there) or its run folders")
                 if not (p / "model.zip").is_file():
                     raise ConfigError(f"run folder {p} has no model.zip (unfinished run? "
-                                      f"continue it with: python train.py --resume {p})")
+                                      f"continue it with: {command('train')} --resume {p})")
                 entries.append(_entry(p / "model.zip", p))
                 notes += _stale_model_notes(p)
             else:
@@ -233,12 +234,12 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
             entries.append(_entry(d / "model.zip", d))
             notes += _stale_model_notes(d)
         elif (d / "config.yaml").is_file():
-            notes.append(f"skipping {d.name}: no model.zip (unfinished; python train.py "
+            notes.append(f"skipping {d.name}: no model.zip (unfinished; {command('train')} "
                          f"--resume {d} continues it)")
     notes += _distinct_labels(entries)
     entries.sort(key=lambda e: (e.label, e.seed if e.seed is not None else -1, str(e.path)))
     if not entries:
-        notes.append(f"no trained models under {root}/: train some with `python train.py` "
+        notes.append(f"no trained models under {root}/: train some with `{command('train')}` "
                      f"(or pass --models); evaluating the baselines alone")
     return entries, notes
 
@@ -422,7 +423,7 @@ def _hardware_hint(cfg: EvalConfig, entry: ModelEntry, exc: Exception) -> str:
     if not isinstance(exc, OtherDeviceCount) or entry.run_dir is not None or cfg.hardware:
         return ""
     return ("; a zip without its run folder records no hardware: give the one it was trained "
-            "on with evaluate.py --hardware FILE")
+            f"on with {program('evaluate')} --hardware FILE")
 
 
 def _model_env(cfg: EvalConfig, entry: ModelEntry, scenario: str) -> Any:

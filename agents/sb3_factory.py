@@ -31,6 +31,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 from torch.distributions import Distribution
 
 from agents.base import Policy, flat_index
+from agents.commands import program
 from agents.files import atomic_path, model_file, zip_target
 from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, hyperparams_with
 from agents.warmup import (
@@ -282,7 +283,7 @@ def _model_info(p: Path, data: dict[str, Any]) -> tuple[str, str]:
             raise ValueError(f"model file {p} does not say which agent it holds: it has no "
                              f"infer_agent entry, and its policy is not one of SB3's PPO, A2C, "
                              f"DQN, SAC or sb3-contrib's MaskablePPO (save models with "
-                             f"SB3Agent.save or train them with train.py)")
+                             f"SB3Agent.save or train them with {program('train')})")
     if not isinstance(name, str) or name not in ALGORITHMS:   # a list or dict is unhashable
         raise ValueError(f"model file {p} does not say which agent it holds (infer_agent={name!r})")
     space = data.get("action_space")

@@ -24,6 +24,7 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from agents.commands import named, program
 from envs import ENV_IDS, canonical_env_id
 from inference.checks import is_integer, is_number
 from inference.messages import did_you_mean, shown
@@ -106,7 +107,7 @@ def check_agent_env(agent: str, env_id: str) -> None:
         return
     kind = "discrete" if only == ENV_IDS[0] else "continuous (Box)"
     others = [a for a in ALGORITHMS if ONLY_ENV.get(a, env_id) == env_id]
-    raise ValueError(f"{agent} needs {kind} actions: it trains on {only} (train.py --env "
+    raise ValueError(f"{agent} needs {kind} actions: it trains on {only} ({program('train')} --env "
                      f"{only}), not {env_id}; for {env_id} use {', '.join(others)}")
 
 
@@ -145,10 +146,10 @@ def check_keys(name: str, params: dict[str, Any]) -> None:
     for key in params:
         if key in RESERVED:
             raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
-                             + (" (train.py --seeds)" if key == "seed" else ""))
+                             + (f" ({program('train')} --seeds)" if key == "seed" else ""))
         if key not in known and key in ZOO_OPTIONS:
             raise ValueError(f"{key} is an rl-baselines3-zoo option, not a {name} "
-                             f"hyper-parameter; {ZOO_OPTIONS[key]}")
+                             f"hyper-parameter; {named(ZOO_OPTIONS[key])}")
         if key not in known:
             raise ValueError(f"unknown {name} hyper-parameter {shown(key)}"
                              f"{did_you_mean([key], known)}; known: {', '.join(known)}")

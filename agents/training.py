@@ -81,6 +81,7 @@ from agents.callbacks import (
     drop_events_past,
     tensorboard_logger,
 )
+from agents.commands import command, program
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
 from agents.files import WriteFailed, write_text
@@ -235,7 +236,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
     for agent in agents:
         if agent not in SB3_NAMES:
             raise ConfigError(f"unknown agent {shown(agent)}{did_you_mean([agent], SB3_NAMES)}: "
-                              f"train.py trains {', '.join(SB3_NAMES)} "
+                              f"{program('train')} trains {', '.join(SB3_NAMES)} "
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     env = env_for(config)
@@ -399,7 +400,7 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
             f"--resume continues {run_dir.name} on its own {episode} episode: {flag} "
             f"{getattr(config, key)} is not the run's {flag} {getattr(saved, key)} "
             f"(its config.yaml), and {why}; resume without {flag}, or start a new "
-            f"run (python train.py without --resume) for {flag} {getattr(config, key)}")
+            f"run ({command('train')} without --resume) for {flag} {getattr(config, key)}")
     if extra:
         raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
                           f"{', '.join(flag_of(k) for k in sorted(RESUMABLE))}"
@@ -520,7 +521,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         kept = bool(checkpoints(run_dir))
         if not kept:
             shutil.rmtree(run_dir, ignore_errors=True)
-        what = (f"kept {run_dir} (continue it with: python train.py --resume {run_dir.name} "
+        what = (f"kept {run_dir} (continue it with: {command('train')} --resume {run_dir.name} "
                 f"--log-dir {run_dir.parent})" if kept else f"removed {run_dir} (no checkpoint)")
         if isinstance(exc, Exception):
             raise RunFailed(f"run {run_dir.name} failed ({type(exc).__name__}: {exc}); "
@@ -544,7 +545,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     except KeyboardInterrupt:
         # "interrupted" alone read as a run lost: its model.zip is saved, its training done
         print(f"run {run_dir.name} interrupted after its training finished; kept {run_dir} "
-              f"(its model.zip is complete: evaluate it with: python evaluate.py --models "
+              f"(its model.zip is complete: evaluate it with: {command('evaluate')} --models "
               f"{run_dir})", file=sys.stderr)
         raise
     finally:
@@ -680,7 +681,7 @@ def read_run_config(path: Path) -> TrainConfig:
             or cfg.agents[0] not in SB3_NAMES):
         raise ConfigError(f"{path} is not a run's config: a run folder's names one agent "
                           f"({', '.join(SB3_NAMES)}), one warm-up spec and one seed, as "
-                          f"train.py writes it; this one has agents {cfg.agents}, warmup "
+                          f"{program('train')} writes it; this one has agents {cfg.agents}, warmup "
                           f"{cfg.warmup}, seeds {cfg.seeds}")
     run_spec(cfg)       # ConfigError naming the warm-up spec
     return cfg
@@ -697,7 +698,7 @@ def find_run(log_dir: str | Path, name: str) -> Path:
     runs = [d for d in root.iterdir() if (d / "config.yaml").is_file()] if root.is_dir() else []
     if name == "latest":
         if not runs:
-            raise ConfigError(f"no run to resume under {root}/ (train one with: python train.py)")
+            raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
         return max(runs, key=lambda d: (_run_time(d), d.stat().st_mtime))
     for path in (Path(name), root / name):
         if (path / "config.yaml").is_file():

@@ -1937,18 +1937,21 @@ def said(main, argv: list[str], capsys) -> tuple[int, str, str]:
     return status, out, err
 
 
-@pytest.mark.parametrize(("script_name", "command", "bad_value"), [
-    ("train.py", "infer-alloc-train", ["--timesteps", "0"]),
-    ("evaluate.py", "infer-alloc-evaluate", ["--episodes", "0"]),
+@pytest.mark.parametrize(("script_name", "command", "bad_value", "hint"), [
+    ("train.py", "infer-alloc-train", ["--timesteps", "0"], ["--resume", "--log-dir", "none"]),
+    ("evaluate.py", "infer-alloc-evaluate", ["--episodes", "0"], ["--models", "unfinished"]),
 ])
 def test_the_console_script_answers_as_the_script_under_its_own_name(
-        script_name: str, command: str, bad_value: list[str], monkeypatch, capsys) -> None:
+        script_name: str, command: str, bad_value: list[str], hint: list[str], tmp_path: Path,
+        monkeypatch, capsys) -> None:
     """A wheel install runs the scripts' code as infer-alloc-train / infer-alloc-evaluate (its
     [project.scripts]): the same help, refusals and statuses, each line naming the command
-    run, and --help's examples the command a wheel user has (no `python train.py` there)."""
+    run, and --help's options and examples, and a hint saying what to run next, the commands a
+    wheel user has (no `python train.py` there), in that call only."""
     from importlib.metadata import EntryPoint
 
     import agents.config
+    from agents.commands import command as run_command
 
     script = load_main(script_name)
     (target,) = [line.split("=")[1].strip() for line in
@@ -1962,9 +1965,27 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     assert script_help.startswith(f"usage: {script_name} ") and help_text.startswith(f"usage: {command} ")
     description, options = help_text.split("\n\n", 1)[1].split("\noptions:\n")
     script_description, script_options = script_help.split("\n\n", 1)[1].split("\noptions:\n")
-    assert options == script_options
+    wheel_names = {"python train.py": "infer-alloc-train", "train.py": "infer-alloc-train",
+                   "python evaluate.py": "infer-alloc-evaluate",
+                   "evaluate.py": "infer-alloc-evaluate"}
+    for checkout, wheel in wheel_names.items():
+        script_options = script_options.replace(checkout, wheel)
+    # argparse wraps the longer names anew, breaking lines at their hyphens too
+    assert "".join(options.split()) == "".join(script_options.split())
     assert f"python {script_name}" in script_description and script_name not in description
     assert description == script_description.replace(f"python {script_name}", command)
+    assert "train.py" not in help_text and "evaluate.py" not in help_text
+
+    # the hint says what to run next as the user runs it, then the checkout's form again
+    (tmp_path / "unfinished").mkdir()
+    monkeypatch.chdir(tmp_path)
+    (script_status, _, script_err), (status, _, err) = (
+        said(main, hint, capsys) for main in (script, console))
+    assert script_status == status == 2
+    assert "python train.py --resume" in script_err or "train one with: python train.py" in script_err
+    assert err == script_err.replace(script_name, command, 1).replace(
+        "python train.py", "infer-alloc-train")
+    assert run_command("train") == "python train.py"
 
     for argv in (["--no-such-option"], bad_value):
         (script_status, _, script_err), (status, _, err) = (
