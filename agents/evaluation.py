@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,10 +184,16 @@ def fmt_ci(mean: float, ci: float, digits: int = 3) -> str:
     return f"{mean:.{digits}f}" if math.isnan(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
 
 
+# Markdown's inline marks, each shown as itself once escaped: a policy of one's own named
+# mine:__Fast__ read "mine:Fast" in bold, and mine:<Fast> vanished as an HTML tag
+_MARKDOWN_MARKS = re.compile(r"([\\`*_\[\]<>~|])")
+
+
 def markdown_text(value: Any) -> str:
-    """`value` as one line of markdown that keeps a table's shape: a "|" in a label (a model
-    file's name, a scenario file's path) split its cell, and a line break its row or heading."""
-    return " ".join(str(value).splitlines()).replace("|", "\\|")
+    """`value` as one line of markdown text that reads as written and keeps a table's shape: a
+    "|" in a label (a model file's name, a scenario file's path) split its cell, a line break
+    its row or heading, and a "*", "_", "`", "<" or "[" made emphasis, code, a tag or a link."""
+    return _MARKDOWN_MARKS.sub(r"\\\1", " ".join(str(value).splitlines()))
 
 
 def _pooled_runs_note(rows: Sequence[dict[str, Any]]) -> str | None:
@@ -342,7 +349,7 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
             # a count of samples: 50, not 50.000; its mean over seeds in steps of 1/seeds
             digits = (0 if finite == 1 else 1) if k in SAMPLE_COUNTS else 3
             cells.append(fmt_ci(*mean_ci(values), digits) + note)
-        lines.append(f"| {agent} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(agent)} | " + " | ".join(cells) + " |")
     backlogged = _backlogged(study)
     if backlogged:
         lines += ["", f"note: {', '.join(backlogged)} ended at {BACKLOG_STEADY:g}x static's own "

@@ -20,6 +20,7 @@ from agents.evaluation import (
     episode_metrics,
     fmt_ci,
     make_env,
+    markdown_text,
     mean_ci,
     overload_note,
     summary_csv,
@@ -808,6 +809,27 @@ def test_a_label_with_a_line_break_stays_one_row_of_the_markdown_table() -> None
     assert [x.replace(r"\|", "").count("|") for x in table] == [9] * 4
     assert table[2].startswith("| new line ppo | 1 |")
     assert lines[header - 2] == r"## my\|sc enario"
+
+
+@pytest.mark.parametrize("label", ["mine:__Fast__", "mine:*Fast*", "mine:<Fast>", "a`b`c",
+                                   "[x](y)", "~~gone~~", "back\\slash|pipe"])
+def test_a_label_with_markdown_marks_reads_as_written_in_both_tables(label: str) -> None:
+    """A policy of one's own is named <module>:<attribute>, which Python lets hold "_" and
+    more: mine:__Fast__ rendered as a bold "mine:Fast" and mine:<Fast> as an HTML tag that
+    vanished, in summary.md and stabilization.md alike. Each mark is escaped, so that undoing
+    Markdown's escapes gives the label back; a plain name is left as it is."""
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    nan = float("nan")
+    row = {"scenario": "article", "agent": label, "n": 1,
+           **{k: v for m in METRICS for k, v in ((m, 1.0), (f"{m}_ci95", nan))}}
+    study = OnlineStudy(metrics={label: [{"early_drop": 0.1}]})
+    for text in (summary_markdown([row], [0], 1), online_markdown(study, [0], 10, "article")):
+        [line] = [x for x in text.splitlines() if x.startswith("| ") and "agent" not in x]
+        cell = re.split(r"(?<!\\)\|", line)[1].strip()
+        assert re.sub(r"\\(.)", r"\1", cell) == label
+        assert not re.search(r"(?<!\\)[*_`<>\[\]~]", cell), cell
+    assert markdown_text("heft-calibrated ppo-warm+guard@1000") == "heft-calibrated ppo-warm+guard@1000"
 
 
 def test_the_markdown_summary_ends_with_the_modules_definitions() -> None:
