@@ -167,11 +167,18 @@ def _env_id(env: Any) -> str:
         else ENV_IDS[0]
 
 
+class RowStates(tuple):
+    """A batch's states from ``OneAtATime.predict``, one per row: handed back, each row's goes
+    to its own call."""
+
+
 class OneAtATime:
     """`policy` with SB3's batch contract kept for it: a batch of observations is answered
     row by row, stacked. A policy written for one observation (the README's ShortestQueue)
-    answered the warm-up's batch of one with one action, and PPO failed deep in torch. One
-    that reads its live env (``reads_live_env``) takes a batch of one alone, as the oracle.
+    answered the warm-up's batch of one with one action, and PPO failed deep in torch. Each
+    row keeps its own state (a ``RowStates`` of them is returned, to be handed back) and its
+    own episode start. One that reads its live env (``reads_live_env``) takes a batch of one
+    alone, as the oracle.
     `name`: what the policy is called (``gated-`` and error messages read it) where it has no
     name of its own."""
 
@@ -193,11 +200,18 @@ class OneAtATime:
             raise ValueError(f"policy {shown(self.name)} reads the live env's current task "
                              f"(reads_live_env), so it takes one observation or a batch of one, "
                              f"got a batch of {len(obs)}")
+        # each row is its own stream (one env of a VecEnv): its own state and episode start,
+        # not the state the row before it returned, nor the batch's starts all at once
+        states = list(state) if isinstance(state, RowStates) and len(state) == len(obs) else (
+            [state] * len(obs))
+        starts = (list(episode_start) if episode_start is not None
+                  and np.ndim(episode_start) == 1 and len(episode_start) == len(obs)
+                  else [episode_start] * len(obs))
         actions = []
-        for row in obs:
-            action, state = self._one(row, state, episode_start, deterministic)
+        for i, row in enumerate(obs):
+            action, states[i] = self._one(row, states[i], starts[i], deterministic)
             actions.append(np.asarray(action))
-        return np.stack(actions), state
+        return np.stack(actions), (None if all(x is None for x in states) else RowStates(states))
 
     def _one(self, observation: Any, state: Any, episode_start: Any, deterministic: bool
              ) -> tuple[Any, Any]:

@@ -606,3 +606,34 @@ def test_a_split_env_conservative_answering_device_ids_is_checked_as_the_warm_up
                 f"--conservative policy {user_module}:{attribute}: the env refuses its action on "
                 f"a first task: action entries must be device ids in 0..2, got {ids}")):
             plan(config(attribute))
+
+
+class Counter:
+    """A stateful policy of one observation: its state counts the steps since its episode
+    started, and its action is that count (at most 2) on every stage."""
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        count = 0 if state is None or bool(episode_start) else state
+        return np.full(3, min(count, 2)), count + 1
+
+
+def test_each_row_of_a_batch_keeps_its_own_state_and_episode_start() -> None:
+    """A batch's rows are the streams of several envs. Each row was handed the state the row
+    before it returned, and the whole batch's episode starts: row 1 counted on from row 0's
+    steps, and a start in one env restarted none (an array of several is not one bool)."""
+    from agents.imported import OneAtATime, RowStates
+
+    policy = OneAtATime(Counter())
+    obs = np.zeros((2, 4), dtype=np.float32)
+    actions, state = policy.predict(obs, None, np.array([True, True]))
+    assert actions[:, 0].tolist() == [0, 0] and isinstance(state, RowStates)
+    actions, state = policy.predict(obs, state, np.array([False, False]))
+    assert actions[:, 0].tolist() == [1, 1] and list(state) == [2, 2]
+    actions, state = policy.predict(obs, state, np.array([False, True]))   # env 1 restarts
+    assert actions[:, 0].tolist() == [2, 0] and list(state) == [3, 1]
+    # one observation is the policy's own call, its state its own
+    action, one = policy.predict(obs[0], 5, False)
+    assert action.tolist() == [2, 2, 2] and one == 6
+    # a stateless policy's batch state stays None, as SB3's feed-forward policies return
+    stateless = OneAtATime(make_policy("all-gpu", gym.make("envs:InferenceAlloc-v0")))
+    assert stateless.predict(obs, None, np.array([True, False]))[1] is None
