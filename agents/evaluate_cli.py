@@ -27,9 +27,12 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
     shim passes its own name)."""
     from agents.commands import invoked_as
     from agents.interrupts import run_stoppable
+    from inference.messages import printable_stdout
 
-    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does; its hints name what the user ran
-    with invoked_as(console=prog != SCRIPT):
+    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does; its hints name what the user ran;
+    # a path it prints in a character the console cannot show is escaped, not the end of the
+    # evaluation
+    with invoked_as(console=prog != SCRIPT), printable_stdout():
         return run_stoppable(prog, lambda: _main(argv, prog),
                              " (files already written are complete)")
 

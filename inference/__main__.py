@@ -22,7 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference.hardware import load_hardware, preset_names
-from inference.messages import ShortErrorParser, argparse_type, shown, unrecognized
+from inference.messages import (
+    ShortErrorParser,
+    argparse_type,
+    printable_stdout,
+    shown,
+    unrecognized,
+)
 from inference.model_config import MODELS, get_model
 from inference.simulator import Simulator, TaskResult
 from inference.task import STAGES, Task
@@ -276,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"output tokens, domain {args.domain} | model {args.model} | hardware "
              f"{args.hardware} | placement {args.placement} | cache {cache[args.cache]}")
     try:
-        render(outcomes, title)
+        with printable_stdout():   # a path in the title the console cannot show is escaped
+            render(outcomes, title)
     except BrokenPipeError:   # e.g. piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

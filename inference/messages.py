@@ -5,15 +5,18 @@ with a count of what was left out, so the message stays readable and its end vis
 Every CLI (train.py, evaluate.py, ``python -m inference``) and loader shows user values through
 `shown`; `argparse_type` does the same for the values argparse itself refuses, and
 `ShortErrorParser` for the rest of argparse's own messages. An unknown name's error puts the
-nearest valid one first (`did_you_mean`), before the list of them all.
+nearest valid one first (`did_you_mean`), before the list of them all. What they print goes
+through `printable_stdout`, so no character ends a run on a console that cannot show it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -96,3 +99,29 @@ class ShortErrorParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         words = message.split(" ")
         super().error(" ".join(shown(word, quote=False) for word in words))
+
+
+@contextlib.contextmanager
+def printable_stdout() -> Iterator[None]:
+    """Within it, a character that stdout's encoding cannot write is printed as an escape
+    (``\\u2192`` for an arrow) instead of raising UnicodeEncodeError. A CLI prints user-given
+    text (an ``--out`` or ``--log-dir`` path, a YAML file's path or names): on a stdout in
+    cp1252 (Windows, the output redirected) or latin-1, an arrow in such a path ended train.py
+    after its runs with a traceback and no table, and evaluate.py after summary.csv, its other
+    results unwritten. A UTF-8 stdout writes every character as before; stderr escapes them
+    already. The earlier error handler is restored after; a stream that cannot be
+    reconfigured (a notebook's) is left as it is."""
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if errors != "strict" or reconfigure is None:
+        yield
+        return
+    reconfigure(errors="backslashreplace")
+    try:
+        yield
+    finally:
+        # reconfigure flushes first: a reader gone (train.py | head) or a closed stream has
+        # nothing more to hear, and the CLI's own status stands
+        with contextlib.suppress(OSError, ValueError):
+            reconfigure(errors=errors)

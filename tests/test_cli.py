@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -455,3 +456,26 @@ def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_pat
     assert f"(did you mean {meant!r}?)" in message, message
     guess = message.index("did you mean")
     assert meant in message[guess + len(meant) + 16:], message      # and the full list after it
+
+
+@pytest.mark.parametrize("encoding, said", [("cp1252", "hw\\u2192"), ("utf-8", "hw\u2192")])
+def test_a_path_the_console_cannot_show_is_escaped_not_the_end_of_the_table(
+        encoding, said, tmp_path, monkeypatch):
+    """On a stdout in cp1252 (Windows, the output redirected) a hardware path with an arrow in
+    its title raised UnicodeEncodeError: no table, a traceback, exit 1. It is escaped, as
+    stderr escapes; a UTF-8 stdout prints it as it is; the stream's handler is back after."""
+    import io
+
+    from inference.hardware import PRESET_DIR
+
+    folder = tmp_path / "hw\u2192"
+    folder.mkdir()
+    (folder / "server.yaml").write_bytes((PRESET_DIR / "server.yaml").read_bytes())
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["--variants", "glm-5.3", "--hardware", str(folder / "server.yaml")]) == 0
+    assert stdout.errors == "strict"
+    stdout.flush()
+    out = stdout.buffer.getvalue().decode(encoding)
+    assert f"hardware {tmp_path}{os.sep}{said}{os.sep}server.yaml" in out
+    assert "glm-5.3: load=" in out   # the recipe lines, printed after the table

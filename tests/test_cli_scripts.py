@@ -2003,3 +2003,38 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     assert script_status == status == 130
     assert script_err.startswith(f"{script_name}: interrupted")
     assert err == script_err.replace(script_name, command, 1)
+
+
+def test_evaluate_py_on_a_cp1252_stdout_writes_every_result_past_a_path_it_cannot_show(
+        tmp_path: Path) -> None:
+    """A Windows console's stdout redirected to a file is cp1252: "wrote <out>/summary.csv"
+    with an arrow in <out> raised UnicodeEncodeError after summary.csv, and summary.md and the
+    CDF were never written (exit 1, a traceback). The arrow is printed escaped and the
+    evaluation goes on."""
+    out = tmp_path / "results\u2192"
+    done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--baselines", "all-gpu",
+                           "--no-online", "--seeds", "1", "--episodes", "1",
+                           "--episode-tasks", "5", "--out", str(out), "--no-progress-bar"],
+                          cwd=ROOT, capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": "cp1252"})
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert sorted(p.name for p in out.iterdir()) == ["latency_cdf.png", "summary.csv",
+                                                     "summary.md"]
+    assert f"wrote {tmp_path}{os.sep}results\\u2192{os.sep}summary.md".encode() in done.stdout
+
+
+def test_train_py_on_a_latin1_stdout_prints_its_table_past_a_path_it_cannot_show(
+        tmp_path: Path, monkeypatch) -> None:
+    """On a latin-1 stdout a --log-dir with an arrow raised UnicodeEncodeError at the run's
+    "finished" line: its table never printed, exit 1 for a run that had trained."""
+    import io
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    runs = tmp_path / "runs\u2192"
+    assert load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--log-dir",
+                                  str(runs), *TINY]) == 0
+    stdout.flush()
+    said = stdout.buffer.getvalue().decode("latin-1")
+    assert f"runs\\u2192{os.sep}InferenceAlloc-v0__ppo__0__" in said
+    assert "vs best-static" in said   # the comparison table, printed last
