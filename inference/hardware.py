@@ -362,12 +362,15 @@ def preset_file(spec: str | Path, preset_dir: Path) -> Path | None:
     name. So a preset name means the same thing from every directory, as a packaged trace
     name does (``envs.traces``), and a scenario or a run's config.yaml reads the same wherever
     it is run; a file of that name is still read when written as a path (``./server``) or
-    with its suffix. A Path is always a path.
+    with its suffix. A Path is always a path. The name is spelt as the folder lists its file:
+    on Windows and macOS, whose file systems find server.yaml for SERVER.yaml, "SERVER" was
+    the preset (and so named in a run's config.yaml) where Linux refused it.
     """
     if not isinstance(spec, str) or not _bare_name(spec):
         return None
     preset = preset_dir / f"{spec}.yaml"
-    return preset if unusable_path(preset) is None and preset.is_file() else None
+    return preset if (unusable_path(preset) is None and preset.is_file()
+                      and preset.name in os.listdir(preset_dir)) else None
 
 
 def path_text(path: str | os.PathLike[str]) -> str:

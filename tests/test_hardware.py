@@ -219,6 +219,35 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
     assert _context_key("article", "server", None)[:2] == (
         "article", str((PRESET_DIR / "server.yaml").resolve()))
 
+def test_a_preset_name_in_another_case_is_no_preset_on_a_case_blind_file_system(monkeypatch):
+    """On Windows and macOS, whose file systems find SERVER.yaml for server.yaml, "SERVER" and
+    "Article" were presets, named so in a run's config.yaml and in evaluate.py's sections,
+    while Linux refused both: a config written there did not run here. A preset's name is
+    spelt as its file lists it, on every file system."""
+    import os
+
+    from envs.scenario import SCENARIO_DIR, load_scenario
+    from inference.hardware import preset_file
+
+    real_is_file = Path.is_file
+
+    def case_blind(self: Path) -> bool:   # as Windows and macOS answer
+        if self.parent.is_dir():
+            for entry in os.listdir(self.parent):
+                if entry.lower() == self.name.lower():
+                    return real_is_file(self.parent / entry)
+        return real_is_file(self)
+
+    monkeypatch.setattr(Path, "is_file", case_blind)
+    assert preset_file("server", PRESET_DIR) == PRESET_DIR / "server.yaml"
+    assert preset_file("SERVER", PRESET_DIR) is None
+    assert preset_file("Article", SCENARIO_DIR) is None
+    with pytest.raises(ValueError, match=r"unknown hardware 'SERVER': not a preset"):
+        load_hardware("SERVER")
+    with pytest.raises(ValueError, match=r"unknown scenario 'Article' \(did you mean 'article'"):
+        load_scenario("Article")
+    assert load_hardware("server").name == "server"
+
 @pytest.mark.parametrize(("change", "field"), [
     (lambda r: r["links"][0].update(bandwidth=0), r"links\[0\]\.bandwidth"),
     (lambda r: device(r, "gpu").update(mem_bandwidth=0.0), r"devices\[gpu\]\.mem_bandwidth"),
