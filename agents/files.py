@@ -76,8 +76,11 @@ def zip_target(path: str | os.PathLike[str]) -> Path:
 
 
 def write_text(target: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to `target` atomically, in UTF-8, its line ends as given: text mode on
+    Windows made each "\\n" a "\\r\\n", so the same results differed from Linux's in every
+    line, and a CSV cell holding a line break read back with a "\\r" added."""
     with atomic_path(target) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", newline="")
     return Path(target)
 
 

@@ -2038,3 +2038,27 @@ def test_train_py_on_a_latin1_stdout_prints_its_table_past_a_path_it_cannot_show
     said = stdout.buffer.getvalue().decode("latin-1")
     assert f"runs\\u2192{os.sep}InferenceAlloc-v0__ppo__0__" in said
     assert "vs best-static" in said   # the comparison table, printed last
+
+
+def test_write_text_writes_the_lines_as_given_where_the_platform_ends_them_otherwise(
+        tmp_path: Path, monkeypatch) -> None:
+    """Text mode on Windows writes each "\\n" as "\\r\\n" (os.linesep): summary.csv, config.yaml
+    and the tables differed from Linux's in every line, and a label holding a line break read
+    back from summary.csv with a "\\r" added to it. They are written as given, on every
+    platform."""
+    from agents.evaluation import summary_csv
+    from agents.files import write_text
+
+    real = Path.write_text
+
+    def windows_text_mode(self, data, encoding=None, errors=None, newline=None):
+        # newline=None turns each "\n" written into os.linesep, "\r\n" on Windows
+        return real(self, data.replace("\n", "\r\n") if newline is None else data,
+                    encoding=encoding, errors=errors, newline="")
+
+    monkeypatch.setattr(Path, "write_text", windows_text_mode)
+    text = summary_csv([{"agent": "my\nppo", "mean_latency_s": 1.5}])
+    target = write_text(tmp_path / "summary.csv", text)
+    assert target.read_bytes() == text.encode("utf-8")
+    with target.open(newline="", encoding="utf-8") as file:
+        assert [row["agent"] for row in csv.DictReader(file)] == ["my\nppo"]
