@@ -181,7 +181,7 @@ def search_best_static(env: Any, path: str | os.PathLike[str] | None = None) -> 
     target = Path(path) if path is not None else None
     if target is not None and target.is_file():
         try:
-            saved = json.loads(target.read_text())
+            saved = json.loads(target.read_text(encoding="utf-8"))
             if saved.get("key") == key and saved.get("devices") == list(base.device_names):
                 p = [int(d) for d in saved["placement"]]
                 if len(p) == 3 and all(0 <= d < base.n_devices for d in p):

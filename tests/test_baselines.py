@@ -1376,3 +1376,24 @@ def test_load_sb3_reads_paths_as_load_policy_does(tmp_path: Path) -> None:
         load_sb3(tmp_path / "gone", env)
     make_sb3("ppo", env, seed=0).save(tmp_path / "m")
     assert load_sb3(tmp_path / "m", env).name == "ppo"
+
+
+def test_a_saved_best_static_is_read_in_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """The saved result was read back in the locale's encoding (cp1252 on Windows), which
+    `python -X warn_default_encoding` flags; written in UTF-8, it is read so."""
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings\n"
+            "from agents.static import search_best_static\n"
+            "from envs.inference_alloc import InferenceAllocEnv\n"
+            "env = InferenceAllocEnv('article', episode_tasks=5)\n"
+            "placement = search_best_static(env, sys.argv[1])\n"
+            "warnings.simplefilter('error', EncodingWarning)\n"
+            "env.planner = None   # a second search would fail: the saved one is read\n"
+            "assert search_best_static(env, sys.argv[1]) == placement\n")
+    done = subprocess.run([sys.executable, "-X", "warn_default_encoding", "-c", code,
+                           str(tmp_path / "best_static.json")],
+                          cwd=Path(__file__).parent.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -833,3 +833,26 @@ def test_the_cost_model_prices_the_steps_the_real_decode_runs(model, m, monkeypa
     assert work.part("weights").fixed_bytes == len(reads) * TINY.weight_bytes
     assert work.part("kv").nbytes == batch * sum(reads) * TINY.kv_bytes_per_token
     assert work.footprint == batch * (n + len(reads)) * TINY.kv_bytes_per_token
+
+
+def test_cache_entries_are_written_and_read_in_utf8_whatever_the_locale(tmp_path):
+    """An entry was written and read in the locale's encoding (cp1252 on Windows, ASCII under
+    LANG=C without UTF-8 mode), which `python -X warn_default_encoding` flags; its JSON is
+    ASCII-escaped, so it read back, but UTF-8 is what every other file of ours is."""
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings\n"
+            "from pathlib import Path\n"
+            "from inference.stages import disk_cache, load\n"
+            "src = Path(sys.argv[1])\n"
+            "src.write_bytes(b'abc')\n"
+            "cache = disk_cache.DiskCache(src.parent / 'cache', load.PREPROCESS_VERSION)\n"
+            "warnings.simplefilter('error', EncodingWarning)\n"
+            "cache.write(src, (1, 2), b'abc')\n"
+            "assert cache.lookup(src, b'abc') == (1, 2)\n"
+            "assert [s for s, _ in cache.adopt()] == [src.resolve()]\n")
+    done = subprocess.run([sys.executable, "-X", "warn_default_encoding", "-c", code,
+                           str(tmp_path / "doc.txt")], cwd=Path(__file__).parent.parent,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -71,7 +71,7 @@ class DiskCache:
         entry = {"source": str(source.resolve()), "key": key, "tokens": tokens}
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
         try:
-            with os.fdopen(fd, "w") as handle:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(entry, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -136,7 +136,7 @@ class DiskCache:
 def _read_entry(path: Path) -> tuple[str, dict[str, object], tuple[int, ...]] | None:
     """(source, key, tokens) of the entry in `path`, or None when it holds no readable entry."""
     try:
-        entry = json.loads(path.read_text())
+        entry = json.loads(path.read_text(encoding="utf-8"))
         source, key, tokens = entry["source"], entry["key"], tuple(entry["tokens"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
