@@ -21,7 +21,8 @@ True``: it then refuses a batch of more than one observation (it would answer ev
 its own env's task), and so ``train.py`` refuses it as its conservative policy for
 ``--n-envs`` above 1, and for ``--vec-env subproc``, whose envs step in other processes.
 Importing runs the module's code, as ``python -c "import mine"`` would: name only modules you
-trust.
+trust. ``train.py --callbacks`` names callbacks of yours the same way (``import_target``, used by
+``agents.user_callbacks``).
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ _IMPORT_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-
 PATTERN = "<module>:<attribute>"
 
 
+def is_module_attribute(name: str) -> bool:
+    """Whether `name` reads as ``<module>:<attribute>``, whatever the module."""
+    return bool(_IMPORT_NAME.match(name.strip()))
+
+
 def is_import_name(name: str) -> bool:
-    """Whether `name` reads as ``<module>:<attribute>``. ``static:<devices>`` is the fixed
-    placement's pattern and wins: a module of yours named ``static`` is not reachable here."""
-    key = name.strip()
-    return bool(_IMPORT_NAME.match(key)) and not key.lower().startswith("static:")
+    """Whether `name` reads as a policy's ``<module>:<attribute>``. ``static:<devices>`` is the
+    fixed placement's pattern and wins: a module of yours named ``static`` is not reachable
+    here."""
+    return is_module_attribute(name) and not name.strip().lower().startswith("static:")
 
 
 class ImportNameError(ValueError):
@@ -63,10 +69,11 @@ class ImportNameError(ValueError):
         self.missing_module = missing_module
 
 
-def import_target(name: str) -> Any:
+def import_target(name: str, what: str = "policy") -> Any:
     """The object `name` (``<module>:<attribute>``) names. Raises ImportNameError naming
     what is missing: the module (a module the named one imports, missing, is its own error),
-    or the attribute, with the module's nearest names."""
+    or the attribute, with the module's nearest names. `what` heads each message: what the
+    name is read as (``policy``, or ``--callbacks`` for ``agents.user_callbacks``)."""
     module_name, _, attribute = name.strip().partition(":")
     cwd = os.getcwd()
     added = cwd not in {os.path.abspath(p) for p in sys.path}      # '' is the cwd too
@@ -79,13 +86,13 @@ def import_target(name: str) -> Any:
             raise   # the module exists, and one it imports does not: that is its own error
         stem = module_name.removesuffix(".py")
         hint = f"; name the module, {stem}, not its file" if stem != module_name else ""
-        raise ImportNameError(f"policy {shown(name)}: no module named {shown(module_name)} in the "
+        raise ImportNameError(f"{what} {shown(name)}: no module named {shown(module_name)} in the "
                               f"working directory ({cwd}) or on sys.path{hint}",
                               missing_module=True) from None
     except (ValueError, TypeError) as exc:
-        # the CLIs print these as one line: name the policy, and where its code raised
-        raise ImportNameError(f"policy {shown(name)}: importing {module_name} raised "
-                              f"{type(exc).__name__}: {exc}{_raised_at(exc)}") from exc
+        # the CLIs print these as one line: name the name, and where its code raised
+        raise ImportNameError(f"{what} {shown(name)}: importing {module_name} raised "
+                              f"{type(exc).__name__}: {exc}{raised_at(exc)}") from exc
     finally:
         if added:
             sys.path.remove(cwd)
@@ -97,7 +104,7 @@ def import_target(name: str) -> Any:
             # envs) is the one taken, not a file of that name in the working directory
             where = f" ({target.__file__})" if target is module and getattr(
                 module, "__file__", None) else ""
-            raise ImportNameError(f"policy {shown(name)}: {getattr(target, '__name__', target)}"
+            raise ImportNameError(f"{what} {shown(name)}: {getattr(target, '__name__', target)}"
                                   f"{where} has no attribute {shown(part)}"
                                   f"{did_you_mean([part], public)}")
         target = getattr(target, part)
@@ -146,7 +153,7 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
             except (ValueError, TypeError) as exc:
                 # the CLIs print these as one line: name the policy, and where its code raised
                 raise ValueError(f"policy {shown(name)}: building it raised "
-                                 f"{type(exc).__name__}: {exc}{_raised_at(exc)}") from exc
+                                 f"{type(exc).__name__}: {exc}{raised_at(exc)}") from exc
         if not callable(getattr(policy, "predict", None)):
             raise ValueError(f"policy {shown(name)} built a {type(policy).__name__}, which has "
                              f"no predict(observation, state, episode_start, deterministic)")
@@ -155,7 +162,7 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
     return build
 
 
-def _raised_at(exc: BaseException) -> str:
+def raised_at(exc: BaseException) -> str:
     """`` (file, line n)`` of the innermost frame `exc` was raised in."""
     frames = traceback.extract_tb(exc.__traceback__)
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
