@@ -149,6 +149,13 @@ class TrainConfig:
     validation_seed: int = field(default=VALIDATION_SEED, metadata=_help(
         "workload seed of --select-best's validation episode: not --eval-seed, a training "
         "seed or evaluate.py's held-out seeds (--resume keeps the run's own)"))
+    callbacks: list[str] = field(default_factory=list, metadata=_help(
+        "Stable-Baselines3 callbacks of yours, each <module>:<attribute> (mine:LogQueues: "
+        "LogQueues of mine.py in the working directory): a BaseCallback, or a class or function "
+        "that builds one with no argument, fresh for each run (an object is copied); they run "
+        "after ours, on the run's model and logger, and one whose _on_step returns False ends "
+        "the run there (--resume continues it, with the run's callbacks unless --callbacks is "
+        "given; --callbacks alone: none)", nargs="*", metavar="MODULE:ATTRIBUTE"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar while training"))
 
     def __post_init__(self) -> None:

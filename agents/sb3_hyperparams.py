@@ -136,7 +136,8 @@ ZOO_OPTIONS = {"n_timesteps": "set it with train.py's --timesteps",
                              "--episode-tasks and --reward",
                "frame_stack": NO_WRAPPER, "env_wrapper": NO_WRAPPER,
                "vec_env_wrapper": NO_WRAPPER, "normalize_kwargs": NO_WRAPPER,
-               "callback": "train.py has none: see its --checkpoint-interval and --eval-interval"}
+               "callback": "name yours with train.py's --callbacks <module>:<attribute> (the "
+                           "zoo's my_pkg.callbacks.MyCallback is my_pkg.callbacks:MyCallback)"}
 
 
 def check_keys(name: str, params: dict[str, Any]) -> None:

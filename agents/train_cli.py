@@ -7,6 +7,7 @@
     python train.py --resume                      # continue the newest run to --timesteps
     python train.py --select-best                 # also keep the best model seen on a validation
                                                   # episode: best_model.zip in each run folder
+    python train.py --callbacks mine:LogQueues    # SB3 callbacks of yours (mine.py's LogQueues)
     tensorboard --logdir runs
 
 Each agent x warm-up spec x seed is one run in runs/{env}__{agent}[-warm]__{seed}__{time}/

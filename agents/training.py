@@ -26,6 +26,12 @@ partial warm-ups read ``-warm-clone+guard``) holds:
   model replaces it only by beating it), which may be of steps past the checkpoint resumed
   from; ``evaluate.py --models RUN/best_model.zip`` evaluates it as ``<agent>@best``.
 
+A callback of yours (``--callbacks``, ``agents.user_callbacks``) that stops training ends the
+run at that step as if it were its last: model.zip is saved, scored on the held-out episode and
+in the table, and the run's line says which callback stopped it at which step of
+``--timesteps``; ``--resume`` continues it, as callbacks are no part of the model (a resume may
+add, change or drop them: ``RESUMABLE``; config.yaml records those of the run's last session).
+
 What a failed run leaves: the folder is created only once the env and the agent are built
 (warm-up cloning included), so bad options never leave one. If training then fails (or is
 interrupted) before the first checkpoint, the folder is removed; after it, the folder is
@@ -114,6 +120,7 @@ from agents.run_folder import (
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
 from agents.static import unwrap_env
+from agents.user_callbacks import UserCallbacks, check_callbacks
 from agents.vec_envs import close_venv, first_env, training_venv
 from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions, attach_warmup
 from envs.reference import setting_key
@@ -124,7 +131,7 @@ from inference.messages import did_you_mean, shown
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
              "eval_interval", "metrics_window", "vec_env", "per_sample_interval",
-             "log_interval"}
+             "log_interval", "callbacks"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
 # and final/ row (or its later points would come from another episode on the same curves as
 # the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
@@ -180,6 +187,9 @@ class RunResult:
     # the eval/ curves' last point (``HeldOutEval.last``: step, per-task latencies), if any
     evaluated: tuple[int, np.ndarray] | None = None
     best: SelectedModel | None = None       # --select-best's best_model.zip
+    # where a callback of yours (--callbacks) ended training short of --timesteps: which, at
+    # which step, and how to continue (``UserCallbacks.stopped``)
+    stopped: str | None = None
 
 
 @dataclass
@@ -239,6 +249,10 @@ def plan(config: TrainConfig) -> list[RunSpec]:
                               f"{program('train')} trains {', '.join(SB3_NAMES)} "
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
+    try:
+        check_callbacks(config.callbacks)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     env = env_for(config)
     warming = any(w != "none" for w in specs)
     try:
@@ -415,6 +429,10 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     if steps >= cfg.timesteps:
         raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
                           f"above that (the new total) to continue it")
+    try:    # the run's own (config.yaml names them as given, imported from here) or new ones
+        check_callbacks(cfg.callbacks)
+    except ValueError as exc:
+        raise ConfigError(f"--resume {run_dir.name}: {exc}") from None
     # cfg.hp: every hyper-parameter the run was built with, a warm start's included
     seed = resume_seed(spec.seed, steps)
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
@@ -504,12 +522,15 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             drop_events_past(logger, model.num_timesteps)
         model.set_logger(logger)
         callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best)
+        # yours last: ours write and checkpoint as they would without them
+        user = UserCallbacks(cfg.callbacks) if cfg.callbacks else None
         start, t0 = model.num_timesteps, time.perf_counter()
         if fresh:
             write_text(run_dir / "config.yaml", to_yaml(cfg))
         # SB3's own log_interval unless one is given: each algorithm's default differs
         interval = {} if cfg.log_interval is None else {"log_interval": cfg.log_interval}
-        agent.learn(cfg.timesteps - start, callback=callbacks, reset_num_timesteps=fresh,
+        agent.learn(cfg.timesteps - start, callback=callbacks + ([user] if user else []),
+                    reset_num_timesteps=fresh,
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar, **interval)
         seconds = time.perf_counter() - t0
         # a resume continues from model.zip when it is the newest: DQN and SAC need their
@@ -521,8 +542,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         kept = bool(checkpoints(run_dir))
         if not kept:
             shutil.rmtree(run_dir, ignore_errors=True)
-        what = (f"kept {run_dir} (continue it with: {command('train')} --resume {run_dir.name} "
-                f"--log-dir {run_dir.parent})" if kept else f"removed {run_dir} (no checkpoint)")
+        what = (f"kept {run_dir} (continue it with: {_resume_command(run_dir)})" if kept
+                else f"removed {run_dir} (no checkpoint)")
         if isinstance(exc, Exception):
             raise RunFailed(f"run {run_dir.name} failed ({type(exc).__name__}: {exc}); "
                             f"{what}") from exc
@@ -530,7 +551,9 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         raise
     result = RunResult(run_dir, spec, model.num_timesteps, seconds,
                        new_steps=model.num_timesteps - start,
-                       evaluated=held.last if held is not None else None)
+                       evaluated=held.last if held is not None else None,
+                       stopped=user.stopped(model.num_timesteps, cfg.timesteps,
+                                            _resume_command(run_dir)) if user else None)
     try:
         if cfg.eval_tasks:
             final_metrics(result, cfg, logger)
@@ -551,6 +574,11 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     finally:
         logger.close()
     return result
+
+
+def _resume_command(run_dir: Path) -> str:
+    """The command that continues the run in `run_dir`."""
+    return f"{command('train')} --resume {run_dir.name} --log-dir {run_dir.parent}"
 
 
 def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
@@ -777,6 +805,8 @@ def finished_line(r: RunResult) -> str:
                  f"mean latency {r.best.latency.mean():.2f} s = {r.best.vs_best_static:.3f}x "
                  "best-static")
     steps = f"{r.steps} steps" if new == r.steps else f"{r.steps} steps ({new} new)"
+    if r.stopped is not None:
+        steps += f", {r.stopped}"
     return (f"finished {r.spec.label} seed {r.spec.seed}: {steps} in {r.seconds:.0f} s "
             f"({sps:.0f} steps/s){held} -> {r.run_dir}")
 

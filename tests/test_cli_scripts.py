@@ -510,7 +510,7 @@ def test_an_unknown_agent_or_a_trainers_key_is_named_as_such() -> None:
 @pytest.mark.parametrize(("key", "pointer"), [
     ("n_timesteps", "train.py's --timesteps"), ("normalize", "train.py's --normalize"),
     ("n_envs", "train.py's --n-envs"), ("frame_stack", "train.py has none"),
-    ("env_wrapper", "train.py has none"),
+    ("env_wrapper", "train.py has none"), ("callback", "train.py's --callbacks"),
 ])
 def test_an_rl_zoo_option_among_the_hyperparameters_points_to_train_py(key, pointer, tmp_path,
                                                                        capsys) -> None:

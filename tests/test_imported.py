@@ -3,6 +3,7 @@ baselines of evaluate.py and train.py's conservative policy."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import re
@@ -188,14 +189,24 @@ class SplitBelowDevices(SplitDeviceIds):
 '''
 
 
+@contextlib.contextmanager
+def module_in_cwd(source: str, prefix: str, tmp_path: Path, monkeypatch) -> Iterator[str]:
+    """A module of the user's, `source`, in the working directory (`tmp_path`, not on
+    sys.path) under a name of its own, forgotten by the process afterwards."""
+    name = f"{prefix}_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.chdir(tmp_path)
+    try:
+        yield name
+    finally:
+        sys.modules.pop(name, None)
+
+
 @pytest.fixture
 def user_module(tmp_path: Path, monkeypatch) -> Iterator[str]:
     """A module of the user's in the working directory (not on sys.path), imported by name."""
-    name = f"mine_{tmp_path.name.replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(USER_MODULE))
-    monkeypatch.chdir(tmp_path)
-    yield name
-    sys.modules.pop(name, None)
+    with module_in_cwd(USER_MODULE, "mine", tmp_path, monkeypatch) as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
