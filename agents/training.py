@@ -555,6 +555,10 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                        stopped=user.stopped(model.num_timesteps, cfg.timesteps,
                                             _resume_command(run_dir)) if user else None)
     try:
+        if result.stopped is not None:
+            # what was recorded since the last write (the stopped rollout's latency/, yours),
+            # at the stop; final/ follows at the same step
+            logger.dump(result.steps)
         if cfg.eval_tasks:
             final_metrics(result, cfg, logger)
         if selection is not None and selection.best is not None:

@@ -154,9 +154,11 @@ def test_an_early_stop_leaves_a_resumable_run_with_its_model_and_a_table(
                      rf"of 128 \(continue it with: python train\.py --resume {run.name} "
                      rf"--log-dir runs\) in", out), out
     assert "| ppo | " in out and "| best-static | " in out        # the table, as ever
-    # final/ and eval/ score the model it saved, at the step it stopped at
+    # final/ and eval/ score the model it saved, at the step it stopped at, and the curves
+    # reach it: the stop came before its rollout's end, where latency/ is recorded
     assert list(read_scalars(run, "final/vs_best_static")[0]) == [56]
     assert list(read_scalars(run, "eval/vs_best_static")[0]) == [0, 56]
+    assert list(read_scalars(run, "latency/mean")[0]) == [16, 32, 48, 56]
     # resumed with its callback, it would stop again at once: --callbacks alone drops it
     assert main(["--resume", "--callbacks", "--no-progress-bar", *args]) == 0
     out = capsys.readouterr().out
@@ -300,4 +302,7 @@ def test_the_readmes_callbacks_log_and_stop(tmp_path: Path, monkeypatch, capsys)
     (run,) = Path("runs").iterdir()
     assert f"stopped by callback '{module}:stop' at step 20 of 64" in capsys.readouterr().out
     steps, queue = read_scalars(run, "mine/queue_s")
-    assert list(steps) == [16] and np.all(queue >= 0)
+    # written at the first rollout's end and, with no final/ row to write them (--eval-tasks
+    # 0), at the stop: what it recorded since is not lost
+    assert list(steps) == [16, 20] and np.all(queue >= 0)
+    assert list(read_scalars(run, "latency/mean")[0]) == [16, 20]
