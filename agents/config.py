@@ -71,8 +71,8 @@ class TrainConfig:
     """What `python train.py` trains (each agent x warm-up spec x seed is one run)."""
 
     agents: list[str] = field(default_factory=lambda: ["ppo"], metadata=_help(
-        "SB3 agents to train: ppo, a2c (both envs), dqn, maskable-ppo (InferenceAlloc-v0 "
-        "only), sac (InferenceAllocSplit-v0 only)"))
+        "SB3 agents to train: ppo, a2c, trpo (both envs), dqn, maskable-ppo "
+        "(InferenceAlloc-v0 only), sac (InferenceAllocSplit-v0 only)"))
     warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
         "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
         "(guard only with conservative)"))
@@ -125,7 +125,7 @@ class TrainConfig:
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
         "the devices/ means and warmup/conservative_acting"))
     log_interval: int | None = field(default=None, metadata=_help(
-        "rollouts (ppo, a2c, maskable-ppo) or episodes (dqn, sac) between writes of the "
+        "rollouts (ppo, a2c, maskable-ppo, trpo) or episodes (dqn, sac) between writes of the "
         "TensorBoard scalars other than latency/per_sample and eval/ (default: SB3's: 1 "
         "rollout, 100 for a2c, 4 episodes; PPO's 16-step rollouts write ~90 KB a thousand "
         "steps)"))

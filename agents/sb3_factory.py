@@ -8,7 +8,8 @@
 DQN needs a ``Discrete`` action space, so its env is wrapped to flatten
 ``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``; the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
 with the env's own actions. DQN and MaskablePPO act in ``InferenceAlloc-v0`` only,
-SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``sb3_hyperparams.ONLY_ENV``).
+SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``sb3_hyperparams.ONLY_ENV``);
+PPO, A2C and sb3-contrib's TRPO in both.
 """
 
 from __future__ import annotations
@@ -246,8 +247,9 @@ def saved_data(path: Path) -> dict[str, Any]:
 def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
     """The algorithm of a zip SB3 saved itself (no ``infer_agent``), from what SB3 records.
 
-    The policy class's module tells DQN, SAC and MaskablePPO apart; PPO and A2C share
-    ActorCriticPolicy, and only PPO saves a clip range.
+    The policy class's module tells DQN, SAC and MaskablePPO apart; PPO, A2C and TRPO share
+    ActorCriticPolicy (sb3-contrib's TRPO policies are SB3's), and only PPO saves a clip range,
+    only TRPO the conjugate-gradient steps of its update.
     """
     policy = data.get("policy_class")
     module = policy.get("__module__") if isinstance(policy, dict) else None
@@ -260,6 +262,8 @@ def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
     if module.startswith("stable_baselines3.sac"):
         return "sac"
     if module.startswith("stable_baselines3.common.policies"):
+        if "cg_max_steps" in data:
+            return "trpo"
         return "ppo" if "clip_range" in data else "a2c"
     return None
 
@@ -282,7 +286,7 @@ def _model_info(p: Path, data: dict[str, Any]) -> tuple[str, str]:
         if name is None:
             raise ValueError(f"model file {p} does not say which agent it holds: it has no "
                              f"infer_agent entry, and its policy is not one of SB3's PPO, A2C, "
-                             f"DQN, SAC or sb3-contrib's MaskablePPO (save models with "
+                             f"DQN, SAC or sb3-contrib's MaskablePPO or TRPO (save models with "
                              f"SB3Agent.save or train them with {program('train')})")
     if not isinstance(name, str) or name not in ALGORITHMS:   # a list or dict is unhashable
         raise ValueError(f"model file {p} does not say which agent it holds (infer_agent={name!r})")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from sb3_contrib import MaskablePPO
+from sb3_contrib import TRPO, MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
@@ -31,7 +31,8 @@ from inference.messages import did_you_mean, shown
 from inference.yamlio import describe_yaml_error, load_yaml_file, path_version, safe_load
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
-                                              "maskable-ppo": MaskablePPO, "sac": SAC}
+                                              "maskable-ppo": MaskablePPO, "sac": SAC,
+                                              "trpo": TRPO}
 # The agents whose action space is one env's only: DQN and MaskablePPO take discrete actions
 # (InferenceAlloc-v0's device ids), SAC a Box (InferenceAllocSplit-v0's split weights).
 ONLY_ENV = {"dqn": ENV_IDS[0], "maskable-ppo": ENV_IDS[0], "sac": ENV_IDS[1]}

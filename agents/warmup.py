@@ -5,7 +5,7 @@ Three parts, each optional, composable with any SB3 agent:
 1. conservative initial allocation -- for the first ``steps`` decisions a
    conservative policy (any fixed one, e.g. heft-calibrated, best-static, or heft-split
    in InferenceAllocSplit-v0) acts while the learner stores and learns from those
-   transitions. For PPO/A2C the policy's forward pass returns the conservative
+   transitions. For PPO/A2C/TRPO the policy's forward pass returns the conservative
    action with the learner's own value and log-probability of it, so the rollout
    is consistent and the update pulls the learner toward actions that paid; for
    the off-policy DQN and SAC it takes the exploration steps, in place of SB3's

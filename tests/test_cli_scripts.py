@@ -1377,6 +1377,20 @@ def test_help_shows_each_options_default() -> None:
         "--clone-samples")[1].split("--scenario")[0]       # its own words, not appended twice
 
 
+def test_help_names_every_agent_train_py_trains_with_the_envs_it_acts_in() -> None:
+    """--agents' help lists the learners: one the registry gained (trpo) was missing there."""
+    from agents.sb3_hyperparams import ALGORITHMS, ONLY_ENV
+
+    text = " ".join(build_parser(TrainConfig).format_help().split())
+    agents = text.split("--agents X [X ...]")[2].split("--warmup")[0]
+    for group in re.findall(r"([\w, -]+?) \(([\w-]+ only|both envs)\)", agents):
+        names, where = [n.strip() for n in group[0].lstrip(":, ").split(",")], group[1]
+        for name in names:
+            assert ONLY_ENV.get(name, "both envs") == where.removesuffix(" only"), (name, where)
+    listed = re.findall(r"[a-z][\w-]*", re.sub(r"\([^)]*\)|SB3 agents to train", "", agents))
+    assert sorted(listed) == sorted(ALGORITHMS)
+
+
 def test_help_says_which_runs_ignore_the_warmup_options() -> None:
     """--conservative and --clone-samples apply per warm-up spec (a shared flag set serves
     --warmup none all), so a run without warm-up, or without cloning, takes them and ignores

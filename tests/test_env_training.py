@@ -149,19 +149,22 @@ def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
 
 @pytest.mark.parametrize(("algo", "env_id", "name"), [
     ("PPO", V0, "ppo"), ("A2C", SPLIT, "a2c"), ("DQN", V0, "dqn"), ("MaskablePPO", V0, "maskable-ppo"),
+    # TRPO's policy is SB3's ActorCriticPolicy, as PPO's and A2C's: told apart by its settings
+    ("TRPO", V0, "trpo"), ("TRPO", SPLIT, "trpo"),
 ])
 def test_a_zip_saved_by_sb3_itself_is_recognised_and_evaluated(
         tmp_path: Path, algo: str, env_id: str, name: str) -> None:
     """A model saved with SB3's own save() has no infer_agent: its algorithm and env come
     from the policy class and action space SB3 records (evaluate.py --models used to refuse it,
     and ran a Split model on InferenceAlloc-v0)."""
+    from sb3_contrib import TRPO
     from stable_baselines3 import A2C, DQN
 
     from agents.config import EvalConfig
     from agents.reporting import discover_models
     from agents.sb3_factory import FlatDiscreteActions, saved_model_info
 
-    classes = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "MaskablePPO": MaskablePPO}
+    classes = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "MaskablePPO": MaskablePPO, "TRPO": TRPO}
     env = make(env_id)
     sb3_env = FlatDiscreteActions(env) if algo == "DQN" else env
     classes[algo]("MlpPolicy", sb3_env, device="cpu", seed=0).save(tmp_path / "plain.zip")

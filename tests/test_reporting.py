@@ -146,6 +146,34 @@ def test_a_model_zip_older_than_a_checkpoint_is_named_in_a_note(tmp_path: Path) 
             f"{run} finishes it)"]
 
 
+def test_trpo_runs_are_found_and_evaluated_in_the_env_they_trained_in(tmp_path: Path) -> None:
+    """evaluate.py --runs finds train.py's TRPO runs, warm-started (the warm-up's policy class
+    in the zip) or not, and --models a bare TRPO zip by the env its actions are of; each
+    loads as TRPO and is evaluated beside the baselines."""
+    from agents.registry import load_policy
+    from agents.warmup import WarmActorCriticPolicy, WarmupConfig
+
+    runs = tmp_path / "runs"
+    fake_run(runs, "a", agents=["trpo"], warmup=["none"])
+    warm = fake_run(runs, "b", agents=["trpo"], warmup=["all"], env_id=SPLIT,
+                    conservative="heft-split")
+    env = env_for(TrainConfig(env_id=SPLIT), episode_tasks=10)
+    make_sb3("trpo", env, seed=0, warmup=WarmupConfig(
+        conservative="heft-split", clone_samples=20, clone_epochs=1)).save(warm / "model.zip")
+    make_sb3("trpo", env, seed=0).save(tmp_path / "bare")
+    assert isinstance(load_policy(warm / "model.zip", env).model.policy, WarmActorCriticPolicy)
+    entries, _ = discover_models(cfg_for(runs=str(runs)))
+    assert sorted((e.label, e.env_id) for e in entries) == [
+        ("trpo", "InferenceAlloc-v0"), ("trpo-warm", SPLIT)]
+    [bare], _ = discover_models(cfg_for(models=[str(tmp_path / "bare.zip")]))
+    assert (bare.label, bare.env_id) == ("bare", SPLIT)
+    cfg = cfg_for(runs=str(runs), baselines=["best-static"])
+    rows = [r.row() for r in evaluate_agents(cfg, [*entries, bare], ["article"])]
+    models = {r["agent"] for r in rows if r["kind"] == "model"}
+    assert models == {"trpo", "trpo-warm", "bare"}
+    assert all(np.isfinite(r["mean_latency_s"]) and r["n"] == 1 for r in rows)
+
+
 def test_a_checkpoint_keeps_its_runs_settings_and_says_its_step(tmp_path: Path) -> None:
     run = fake_run(tmp_path, "run", agents=["a2c"], warmup=["none"], env_id=SPLIT,
                    scenario="bursty")

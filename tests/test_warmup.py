@@ -160,7 +160,7 @@ def test_cloning_fits_every_training_sample_once_an_epoch_and_scores_on_a_fifth_
     assert scored == [n - held, held]
 
 
-@pytest.mark.parametrize(("name", "fit"), [("ppo", 0.25), ("dqn", 0.75)])
+@pytest.mark.parametrize(("name", "fit"), [("ppo", 0.25), ("dqn", 0.75), ("trpo", 0.25)])
 def test_cloning_fits_the_critic_to_the_returns_earned(name, fit):
     """The critic (DQN: the Q-value of the cloned action) learns the discounted return the
     conservative policy earned: its squared error on the cloning samples falls."""
@@ -203,7 +203,7 @@ def test_warmup_actions_in_the_split_env_are_one_hot_in_its_box():
             as_env_actions(np.array(ids), space)
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn"])
+@pytest.mark.parametrize("name", ["ppo", "dqn", "trpo"])
 def test_the_first_k_decisions_are_the_conservative_policys(name):
     k = 40
     env = _env(tasks=200)
@@ -257,7 +257,7 @@ def test_the_guard_trips_on_a_planted_bad_sb3_learner():
     assert agent.warmup.guard_trips >= 1
 
 
-@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "maskable-ppo"])
+@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "maskable-ppo", "trpo"])
 def test_every_sb3_agent_saves_loads_and_predicts_the_same(name, tmp_path):
     env = _env(tasks=100)
     agent = make_sb3(name, env, seed=0, overrides={"learning_starts": 0} if name == "dqn" else None)
@@ -271,6 +271,74 @@ def test_every_sb3_agent_saves_loads_and_predicts_the_same(name, tmp_path):
     after = loaded.predict(obs, deterministic=True, **kwargs)[0]
     assert np.array_equal(before, after)
     assert np.asarray(before).shape == (8, 3)
+
+
+@pytest.mark.parametrize("env_id", ["InferenceAlloc-v0", "InferenceAllocSplit-v0"])
+@pytest.mark.parametrize("warm", [False, True])
+def test_trpo_trains_cold_or_warm_in_either_env_and_loads_back(env_id, warm, tmp_path):
+    """sb3-contrib's TRPO, in the device-id env (MultiDiscrete) and the Split env (Box), from
+    scratch or from a clone (the warm-up's ActorCriticPolicy subclass): each rollout takes a
+    trust-region step of the actor and fits the critic, and the saved model is a TRPO that
+    acts as the trained one did, with actions the env takes."""
+    from sb3_contrib import TRPO
+
+    from agents.sb3_factory import saved_model_info
+    from agents.warmup import WarmActorCriticPolicy
+
+    env = _env(tasks=100, env_id=env_id)
+    conservative = "heft-split" if env_id == "InferenceAllocSplit-v0" else "heft-calibrated"
+    warmup = WarmupConfig(conservative=conservative, steps=40, clone_samples=200,
+                          clone_epochs=2, guard_window=20, guard_cooldown=10) if warm else None
+    agent = make_sb3("trpo", env, seed=0, warmup=warmup)
+    policy = agent.model.policy
+    assert isinstance(policy, WarmActorCriticPolicy) == warm
+    assert (agent.clone_stats is not None) == warm
+    actor = [p.detach().clone() for p in policy.action_net.parameters()]
+    critic = [p.detach().clone() for p in policy.value_net.parameters()]
+    rollouts = 3
+    agent.learn(rollouts * agent.model.n_steps)
+    assert agent.model._n_updates == rollouts
+    assert not all(torch.equal(a, b) for a, b in zip(actor, policy.action_net.parameters(),
+                                                      strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(critic, policy.value_net.parameters(),
+                                                      strict=True))
+    path = agent.save(tmp_path / "trpo")
+    assert saved_model_info(path) == ("trpo", env_id)
+    loaded = load_policy(path, env)
+    assert loaded.name == "trpo" and isinstance(loaded.model, TRPO)
+    obs = np.stack([env.reset(seed=s)[0] for s in range(8)])
+    actions = loaded.predict(obs, deterministic=True)[0]
+    np.testing.assert_array_equal(actions, agent.predict(obs, deterministic=True)[0])
+    space = env.action_space
+    assert all(space.contains(np.asarray(a, dtype=space.dtype)) for a in actions)
+
+
+@pytest.mark.parametrize("env_id", ["InferenceAlloc-v0", "InferenceAllocSplit-v0"])
+def test_trpos_update_starts_from_the_conservative_actions_own_log_probability(env_id):
+    """The warm policy's forward() scores the conservative policy's action with the learner's
+    own distribution; TRPO's update recomputes that log-probability with get_distribution()
+    and steps on the ratio of the two. Both must agree before the step (ratio 1), or the
+    surrogate objective the line search must improve is off from its first rollout."""
+    env = _env(tasks=100, env_id=env_id)
+    conservative = "heft-split" if env_id == "InferenceAllocSplit-v0" else "heft-calibrated"
+    agent = make_sb3("trpo", env, seed=0, warmup=WarmupConfig(
+        conservative=conservative, steps=1000, clone=False, guard=False))
+    model = agent.model
+    ratios: list[torch.Tensor] = []
+    train = model.train
+
+    def checked_train() -> None:
+        data = next(model.rollout_buffer.get(batch_size=None))
+        with torch.no_grad():
+            log_prob = model.policy.get_distribution(data.observations).log_prob(data.actions)
+        ratios.append(torch.exp(log_prob - data.old_log_prob))
+        train()
+
+    model.train = checked_train
+    agent.learn(2 * model.n_steps)
+    assert agent.warmup.decisions >= 2 * model.n_steps and len(ratios) == 2
+    for ratio in ratios:
+        torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-4)
 
 
 def test_unknown_agent_and_missing_model_give_clear_errors(tmp_path):
@@ -761,7 +829,8 @@ def test_a_split_clone_gives_no_share_where_heft_split_gives_none():
     assert np.mean(predicted[left_out] > -1.0) < 0.15      # 0.32 when fitted onto the edge
 
 
-def test_a_split_learner_learns_heft_splits_actions_below_the_edge_where_it_gives_no_share():
+@pytest.mark.parametrize("name", ["ppo", "trpo"])
+def test_a_split_learner_learns_heft_splits_actions_below_the_edge_where_it_gives_no_share(name):
     """When heft-split acts for the Split-env PPO, PPO stores that action (unclipped) and
     updates towards it. Stored on the box's edge (-1), it pulled the clone's mean up from
     ``BOX_EDGE_MARGIN`` below the edge to just inside it, to sliver shares (eval/ 0.42-0.45x
@@ -772,7 +841,7 @@ def test_a_split_learner_learns_heft_splits_actions_below_the_edge_where_it_give
     from agents.warmup import BOX_EDGE_MARGIN
 
     env = gym.make("envs:InferenceAllocSplit-v0", episode_tasks=50, reward="relative")
-    agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(
+    agent = make_sb3(name, env, seed=0, warmup=WarmupConfig(
         conservative="heft-split", steps=1000, clone=False, guard=False), overrides={"n_steps": 32, "batch_size": 32})
     ctl = agent.warmup
     chosen, sent = ctl.actions, []
