@@ -189,6 +189,15 @@ HP_RANGES: dict[str, tuple[float | None, float | None]] = {
     # (stats_window_size=-1: deque's "maxlen must be non-negative"; train_freq=0: an assert)
     "stats_window_size": (0, None), "train_freq": (1, None),
     "target_kl": (1e-9, None), "clip_range_vf": (1e-9, None),
+    # TRPO's, which it takes without a word: with cg_max_steps=0 it steps along its solver's
+    # random starting point, not the gradient; line_search_max_iter=0 tries no step, so the
+    # policy never moves; a shrinking factor above 1 grows the step it is to shrink; negative
+    # damping makes the Fisher product indefinite; n_critic_updates=0 never trains the critic
+    # (its loss logged as the NaN mean of none); sub_sampling_factor=0 failed in the update
+    # (a slice step of zero)
+    "cg_max_steps": (1, None), "cg_damping": (0.0, None),
+    "line_search_shrinking_factor": (1e-9, 1.0), "line_search_max_iter": (1, None),
+    "n_critic_updates": (1, None), "sub_sampling_factor": (1, None),
 }
 # Numbers whose SB3 default is None (off), so that the default gives no type to check against:
 # target_kl=abc failed inside the run, and target_kl <= 0 stopped each update after one batch.

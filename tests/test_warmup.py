@@ -399,6 +399,31 @@ def test_dqn_ranges_are_checked_to_their_bounds_inclusive():
     assert make_sb3("dqn", env, seed=0, overrides=bounds).model.exploration_fraction == 1.0
 
 
+@pytest.mark.parametrize(("key", "value", "bounds"), [
+    ("cg_max_steps", 0, ">= 1"),           # stepped along the solver's random start
+    ("line_search_max_iter", 0, ">= 1"),   # tried no step: the policy never moved
+    ("line_search_shrinking_factor", 1.5, r"in \[1e-09, 1.0\]"),   # grew the step
+    ("cg_damping", -0.1, ">= 0.0"),        # an indefinite Fisher product
+    ("n_critic_updates", 0, ">= 1"),       # never trained the critic
+    ("sub_sampling_factor", 0, ">= 1"),    # a slice step of zero, inside the update
+    ("target_kl", 0.0, ">= 1e-09"),        # no step is ever inside a trust region of 0
+])
+def test_trpos_update_settings_are_checked_before_the_model_is_built(key, value, bounds):
+    """SB3-contrib's TRPO stores them as given; each out of range trained a policy that never
+    moved, or moved anywhere, or failed once training had started."""
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
+    with pytest.raises(ValueError, match=f"hyper-parameter {key} must be {bounds}, got "
+                                         f"{re.escape(str(value))}"):
+        make_sb3("trpo", env, seed=0, overrides={key: value})
+    with pytest.raises(ValueError, match=f"hyper-parameter {key} must be a number|must be an "
+                                         f"integer"):
+        make_sb3("trpo", env, seed=0, overrides={key: None})   # TRPO has no "off" for these
+    edge = {"cg_max_steps": 1, "line_search_max_iter": 1, "line_search_shrinking_factor": 1.0,
+            "cg_damping": 0.0, "n_critic_updates": 1, "sub_sampling_factor": 1}
+    model = make_sb3("trpo", env, seed=0, overrides=edge).model
+    assert (model.cg_max_steps, model.line_search_shrinking_factor) == (1, 1.0)
+
+
 def test_gradient_steps_zero_is_refused_as_it_would_never_train():
     """SB3 takes gradient_steps=0 and skips every update: the run's model stayed as built."""
     env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
