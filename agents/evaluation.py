@@ -249,7 +249,8 @@ class OnlineStudy:
 
 
 ONLINE_LEARNERS = {"ppo": ("ppo", None), "ppo-warm": ("ppo", "all"),
-                   "dqn": ("dqn", None), "dqn-warm": ("dqn", "all")}
+                   "dqn": ("dqn", None), "dqn-warm": ("dqn", "all"),
+                   "trpo": ("trpo", None), "trpo-warm": ("trpo", "all")}
 ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
 
 
@@ -259,7 +260,8 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                  ) -> OnlineStudy:
     """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
 
-    Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``) are fresh agents (training seed =
+    Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``; the
+    evaluate.py study runs ``reporting.FULL_ONLINE``'s) are fresh agents (training seed =
     the stream's seed, so a stream studied alone gets the learner it gets among others) that learn as they go; ``best-static`` and ``oracle`` are the
     references, run once per stream and shared by every agent's result; ``heft-calibrated``
     runs as a fixed policy. Any other name is a ValueError listing these (``ONLINE_LEARNERS``,

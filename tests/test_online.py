@@ -379,20 +379,24 @@ def test_a_stream_studied_alone_gets_the_learner_it_gets_among_others():
     assert not np.array_equal(pair.curves["ppo"][0], pair.curves["ppo"][1])
 
 
-def test_the_studys_learners_learn_as_they_go():
+@pytest.mark.parametrize("name", ["ppo", "trpo"])
+def test_the_studys_learners_learn_as_they_go(name):
     """online_study deploys a learner as deploy(..., learn=True) does, on a fresh env of the
     stream with training seed = the stream's: the same curve, not the acting-only run's."""
     from agents.evaluation import make_env, online_study
+    from agents.sb3_hyperparams import load_hyperparams
 
-    n, seed = 60, 11
-    curve = online_study(["ppo"], [seed], n_samples=n).curves["ppo"][0]
+    # past its first update (TRPO's rollouts are longer than PPO's 16 tasks)
+    seed = 11
+    n = max(60, 2 * load_hyperparams(name, "InferenceAlloc-v0")["n_steps"] + 10)
+    curve = online_study([name], [seed], n_samples=n).curves[name][0]
 
     def fresh():
         return make_env(episode_tasks=n, reward="relative")
 
     def run(learn):
         env = fresh()
-        return deploy(make_sb3("ppo", env, seed=seed), env, n, learn=learn, seed=seed,
+        return deploy(make_sb3(name, env, seed=seed), env, n, learn=learn, seed=seed,
                       references=False).latency
 
     learning = run(True)
