@@ -124,13 +124,13 @@ def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
     from envs import ENV_IDS
 
     a2c_every, discrete_steps, split_steps, off_policy_every = _quoted(
-        r"PPO and MaskablePPO every rollout, A2C every (\d+) rollouts \(([\d,]+) steps on "
+        r"PPO, MaskablePPO and TRPO every rollout, A2C every (\d+) rollouts \(([\d,]+) steps on "
         r"`InferenceAlloc-v0`, ([\d,]+) on the Split env\), DQN and SAC every (\d+) episodes")
 
     def interval(agent: str) -> int:
         return inspect.signature(ALGORITHMS[agent].learn).parameters["log_interval"].default
 
-    assert interval("ppo") == interval("maskable-ppo") == 1
+    assert interval("ppo") == interval("maskable-ppo") == interval("trpo") == 1
     assert interval("a2c") == int(a2c_every)
     for env_id, steps in zip(ENV_IDS, (discrete_steps, split_steps), strict=True):
         n_steps = load_hyperparams("a2c", env_id, False)["n_steps"]
@@ -344,3 +344,20 @@ def test_every_tensorboard_tag_a_doc_names_is_one_the_code_writes(doc):
         assert any(re.fullmatch(pattern, t.replace("*", "x")) for t in written), (
             f"{doc.name} names the TensorBoard tag {tag!r}, which no code writes; written: "
             f"{sorted(set(written))}")
+
+
+def test_the_readmes_agents_are_the_ones_train_py_trains_in_the_envs_they_act_in():
+    """The Agents section lists the SB3 learners, names the ones that act in one env alone, and
+    the env section says which each env takes: a learner added to the registry (trpo) and
+    left out of either read as unknown, or as taking one env only."""
+    from agents.registry import SB3_NAMES
+    from agents.sb3_hyperparams import ALGORITHMS, ONLY_ENV
+    from envs import ENV_IDS
+
+    listed = _quoted(r"and the SB3 agents ((?:`[\w-]+`,? )+and `[\w-]+`) \(hyper-parameters")[0]
+    assert re.findall(r"`([\w-]+)`", listed) == list(SB3_NAMES) == list(ALGORITHMS)
+    split, discrete = _quoted(r"`train.py` and `evaluate.py` take ([\w, ]+) on it, and "
+                              r"([\w, ]+) on `InferenceAlloc-v0`")
+    for env_id, named in ((ENV_IDS[1], split), (ENV_IDS[0], discrete)):
+        classes = {ALGORITHMS[a].__name__ for a in ALGORITHMS if ONLY_ENV.get(a, env_id) == env_id}
+        assert set(re.split(r",? and |, ", named)) == classes, env_id
