@@ -35,6 +35,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from agents.imported import PATTERN, import_target, is_module_attribute, raised_at
@@ -129,11 +130,13 @@ class UserCallbacks(CallbackList):
 
     def stopped(self, step: int, total: int, resume: str) -> str | None:
         """What the run's line says of a stop at `step` short of `total` steps (None: no stop
-        cut the run short); `resume`, the command that continues the run."""
+        cut the run short); `resume`, the command that continues the run. A bool (numpy's too,
+        as a comparison of arrays returns) is an answer; anything else, None above all, reads
+        as an ``_on_step`` that forgot ``return True``."""
         if self.stop is None or step >= total:
             return None
         name, answer = self.stop
-        hint = ("" if answer is False else
+        hint = ("" if isinstance(answer, (bool, np.bool_)) else
                 f"its _on_step returned {shown(answer)}: return True to go on; ")
         return (f"stopped by callback {shown(name)} at step {step} of {total} ({hint}continue "
                 f"it with: {resume})")
