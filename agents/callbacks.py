@@ -148,19 +148,18 @@ class LatencyMetrics(BaseCallback):
         self.share: dict[str, deque[float]] = {d: deque(maxlen=window) for d in self.devices}
         self.writer: Any = None
         self._fresh = 0
-        self._end: int | None = None        # the step learn() stops at
 
     def _on_training_start(self) -> None:
         self.writer = tensorboard_writer(self.logger)
         self._t0, self._steps0 = time.perf_counter(), self.num_timesteps
-        self._end = self.locals.get("total_timesteps")      # absolute, as EvalPoints reads it
 
     def _on_training_end(self) -> None:
-        # A callback of yours stopped training short of its end (agents.user_callbacks),
-        # within a rollout: its steps are recorded, or the curves ended at the rollout before,
-        # short of the model saved. A run that reaches its end is left as it always was.
-        if self._end is not None and self.num_timesteps < self._end:
-            self._record()
+        # A callback of yours stopped training (agents.user_callbacks) within a rollout, before
+        # its end records it: its steps are recorded, or the curves ended at the rollout before,
+        # short of the model saved; a stop at the run's last step too. A run that reaches its
+        # end has recorded every step at its last rollout's end: nothing is pending, and its
+        # events are as they always were.
+        self._record()
 
     def _on_step(self) -> bool:
         infos = self.locals.get("infos", ())

@@ -129,14 +129,22 @@ class UserCallbacks(CallbackList):
         return going
 
     def stopped(self, step: int, total: int, resume: str) -> str | None:
-        """What the run's line says of a stop at `step` short of `total` steps (None: no stop
-        cut the run short); `resume`, the command that continues the run. A bool (numpy's too,
-        as a comparison of arrays returns) is an answer; anything else, None above all, reads
-        as an ``_on_step`` that forgot ``return True``."""
-        if self.stop is None or step >= total:
+        """What the run's line says of a stop at `step` of `total` steps (None: no callback
+        stopped it); `resume`, the command that continues the run.
+
+        A stop at or past `total` (the last step, or past it within a rollout of several
+        envs) still cut the run short: SB3 skips the update on the steps since the last one,
+        so model.zip is the model before it, and a resume needs a larger --timesteps. A bool
+        (numpy's too, as a comparison of arrays returns) is an answer; anything else, None
+        above all, reads as an ``_on_step`` that forgot ``return True``."""
+        if self.stop is None:
             return None
         name, answer = self.stop
         hint = ("" if isinstance(answer, (bool, np.bool_)) else
                 f"its _on_step returned {shown(answer)}: return True to go on; ")
-        return (f"stopped by callback {shown(name)} at step {step} of {total} ({hint}continue "
-                f"it with: {resume})")
+        if step < total:
+            return (f"stopped by callback {shown(name)} at step {step} of {total} ({hint}"
+                    f"continue it with: {resume})")
+        return (f"stopped by callback {shown(name)} at step {step} of {total}, before the "
+                f"update on its last steps ({hint}continue it with: {resume} --timesteps N, N "
+                f"above {step})")

@@ -47,6 +47,13 @@ class StopAt(BaseCallback):
         return self.num_timesteps < 56
 
 
+class StopAtTheEnd(BaseCallback):
+    """Ends training at step 64, the last of a 64-step run, as numpy's False."""
+
+    def _on_step(self):
+        return np.bool_(self.num_timesteps < 64)
+
+
 class ForgotTheReturn(BaseCallback):
     def _on_step(self):
         pass
@@ -168,6 +175,26 @@ def test_an_early_stop_leaves_a_resumable_run_with_its_model_and_a_table(
     assert f"finished ppo seed 0: {steps} steps ({steps - 56} new) in" in out
     assert "stopped" not in out
     assert yaml.safe_load((run / "config.yaml").read_text())["callbacks"] == []
+
+
+def test_a_stop_at_the_last_step_is_said_and_its_steps_recorded(user_module: str,
+                                                                capsys) -> None:
+    """A stop at the run's last step still skips the update on the last rollout (model.zip is
+    the model before it): the run's line says so, with no hint to return True for numpy's
+    False, and latency/ reaches the stop, as for a stop before the last step."""
+    main = load_main("train.py")
+    common = [*SMALL, "--timesteps", "64", "--checkpoint-interval", "0", "--eval-tasks", "0"]
+    assert main([*common, "--log-dir", "plain"]) == 0
+    assert main([*common, "--log-dir", "runs", "--callbacks", f"{user_module}:StopAtTheEnd"]) == 0
+    out = capsys.readouterr().out
+    (plain,), (run,) = Path("plain").iterdir(), Path("runs").iterdir()
+    assert saved_steps(run / "model.zip") == 64
+    assert _weights(run / "model.zip") != _weights(plain / "model.zip")    # one update short
+    assert re.search(rf"64 steps, stopped by callback '{user_module}:StopAtTheEnd' at step 64 "
+                     rf"of 64, before the update on its last steps \(continue it with: python "
+                     rf"train\.py --resume {run.name} --log-dir runs --timesteps N, N above "
+                     rf"64\) in", out), out
+    assert list(read_scalars(run, "latency/mean")[0]) == [16, 32, 48, 64]
 
 
 def test_a_callback_that_returns_none_is_said_to_have_stopped_the_run(user_module: str,
