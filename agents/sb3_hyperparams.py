@@ -380,6 +380,26 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
                          f"got {shown(arch)}")
 
 
+def check_sub_sampling(name: str, params: dict[str, Any], n_envs: int) -> None:
+    """TRPO's policy step reads every ``sub_sampling_factor``-th transition of its rollout of
+    ``n_steps`` x `n_envs`; with its advantages normalised (``normalize_advantage``, its
+    default), a factor that keeps one transition made them NaN (the deviation of one number),
+    every line search failed and the policy never moved, a UserWarning the only sign. A
+    ValueError for such a factor in `params` (the agent's resolved hyper-parameters); the
+    other agents have none."""
+    merged = {key: p.default for key, p in
+              inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
+    if "sub_sampling_factor" not in merged:
+        return
+    merged.update(params)
+    factor, n_steps = merged["sub_sampling_factor"], merged["n_steps"]
+    if merged["normalize_advantage"] and factor >= n_steps * n_envs:
+        raise ValueError(f"hyper-parameter sub_sampling_factor must be below the rollout's "
+                         f"n_steps x n_envs ({n_steps} x {n_envs} = {n_steps * n_envs}), got "
+                         f"{factor}: it keeps one transition, whose normalised advantage is NaN, "
+                         f"and the policy never moves (or set normalize_advantage=false)")
+
+
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
                      warm_start: bool = False) -> dict[str, Any]:
     """The YAML's hyper-parameters of `name` on `env_id` (with its ``warm_start`` ones for a

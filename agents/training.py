@@ -118,7 +118,7 @@ from agents.run_folder import (
     saved_steps,
 )
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
-from agents.sb3_hyperparams import hyperparams_with, load_hyperparams
+from agents.sb3_hyperparams import check_sub_sampling, hyperparams_with, load_hyperparams
 from agents.static import unwrap_env
 from agents.user_callbacks import UserCallbacks, check_callbacks
 from agents.vec_envs import close_venv, first_env, training_venv
@@ -276,9 +276,12 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         if config.hp:       # build once (cheap) so a bad --hp fails before any run starts
             try:
                 make_sb3(agent, env, seed=0, overrides=config.hp)
+                check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp),
+                                   config.n_envs)   # the trial's one env is not --n-envs
                 # a warm-started run layers them on its warm_start ones, typed apart
                 if any(starts_warm(w) for w in warms):
-                    hyperparams_with(agent, config.env_id, config.hp, warm_start=True)
+                    check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp,
+                                                               warm_start=True), config.n_envs)
             except (TypeError, ValueError, AssertionError) as exc:
                 raise ConfigError(f"--hp {shown(config.hp, quote=False)} for {agent}: {exc}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two

@@ -1008,3 +1008,25 @@ def test_the_reward_normaliser_discounts_with_a_warm_starts_gamma(tmp_path, monk
     assert build_vec_env(config, "ppo", 0)[0].gamma == 0.9
     overridden = dataclasses.replace(config, hp={"gamma": 0.7})
     assert build_vec_env(overridden, "ppo", 0, warm_start=True)[0].gamma == 0.7
+
+
+def test_a_trpo_sub_sampling_that_keeps_one_transition_is_refused_before_any_run(tmp_path):
+    """TRPO's policy step on one sub-sampled transition normalised its advantage to NaN: every
+    line search failed and the policy never moved, a UserWarning the only sign. train.py
+    refuses it against the rollout of --n-envs envs, not the one env it builds to check."""
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import plan
+
+    def config(factor: int, n_envs: int = 1, **hp) -> TrainConfig:
+        return TrainConfig(agents=["trpo"], warmup=["none", "all"], n_envs=n_envs,
+                           episode_tasks=8, log_dir=str(tmp_path / "runs"),
+                           hp={"sub_sampling_factor": factor, **hp})
+
+    with pytest.raises(ConfigError, match=r"for trpo: hyper-parameter sub_sampling_factor must "
+                                          r"be below the rollout's n_steps x n_envs \(64 x 1 = "
+                                          r"64\), got 64: it keeps one transition"):
+        plan(config(64))
+    assert len(plan(config(63))) == 2                 # two of 64 transitions
+    assert len(plan(config(64, n_envs=2))) == 2       # two of 128
+    assert len(plan(config(64, normalize_advantage=False))) == 2
+    assert not (tmp_path / "runs").exists()
