@@ -335,3 +335,26 @@ def test_the_readmes_callbacks_log_and_stop(tmp_path: Path, monkeypatch, capsys)
     # 0), at the stop: what it recorded since is not lost
     assert list(steps) == [16, 20] and np.all(queue >= 0)
     assert list(read_scalars(run, "latency/mean")[0]) == [16, 20]
+
+
+def test_the_readmes_eval_callback_for_dqn_evaluates_and_stops(tmp_path: Path, monkeypatch,
+                                                               capsys) -> None:
+    """The README's SB3 EvalCallback for DQN, as mine.py: its env behind FlatDiscreteActions
+    takes DQN's actions, and its StopTrainingOnRewardThreshold ends the run, named as ours
+    are. (Without the wrapper the env refused DQN's first action and the run failed.)"""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```python\n((?:(?!```).)*def eval_dqn.*?)```", text, re.S)
+    assert block is not None, "README.md has no eval_dqn example"
+    assert "python train.py --agents dqn --callbacks mine:eval_dqn" in text
+    # its evaluation every 10 steps, and a threshold any episode is above
+    source = block.group(1) + (
+        "\n\ndef quick():\n    callback = eval_dqn()\n    callback.eval_freq = 10\n"
+        "    callback.callback_on_new_best.reward_threshold = -1e12\n    return callback\n")
+    with module_in_cwd(source, "readme_eval", tmp_path, monkeypatch) as module:
+        assert load_main("train.py")(["--agents", "dqn", "--warmup", "none", "--timesteps",
+                                      "64", "--checkpoint-interval", "0", "--eval-tasks", "0",
+                                      "--no-progress-bar", "--log-dir", "runs", "--callbacks",
+                                      f"{module}:quick"]) == 0
+    (run,) = Path("runs").iterdir()
+    assert f"stopped by callback '{module}:quick' at step 10 of 64" in capsys.readouterr().out
+    assert list(read_scalars(run, "eval/mean_reward")[0]) == [10]
