@@ -346,6 +346,16 @@ def test_every_tensorboard_tag_a_doc_names_is_one_the_code_writes(doc):
             f"{sorted(set(written))}")
 
 
+def test_contributings_tensorboard_groups_are_the_ones_the_code_writes():
+    """CONTRIBUTING.md's groups for a new scalar: it listed `losses/`, which nothing writes
+    (SB3's losses are its own `train/`, TRPO's too), and left out `final/`."""
+    row = re.search(r"\| a TensorBoard scalar \|.*\| a group: (.*) \|",
+                    (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8"))
+    assert row is not None, "CONTRIBUTING.md has no TensorBoard scalar row"
+    listed = re.findall(r"`(\w+)/`", row.group(1).split("(")[0])    # not SB3's, in brackets
+    assert sorted(listed) == sorted({tag.split("/")[0] for tag in _written_tags()})
+
+
 def test_the_readmes_agents_are_the_ones_train_py_trains_in_the_envs_they_act_in():
     """The Agents section lists the SB3 learners, names the ones that act in one env alone, and
     the env section says which each env takes: a learner added to the registry (trpo) and
