@@ -142,9 +142,12 @@ class UserCallbacks(CallbackList):
         name, answer = self.stop
         hint = ("" if isinstance(answer, (bool, np.bool_)) else
                 f"its _on_step returned {shown(answer)}: return True to go on; ")
+        # a resume keeps the run's callbacks, and one that stopped at a threshold stops again
+        # at its next check: say how to go on without them
+        without = "; add --callbacks alone to continue without its callbacks"
         if step < total:
             return (f"stopped by callback {shown(name)} at step {step} of {total} ({hint}"
-                    f"continue it with: {resume})")
+                    f"continue it with: {resume}{without})")
         return (f"stopped by callback {shown(name)} at step {step} of {total}, before the "
                 f"update on its last steps ({hint}continue it with: {resume} --timesteps N, N "
-                f"above {step})")
+                f"above {step}{without})")

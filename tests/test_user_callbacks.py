@@ -159,7 +159,8 @@ def test_an_early_stop_leaves_a_resumable_run_with_its_model_and_a_table(
     assert saved_steps(run / "model.zip") == 56
     assert re.search(rf"finished ppo seed 0: 56 steps, stopped by callback '{name}' at step 56 "
                      rf"of 128 \(continue it with: python train\.py --resume {run.name} "
-                     rf"--log-dir runs\) in", out), out
+                     rf"--log-dir runs; add --callbacks alone to continue without its "
+                     rf"callbacks\) in", out), out
     assert "| ppo | " in out and "| best-static | " in out        # the table, as ever
     # final/ and eval/ score the model it saved, at the step it stopped at, and the curves
     # reach it: the stop came before its rollout's end, where latency/ is recorded
@@ -193,7 +194,8 @@ def test_a_stop_at_the_last_step_is_said_and_its_steps_recorded(user_module: str
     assert re.search(rf"64 steps, stopped by callback '{user_module}:StopAtTheEnd' at step 64 "
                      rf"of 64, before the update on its last steps \(continue it with: python "
                      rf"train\.py --resume {run.name} --log-dir runs --timesteps N, N above "
-                     rf"64\) in", out), out
+                     rf"64; add --callbacks alone to continue without its callbacks\) in",
+                     out), out
     assert list(read_scalars(run, "latency/mean")[0]) == [16, 32, 48, 64]
 
 
