@@ -259,6 +259,11 @@ class EvalConfig:
     online_reward: str = field(default="relative", metadata=_help(
         "reward the online experiment's learners learn on, as train.py's --reward: relative | "
         "normalised | latency (static is priced in every run's state whichever it is)"))
+    online_agents: list[str] | None = field(default=None, metadata=_help(
+        "agents of the online experiment, in its tables' order: learners ppo, ppo-warm, dqn, "
+        "dqn-warm, trpo, trpo-warm; fixed best-static, heft-calibrated, oracle (default: ppo "
+        "ppo-warm dqn dqn-warm best-static heft-calibrated oracle with --online, ppo ppo-warm "
+        "best-static oracle in the default evaluation)"))
     no_online: bool = field(default=False, metadata=_help(
         "skip the online experiment in the default evaluation (writes no stabilization.png; "
         "one of an earlier evaluation is kept)",
@@ -296,6 +301,14 @@ class EvalConfig:
                  f"--episode-tasks must lie in 2..{MAX_EPISODE_TASKS}")
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
         _require_choice("--online-reward", self.online_reward, REWARDS)
+        if self.online_agents is not None:
+            from agents.evaluation import ONLINE_FIXED, ONLINE_LEARNERS
+
+            _require(bool(self.online_agents), "--online-agents needs at least one agent")
+            for agent in self.online_agents:
+                _require_choice("--online-agents", agent, (*ONLINE_LEARNERS, *ONLINE_FIXED))
+            twice = sorted({a for a in self.online_agents if self.online_agents.count(a) > 1})
+            _require(not twice, f"--online-agents names {', '.join(twice)} twice")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
         n = self.seed_count() if self.no_online or self.reproduce_article else \
@@ -331,13 +344,14 @@ class EvalConfig:
         if self.reproduce_article:
             why = "--reproduce-article trains its own agents on the article scenario and server"
             return dict.fromkeys((*evaluation, "scenarios", "hardware", "no_online",
-                                  "online_samples", "online_seeds", "online_reward"), why)
+                                  "online_samples", "online_seeds", "online_reward",
+                                  "online_agents"), why)
         unused = {"article_clients": "only --reproduce-article runs the article job"}
         if self.models:
             unused["runs"] = "--models names the models, so no run folder is searched"
         if self.no_online:
-            unused |= dict.fromkeys(("online_samples", "online_seeds", "online_reward"),
-                                    "--no-online skips the online study")
+            unused |= dict.fromkeys(("online_samples", "online_seeds", "online_reward",
+                                     "online_agents"), "--no-online skips the online study")
         return unused
 
 

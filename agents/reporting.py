@@ -515,11 +515,11 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     online_agents: tuple[str, ...] = ()
     if cfg.online:
         scenarios = scenarios_of(cfg, [])
-        online_agents = FULL_ONLINE
+        online_agents = tuple(cfg.online_agents or FULL_ONLINE)
     else:
         entries, notes = discover_models(cfg)
         scenarios = scenarios_of(cfg, entries)
-        online_agents = () if cfg.no_online else DEFAULT_ONLINE
+        online_agents = () if cfg.no_online else tuple(cfg.online_agents or DEFAULT_ONLINE)
     if any(e.env_id == SPLIT_ENV for e in entries) and cfg.baselines == EvalConfig().baselines:
         # the baseline a Split model has to beat (README); asked-for baselines are kept as given
         cfg = dataclasses.replace(cfg, baselines=[*cfg.baselines, "heft-split"])

@@ -1149,3 +1149,46 @@ def test_a_model_row_pooling_training_runs_says_its_interval_is_of_pooled_sample
     assert "dqn" not in note and "best-static" not in note
     assert "pooled" not in summary_markdown(rows[1:], [0, 1, 2, 3, 4], 1).split("## Def")[0]
     assert "not independent" in (evaluation.__doc__ or "")
+
+
+def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """evaluate.py's study ran a fixed set: trpo, which online_study takes, was out of reach of
+    the CLI. --online-agents names them, in order, for --online and the default evaluation; a
+    name the study does not take, one given twice, or the option where no study runs is one
+    ConfigError before anything runs."""
+    from agents import plots, reporting
+
+    studied: list[tuple[str, ...]] = []
+
+    def study(agents, seeds, *_, tick, **__):
+        studied.append(tuple(agents))
+        return dataclasses.make_dataclass("Study", ["curves"])({})
+
+    monkeypatch.setattr(reporting, "online_study", study)
+    monkeypatch.setattr(reporting, "online_markdown", lambda *_: "study\n")
+    monkeypatch.setattr(plots, "stabilization", lambda _, target, title: target)
+    reporting.run(EvalConfig(online=True, online_seeds=2, online_agents=["trpo-warm", "oracle"],
+                             out=str(tmp_path / "online")), report=lambda _: None)
+    reporting.run(cfg_for(baselines=["best-static"], seeds=1, online_seeds=1,
+                          online_agents=["trpo"], runs=str(tmp_path / "runs"),
+                          out=str(tmp_path / "results")), report=lambda _: None)
+    reporting.run(EvalConfig(online=True, online_seeds=2, out=str(tmp_path / "full")),
+                  report=lambda _: None)
+    assert studied == [("trpo-warm", "oracle"), ("trpo",), reporting.FULL_ONLINE]
+
+    refusals = [
+        (dict(online=True, online_agents=["trpo-wram"]), r"--online-agents must be one of .*"
+                                                          r"got 'trpo-wram' \(did you mean "
+                                                          r"'trpo-warm'\?\)"),
+        (dict(online=True, online_agents=["ppo", "oracle", "ppo"]), "names ppo twice"),
+        (dict(online=True, online_agents=[]), "needs at least one agent"),
+        (dict(no_online=True, online_agents=["ppo"]), "--online-agents is not used there: "
+                                                      "--no-online skips the online study"),
+        (dict(reproduce_article=True, online_agents=["ppo"]), "--online-agents is not used "
+                                                              "there: --reproduce-article"),
+    ]
+    for options, message in refusals:
+        with pytest.raises(ConfigError, match=message):
+            EvalConfig(out=str(tmp_path / "refused"), **options).validate()
+    assert not (tmp_path / "refused").exists()
