@@ -41,6 +41,7 @@ import numpy as np
 from agents.base import Policy
 from envs import ENV_IDS
 from envs.inference_alloc_split import InferenceAllocSplitEnv
+from envs.scenario_mix import ScenarioMixEnv
 from inference.messages import did_you_mean, shown
 
 # package.module:attribute.attribute: Python identifiers on both sides
@@ -170,8 +171,10 @@ def raised_at(exc: BaseException) -> str:
 
 def _env_id(env: Any) -> str:
     """Which of our two envs `env` is (wrapped or not)."""
-    return ENV_IDS[1] if isinstance(getattr(env, "unwrapped", env), InferenceAllocSplitEnv) \
-        else ENV_IDS[0]
+    base = getattr(env, "unwrapped", env)
+    if isinstance(base, ScenarioMixEnv):    # a mix's scenarios play in its env_id
+        return base.env_id
+    return ENV_IDS[1] if isinstance(base, InferenceAllocSplitEnv) else ENV_IDS[0]
 
 
 class RowStates(tuple):

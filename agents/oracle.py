@@ -48,9 +48,15 @@ class OraclePolicy(Policy):
     reads_live_env = True   # its env, not the observation, tells it the task (training.py)
 
     def __init__(self, env: Any) -> None:
-        self.env = unwrap_env(env, live=True)
+        unwrap_env(env, live=True)    # a VecEnv or another env is refused here
+        self._live = env
         self.split = is_split(env)
         self.n_devices = self.env.n_devices
+
+    @property
+    def env(self) -> Any:
+        """The env stepped now: a scenario mix's current episode's, looked up at each call."""
+        return unwrap_env(self._live, live=True)
 
     def placement(self, obs: Any = None) -> tuple[int, int, int]:
         """The latency-minimising placement for the env's current task (checks `obs` if given)."""

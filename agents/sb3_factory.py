@@ -44,11 +44,15 @@ from agents.warmup import (
 )
 from envs import ENV_IDS
 from envs.observation import n_devices_of
+from envs.scenario_mix import ScenarioMixEnv
 
 
 def env_id_of(env: gym.Env | Any) -> str:
     """The registered id of an env (or of the first env of a VecEnv)."""
     base = env.envs[0] if hasattr(env, "envs") else env
+    mix = getattr(base, "unwrapped", None)
+    if isinstance(mix, ScenarioMixEnv):     # trains for the env its scenarios play in
+        return mix.env_id
     spec = getattr(base, "spec", None) or getattr(getattr(base, "unwrapped", None), "spec", None)
     if spec is not None:
         return spec.id.split(":")[-1]

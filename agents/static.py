@@ -31,6 +31,7 @@ from agents.base import Policy
 from agents.files import write_text
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import best_static_key
+from envs.scenario_mix import ScenarioMixEnv
 
 Placement = tuple[int, int, int]
 
@@ -43,6 +44,8 @@ def unwrap_env(env: Any, live: bool = False) -> InferenceAllocEnv:
     accept a VecEnv and read its first sub-env. `live=True` is for policies that read
     the env's *current* task and cluster state at predict time (the oracle): those
     must be given the single env that is being stepped, so a VecEnv is refused.
+    A scenario mix (``InferenceAllocMix-v0``) gives the env of its current episode: asked
+    again after the next reset, maybe another scenario's.
     """
     is_vec = hasattr(env, "num_envs") and hasattr(env, "get_attr")
     if is_vec:
@@ -54,6 +57,8 @@ def unwrap_env(env: Any, live: bool = False) -> InferenceAllocEnv:
         base = env.get_attr("unwrapped", [0])[0]
     else:
         base = getattr(env, "unwrapped", None)
+    if isinstance(base, ScenarioMixEnv):
+        base = base.current
     if not isinstance(base, InferenceAllocEnv):
         raise TypeError(f"expected an InferenceAlloc environment (or a wrapper/VecEnv around one), "
                         f"got {type(env).__name__}")

@@ -1,0 +1,207 @@
+"""InferenceAllocMix-v0: one policy, several workloads: a scenario drawn for each episode."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs.inference_alloc import InferenceAllocEnv
+from envs.inference_alloc_split import InferenceAllocSplitEnv
+from envs.scenario import Scenario
+from inference.checks import is_number
+from inference.messages import did_you_mean, shown
+
+# The env each scenario plays in, by the id `env_id` names (as envs.ENV_IDS spells them).
+MIX_CLASSES: dict[str, type[InferenceAllocEnv]] = {
+    "InferenceAlloc-v0": InferenceAllocEnv, "InferenceAllocSplit-v0": InferenceAllocSplitEnv}
+
+
+class ScenarioMixEnv(gym.Env):
+    """
+    ## Description
+
+    A policy trained on one scenario learns that scenario's workload; one meant to generalise
+    has to see several. This env holds one `InferenceAlloc-v0` (or `InferenceAllocSplit-v0`)
+    env per scenario and, at each `reset()`, draws which of them plays the episode, from its
+    own `np_random`, with the `weights` given (default: equal). Every step of the episode is
+    then that env's step, and `info["scenario"]` names it.
+
+    The scenarios must share what the policy's inputs and outputs and the planners' costs
+    mean: the hardware (its devices and their figures; the file's name aside), the pipeline
+    variant and the model. A mix of others is refused in one ValueError naming the two
+    scenarios and what differs. They may differ in anything else: workload, cache,
+    episode length, faults, noise and simulator settings.
+
+    ## Action Space
+
+    The scenarios' shared action space: `MultiDiscrete([D, D, D])`, or `Box(-1, 1, (3 * D,))`
+    with `env_id="InferenceAllocSplit-v0"` (see those envs' docstrings).
+
+    ## Observation Space
+
+    The scenarios' shared `Box(0, 1, (5 + 7 * D,), float32)`, the table of
+    `InferenceAlloc-v0`'s docstring; it does not say which scenario plays (`info` does).
+
+    | index | observation                                             |
+    |-------|---------------------------------------------------------|
+    | all   | the drawn scenario's env's observation, as it gives it  |
+
+    ## Rewards
+
+    The drawn scenario's env's reward (`reward=`, the same kind for every scenario).
+
+    ## Episode End
+
+    As the drawn scenario's env: truncated after its `episode_tasks` tasks (each
+    scenario's own unless `episode_tasks=` sets one for all), never terminated.
+
+    ## Arguments
+
+    - `scenarios`: two or more scenarios, each as `InferenceAlloc-v0`'s `scenario=` takes
+      one (a preset name, a YAML path, a `Scenario` or its mapping); no name twice (give
+      `weights` instead).
+    - `weights`: how often each is drawn, one non-negative number per scenario, not all 0;
+      default equal.
+    - `env_id`: `InferenceAlloc-v0` (default) or `InferenceAllocSplit-v0`, the env each
+      scenario plays in.
+    - any other keyword (`hardware`, `variant`, `reward`, `episode_tasks`, `price_static`,
+      `render_mode`, ...) goes to every scenario's env, as that env takes it.
+
+    Reproducibility: `reset(seed=s)` seeds the draw, and the drawn env is reset with a seed
+    drawn from the same generator, so one seed gives one trajectory (which scenarios play,
+    and each episode's tasks); a later `reset()` goes on from it. The episode of `reset(seed=s)`
+    is not the drawn scenario's own `reset(seed=s)` episode: evaluate a scenario on its own env.
+
+    What reads the env's configuration (`env.unwrapped.device_names`, `hardware`, `scenario`,
+    `planner`, ...) reads the scenario env of the current episode (the first scenario's before
+    the first reset); `current` is that env, which `agents.static.unwrap_env` returns. So a
+    planner built once (`heft`, `heft-calibrated`, `best-static`) plans with the first
+    scenario's simulator settings (re-placement overhead, prefetch depth, cache) and, for
+    best-static, its calibration workload: still a valid policy in every scenario, as they
+    share devices, costs of each stage and variant, but priced with the first's settings.
+    The oracle reads the current episode's env as it acts.
+    """
+
+    metadata = InferenceAllocEnv.metadata
+
+    def __init__(self, scenarios: Sequence[str | Scenario | Mapping[str, Any]],
+                 weights: Sequence[float] | None = None, env_id: str = "InferenceAlloc-v0",
+                 **kwargs: Any) -> None:
+        if isinstance(scenarios, (str, Mapping, Scenario)) or not isinstance(scenarios, Sequence):
+            raise ValueError(f"scenarios must be a list of two or more scenarios, got "
+                             f"{shown(scenarios)}")
+        if len(scenarios) < 2:
+            raise ValueError(f"scenarios must name two or more scenarios (one plays in "
+                             f"InferenceAlloc-v0 itself), got {len(scenarios)}")
+        cls = MIX_CLASSES.get(env_id)
+        if cls is None:
+            raise ValueError(f"env_id must be one of {', '.join(MIX_CLASSES)}, got {shown(env_id)}"
+                             f"{did_you_mean([str(env_id)], MIX_CLASSES)}")
+        self.env_id = env_id
+        self.envs = [cls(scenario=scenario, **kwargs) for scenario in scenarios]
+        self.names = tuple(env.scenario.name for env in self.envs)
+        for i, name in enumerate(self.names):
+            if name in self.names[:i]:
+                raise ValueError(f"scenarios: {name!r} is given twice; give each once, and "
+                                 f"weights= to draw one more often")
+        first = self.envs[0]
+        for env in self.envs[1:]:
+            _check_same_setting(first, env)
+        self.weights = _probabilities(weights, len(self.envs))
+        self.observation_space = first.observation_space
+        self.action_space = first.action_space
+        self.render_mode = first.render_mode
+        self._current = 0
+
+    @property
+    def current(self) -> InferenceAllocEnv:
+        """The scenario env of the current episode (before the first reset, the first's)."""
+        return self.envs[self._current]
+
+    @property
+    def scenario_name(self) -> str:
+        """The name of the scenario playing the current episode."""
+        return self.names[self._current]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Draw the episode's scenario, then reset its env on a seed drawn alike (see the
+        class docstring); `options` go to that env (which refuses any)."""
+        super().reset(seed=seed)
+        self._current = int(self.np_random.choice(len(self.envs), p=self.weights))
+        episode_seed = int(self.np_random.integers(2**31 - 1))
+        obs, info = self.current.reset(seed=episode_seed, options=options)
+        info["scenario"] = self.scenario_name
+        return obs, info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.current.step(action)
+        info["scenario"] = self.scenario_name
+        return obs, reward, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """The current scenario env's `action_masks()` (MaskablePPO asks the env for them)."""
+        return self.current.action_masks()
+
+    def stage_masks(self) -> np.ndarray:
+        return self.current.stage_masks()
+
+    def render(self) -> Any:
+        return self.current.render()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """A public attribute this env lacks is the current scenario env's (`device_names`,
+        `hardware`, `scenario`, `planner`, ...): what reads `env.unwrapped.<config>` reads the
+        episode's own. Private ones are not looked up there: `unwrap_env` gives that env."""
+        if name.startswith("_") or "envs" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.envs[self.__dict__["_current"]], name)
+
+
+def _check_same_setting(first: InferenceAllocEnv, other: InferenceAllocEnv) -> None:
+    """Refuse `other` unless it shares `first`'s hardware (its figures; not its name), variant
+    and model: one ValueError naming both scenarios and what differs."""
+    a, b = first.scenario.name, other.scenario.name
+    differs = []
+    if first.hardware.device_names != other.hardware.device_names:
+        differs.append(f"devices ({a}: {', '.join(first.hardware.device_names)}; {b}: "
+                       f"{', '.join(other.hardware.device_names)})")
+    elif dataclasses.replace(first.hardware, name="") != dataclasses.replace(other.hardware, name=""):
+        differs.append(f"hardware figures ({a}: {first.hardware.name}; {b}: {other.hardware.name})")
+    if first.variant != other.variant:
+        differs.append(f"variant ({a}: {first.variant}; {b}: {other.variant})")
+    if first.model.name != other.model.name:
+        differs.append(f"model ({a}: {first.model.name}; {b}: {other.model.name})")
+    if differs:
+        raise ValueError(f"scenarios {a!r} and {b!r} cannot be mixed: their {' and '.join(differs)} "
+                         f"differ, and one policy acts in every scenario of a mix; give scenarios "
+                         f"of one hardware, variant and model (hardware= and variant= set them "
+                         f"for all)")
+
+
+def _probabilities(weights: Sequence[float] | None, n: int) -> np.ndarray:
+    """`weights` as draw probabilities (None: equal); a wrong count, a negative, NaN or
+    infinite one, or all zero: ValueError."""
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    if isinstance(weights, (str, Mapping)) or not isinstance(weights, Sequence) \
+            or len(weights) != n:
+        raise ValueError(f"weights must be {n} numbers, one per scenario, got {shown(weights)}")
+    values = []
+    for w in weights:
+        if not is_number(w) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"weights must be finite numbers >= 0, got {shown(weights)}")
+        values.append(float(w))
+    total = sum(values)
+    if total <= 0:
+        raise ValueError(f"weights must not all be 0, got {shown(weights)}")
+    return np.array(values) / total

@@ -1,0 +1,125 @@
+"""InferenceAllocMix-v0 (envs/scenario_mix.py) and train.py / evaluate.py on several scenarios."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs import MIX_ENV_ID, load_scenario
+from envs.scenario_mix import ScenarioMixEnv
+
+
+def mix(**kwargs) -> gym.Env:
+    kwargs.setdefault("scenarios", ["article", "bursty"])
+    kwargs.setdefault("episode_tasks", 5)
+    return gym.make(f"envs:{MIX_ENV_ID}", **kwargs)
+
+
+def rollout(env: gym.Env, seed: int, episodes: int) -> list[tuple[str, list[float]]]:
+    """(scenario, latencies) of each episode, every stage on device 1, from reset(seed)."""
+    out = []
+    for episode in range(episodes):
+        _, info = env.reset(seed=seed if episode == 0 else None)
+        latencies, done = [], False
+        while not done:
+            _, _, terminated, truncated, step = env.step(np.array([1, 1, 1]))
+            assert step["scenario"] == info["scenario"]
+            latencies.append(step["latency"])
+            done = terminated or truncated
+        out.append((info["scenario"], latencies))
+    return out
+
+
+def test_one_seed_gives_one_trajectory_and_every_scenario_plays() -> None:
+    first, again, other = rollout(mix(), 7, 12), rollout(mix(), 7, 12), rollout(mix(), 8, 12)
+    assert first == again
+    assert first != other
+    assert {name for name, _ in first} == {"article", "bursty"}
+
+
+def test_a_scenario_of_weight_zero_never_plays() -> None:
+    played = {name for name, _ in rollout(mix(weights=[0, 1]), 0, 10)}
+    assert played == {"bursty"}
+
+
+@pytest.mark.parametrize("env_id", envs.ENV_IDS)
+def test_the_mix_has_its_scenarios_spaces_and_passes_gymnasiums_checker(env_id: str) -> None:
+    env = mix(env_id=env_id)
+    own = gym.make(f"envs:{env_id}", scenario="bursty")
+    assert env.observation_space == own.observation_space
+    assert env.action_space == own.action_space
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_a_mix_reads_its_current_episodes_configuration() -> None:
+    from agents.static import unwrap_env
+
+    env = mix()
+    names = set()
+    for seed in range(6):
+        _, info = env.reset(seed=seed)
+        assert env.unwrapped.scenario.name == info["scenario"]
+        assert unwrap_env(env).scenario.name == info["scenario"]
+        names.add(info["scenario"])
+    assert names == {"article", "bursty"}
+
+
+@pytest.mark.parametrize(("scenarios", "what"), [
+    (["article", "edge"], "hardware figures"),
+    (["article", dataclasses.replace(load_scenario("bursty"), variant="glm-5.3")], "variant"),
+])
+def test_a_mix_of_another_setting_is_refused_in_one_line_naming_both(scenarios, what) -> None:
+    with pytest.raises(ValueError, match=rf"scenarios 'article' and '\w+' cannot be mixed: "
+                                         rf"their {what} \(article: ") as caught:
+        mix(scenarios=scenarios)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"scenarios": "article"}, "scenarios must be a list of two or more"),
+    ({"scenarios": ["article"]}, "two or more scenarios"),
+    ({"scenarios": ["article", "article"]}, "'article' is given twice"),
+    ({"weights": [1]}, "weights must be 2 numbers"),
+    ({"weights": [1, -1]}, "finite numbers >= 0"),
+    ({"weights": [0, 0]}, "must not all be 0"),
+    ({"env_id": "InferenceAlloc-v1"}, "did you mean 'InferenceAlloc-v0'"),
+])
+def test_bad_mix_arguments_are_refused(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        mix(**kwargs)
+
+
+def test_the_oracle_and_heft_act_in_every_scenario_of_a_mix() -> None:
+    """The oracle reads the live env: built on the mix, it must read the env of the episode
+    playing now, not the one current when it was built (whose task it checked the observation
+    against, and refused)."""
+    from agents import make_policy
+
+    env = mix(reference=True)
+    oracle, heft = make_policy("oracle", env), make_policy("heft-calibrated", env)
+    played = set()
+    for seed in range(6):
+        obs, info = env.reset(seed=seed)
+        played.add(info["scenario"])
+        done = False
+        while not done:
+            action, _ = oracle.predict(obs)
+            assert env.action_space.contains(heft.predict(obs)[0])
+            obs, _, _, done, step = env.step(action)
+            assert step["placement"] == step["oracle_placement"]
+    assert played == {"article", "bursty"}
+
+
+def test_a_mix_trains_with_the_hyperparameters_of_the_env_it_plays_in() -> None:
+    from agents.sb3_factory import env_id_of
+    from agents.warmup import attach_warmup  # noqa: F401  (imports as training does)
+
+    assert env_id_of(mix(env_id=envs.ENV_IDS[1])) == envs.ENV_IDS[1]
+    assert env_id_of(mix()) == envs.ENV_IDS[0]
+    assert isinstance(mix().unwrapped, ScenarioMixEnv)
