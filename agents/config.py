@@ -82,8 +82,10 @@ class TrainConfig:
     clone_samples: int | None = field(default=None, metadata=_help(
         "observations collected for behaviour cloning; ignored by runs whose --warmup spec "
         "does not clone (default: WarmupConfig's)"))
-    scenario: str = field(default="article", metadata=_help(
-        "scenario name or YAML path", path=True))
+    scenario: str | list[str] = field(default="article", metadata=_help(
+        "scenario name or YAML path; several train one policy on all of them, a scenario drawn "
+        "per episode (InferenceAllocMix-v0: they must share hardware, variant and model), "
+        "the held-out episode of the table and eval/ curves being the first's", path=True))
     hardware: str | None = field(default=None, metadata=_help(
         "hardware preset or YAML path (default: the scenario's)", path=True))
     variant: str | None = field(default=None, metadata=_help(
@@ -163,11 +165,28 @@ class TrainConfig:
         # name it, and the hyper-parameter files are keyed by it
         if isinstance(self.env_id, str):
             self.env_id = canonical_env_id(self.env_id)
+        # one scenario is the plain string it always was (config.yaml, the HPARAMS view and
+        # every reader see what they saw), however it was given
+        if isinstance(self.scenario, list) and len(self.scenario) == 1:
+            self.scenario = self.scenario[0]
+
+    def training_scenarios(self) -> list[str]:
+        """The scenarios a run trains on: one, or the several of a mix."""
+        return [self.scenario] if isinstance(self.scenario, str) else list(self.scenario)
+
+    def held_out_scenario(self) -> str:
+        """The scenario of the held-out and validation episodes: the first trained on."""
+        return self.training_scenarios()[0]
 
     def validate(self) -> None:
         _require(bool(self.agents), "--agents needs at least one agent")
         _require(bool(self.warmup), "--warmup needs at least one spec (none, all, ...)")
         _require(bool(self.seeds), "--seeds needs at least one seed")
+        scenarios = self.training_scenarios()
+        _require(bool(scenarios), "--scenario needs at least one scenario")
+        for i, name in enumerate(scenarios):
+            _require(name not in scenarios[:i],
+                     f"--scenario {shown(name)} is given twice: give each scenario once")
         # env i of a run is seeded seed + i (SB3's make_vec_env)
         _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)
@@ -465,11 +484,22 @@ def build_parser(cls: type, description: str | None = None,
                           action="extend")
         elif origin is dict:
             kwargs.update(nargs="+", metavar="KEY=VALUE", action="extend")
+        elif _one_or_list(tp) is not None:
+            kwargs.update(nargs="+", type=_one_or_list(tp), metavar="X", action="extend")
         else:
             kwargs["type"] = _cli_type(tp)
         kwargs.update(meta)   # nargs/const given in the field's metadata
         parser.add_argument(*flags, **kwargs)
     return parser
+
+
+def _one_or_list(tp: Any) -> Any:
+    """X of a ``X | list[X]`` field (one value, or a list of them), else None."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    args = typing.get_args(tp)
+    lists = [typing.get_args(a)[0] for a in args if typing.get_origin(a) is list]
+    return lists[0] if len(args) == 2 and lists and lists[0] in args else None
 
 
 def _cli_type(tp: Any) -> Any:
@@ -484,6 +514,10 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         if optional:
             return None
         raise ConfigError(f"option {name} must not be empty")
+    if _one_or_list(base) is not None:     # one value, or a list of them: as given
+        member = next(a for a in typing.get_args(base)
+                      if (typing.get_origin(a) is list) == isinstance(value, list))
+        return _coerce(name, value, member)
     origin = typing.get_origin(base)
     if origin is list:
         items = value if isinstance(value, list) else [value]

@@ -37,7 +37,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import envs  # noqa: F401  (registers the env ids)
+import envs  # registers the env ids
 from agents.base import start_stream_of
 from agents.registry import make_policy
 from agents.stats import mean_ci95
@@ -50,11 +50,13 @@ METRICS = ("mean_latency_s", "p50_latency_s", "p95_latency_s", "p99_latency_s",
 
 
 
-def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
+def make_env(env_id: str = "InferenceAlloc-v0", scenario: str | list[str] = "article",
              hardware: str | None = None, variant: str | None = None,
              episode_tasks: int | None = None, reward: str = "latency",
              price_static: bool = False) -> gym.Env:
-    """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them."""
+    """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them.
+    A list of several scenarios makes a mix of them (``InferenceAllocMix-v0``) playing in
+    `env_id`; a list of one, that scenario's env."""
     env_id = envs.canonical_env_id(env_id) if isinstance(env_id, str) else env_id
     if env_id not in envs.ENV_IDS:
         raise ValueError(f"unknown env id {shown(env_id)}"
@@ -68,6 +70,11 @@ def make_env(env_id: str = "InferenceAlloc-v0", scenario: str = "article",
         kwargs["hardware"] = hardware
     if variant is not None:
         kwargs["variant"] = variant
+    if isinstance(scenario, list):
+        if len(scenario) > 1:
+            kwargs["scenarios"] = kwargs.pop("scenario")
+            return gym.make(f"envs:{envs.MIX_ENV_ID}", env_id=env_id, **kwargs)
+        kwargs["scenario"] = scenario[0]
     return gym.make(f"envs:{env_id}", **kwargs)
 
 

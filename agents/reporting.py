@@ -76,14 +76,20 @@ class ModelEntry:
     label: str
     path: Path
     env_id: str = DEFAULT_ENV
-    scenario: str | None = None
+    scenario: str | tuple[str, ...] | None = None   # several: a mix's (train.py --scenario)
     hardware: str | None = None
     variant: str | None = None
     run_dir: Path | None = None
     seed: int | None = None
     conservative: str | None = None      # the warm-up's conservative policy, if it has one
 
-    def identity(self) -> tuple[str | None, ...]:
+    def trained_on(self) -> list[str]:
+        """The scenarios its run was trained on (none known for a bare zip)."""
+        if self.scenario is None:
+            return []
+        return [self.scenario] if isinstance(self.scenario, str) else list(self.scenario)
+
+    def identity(self) -> tuple[str | tuple[str, ...] | None, ...]:
         """What must match for two entries of one label to pool as seeds of one agent. The
         training scenario too: every model runs on every scenario evaluated, and a PPO
         trained on article and one trained on bursty pooled as two seeds of one "ppo"."""
@@ -120,7 +126,8 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
         label += f"@{steps.group(1)}"
     elif path.name == BEST_MODEL and path.parent == config_file.parent:
         label += "@best"        # train.py --select-best's: the run's other model
-    return ModelEntry(label, path, cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant,
+    scenario = cfg.scenario if isinstance(cfg.scenario, str) else tuple(cfg.scenario)
+    return ModelEntry(label, path, cfg.env_id, scenario, cfg.hardware, cfg.variant,
                       config_file.parent, spec.seed,
                       cfg.conservative if spec.warmup != "none" else None)
 
@@ -152,7 +159,8 @@ def _distinct_labels(entries: list[ModelEntry]) -> list[str]:
             continue
         differs = [len({i[k] for i in ids}) > 1 for k in range(len(ids[0]))]
         for entry, ident in zip(group, ids, strict=True):
-            parts = [f"trained on {_short_name(str(v))}" if k == 2 else str(v)
+            parts = [f"trained on {'+'.join(map(_short_name, entry.trained_on()))}" if k == 2
+                     else str(v)
                      for k, (v, d) in enumerate(zip(ident, differs, strict=True))
                      if d and v is not None]
             entry.label = f"{label} ({', '.join(parts)})" if parts else label
@@ -434,7 +442,7 @@ def _model_env(cfg: EvalConfig, entry: ModelEntry, scenario: str) -> Any:
 def scenarios_of(cfg: EvalConfig, entries: list[ModelEntry]) -> list[str]:
     if cfg.scenarios:
         return list(dict.fromkeys(cfg.scenarios))
-    found = [e.scenario for e in entries if e.scenario]
+    found = [name for e in entries for name in e.trained_on()]   # each of a mix's too
     return list(dict.fromkeys(found)) or ["article"]
 
 

@@ -230,9 +230,12 @@ def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str |
             ) -> Any:
     """The config's env. A training env (no `reward` given) takes the config's reward and
     prices best-static whichever it is: the warm-up's guard and the latency/vs_static curve
-    read that price. `reward` given: that reward, static priced only where it needs it."""
+    read that price; on several scenarios it is their mix (``InferenceAllocMix-v0``).
+    `reward` given (the held-out and validation episodes): that reward, static priced only
+    where it needs it, on the first scenario."""
+    scenario = config.training_scenarios() if reward is None else config.held_out_scenario()
     try:
-        return make_env(config.env_id, config.scenario, config.hardware, config.variant,
+        return make_env(config.env_id, scenario, config.hardware, config.variant,
                         episode_tasks if episode_tasks is not None else config.episode_tasks,
                         reward=reward if reward is not None else config.reward,
                         price_static=reward is None)
@@ -372,7 +375,8 @@ def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
     """The HPARAMS view of a new run; `config` is the run's own, whose ``hp`` holds every
     hyper-parameter the run uses (``train_run``)."""
     return {"agent": spec.label, "algo": spec.agent, "warmup": spec.warmup, "seed": spec.seed,
-            "env_id": config.env_id, "scenario": config.scenario, "reward": config.reward,
+            "env_id": config.env_id, "scenario": ", ".join(config.training_scenarios()),
+            "reward": config.reward,
             "hardware": config.hardware or "(scenario's)", "variant": config.variant or
             "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
             "normalize": config.normalize, "episode_tasks": config.episode_tasks or 0,
@@ -683,7 +687,7 @@ def _write_scalars(logger: Any, tags: tuple[str, ...], values: tuple[float, ...]
 
 def _env_key(cfg: TrainConfig, seed: int | None = None) -> tuple:
     """baseline_latency's key of the --eval-tasks episode of `seed` (default: the held-out)."""
-    return (cfg.env_id, cfg.scenario, cfg.hardware, cfg.variant, cfg.eval_tasks,
+    return (cfg.env_id, cfg.held_out_scenario(), cfg.hardware, cfg.variant, cfg.eval_tasks,
             cfg.eval_seed if seed is None else seed)
 
 
@@ -750,14 +754,18 @@ def _run_time(run_dir: Path) -> int:
 def _absolute_files(config: TrainConfig) -> TrainConfig:
     """Scenario and hardware files as absolute paths: a run's config.yaml is read again by
     --resume and evaluate.py, from whatever folder they run in."""
-    changes: dict[str, Any] = {}
-    for key, presets in (("scenario", SCENARIO_DIR), ("hardware", PRESET_DIR)):
-        value = getattr(config, key)
-        if value is None or preset_file(value, presets) is not None:   # a preset, not a file
-            continue
+    def absolute(value: str, presets: Path) -> str:
+        if preset_file(value, presets) is not None:   # a preset, not a file
+            return value
         if Path(value).suffix in (".yaml", ".yml") or Path(value).is_file():
-            changes[key] = str(Path(value).absolute())
-    return dataclasses.replace(config, **changes)
+            return str(Path(value).absolute())
+        return value
+
+    scenarios = [absolute(name, SCENARIO_DIR) for name in config.training_scenarios()]
+    hardware = config.hardware
+    return dataclasses.replace(
+        config, scenario=scenarios[0] if isinstance(config.scenario, str) else scenarios,
+        hardware=None if hardware is None else absolute(hardware, PRESET_DIR))
 
 
 def train(config: TrainConfig, given: set[str] | None = None,
@@ -853,7 +861,10 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
     given = [f"{what} {shown(value, quote=False)}" for what, value in
              (("hardware", cfg.hardware), ("variant", cfg.variant)) if value]
     setting = f" ({', '.join(given)})" if given else ""
-    lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.scenario}{setting}, workload seed "
+    trained = cfg.training_scenarios()
+    if len(trained) > 1:    # the held-out episode is the first's (env_for)
+        setting += f" (trained on {', '.join(trained)})"
+    lines = [f"Held-out episode: {cfg.env_id}, scenario {trained[0]}{setting}, workload seed "
              f"{cfg.eval_seed}, {len(static_latency)} tasks",
              "",
              "| agent | mean latency (s) | p95 latency (s) | vs best-static |",

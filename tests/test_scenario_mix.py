@@ -116,6 +116,57 @@ def test_the_oracle_and_heft_act_in_every_scenario_of_a_mix() -> None:
     assert played == {"article", "bursty"}
 
 
+def test_train_config_takes_one_scenario_as_before_and_several_as_a_list(tmp_path: Path) -> None:
+    from agents.config import ConfigError, TrainConfig, parse_config, read_yaml_options, to_yaml
+
+    one, _ = parse_config(TrainConfig, ["--scenario", "article"])
+    assert one.scenario == "article"
+    assert to_yaml(one) == to_yaml(TrainConfig())
+    assert "scenario: article\n" in to_yaml(one)
+    two, _ = parse_config(TrainConfig, ["--scenario", "article", "bursty"])
+    assert two.scenario == ["article", "bursty"]
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml(two), encoding="utf-8")
+    assert TrainConfig(**read_yaml_options(TrainConfig, path)) == two
+    with pytest.raises(ConfigError, match="--scenario 'article' is given twice"):
+        parse_config(TrainConfig, ["--scenario", "article", "article"])
+    path.write_text("scenario: [article, [bursty]]\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="option scenario must be text"):
+        read_yaml_options(TrainConfig, path)
+
+
+def test_a_run_on_two_scenarios_resumes_and_is_evaluated_on_each(tmp_path: Path) -> None:
+    from agents import reporting
+    from agents.config import ConfigError, EvalConfig, TrainConfig
+    from agents.training import comparison_table, read_run_config, train
+
+    runs = tmp_path / "runs"
+    config = TrainConfig(scenario=["article", "bursty"], warmup=["none"], timesteps=48,
+                         checkpoint_interval=32, log_dir=str(runs), episode_tasks=10,
+                         eval_tasks=10, eval_interval=0, progress_bar=False)
+    (result,) = train(config, report=lambda line: None)
+    assert result.run_dir.name.startswith("InferenceAlloc-v0__ppo__0__")
+    saved = read_run_config(result.run_dir / "config.yaml")
+    assert saved.scenario == ["article", "bursty"]
+    table = comparison_table(config, [result])
+    assert table is not None and "scenario article (trained on article, bursty)" in table
+    (resumed,) = train(TrainConfig(resume=str(result.run_dir), timesteps=80,
+                                   progress_bar=False),
+                       {"resume", "timesteps"}, report=lambda line: None)
+    assert resumed.steps == 80
+    assert read_run_config(result.run_dir / "config.yaml").scenario == ["article", "bursty"]
+    out = tmp_path / "results"
+    reporting.run(EvalConfig(runs=str(runs), seeds=1, episodes=1, episode_tasks=10,
+                             baselines=["best-static"], no_online=True, out=str(out),
+                             progress_bar=False), report=lambda line: None)
+    rows = (out / "summary.csv").read_text(encoding="utf-8").splitlines()
+    assert {tuple(r.split(",")[:2]) for r in rows[1:]} == {
+        (s, a) for s in ("article", "bursty") for a in ("ppo", "best-static")}
+    with pytest.raises(ConfigError, match="cannot be mixed"):
+        train(dataclasses.replace(config, scenario=["article", "edge"]))
+    assert sorted(p.name for p in runs.iterdir()) == [result.run_dir.name]
+
+
 def test_a_mix_trains_with_the_hyperparameters_of_the_env_it_plays_in() -> None:
     from agents.sb3_factory import env_id_of
     from agents.warmup import attach_warmup  # noqa: F401  (imports as training does)
