@@ -105,8 +105,19 @@ class HoldsALock(Counts):
         self.lock = threading.Lock()
 
 
+class AlsoStopAt(StopAt):
+    pass
+
+
+class NeedsAKey(Counts):
+    def __init__(self):
+        super().__init__()
+        self.window = {}["window"]
+
+
 locked = HoldsALock()
 not_a_thing = 3
+builtin = dir
 '''
 
 SMALL = ["--warmup", "none", "--hp", "n_steps=16", "batch_size=16", "n_epochs=1",
@@ -281,6 +292,12 @@ def test_each_run_gets_a_fresh_callback(user_module: str, attribute: str) -> Non
                           r"Stable-Baselines3 BaseCallback"),
     ("{mod}:locked", r"--callbacks '{mod}:locked' is an object that cannot be copied for each "
                      r"run \(TypeError: .*lock.*\); name a class or function that builds it"),
+    # whatever a build raises, not only a ValueError or TypeError
+    ("{mod}:NeedsAKey", r"--callbacks '{mod}:NeedsAKey': building it raised KeyError: 'window' "
+                        r"\(.*{mod}\.py, line \d+\)"),
+    # a builtin has no signature to check: what it builds is
+    ("{mod}:builtin", r"--callbacks '{mod}:builtin' built an object of type list, not a "
+                      r"Stable-Baselines3 BaseCallback"),
 ])
 def test_a_callback_that_cannot_run_is_one_line_before_any_folder(
         user_module: str, attribute: str, expected: str, capsys) -> None:
@@ -292,6 +309,39 @@ def test_a_callback_that_cannot_run_is_one_line_before_any_folder(
     assert err.count("\n") == 1, err
     assert re.search(expected.format(mod=user_module), err), err
     assert not Path("runs").exists()
+
+
+def test_a_module_that_raises_as_it_is_imported_is_named_as_a_callback(tmp_path: Path,
+                                                                     monkeypatch, capsys) -> None:
+    """A ValueError raised by the module's own code as it is imported is one line naming the
+    --callbacks name and where it raised, not "policy ..." as a policy of yours is named."""
+    with module_in_cwd("raise ValueError('no such queue')\n", "raises", tmp_path,
+                       monkeypatch) as module:
+        assert load_main("train.py")([*SMALL, "--timesteps", "32", "--log-dir", "runs",
+                                      "--callbacks", f"{module}:Stop"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert re.search(rf"--callbacks '{module}:Stop': importing {module} raised ValueError: no "
+                     rf"such queue \(.*{module}\.py, line 1\)", err), err
+    assert not Path("runs").exists()
+
+
+def test_of_two_callbacks_stopping_at_one_step_the_first_is_named_and_all_ran(
+        user_module: str) -> None:
+    """At the stop every callback of the step still runs (Counts, after StopAt, counts step
+    56 too), and the run's line names the first that stopped it; a name is read without the
+    spaces around it (a YAML list's item)."""
+    from agents.training import train
+
+    names = [f" {user_module}:StopAt ", f"{user_module}:Counts", f"{user_module}:AlsoStopAt"]
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=128, checkpoint_interval=0,
+                         episode_tasks=20, eval_tasks=0, log_dir="runs", progress_bar=False,
+                         hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1}, callbacks=names)
+    (result,) = train(config, report=lambda line: None)
+    assert result.stopped is not None and result.stopped.startswith(
+        f"stopped by callback '{user_module}:StopAt' at step 56 of 128 (continue it with: ")
+    steps, calls = read_scalars(result.run_dir, "mine/calls")
+    assert (steps[-1], calls[-1]) == (56, 56)
 
 
 def test_the_callbacks_round_trip_through_config_yaml(user_module: str, tmp_path: Path) -> None:
