@@ -216,8 +216,10 @@ def env() -> gym.Env:
 
 def test_the_pattern_is_a_module_and_an_attribute_and_leaves_static_alone(env) -> None:
     assert is_import_name("mine:ShortestQueue") and is_import_name("pkg.mod:Rules.fifo")
+    assert is_import_name(" mine:ShortestQueue ")      # read without the spaces around it
     # static:gpu reads as <module>:<attribute> too: it is the fixed placement's, in any case
-    for name in ("static:cpu,gpu,gpu", "STATIC:cpu,gpu,gpu", "static:gpu", "Static:gpu", "heft",
+    for name in ("static:cpu,gpu,gpu", "STATIC:cpu,gpu,gpu", "static:gpu", "Static:gpu",
+                 " static:gpu", "heft",
                  "gated-mine:X", "mine:", ":X", "mine:X:Y", "1mine:X"):
         assert not is_import_name(name), name
     assert "<module>:<attribute>" in valid_names()
@@ -648,3 +650,45 @@ def test_each_row_of_a_batch_keeps_its_own_state_and_episode_start() -> None:
     # a stateless policy's batch state stays None, as SB3's feed-forward policies return
     stateless = OneAtATime(make_policy("all-gpu", gym.make("envs:InferenceAlloc-v0")))
     assert stateless.predict(obs, None, np.array([True, False]))[1] is None
+
+
+class Tally:
+    """A stateful policy of one observation whose state is a pair, as a recurrent policy's
+    (h, c) is: the steps counted since its episode started, and a tag. An all-zero observation
+    (an idle env) it does not count: no state. Its action is the count (at most 2)."""
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        if not np.any(obs):
+            return np.zeros(3, dtype=int), None
+        count, tag = (0, "new") if state is None or bool(episode_start) else state
+        return np.full(3, min(count, 2)), (count + 1, tag)
+
+
+def test_a_state_or_episode_start_given_for_the_whole_batch_is_each_rows() -> None:
+    """Only a batch's own RowStates is split between its rows: a state of the caller's (a
+    pair here, as long as the batch) is every row's, and so is one episode start, a bool or
+    an array of one. States of a batch of another size are no row's own: with every env
+    starting anew, each row starts afresh."""
+    from agents.imported import OneAtATime
+
+    policy = OneAtATime(Tally())
+    two = np.ones((2, 4), dtype=np.float32)
+    actions, state = policy.predict(two, (1, "mine"), np.array([False, False]))
+    assert actions[:, 0].tolist() == [1, 1] and list(state) == [(2, "mine"), (2, "mine")]
+    for start in (True, np.array([True])):
+        actions, restarted = policy.predict(two, state, start)
+        assert actions[:, 0].tolist() == [0, 0] and list(restarted) == [(1, "new")] * 2
+    actions, _ = policy.predict(np.ones((3, 4), dtype=np.float32), state, np.ones(3, bool))
+    assert actions[:, 0].tolist() == [0, 0, 0]
+
+
+def test_a_row_without_a_state_leaves_the_other_rows_theirs() -> None:
+    """A batch's state was None only where every row's is: an idle env's None (row 0) would
+    have dropped the count of the busy env beside it."""
+    from agents.imported import OneAtATime
+
+    policy = OneAtATime(Tally())
+    obs = np.array([[0, 0, 0, 0], [1, 1, 1, 1]], dtype=np.float32)
+    _, state = policy.predict(obs, None, np.array([True, True]))
+    actions, state = policy.predict(obs, state, np.array([False, False]))
+    assert actions[:, 0].tolist() == [0, 1] and list(state) == [None, (2, "new")]
