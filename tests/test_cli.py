@@ -479,3 +479,65 @@ def test_a_path_the_console_cannot_show_is_escaped_not_the_end_of_the_table(
     out = stdout.buffer.getvalue().decode(encoding)
     assert f"hardware {tmp_path}{os.sep}{said}{os.sep}server.yaml" in out
     assert "glm-5.3: load=" in out   # the recipe lines, printed after the table
+
+
+def test_a_stdout_that_need_not_or_cannot_be_reconfigured_is_left_as_it_is(monkeypatch):
+    """printable_stdout changes a strict stream's handler alone: a notebook's stream, strict
+    but without reconfigure, prints as it does (no TypeError from a missing method), and one
+    whose handler is another ("replace") keeps it."""
+    import io
+
+    from inference.messages import printable_stdout
+
+    class NotebookStream(io.StringIO):
+        errors = "strict"
+
+    notebook = NotebookStream()
+    monkeypatch.setattr(sys, "stdout", notebook)
+    with printable_stdout():
+        print("a \u2192 b")
+    assert notebook.getvalue() == "a \u2192 b\n"
+    replacing = io.TextIOWrapper(io.BytesIO(), encoding="cp1252", errors="replace")
+    monkeypatch.setattr(sys, "stdout", replacing)
+    with printable_stdout():
+        print("a \u2192 b")
+    replacing.flush()
+    assert replacing.errors == "replace" and replacing.buffer.getvalue() == b"a ? b\n"
+
+
+def test_printable_stdout_restores_the_handler_past_an_error_and_stands_a_reader_gone(
+        monkeypatch):
+    """The strict handler is back after an error inside, which goes on as raised; and a reader
+    gone (train.py | head) or a stream closed, met as the handler is restored (it flushes
+    first), is no second error over the CLI's own status."""
+    import io
+
+    from inference.messages import printable_stdout
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="cp1252")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    with pytest.raises(KeyError), printable_stdout():
+        raise KeyError("mine")
+    assert stdout.errors == "strict"
+
+    class GoneReader(io.RawIOBase):
+        gone = True
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data) -> int:
+            if self.gone:
+                raise BrokenPipeError(32, "Broken pipe")
+            return len(data)
+
+    reader = GoneReader()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(reader),
+                                                        encoding="cp1252"))
+    with printable_stdout():
+        print("a \u2192 b")      # buffered: written, and refused, as the handler is restored
+    reader.gone = False          # the stream's own flush, as it is collected, goes through
+    closed = io.TextIOWrapper(io.BytesIO(), encoding="cp1252")
+    monkeypatch.setattr(sys, "stdout", closed)
+    with printable_stdout():
+        closed.close()
