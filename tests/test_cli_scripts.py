@@ -833,26 +833,30 @@ def test_an_interrupt_stops_the_whole_plan_and_keeps_a_resumable_run(tmp_path: P
     assert (run / "checkpoints" / "model_64_steps.zip").is_file()
 
 
+@pytest.mark.parametrize(("console", "evaluate"), [(False, "python evaluate.py"),
+                                                    (True, "infer-alloc-evaluate")])
 def test_an_interrupt_after_the_model_is_saved_says_the_run_is_complete(
-        tmp_path: Path, monkeypatch, capsys) -> None:
+        console: bool, evaluate: str, tmp_path: Path, monkeypatch, capsys) -> None:
     """Ctrl-C while the saved model is scored on the held-out episode (the last minute of a
     run): train.py said "interrupted" alone, which reads as a run lost. Its training is
-    complete and kept: the message says so and how to evaluate it."""
+    complete and kept: the message says so and how to evaluate it, as the user has it
+    (infer-alloc-train, a wheel's console script, has infer-alloc-evaluate beside it)."""
     import agents.training as training
+    from agents.train_cli import main as console_main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(training, "final_metrics", interrupted)
     runs = tmp_path / "runs"
-    assert load_main("train.py")(["--timesteps", "64", "--warmup", "none",
-                                  "--checkpoint-interval", "0", "--log-dir", str(runs),
-                                  *TINY]) == 130
+    main = console_main if console else load_main("train.py")
+    assert main(["--timesteps", "64", "--warmup", "none", "--checkpoint-interval", "0",
+                 "--log-dir", str(runs), *TINY]) == 130
     (run,) = runs.iterdir()
     assert saved_steps(run / "model.zip") == 64
     err = capsys.readouterr().err
     assert f"run {run.name} interrupted after its training finished; kept {run}" in err
-    assert f"python evaluate.py --models {run}" in err
+    assert f"(its model.zip is complete: evaluate it with: {evaluate} --models {run})" in err
 
 
 @pytest.mark.parametrize("stop", ["ctrl-c", "full disk"])
@@ -2017,6 +2021,72 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     assert script_status == status == 130
     assert script_err.startswith(f"{script_name}: interrupted")
     assert err == script_err.replace(script_name, command, 1)
+
+
+def _console_refusal(case: str, tmp: Path) -> str:
+    """What `case`, a refusal or note that names train.py or evaluate.py, says."""
+    import zipfile
+
+    from agents.commands import named
+    from agents.reporting import discover_models
+    from agents.sb3_factory import saved_model_info
+    from agents.sb3_hyperparams import check_agent_env
+    from agents.training import plan, read_run_config, resume_run
+
+    run = tmp / "runs" / "a"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(to_yaml(TrainConfig(agents=["ppo"], warmup=["none"])))
+    calls = {
+        "validation seed": lambda: TrainConfig(select_best=True,
+                                               validation_seed=HELDOUT_SEED + 1).validate(),
+        "no runs folder": lambda: EvalConfig(runs=str(tmp / "nope")).validate(),
+        "zoo callback": lambda: check_keys("ppo", {"callback": "mine.MyCallback"}),
+        "seed": lambda: check_keys("ppo", {"seed": 1}),
+        "agent's env": lambda: check_agent_env("sac", "InferenceAlloc-v0"),
+        "unknown agent": lambda: plan(TrainConfig(agents=["psychic"])),
+        "not a run": lambda: read_run_config(tmp / "plan.yaml"),
+        "unfinished run": lambda: discover_models(EvalConfig(runs=str(tmp / "runs")))[1],
+        "kept episode": lambda: resume_run(TrainConfig(resume="a", log_dir=str(tmp / "runs"),
+                                                       eval_seed=HELDOUT_SEED + 1),
+                                           {"resume", "log_dir", "eval_seed"}),
+        "no agent named": lambda: saved_model_info(tmp / "bare.zip"),
+        "named": lambda: named("continue it with python train.py; see evaluate.py's --runs"),
+    }
+    (tmp / "plan.yaml").write_text(to_yaml(TrainConfig(agents=["ppo", "dqn"])))
+    with zipfile.ZipFile(tmp / "bare.zip", "w") as zf:
+        zf.writestr("data", "{}")
+    try:
+        answer = calls[case]()
+    except ValueError as exc:
+        return str(exc)
+    return str(answer)
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("validation seed", "among infer-alloc-evaluate's held-out seeds"),
+    ("no runs folder", "(infer-alloc-train's runs are under its --log-dir"),
+    ("zoo callback", "name yours with infer-alloc-train's --callbacks"),
+    ("seed", "set by the trainer, not here (infer-alloc-train --seeds)"),
+    ("agent's env", "(infer-alloc-train --env InferenceAllocSplit-v0)"),
+    ("unknown agent", "infer-alloc-train trains ppo"),
+    ("not a run", "as infer-alloc-train writes it"),
+    ("unfinished run", "no model.zip (unfinished; infer-alloc-train --resume"),
+    ("unfinished run", "train some with `infer-alloc-train`"),
+    ("kept episode", "start a new run (infer-alloc-train without --resume)"),
+    ("no agent named", "train them with infer-alloc-train)"),
+    ("named", "continue it with infer-alloc-train; see infer-alloc-evaluate's --runs"),
+])
+def test_each_refusal_and_note_names_the_jobs_as_the_console_script_ran(
+        case: str, expected: str, tmp_path: Path) -> None:
+    """Run as infer-alloc-train or infer-alloc-evaluate (a wheel, which has neither script), a
+    message that names the other job, or this one, names it as the user has it: "train.py's
+    --env" sent a wheel user to a file they do not have."""
+    from agents.commands import invoked_as
+
+    with invoked_as(console=True):
+        message = _console_refusal(case, tmp_path)
+    assert expected in message, message
+    assert "train.py" not in message and "evaluate.py" not in message, message
 
 
 def test_evaluate_py_on_a_cp1252_stdout_writes_every_result_past_a_path_it_cannot_show(
