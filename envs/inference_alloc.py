@@ -86,6 +86,15 @@ def holds_bool(action: Any) -> bool:
     return False
 
 
+def check_no_options(options: Any) -> None:
+    """Refuse `reset()` options (None or {}, what vector envs pass, are fine): the episode is
+    set by the env's arguments, and an ignored `{"episode_tasks": 10}` would run the old
+    episode unnoticed. Checked before a reset changes anything (InferenceAllocMix-v0's too)."""
+    if options is not None and not (isinstance(options, Mapping) and not options):
+        raise ValueError(f"reset() takes no options (the episode follows the env's arguments, "
+                         f"e.g. gym.make(..., episode_tasks=10)); got options={options!r}")
+
+
 class InferenceAllocEnv(gym.Env):
     """
     ## Description
@@ -506,9 +515,7 @@ class InferenceAllocEnv(gym.Env):
         what vector envs pass, are fine): the episode is set by the env's arguments, and an
         ignored `{"episode_tasks": 10}` would run the old episode unnoticed. Returns the first
         task's observation and an info holding only `task`."""
-        if options is not None and not (isinstance(options, Mapping) and not options):
-            raise ValueError(f"reset() takes no options (the episode follows the env's arguments, "
-                             f"e.g. gym.make(..., episode_tasks=10)); got options={options!r}")
+        check_no_options(options)
         super().reset(seed=seed)
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
         if self._clients:

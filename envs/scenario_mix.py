@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs.inference_alloc import InferenceAllocEnv
+from envs.inference_alloc import InferenceAllocEnv, check_no_options
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.scenario import Scenario
 from inference.checks import is_number
@@ -131,11 +131,14 @@ class ScenarioMixEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Draw the episode's scenario, then reset its env on a seed drawn alike (see the
-        class docstring); `options` go to that env (which refuses any)."""
+        class docstring). `options` are refused as that env refuses them, before anything
+        changes: the mix then goes on with its episode, as that env would."""
+        check_no_options(options)
         super().reset(seed=seed)
-        self._current = int(self.np_random.choice(len(self.envs), p=self.weights))
+        drawn = int(self.np_random.choice(len(self.envs), p=self.weights))
         episode_seed = int(self.np_random.integers(2**31 - 1))
-        obs, info = self.current.reset(seed=episode_seed, options=options)
+        obs, info = self.envs[drawn].reset(seed=episode_seed, options=options)
+        self._current = drawn       # not before: a failed reset left another's episode current
         info["scenario"] = self.scenario_name
         return obs, info
 

@@ -174,3 +174,27 @@ def test_a_mix_trains_with_the_hyperparameters_of_the_env_it_plays_in() -> None:
     assert env_id_of(mix(env_id=envs.ENV_IDS[1])) == envs.ENV_IDS[1]
     assert env_id_of(mix()) == envs.ENV_IDS[0]
     assert isinstance(mix().unwrapped, ScenarioMixEnv)
+
+
+def test_a_refused_reset_leaves_the_mix_as_it_was() -> None:
+    """As the scenario env's own: reset(options=...) is refused before anything changes. The
+    mix had drawn the next scenario first: a step after the refusal played that scenario's
+    episode, one left half-played before (or never started: a RuntimeError), and the draws
+    after it were not those of the same mix without the refused call."""
+    def play(env: gym.Env, refuse: bool) -> list[str]:
+        _, info = env.reset(seed=0)
+        played = [info["scenario"]]
+        for _ in range(6):
+            env.step(np.array([1, 1, 1]))       # each episode left part-played
+            if refuse:
+                with pytest.raises(ValueError, match="reset\\(\\) takes no options"):
+                    env.reset(options={"episode_tasks": 3})
+                _, _, _, _, step = env.step(np.array([1, 1, 1]))
+                assert step["scenario"] == played[-1]
+            _, info = env.reset()
+            played.append(info["scenario"])
+        return played
+
+    played = play(mix(), refuse=True)
+    assert played == play(mix(), refuse=False)
+    assert set(played) == {"article", "bursty"}
