@@ -65,8 +65,8 @@ class ScenarioMixEnv(gym.Env):
     - `scenarios`: two or more scenarios, each as `InferenceAlloc-v0`'s `scenario=` takes
       one (a preset name, a YAML path, a `Scenario` or its mapping); no name twice (give
       `weights` instead).
-    - `weights`: how often each is drawn, one non-negative number per scenario, not all 0;
-      default equal.
+    - `weights`: how often each is drawn, one non-negative number per scenario (a list or a
+      1-D array), not all 0; default equal.
     - `env_id`: `InferenceAlloc-v0` (default) or `InferenceAllocSplit-v0`, the env each
       scenario plays in.
     - any other keyword (`hardware`, `variant`, `reward`, `episode_tasks`, `price_static`,
@@ -90,8 +90,8 @@ class ScenarioMixEnv(gym.Env):
     metadata = InferenceAllocEnv.metadata
 
     def __init__(self, scenarios: Sequence[str | Scenario | Mapping[str, Any]],
-                 weights: Sequence[float] | None = None, env_id: str = "InferenceAlloc-v0",
-                 **kwargs: Any) -> None:
+                 weights: Sequence[float] | np.ndarray | None = None,
+                 env_id: str = "InferenceAlloc-v0", **kwargs: Any) -> None:
         if isinstance(scenarios, (str, Mapping, Scenario)) or not isinstance(scenarios, Sequence):
             raise ValueError(f"scenarios must be a list of two or more scenarios, got "
                              f"{shown(scenarios)}")
@@ -191,11 +191,13 @@ def _check_same_setting(first: InferenceAllocEnv, other: InferenceAllocEnv) -> N
                          f"for all)")
 
 
-def _probabilities(weights: Sequence[float] | None, n: int) -> np.ndarray:
+def _probabilities(weights: Sequence[float] | np.ndarray | None, n: int) -> np.ndarray:
     """`weights` as draw probabilities (None: equal); a wrong count, a negative, NaN or
     infinite one, or all zero: ValueError."""
     if weights is None:
         return np.full(n, 1.0 / n)
+    if isinstance(weights, np.ndarray) and weights.ndim == 1:   # np.ones(n), a probability vector
+        weights = weights.tolist()
     if isinstance(weights, (str, Mapping)) or not isinstance(weights, Sequence) \
             or len(weights) != n:
         raise ValueError(f"weights must be {n} numbers, one per scenario, got {shown(weights)}")

@@ -198,3 +198,13 @@ def test_a_refused_reset_leaves_the_mix_as_it_was() -> None:
     played = play(mix(), refuse=True)
     assert played == play(mix(), refuse=False)
     assert set(played) == {"article", "bursty"}
+
+
+def test_weights_may_be_a_numpy_array() -> None:
+    """np.ones(n) or a probability vector: refused as "must be 2 numbers ... got array([1, 1])"."""
+    env = mix(weights=np.array([0.0, 2.0]))
+    assert list(env.unwrapped.weights) == [0.0, 1.0]
+    assert {name for name, _ in rollout(env, 0, 4)} == {"bursty"}
+    with pytest.raises(ValueError, match="weights must be 2 numbers"):
+        mix(weights=np.ones((2, 1)))
+
