@@ -64,7 +64,7 @@ class ScenarioMixEnv(gym.Env):
 
     - `scenarios`: two or more scenarios, each as `InferenceAlloc-v0`'s `scenario=` takes
       one (a preset name, a YAML path, a `Scenario` or its mapping); no name twice (give
-      `weights` instead).
+      `weights` instead; a copy of a scenario's YAML keeps its `name:`, so rename it).
     - `weights`: how often each is drawn, one non-negative number per scenario (a list or a
       1-D array), not all 0; default equal.
     - `env_id`: `InferenceAlloc-v0` (default) or `InferenceAllocSplit-v0`, the env each
@@ -107,8 +107,8 @@ class ScenarioMixEnv(gym.Env):
         self.names = tuple(env.scenario.name for env in self.envs)
         for i, name in enumerate(self.names):
             if name in self.names[:i]:
-                raise ValueError(f"scenarios: {name!r} is given twice; give each once, and "
-                                 f"weights= to draw one more often")
+                _refuse_same_name(self.envs[self.names.index(name)], self.envs[i],
+                                  self.names.index(name) + 1, i + 1)
         first = self.envs[0]
         for env in self.envs[1:]:
             _check_same_setting(first, env)
@@ -189,6 +189,19 @@ def _check_same_setting(first: InferenceAllocEnv, other: InferenceAllocEnv) -> N
                          f"differ, and one policy acts in every scenario of a mix; give scenarios "
                          f"of one hardware, variant and model (hardware= and variant= set them "
                          f"for all)")
+
+
+def _refuse_same_name(first: InferenceAllocEnv, other: InferenceAllocEnv, i: int, j: int) -> None:
+    """Refuse two scenarios of one name (the `i`th and `j`th, from 1): one given twice (its
+    figures the same, however spelt), or two that differ but share a name (a copy of a
+    scenario's YAML keeps its name), which `info["scenario"]` could not tell apart."""
+    a, b = first.scenario, other.scenario
+    if dataclasses.replace(a, source="") == dataclasses.replace(b, source=""):
+        raise ValueError(f"scenarios: {a.name!r} is given twice; give each once, and weights= "
+                         f"to draw one more often")
+    raise ValueError(f"scenarios {i} and {j} are both named {a.name!r} ({a.source or a.name}; "
+                     f"{b.source or b.name}): a mix tells its scenarios apart by name; give "
+                     f"each a name of its own (a YAML's name: field)")
 
 
 def _probabilities(weights: Sequence[float] | np.ndarray | None, n: int) -> np.ndarray:

@@ -208,3 +208,17 @@ def test_weights_may_be_a_numpy_array() -> None:
     with pytest.raises(ValueError, match="weights must be 2 numbers"):
         mix(weights=np.ones((2, 1)))
 
+
+def test_two_scenarios_of_one_name_are_told_apart_from_one_given_twice(tmp_path: Path) -> None:
+    """A copy of bursty.yaml with another arrival rate keeps its name: it was refused as
+    "'bursty' is given twice", of two scenarios that differ."""
+    bursty = load_scenario("bursty")
+    faster = dataclasses.replace(bursty, source=str(tmp_path / "fast.yaml"), workload=dataclasses.
+                                 replace(bursty.workload, arrival_rate=0.1))
+    with pytest.raises(ValueError, match=r"scenarios 2 and 3 are both named 'bursty' \(bursty; "
+                                         r".*fast\.yaml\): .*a name of its own") as caught:
+        mix(scenarios=["article", "bursty", faster])
+    assert "given twice" not in str(caught.value)
+    same = str(Path(envs.__file__).parent / "scenarios" / "bursty.yaml")
+    with pytest.raises(ValueError, match="'bursty' is given twice"):
+        mix(scenarios=["bursty", same])
