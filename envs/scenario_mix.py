@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs import canonical_env_id, describe_env_ids
 from envs.inference_alloc import InferenceAllocEnv, check_no_options
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.scenario import Scenario
@@ -67,8 +68,8 @@ class ScenarioMixEnv(gym.Env):
       `weights` instead; a copy of a scenario's YAML keeps its `name:`, so rename it).
     - `weights`: how often each is drawn, one non-negative number per scenario (a list or a
       1-D array), not all 0; default equal.
-    - `env_id`: `InferenceAlloc-v0` (default) or `InferenceAllocSplit-v0`, the env each
-      scenario plays in.
+    - `env_id`: `InferenceAlloc-v0` (default) or `InferenceAllocSplit-v0` (or their short
+      names `discrete`, `split`), the env each scenario plays in.
     - any other keyword (`hardware`, `variant`, `reward`, `episode_tasks`, `price_static`,
       `render_mode`, ...) goes to every scenario's env, as that env takes it.
 
@@ -98,9 +99,11 @@ class ScenarioMixEnv(gym.Env):
         if len(scenarios) < 2:
             raise ValueError(f"scenarios must name two or more scenarios (one plays in "
                              f"InferenceAlloc-v0 itself), got {len(scenarios)}")
+        # the short names train.py's --env takes ("split") and "envs:<id>" name the ids too
+        env_id = canonical_env_id(env_id) if isinstance(env_id, str) else env_id
         cls = MIX_CLASSES.get(env_id)
         if cls is None:
-            raise ValueError(f"env_id must be one of {', '.join(MIX_CLASSES)}, got {shown(env_id)}"
+            raise ValueError(f"env_id must be one of {describe_env_ids()}, got {shown(env_id)}"
                              f"{did_you_mean([str(env_id)], MIX_CLASSES)}")
         self.env_id = env_id
         self.envs = [cls(scenario=scenario, **kwargs) for scenario in scenarios]

@@ -174,6 +174,10 @@ def test_a_mix_trains_with_the_hyperparameters_of_the_env_it_plays_in() -> None:
     assert env_id_of(mix(env_id=envs.ENV_IDS[1])) == envs.ENV_IDS[1]
     assert env_id_of(mix()) == envs.ENV_IDS[0]
     assert isinstance(mix().unwrapped, ScenarioMixEnv)
+    # the short names and the "envs:" prefix, as train.py's --env and gym.make take them
+    for name, env_id in (("split", envs.ENV_IDS[1]), ("discrete", envs.ENV_IDS[0]),
+                         (f"envs:{envs.ENV_IDS[1]}", envs.ENV_IDS[1])):
+        assert env_id_of(mix(env_id=name)) == env_id
 
 
 def test_a_refused_reset_leaves_the_mix_as_it_was() -> None:
