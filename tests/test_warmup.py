@@ -1028,5 +1028,33 @@ def test_a_trpo_sub_sampling_that_keeps_one_transition_is_refused_before_any_run
         plan(config(64))
     assert len(plan(config(63))) == 2                 # two of 64 transitions
     assert len(plan(config(64, n_envs=2))) == 2       # two of 128
+    with pytest.raises(ConfigError, match=r"n_steps x n_envs \(64 x 2 = 128\), got 128:"):
+        plan(config(128, n_envs=2))
     assert len(plan(config(64, normalize_advantage=False))) == 2
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_trpo_sub_sampling_is_checked_against_the_rollout_each_warm_up_trains_with(
+        tmp_path, monkeypatch):
+    """A warm-started run trains with its YAML's warm_start values under --hp: a shorter warm
+    rollout keeps one transition where the cold one keeps several. Each run's own rollout is
+    checked, the cold one's with --hp and the warm one's only where a warm-up is asked for."""
+    import agents.sb3_hyperparams as hyperparams
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import plan
+
+    (tmp_path / "trpo.yaml").write_text(
+        "InferenceAlloc-v0:\n  n_steps: 64\n  batch_size: 64\n  policy_kwargs: {net_arch: [8]}\n"
+        "  warm_start: {n_steps: 8, batch_size: 8}\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+
+    def config(factor: int, warmup: str) -> TrainConfig:
+        return TrainConfig(agents=["trpo"], warmup=[warmup], episode_tasks=8,
+                           log_dir=str(tmp_path / "runs"), hp={"sub_sampling_factor": factor})
+
+    assert len(plan(config(8, "none"))) == 1          # 8 of the cold run's 64
+    with pytest.raises(ConfigError, match=r"\(8 x 1 = 8\), got 8:"):
+        plan(config(8, "all"))                        # one of the warm run's 8
+    with pytest.raises(ConfigError, match=r"\(64 x 1 = 64\), got 64:"):
+        plan(config(64, "none"))
     assert not (tmp_path / "runs").exists()
