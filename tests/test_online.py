@@ -404,6 +404,30 @@ def test_the_studys_learners_learn_as_they_go(name):
     assert not np.array_equal(learning, run(False))
 
 
+def test_each_learner_of_the_study_is_its_algorithm_cold_or_warm(monkeypatch):
+    """ONLINE_LEARNERS' names: a -warm learner is its algorithm with the whole warm-up, the
+    others start cold. A warm PPO and a warm TRPO act alike through the conservative phase
+    (the same curve over 60 samples), so the curves alone would not tell a swapped entry."""
+    import agents.sb3_factory as factory
+    from agents.evaluation import ONLINE_LEARNERS, online_study
+
+    built = {}
+    make = factory.make_sb3
+
+    def recording(name, env, seed=0, warmup=None, **kwargs):
+        agent = make(name, env, seed=seed, warmup=warmup, **kwargs)
+        built[len(built)] = (name, warmup)
+        return agent
+
+    monkeypatch.setattr(factory, "make_sb3", recording)
+    online_study(list(ONLINE_LEARNERS), [11], n_samples=8)
+    warm = WarmupConfig.from_parts("all")
+    assert warm.steps and warm.clone_samples     # the whole warm-up: acting and cloning
+    assert dict(zip(ONLINE_LEARNERS, built.values(), strict=True)) == {
+        "ppo": ("ppo", None), "ppo-warm": ("ppo", warm), "dqn": ("dqn", None),
+        "dqn-warm": ("dqn", warm), "trpo": ("trpo", None), "trpo-warm": ("trpo", warm)}
+
+
 def test_the_studys_learners_learn_on_the_reward_asked_for_with_static_priced_every_step(
         monkeypatch):
     """online_study built every env with reward="relative", whatever reward the learners were
