@@ -1186,9 +1186,14 @@ def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_r
     assert studied == [("trpo-warm", "oracle"), ("trpo",), reporting.FULL_ONLINE]
 
     refusals = [
-        (dict(online=True, online_agents=["trpo-wram"]), r"--online-agents must be one of .*"
-                                                          r"got 'trpo-wram' \(did you mean "
+        (dict(online=True, online_agents=["trpo-wram"]), r"--online-agents must be one of ppo, "
+                                                          r"ppo-warm, dqn, dqn-warm, trpo, "
+                                                          r"trpo-warm, best-static, "
+                                                          r"heft-calibrated, oracle, got "
+                                                          r"'trpo-wram' \(did you mean "
                                                           r"'trpo-warm'\?\)"),
+        # the default evaluation's study too: refused before its evaluation, not after
+        (dict(online_agents=["ppo", "a2c"]), "--online-agents must be one of .* got 'a2c'"),
         (dict(online=True, online_agents=["ppo", "oracle", "ppo"]), "names ppo twice"),
         (dict(online=True, online_agents=[]), "needs at least one agent"),
         (dict(no_online=True, online_agents=["ppo"]), "--online-agents is not used there: "
