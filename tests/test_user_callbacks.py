@@ -344,6 +344,25 @@ def test_of_two_callbacks_stopping_at_one_step_the_first_is_named_and_all_ran(
     assert (steps[-1], calls[-1]) == (56, 56)
 
 
+def test_the_runs_line_tells_a_stop_before_its_last_step_from_one_at_or_past_it() -> None:
+    """No stop, no words (the line of a run whose callbacks went on is as any run's); a stop
+    one step short of --timesteps is continued as any early stop, one at or past it (several
+    envs step together) needs a larger --timesteps."""
+    from agents.user_callbacks import UserCallbacks
+
+    callbacks = UserCallbacks([])
+    assert callbacks.stopped(64, 64, "resume") is None
+    callbacks.stop = ("mine:Stop", False)
+    assert callbacks.stopped(63, 64, "resume") == (
+        "stopped by callback 'mine:Stop' at step 63 of 64 (continue it with: resume; add "
+        "--callbacks alone to continue without its callbacks)")
+    for step in (64, 66):
+        assert callbacks.stopped(step, 64, "resume") == (
+            f"stopped by callback 'mine:Stop' at step {step} of 64, before the update on its "
+            f"last steps (continue it with: resume --timesteps N, N above {step}; add "
+            f"--callbacks alone to continue without its callbacks)")
+
+
 def test_the_callbacks_round_trip_through_config_yaml(user_module: str, tmp_path: Path) -> None:
     names = [f"{user_module}:Counts", f"{user_module}:StopAt"]
     config, given = parse_config(TrainConfig, ["--callbacks", names[0], "--callbacks", names[1]])
