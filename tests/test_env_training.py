@@ -137,6 +137,10 @@ def test_maskable_ppo_trains_and_respects_masks(tmp_path: Path) -> None:
     (b'{"infer_agent": "ppo", ', "is not a Stable-Baselines3 model zip"),   # cut-off JSON
     (None, "is not a Stable-Baselines3 model zip"),      # some other zip: no 'data' entry
     (b'{"infer_agent": ["ppo"]}', "does not say which agent it holds"),  # was TypeError
+    # saved by SB3 itself with a policy none of ours is: the learners it may be listed
+    (b'{"policy_class": {"__module__": "mine.policies"}}', "does not say which agent it holds: "
+     "it has no infer_agent entry, and its policy is not one of SB3's PPO, A2C, DQN, SAC or "
+     "sb3-contrib's MaskablePPO or TRPO"),
 ])
 def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
         tmp_path: Path, data: bytes | None, match: str) -> None:
