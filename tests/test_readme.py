@@ -138,6 +138,20 @@ def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
     assert interval("dqn") == interval("sac") == int(off_policy_every)
 
 
+def test_the_readmes_trpo_settings_are_its_yamls_in_both_envs():
+    """The README's TRPO figures were measured with one step per rollout of n_steps tasks
+    under target_kl; both envs' sections of trpo.yaml hold them."""
+    from agents.sb3_hyperparams import load_hyperparams
+    from envs import ENV_IDS
+
+    n_steps, target_kl = _quoted(r"`trpo` is sb3-contrib's TRPO, in both envs: one step per "
+                                 r"(\d+)-task rollout, whose KL to the rollout's policy stays "
+                                 r"under ([\d.]+)")
+    for env_id in ENV_IDS:
+        params = load_hyperparams("trpo", env_id)
+        assert (params["n_steps"], params["target_kl"]) == (int(n_steps), float(target_kl))
+
+
 def test_the_readmes_scenario_list_and_episode_lengths_are_the_presets():
     import envs
     from envs.scenario import load_scenario
