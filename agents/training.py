@@ -77,6 +77,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecNormalize
 
+from agents import sb3_hyperparams
 from agents.callbacks import (
     BEST_METRICS,
     FINAL_METRICS,
@@ -276,17 +277,21 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             load_hyperparams(agent, config.env_id)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if config.hp:       # build once (cheap) so a bad --hp fails before any run starts
-            try:
+        try:
+            if config.hp:   # build once (cheap) so a bad --hp fails before any run starts
                 make_sb3(agent, env, seed=0, overrides=config.hp)
-                check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp),
-                                   config.n_envs)   # the trial's one env is not --n-envs
-                # a warm-started run layers them on its warm_start ones, typed apart
-                if any(starts_warm(w) for w in warms):
-                    check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp,
-                                                               warm_start=True), config.n_envs)
-            except (TypeError, ValueError, AssertionError) as exc:
-                raise ConfigError(f"--hp {shown(config.hp, quote=False)} for {agent}: {exc}") from None
+            # the YAML's values too, with or without --hp: an edited trpo.yaml's factor that
+            # keeps one transition trained a policy that never moved, as a --hp one did
+            check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp),
+                               config.n_envs)   # the trial's one env is not --n-envs
+            # a warm-started run layers them on its warm_start ones, typed apart
+            if any(starts_warm(w) for w in warms):
+                check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp,
+                                                           warm_start=True), config.n_envs)
+        except (TypeError, ValueError, AssertionError) as exc:
+            where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
+                     else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
+            raise ConfigError(f"{where} for {agent}: {exc}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
             for w in specs]

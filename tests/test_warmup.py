@@ -1053,6 +1053,16 @@ def test_a_trpo_sub_sampling_is_checked_against_the_rollout_each_warm_up_trains_
                            log_dir=str(tmp_path / "runs"), hp={"sub_sampling_factor": factor})
 
     assert len(plan(config(8, "none"))) == 1          # 8 of the cold run's 64
+    # the YAML's own factor, without --hp: an edited file trained a policy that never moved
+    (tmp_path / "trpo.yaml").write_text(
+        "InferenceAlloc-v0:\n  n_steps: 4\n  batch_size: 4\n  sub_sampling_factor: 4\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 'trpo.yaml'))} for trpo: "
+                                          r"hyper-parameter sub_sampling_factor must be below "
+                                          r"the rollout's n_steps x n_envs \(4 x 1 = 4\), got 4:"):
+        plan(dataclasses.replace(config(8, "none"), hp={}))
+    (tmp_path / "trpo.yaml").write_text(
+        "InferenceAlloc-v0:\n  n_steps: 64\n  batch_size: 64\n  policy_kwargs: {net_arch: [8]}\n"
+        "  warm_start: {n_steps: 8, batch_size: 8}\n")
     with pytest.raises(ConfigError, match=r"\(8 x 1 = 8\), got 8:"):
         plan(config(8, "all"))                        # one of the warm run's 8
     with pytest.raises(ConfigError, match=r"\(64 x 1 = 64\), got 64:"):
