@@ -172,7 +172,7 @@ class TrainConfig:
 
     def training_scenarios(self) -> list[str]:
         """The scenarios a run trains on: one, or the several of a mix."""
-        return [self.scenario] if isinstance(self.scenario, str) else list(self.scenario)
+        return scenario_list(self.scenario)
 
     def held_out_scenario(self) -> str:
         """The scenario of the held-out and validation episodes: the first trained on."""
@@ -372,6 +372,14 @@ class EvalConfig:
             unused |= dict.fromkeys(("online_samples", "online_seeds", "online_reward",
                                      "online_agents"), "--no-online skips the online study")
         return unused
+
+
+def scenario_list(scenario: str | Sequence[str] | None) -> list[str]:
+    """A ``--scenario`` value as a list: one scenario, the several of a mix, or none (None: a
+    model saved without its run's config)."""
+    if scenario is None:
+        return []
+    return [scenario] if isinstance(scenario, str) else list(scenario)
 
 
 def _require(ok: bool, message: str) -> None:

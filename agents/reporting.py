@@ -34,7 +34,7 @@ import numpy as np
 
 from agents.base import read_policy_file
 from agents.commands import command, program
-from agents.config import ConfigError, EvalConfig
+from agents.config import ConfigError, EvalConfig, scenario_list
 from agents.evaluation import (
     REFERENCES,
     AgentResult,
@@ -85,9 +85,7 @@ class ModelEntry:
 
     def trained_on(self) -> list[str]:
         """The scenarios its run was trained on (none known for a bare zip)."""
-        if self.scenario is None:
-            return []
-        return [self.scenario] if isinstance(self.scenario, str) else list(self.scenario)
+        return scenario_list(self.scenario)
 
     def identity(self) -> tuple[str | tuple[str, ...] | None, ...]:
         """What must match for two entries of one label to pool as seeds of one agent. The
