@@ -48,6 +48,7 @@ from agents.evaluation import (
     summary_markdown,
 )
 from agents.files import model_file, write_text
+from agents.locks import FolderBusy, holding
 from agents.registry import (
     check_first_action,
     load_policy,
@@ -537,7 +538,7 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
         + len(online_agents) * online_n
     skipped, why = _skipped_outputs(cfg, bool(online_agents))
     ours = tuple(name for name in (*SUMMARY_OUTPUTS, *ONLINE_OUTPUTS) if name not in skipped)
-    with _earlier_named(out, ours, written, report), \
+    with _writing(out, ours), _earlier_named(out, ours, written, report), \
             tqdm(total=total, desc="evaluate", unit="item", disable=not cfg.progress_bar) as bar:
 
         def wrote(path: Path) -> None:
@@ -589,6 +590,29 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     return written
 
 
+# the lock of each set of files an evaluation writes in --out (agents.locks): the summary's
+# and the online study's are taken apart, as `evaluate.py --online` writes the second alone
+OUTPUT_LOCKS = {"summary": SUMMARY_OUTPUTS, "stabilization": ONLINE_OUTPUTS,
+                "article": ("article.md",)}
+
+
+@contextlib.contextmanager
+def _writing(out: Path, names: tuple[str, ...]) -> Iterator[None]:
+    """The locks of `out` for the files of `names`: another evaluation writing any of them
+    there is refused at once (a ConfigError naming it), before this one computes anything."""
+    with contextlib.ExitStack() as stack:
+        for lock, files in OUTPUT_LOCKS.items():
+            mine = [name for name in files if name in names]
+            if not mine:
+                continue
+            try:
+                stack.enter_context(holding(out, lock, f"{out} is being written by another "
+                                            f"evaluation ({', '.join(files)})"))
+            except FolderBusy as exc:
+                raise ConfigError(f"{exc}: wait for it to end, or give another --out") from None
+        yield
+
+
 @contextlib.contextmanager
 def _earlier_named(out: Path, names: tuple[str, ...], written: list[Path],
                    report: Callable[[str], None]) -> Iterator[None]:
@@ -637,10 +661,11 @@ def reproduce_article(cfg: EvalConfig, report: Callable[[str], None] = print) ->
 
     seeds = heldout_seeds(cfg)
     clients = {} if cfg.article_clients is None else {"clients": cfg.article_clients}
-    with tqdm(total=len(seeds), desc="article", unit="seed", disable=not cfg.progress_bar,
-              leave=False) as bar:
-        reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
     written = Path(cfg.out) / ARTICLE_FILE
+    with _writing(Path(cfg.out), (ARTICLE_FILE,)), \
+            tqdm(total=len(seeds), desc="article", unit="seed", disable=not cfg.progress_bar,
+                 leave=False) as bar:
+        reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
     report(f"wrote {written}")
     return [written]
 

@@ -24,7 +24,10 @@ partial warm-ups read ``-warm-clone+guard``) holds:
   it over best-static's there; ``agents.run_folder.BestModel``). The comparison table scores
   it on the held-out episode in a row of its own. A resume keeps the best so far (a later
   model replaces it only by beating it), which may be of steps past the checkpoint resumed
-  from; ``evaluate.py --models RUN/best_model.zip`` evaluates it as ``<agent>@best``.
+  from; ``evaluate.py --models RUN/best_model.zip`` evaluates it as ``<agent>@best``;
+* ``.train.lock`` while the run trains or resumes (``agents.locks``): a ``--resume`` of it from
+  another process is refused at once; removed as it ends (the one a killed process leaves is
+  taken over by the next resume).
 
 A callback of yours (``--callbacks``, ``agents.user_callbacks``) that stops training ends the
 run at that step as if it were its last: model.zip is saved, scored on the held-out episode and
@@ -59,6 +62,7 @@ needs no statistics.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import re
@@ -66,7 +70,7 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -92,6 +96,7 @@ from agents.commands import command, program
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
 from agents.files import WriteFailed, write_text
+from agents.locks import FolderBusy, holding
 from agents.registry import (
     SB3_NAMES,
     check_first_action,
@@ -403,7 +408,8 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
         run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
                                          seeds=[spec.seed], resume=None,
                                          hp=dict(agent.hyperparams))
-        return _run(agent, run_dir, run_config, spec, first, fresh=True)
+        with _training(run_dir):
+            return _run(agent, run_dir, run_config, spec, first, fresh=True)
     finally:
         close_venv(venv)
 
@@ -411,6 +417,24 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
 def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
     run_dir = find_run(config.log_dir, config.resume or "latest")
+    with _training(run_dir):
+        return _resume_in(config, given, run_dir)
+
+
+@contextlib.contextmanager
+def _training(run_dir: Path) -> Iterator[None]:
+    """`run_dir`'s lock while a run trains in it: a resume of a run that another process
+    still trains (or resumes) is refused at once, before it writes in the folder."""
+    try:
+        with holding(run_dir, "train", f"run {run_dir.name} is being trained by another "
+                     f"process"):
+            yield
+    except FolderBusy as exc:
+        raise ConfigError(f"{exc}: wait for it to end (or stop it) before resuming it") from None
+
+
+def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult:
+    """`resume_run` in `run_dir`, whose lock it holds."""
     saved = read_run_config(run_dir / "config.yaml")
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
     # (file paths compared absolute, as runs record them)

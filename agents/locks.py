@@ -1,0 +1,117 @@
+"""One writer at a time for an output: a lock file the operating system releases with its holder.
+
+Two ``evaluate.py`` runs given the same ``--out`` each replaced the files whole, but the
+folder ended up holding one's summary.csv beside the other's plots; a ``train.py --resume``
+of a run another process was still training interleaved two writers' checkpoints, events and
+config.yaml in one folder. Each job now holds ``<folder>/.<name>.lock`` while it writes there,
+and a second job of the same name is refused at once, with the holder's pid, before it
+writes anything. Jobs of other names (the article table and the online study in one
+``results/``) write other files and go on side by side.
+
+The lock is the OS's (``flock`` on POSIX, ``msvcrt.locking`` on Windows), not the file's
+presence: a holder killed outright (SIGKILL, a power cut) leaves the file behind unlocked,
+and the next job takes it over instead of being refused by a stale lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+try:
+    import fcntl
+except ImportError:     # Windows
+    fcntl = None        # type: ignore[assignment]
+
+# the byte msvcrt locks, past the holder's pid: a Windows lock is mandatory, and a lock on the
+# pid's bytes kept the refused job from reading whose it was
+_WINDOWS_LOCK_OFFSET = 4096
+
+
+class FolderBusy(RuntimeError):
+    """Another process holds the folder's lock of that name; the message names the folder,
+    the job and the holder's pid (where it could be read)."""
+
+
+def lock_file(folder: str | os.PathLike[str], name: str) -> Path:
+    """The lock file of the job `name` in `folder`."""
+    return Path(folder) / f".{name}.lock"
+
+
+@contextlib.contextmanager
+def holding(folder: str | os.PathLike[str], name: str, busy: str) -> Iterator[None]:
+    """Hold `folder`'s lock of `name` within the block (`folder` made if absent, and removed
+    after where the block left it empty). Held elsewhere: FolderBusy, "`busy` (pid N)"."""
+    folder = Path(folder)
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = lock_file(folder, name)
+    handle = _acquire(path, busy)
+    try:
+        yield
+    finally:
+        _release(path, handle)
+        if made:
+            with contextlib.suppress(OSError):     # not empty: the job wrote there
+                folder.rmdir()
+
+
+def _acquire(path: Path, busy: str) -> IO[str]:
+    # a holder unlinks its file as it lets go: one opened just before that is locked in vain
+    # (no later job opens it), so a lock counts only on the file the path still names
+    for _ in range(100):
+        handle = open(path, "a+", encoding="utf-8")     # noqa: SIM115 (held past this function)
+        try:
+            _lock(handle)
+        except OSError:
+            holder = _holder(path)
+            handle.close()
+            raise FolderBusy(f"{busy}{f' (pid {holder})' if holder else ''}") from None
+        if _still_named(path, handle):
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            return handle
+        handle.close()
+    raise FolderBusy(f"{busy} (its lock file {path} kept changing)")
+
+
+def _release(path: Path, handle: IO[str]) -> None:
+    # unlinked while still locked, so no job ever finds an unlocked file another still names
+    # as held; Windows cannot remove an open file, and a file left there is taken over later
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    handle.close()     # the OS lets the lock go with the handle
+
+
+def _lock(handle: IO[str]) -> None:
+    """The lock, or an OSError where another process holds it."""
+    if fcntl is not None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    import msvcrt
+    handle.seek(_WINDOWS_LOCK_OFFSET)
+    msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+
+
+def _still_named(path: Path, handle: IO[str]) -> bool:
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _holder(path: Path) -> int | None:
+    """The pid the holder wrote in `path`, or None (not yet written, unreadable)."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,167 @@
+"""One writer at a time per output (agents/locks.py): a second evaluate.py on the same --out,
+or a resume of a run another process still trains, is refused before it writes anything."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agents import reporting, training
+from agents.config import ConfigError
+from agents.locks import FolderBusy, holding, lock_file
+
+ROOT = Path(__file__).resolve().parent.parent
+POSIX = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and flock: POSIX")
+
+
+def test_a_second_holder_of_one_name_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
+    with holding(tmp_path, "job", "busy"):
+        with pytest.raises(FolderBusy, match=rf"^busy \(pid {os.getpid()}\)$"), \
+                holding(tmp_path, "job", "busy"):
+            pass
+        with holding(tmp_path, "other", "busy"):    # another name: other files, no conflict
+            pass
+    assert not lock_file(tmp_path, "job").exists()     # let go and removed
+    with holding(tmp_path, "job", "busy"):              # and free again
+        pass
+
+
+def test_a_folder_made_for_the_lock_alone_is_removed_and_one_written_to_is_kept(
+        tmp_path: Path) -> None:
+    empty, used = tmp_path / "a" / "b", tmp_path / "c"
+    with holding(empty, "job", "busy"):
+        assert lock_file(empty, "job").is_file()
+    assert not empty.exists() and (tmp_path / "a").is_dir()
+    with holding(used, "job", "busy"):
+        (used / "out.txt").write_text("x", encoding="utf-8")
+    assert sorted(p.name for p in used.iterdir()) == ["out.txt"]
+
+
+def _holder_process(folder: Path) -> subprocess.Popen:
+    code = textwrap.dedent(f"""
+        import sys, time
+        from agents.locks import holding
+        with holding({str(folder)!r}, "job", "busy"):
+            print("held", flush=True)
+            time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@POSIX
+def test_another_process_holds_it_until_killed_and_its_stale_file_is_taken_over(
+        tmp_path: Path) -> None:
+    proc = _holder_process(tmp_path)
+    try:
+        with pytest.raises(FolderBusy, match=rf"\(pid {proc.pid}\)"), \
+                holding(tmp_path, "job", "busy"):
+            pass
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    # killed outright: its file is left, unlocked, and no reason to refuse the next job
+    assert lock_file(tmp_path, "job").is_file()
+    with holding(tmp_path, "job", "busy"):
+        assert lock_file(tmp_path, "job").read_text(encoding="utf-8") == f"{os.getpid()}\n"
+
+
+def test_the_evaluations_locks_cover_every_file_it_writes() -> None:
+    from agents.article import ARTICLE_FILE
+
+    locked = [name for files in reporting.OUTPUT_LOCKS.values() for name in files]
+    assert sorted(locked) == sorted({*reporting.SUMMARY_OUTPUTS, *reporting.ONLINE_OUTPUTS,
+                                     ARTICLE_FILE})
+
+
+def test_an_evaluation_is_refused_only_by_one_writing_the_same_files(tmp_path: Path) -> None:
+    with holding(tmp_path, "stabilization", "the study"):
+        with reporting._writing(tmp_path, reporting.SUMMARY_OUTPUTS):     # others: fine
+            pass
+        with reporting._writing(tmp_path, ("article.md",)):
+            pass
+        with pytest.raises(ConfigError, match=rf"^{tmp_path} is being written by another "
+                           r"evaluation \(stabilization.png, stabilization.md\) "
+                           rf"\(pid {os.getpid()}\): wait for it to end, or give another --out"), \
+                reporting._writing(tmp_path, ("summary.csv", "stabilization.md")):
+            pass
+    # the summary's lock, taken before the refusal, was let go with it
+    assert not lock_file(tmp_path, "summary").exists()
+
+
+def test_evaluate_py_on_an_out_being_written_exits_2_before_writing(tmp_path: Path,
+                                                                    capsys) -> None:
+    from agents.evaluate_cli import main
+
+    out = tmp_path / "results"
+    with holding(out, "summary", "x"):
+        code = main(["--out", str(out), "--no-online", "--baselines", "best-static",
+                     "--seeds", "1", "--episode-tasks", "5", "--no-progress-bar"])
+        assert code == 2
+        err = capsys.readouterr().err
+        assert f"{out} is being written by another evaluation" in err and "--out" in err
+        assert sorted(p.name for p in out.iterdir()) == [".summary.lock"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agents.train_cli import main
+
+    runs = tmp_path_factory.mktemp("runs")
+    assert main(["--agents", "ppo", "--warmup", "none", "--timesteps", "32",
+                 "--hp", "n_steps=16", "batch_size=16", "n_epochs=1", "--episode-tasks", "20",
+                 "--eval-tasks", "0", "--log-dir", str(runs), "--no-progress-bar"]) == 0
+    (run,) = runs.iterdir()
+    return run
+
+
+def test_resuming_a_run_another_process_trains_exits_2_and_leaves_it_as_it_was(
+        finished_run: Path, capsys) -> None:
+    from agents.train_cli import main
+
+    before = {p.name: p.read_bytes() for p in finished_run.iterdir() if p.is_file()}
+    with holding(finished_run, "train", "x"):
+        assert main(["--resume", finished_run.name, "--log-dir", str(finished_run.parent),
+                     "--timesteps", "48", "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert (f"run {finished_run.name} is being trained by another process (pid {os.getpid()}"
+            f"): wait for it to end" in err)
+    after = {p.name: p.read_bytes() for p in finished_run.iterdir() if p.is_file()}
+    assert after == before
+
+
+def test_a_run_holds_its_folders_lock_while_it_trains(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents.config import TrainConfig
+
+    seen: list[str] = []
+    run = training._run
+
+    def spy(agent, run_dir, *args, **kwargs):
+        try:
+            with holding(run_dir, "train", "taken"):
+                seen.append("free")
+        except FolderBusy as exc:
+            seen.append(str(exc))
+        return run(agent, run_dir, *args, **kwargs)
+
+    monkeypatch.setattr(training, "_run", spy)
+    cfg = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=16, episode_tasks=20,
+                      eval_tasks=0, log_dir=str(tmp_path), progress_bar=False,
+                      hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (result,) = training.train(cfg, report=lambda line: None)
+    assert seen == [f"taken (pid {os.getpid()})"]
+    assert not lock_file(result.run_dir, "train").exists()
+    # and resume_run takes the same lock
+    with pytest.raises(ConfigError, match="being trained by another process"), \
+            holding(result.run_dir, "train", "x"):
+        training.resume_run(TrainConfig(resume=result.run_dir.name, log_dir=str(tmp_path),
+                                        timesteps=32), {"resume", "timesteps"})
