@@ -409,4 +409,34 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
         check_keys(name, overrides)
         check_override_types(name, params, overrides)
         params = layer_hyperparams(params, overrides)
+    check_not_ignored(env_id, params)
     return params
+
+
+# What SB3's actor-critic policies read only for a Gaussian over Box actions (the Split env's)
+# and, of those, only with gSDE: elsewhere they were taken without a word, so that a --hp
+# policy_kwargs={log_std_init: -2} in the discrete env trained exactly what it trained without
+GAUSSIAN_ONLY = ("log_std_init", "full_std", "use_expln")
+# (SB3's default of each: given at it, it changes nothing either way)
+SDE_ONLY = {"full_std": True, "use_expln": False, "sde_sample_freq": -1}
+
+
+def check_not_ignored(env_id: str, params: dict[str, Any]) -> None:
+    """Refuse a hyper-parameter the agent would take and ignore on `env_id`: a Gaussian's
+    policy_kwargs in the discrete env, and gSDE's settings without ``use_sde: true``."""
+    kwargs = params.get("policy_kwargs")
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    if env_id == ENV_IDS[0]:
+        gaussian = [k for k in GAUSSIAN_ONLY if k in kwargs]
+        if gaussian:
+            raise ValueError(f"policy_kwargs.{gaussian[0]} shapes a Gaussian over continuous "
+                             f"actions, and {env_id}'s actions are discrete: the agent would "
+                             f"ignore it; drop it (it acts in {ENV_IDS[1]})")
+    if params.get("use_sde"):
+        return
+    given = [f"policy_kwargs.{k}" for k, v in kwargs.items() if k in SDE_ONLY
+             and v != SDE_ONLY[k]] + [k for k, v in params.items() if k in SDE_ONLY
+                                      and v != SDE_ONLY[k]]
+    if given:
+        raise ValueError(f"{given[0]} acts only with gSDE (use_sde: true), which is off: the "
+                         f"agent would ignore it; drop it, or give use_sde=true")

@@ -1830,6 +1830,41 @@ def test_a_policy_in_the_yaml_is_checked_too(tmp_path: Path, monkeypatch) -> Non
     assert load_hyperparams("ppo", "InferenceAlloc-v0")["policy"] == "MlpPolicy"
 
 
+@pytest.mark.parametrize("env, overrides, message", [
+    ("discrete", ["policy_kwargs={log_std_init: -2}"],
+     "policy_kwargs.log_std_init shapes a Gaussian over continuous actions, and "
+     "InferenceAlloc-v0's actions are discrete"),
+    ("discrete", ["policy_kwargs={use_expln: true}"], "policy_kwargs.use_expln shapes a Gaussian"),
+    ("split", ["sde_sample_freq=4"], "sde_sample_freq acts only with gSDE (use_sde: true)"),
+    ("split", ["policy_kwargs={full_std: false}"], "policy_kwargs.full_std acts only with gSDE"),
+])
+def test_a_hyperparameter_the_agent_would_ignore_is_refused_before_training(
+        env: str, overrides: list[str], message: str, tmp_path: Path, capsys) -> None:
+    # SB3 took each and trained exactly what it trained without it: the discrete env's policy
+    # has no Gaussian, and gSDE's settings do nothing with use_sde off
+    main = load_main("train.py")
+    assert main(["--env", env, "--hp", *overrides, "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "drop it" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gsdes_settings_with_use_sde_and_defaults_without_it_are_taken() -> None:
+    from agents.sb3_hyperparams import hyperparams_with
+
+    split = "InferenceAllocSplit-v0"
+    on = hyperparams_with("ppo", split, {"use_sde": True, "sde_sample_freq": 4,
+                                         "policy_kwargs": {"full_std": False}})
+    assert on["sde_sample_freq"] == 4 and on["policy_kwargs"]["full_std"] is False
+    # SB3's own values change nothing, given or not; the Split env's Gaussian keeps its spread
+    off = hyperparams_with("ppo", split, {"sde_sample_freq": -1,
+                                          "policy_kwargs": {"full_std": True}})
+    assert off["policy_kwargs"]["log_std_init"] == -0.5
+    with pytest.raises(ValueError, match="agent would ignore it"):
+        hyperparams_with("a2c", "InferenceAlloc-v0", {"policy_kwargs": {"log_std_init": 0.0}})
+
+
 @pytest.mark.parametrize("override", ["gamma=.nan", "learning_rate=.inf", "ent_coef=-.inf",
                                       "clip_range=.nan", "vf_coef=1e300"])
 def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, tmp_path: Path,
