@@ -280,7 +280,8 @@ class EvalConfig:
         "normalised | latency (static is priced in every run's state whichever it is)"))
     online_agents: list[str] | None = field(default=None, metadata=_help(
         "agents of the online experiment, in its tables' order: learners ppo, ppo-warm, dqn, "
-        "dqn-warm, trpo, trpo-warm; fixed best-static, heft-calibrated, oracle (default: ppo "
+        "dqn-warm, trpo, trpo-warm; fixed best-static, heft-calibrated, oracle; yours as "
+        "<module>:<attribute>, a learner where it builds an SB3 model (default: ppo "
         "ppo-warm dqn dqn-warm best-static heft-calibrated oracle with --online, ppo ppo-warm "
         "best-static oracle in the default evaluation)"))
     no_online: bool = field(default=False, metadata=_help(
@@ -324,8 +325,15 @@ class EvalConfig:
             from agents.evaluation import ONLINE_FIXED, ONLINE_LEARNERS
 
             _require(bool(self.online_agents), "--online-agents needs at least one agent")
+            from agents.imported import PATTERN, is_import_name
+
             for agent in self.online_agents:
-                _require_choice("--online-agents", agent, (*ONLINE_LEARNERS, *ONLINE_FIXED))
+                # one of yours is imported and checked with the scenario's env (check_inputs)
+                _require(agent in (*ONLINE_LEARNERS, *ONLINE_FIXED) or is_import_name(agent),
+                         f"--online-agents must be one of "
+                         f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}, got {shown(agent)}"
+                         f"{did_you_mean([agent], (*ONLINE_LEARNERS, *ONLINE_FIXED))}; or one "
+                         f"of yours as {PATTERN}")
             twice = sorted({a for a in self.online_agents if self.online_agents.count(a) > 1})
             _require(not twice, f"--online-agents names {', '.join(twice)} twice")
         _require(self.article_clients is None or self.article_clients >= 0,

@@ -39,6 +39,7 @@ import numpy as np
 
 import envs  # registers the env ids
 from agents.base import start_stream_of
+from agents.imported import PATTERN, is_import_name
 from agents.registry import make_policy
 from agents.stats import mean_ci95
 from inference.messages import did_you_mean, shown
@@ -269,26 +270,34 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``; the
     evaluate.py study runs ``reporting.FULL_ONLINE``'s) are fresh agents (training seed =
-    the stream's seed, so a stream studied alone gets the learner it gets among others) that learn as they go; ``best-static`` and ``oracle`` are the
-    references, run once per stream and shared by every agent's result; ``heft-calibrated``
-    runs as a fixed policy. Any other name is a ValueError listing these (``ONLINE_LEARNERS``,
-    ``ONLINE_FIXED``). The learners learn on `reward` (envs.inference_alloc.REWARDS); every
-    env prices best-static in its own state whichever it is (the metrics' ``static_here``).
+    the stream's seed, so a stream studied alone gets the learner it gets among others) that
+    learn as they go; ``best-static`` and ``oracle`` are the references, run once per stream
+    and shared by every agent's result; ``heft-calibrated`` runs as a fixed policy. A
+    ``<module>:<attribute>`` is an agent of yours, a learner or a fixed policy
+    (``agents.own_online_agents``), checked before anything runs. Any other name is a
+    ValueError listing these (``ONLINE_LEARNERS``, ``ONLINE_FIXED``). The learners learn on
+    `reward` (envs.inference_alloc.REWARDS); every env prices best-static in its own state
+    whichever it is (the metrics' ``static_here``).
     """
     from agents.online import deploy
+    from agents.own_online_agents import build_own_agent
     from agents.sb3_factory import make_sb3
     from agents.warmup import WarmupConfig
 
-    unknown = [a for a in agents if a not in ONLINE_LEARNERS and a not in ONLINE_FIXED]
+    unknown = [a for a in agents if a not in ONLINE_LEARNERS and a not in ONLINE_FIXED
+               and not is_import_name(a)]
     if unknown:
         raise ValueError(f"unknown online agents {unknown}; valid: "
-                         f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}")
+                         f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}, or one of yours as "
+                         f"{PATTERN}")
+
+    def fresh_env() -> gym.Env:
+        return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
+                        reward=reward, price_static=True)
+
+    check_online_agents(agents, fresh_env())
     study = OnlineStudy()
     for seed in seeds:
-        def fresh_env() -> gym.Env:
-            return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
-                            reward=reward, price_static=True)
-
         env = fresh_env()
         # The references' own runs, each with static's latency in its state (static_here).
         refs = {name: deploy(make_policy(name, env), env, n_samples, learn=False, seed=seed,
@@ -303,6 +312,8 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                     algo, parts = ONLINE_LEARNERS[agent]
                     warm = WarmupConfig.from_parts(parts) if parts else None
                     policy, learn = make_sb3(algo, env, seed=seed, warmup=warm), True
+                elif is_import_name(agent):
+                    policy, learn = build_own_agent(agent, env, seed)
                 else:
                     policy, learn = make_policy(agent, env), False
                 run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)
@@ -311,6 +322,17 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
             if tick is not None:
                 tick()
     return study
+
+
+def check_online_agents(agents: Sequence[str], env: gym.Env) -> None:
+    """Refuse (ValueError) an agent of yours among `agents` that the study could not deploy
+    on `env` (``agents.own_online_agents.check_own_agent``): before it runs, not after the
+    agents named before it."""
+    from agents.own_online_agents import check_own_agent
+
+    for agent in agents:
+        if is_import_name(agent):
+            check_own_agent(agent, env)
 
 
 # A learner whose last samples average this many times static's own run has built a backlog

@@ -38,6 +38,7 @@ from agents.config import ConfigError, EvalConfig, scenario_list
 from agents.evaluation import (
     REFERENCES,
     AgentResult,
+    check_online_agents,
     episode_latencies,
     episode_metrics,
     make_env,
@@ -531,6 +532,12 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
         # the baseline a Split model has to beat (README); asked-for baselines are kept as given
         cfg = dataclasses.replace(cfg, baselines=[*cfg.baselines, "heft-split"])
     notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
+    if online_agents:       # yours, before the evaluation that comes first
+        try:
+            check_online_agents(online_agents, make_env(
+                scenario=scenarios[0], hardware=cfg.hardware, episode_tasks=cfg.online_samples))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     for note in notes:
         report(note)
     written: list[Path] = []

@@ -1,0 +1,76 @@
+"""Agents of your own in the online study: ``evaluate.py --online --online-agents ppo-warm
+mine:make_learner best-static oracle``.
+
+The study is where the stabilisation problem shows, so a method meant to shorten it (another
+warm-up, a safer learner) is measured there, beside ours, on the same streams and metrics. A
+``<module>:<attribute>`` among its agents is imported as a policy of yours is
+(``agents.imported``) and built on each stream's fresh env, once per seed:
+
+* a learner, where what it builds is a Stable-Baselines3 model (``BaseAlgorithm``,
+  sb3-contrib's included) on the env it is given: ``def make_learner(env, seed): return
+  PPO("MlpPolicy", env, seed=seed)``. The study deploys it from sample 0 and it learns as it
+  goes, as the study's own learners do (``agents.online.deploy``: its ``learn()``, with the
+  study's recorder among the callbacks);
+* otherwise a fixed policy (anything with ``predict``), which acts without learning.
+
+A ``seed`` parameter is given the stream's seed, as the study seeds its own learners
+(training seed = stream seed), so that the study is reproducible; a learner without one draws
+its own seed and differs from run to run. A ready model object is refused: it would carry
+what it learnt on one stream into the next.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+from agents.imported import import_target, imported_policy_maker, raised_at
+from agents.registry import check_first_action
+from inference.messages import shown
+
+
+def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
+    """What the study deploys for the agent of yours `name` on `env` (the stream `seed`'s),
+    and whether it learns there. A ValueError naming `name` for anything the study cannot
+    deploy: a missing module or attribute, a ready model, a model of another env."""
+    target = import_target(name, "online agent")
+    if isinstance(target, BaseAlgorithm):
+        raise ValueError(f"online agent {shown(name)} is a ready {type(target).__name__} model: "
+                         f"the study builds a learner afresh for each stream, so name the "
+                         f"function that builds it on the env it is given")
+    build = imported_policy_maker(name, env)
+    try:
+        policy = build(**({"seed": seed} if _takes_seed(target) else {}))
+    except AssertionError as exc:   # SB3 asserts what its constructor refuses (DQN's actions)
+        hint = ("; a learner of one Discrete action (DQN) learns behind "
+                "agents.sb3_factory.FlatDiscreteActions(env), as ours does"
+                if "action space" in str(exc) else "")
+        raise ValueError(f"online agent {shown(name)}: building it raised AssertionError: "
+                         f"{exc}{raised_at(exc)}{hint}") from exc
+    model = policy.policy           # OneAtATime's: what the attribute built
+    if not isinstance(model, BaseAlgorithm):
+        return policy, False
+    venv = model.get_env()
+    if venv is None or venv.num_envs != 1 or venv.get_attr("unwrapped")[0] is not env.unwrapped:
+        raise ValueError(f"online agent {shown(name)}: its {type(model).__name__} learns on "
+                         f"another env than the one it was given; build it on that env, whose "
+                         f"task stream the study sets (one env, not a VecEnv of several)")
+    from agents.sb3_factory import SB3Agent
+    return SB3Agent(name, model, env), True
+
+
+def check_own_agent(name: str, env: Any) -> None:
+    """Refuse, before the study runs, an agent of yours it could not deploy on `env`: the
+    checks of ``build_own_agent``, and a fixed policy's first action the env refuses."""
+    policy, learns = build_own_agent(name, env, seed=0)
+    if not learns:
+        check_first_action(policy, env, f"online agent {shown(name)}")
+
+
+def _takes_seed(target: Any) -> bool:
+    try:
+        return "seed" in inspect.signature(target).parameters
+    except (TypeError, ValueError):     # a builtin without a signature
+        return False

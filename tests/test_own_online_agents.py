@@ -1,0 +1,134 @@
+"""Agents of your own in the online study (agents/own_online_agents.py): a learner of yours is
+deployed as ours are, on the same streams and metrics; a fixed one acts without learning; what
+the study cannot deploy is refused before it runs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.config import ConfigError, EvalConfig
+from agents.evaluation import make_env, online_study
+from agents.online import run_policy
+from tests.test_imported import module_in_cwd
+
+torch.set_num_threads(1)
+
+LEARNERS = '''
+import numpy as np
+import gymnasium as gym
+from stable_baselines3 import DQN, PPO
+
+from agents.sb3_factory import FlatDiscreteActions, make_sb3
+
+built = []
+
+
+def as_ours(env, seed):
+    """The study's own cold PPO, built by a function of the user's."""
+    return make_sb3("ppo", env, seed=seed).model
+
+
+def small_ppo(env, seed=0):
+    model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=seed,
+                device="cpu")
+    built.append(model)
+    return model
+
+
+class FirstDevices:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.zeros(3, dtype=np.int64), state
+
+
+def bare_dqn(env, seed=0):
+    return DQN("MlpPolicy", env, seed=seed)
+
+
+def flat_dqn(env, seed=0):
+    return DQN("MlpPolicy", FlatDiscreteActions(env), learning_starts=10, seed=seed)
+
+
+def its_own_env(env, seed=0):
+    return PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50), seed=seed)
+
+
+ready = PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50))
+
+
+class NoSuchDevice:
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        return np.array([7, 0, 0]), state
+'''
+
+
+@pytest.fixture
+def mine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    with module_in_cwd(LEARNERS, "learners", tmp_path, monkeypatch) as name:
+        yield name
+
+
+def test_a_learner_of_yours_built_as_ours_gets_our_learners_curve(mine: str) -> None:
+    study = online_study(["ppo", f"{mine}:as_ours"], seeds=[10000], n_samples=40)
+    ours, yours = study.curves["ppo"][0], study.curves[f"{mine}:as_ours"][0]
+    assert len(yours) == 40 and np.array_equal(ours, yours)
+    np.testing.assert_equal(study.metrics[f"{mine}:as_ours"], study.metrics["ppo"])
+
+
+def test_a_learner_of_yours_learns_per_stream_and_is_reproducible(mine: str) -> None:
+    name = f"{mine}:small_ppo"
+    first = online_study([name], seeds=[10000, 10001], n_samples=48)
+    built = sys.modules[mine].built
+    # one model per stream (and one for the check before the study), each seeded with it
+    assert len(built) == 3 and [m.seed for m in built[1:]] == [10000, 10001]
+    assert all(m.num_timesteps == 48 and m._n_updates > 0 for m in built[1:])
+    again = online_study([name], seeds=[10000, 10001], n_samples=48)
+    assert all(np.array_equal(a, b)
+               for a, b in zip(first.curves[name], again.curves[name], strict=True))
+
+
+def test_a_fixed_policy_of_yours_acts_as_it_does_alone(mine: str) -> None:
+    name = f"{mine}:FirstDevices"
+    study = online_study([name], seeds=[10000], n_samples=30)
+    env = make_env(episode_tasks=30, reward="relative", price_static=True)
+    alone = run_policy(sys.modules[mine].FirstDevices(), env, 30, 10000)
+    assert np.array_equal(study.curves[name][0], alone)
+
+
+def test_a_dqn_of_yours_learns_behind_the_flat_action_wrapper(mine: str) -> None:
+    study = online_study([f"{mine}:flat_dqn"], seeds=[10000], n_samples=30)
+    assert len(study.curves[f"{mine}:flat_dqn"][0]) == 30
+    with pytest.raises(ValueError, match=r"AssertionError: .*MultiDiscrete.*FlatDiscreteActions"):
+        online_study([f"{mine}:bare_dqn"], seeds=[10000], n_samples=30)
+
+
+@pytest.mark.parametrize("attribute, message", [
+    ("ready", "is a ready PPO model: the study builds a learner afresh for each stream"),
+    ("its_own_env", "its PPO learns on another env than the one it was given"),
+    ("NoSuchDevice", "the env refuses its action on a first task"),
+    ("smal_ppo", "has no attribute 'smal_ppo' (did you mean 'small_ppo'?)"),
+])
+def test_what_the_study_cannot_deploy_is_refused_before_anything_runs(
+        attribute: str, message: str, mine: str, tmp_path: Path) -> None:
+    from agents import reporting
+
+    out = tmp_path / "out"
+    cfg = EvalConfig(online=True, online_agents=["best-static", f"{mine}:{attribute}"],
+                     online_seeds=1, online_samples=30, out=str(out), progress_bar=False)
+    with pytest.raises(ConfigError, match=f"^online agent '{mine}:{attribute}'") as refused:
+        reporting.run(cfg, report=lambda _: None)
+    assert message in str(refused.value)
+    assert not out.exists()
+
+
+def test_the_cli_takes_yours_and_still_names_the_nearest_of_ours(tmp_path: Path) -> None:
+    EvalConfig(online=True, online_agents=["ppo", "mine:Learner", "pkg.mod:make.learner"],
+               out=str(tmp_path / "o")).validate()
+    with pytest.raises(ConfigError, match=r"got 'trpo-wram' \(did you mean 'trpo-warm'\?\); or "
+                                          r"one of yours as <module>:<attribute>"):
+        EvalConfig(online=True, online_agents=["trpo-wram"], out=str(tmp_path / "o")).validate()
