@@ -84,8 +84,9 @@ class TrainConfig:
         "does not clone (default: WarmupConfig's)"))
     scenario: str | list[str] = field(default="article", metadata=_help(
         "scenario name or YAML path; several train one policy on all of them, a scenario drawn "
-        "per episode (InferenceAllocMix-v0: they must share hardware, variant and model), "
-        "the held-out episode of the table and eval/ curves being the first's", path=True))
+        "per episode (InferenceAllocMix-v0: they must share hardware, variant and model); "
+        "the comparison table then has a section per scenario, the eval/ curves and "
+        "--select-best run on the first's episodes", path=True))
     hardware: str | None = field(default=None, metadata=_help(
         "hardware preset or YAML path (default: the scenario's)", path=True))
     variant: str | None = field(default=None, metadata=_help(

@@ -196,6 +196,9 @@ class RunResult:
     # where a callback of yours (--callbacks) ended training short of --timesteps: which, at
     # which step, and how to continue (``UserCallbacks.stopped``)
     stopped: str | None = None
+    # a mix's scenarios after the first: the final model's latencies on each one's held-out
+    # episode (``other_scenario_latencies``), the comparison table's other sections
+    other_scenarios: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -597,6 +600,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
             logger.dump(result.steps)
         if cfg.eval_tasks:
             final_metrics(result, cfg, logger)
+            result.other_scenarios = other_scenario_latencies(run_dir / "model.zip", cfg)
         if selection is not None and selection.best is not None:
             # saved by this run at its last point: the model of model.zip, already scored
             final = selection.best is not best and selection.best.num_timesteps == result.steps
@@ -672,6 +676,20 @@ def saved_model_latency(path: Path, cfg: TrainConfig, seed: int) -> np.ndarray:
     """Per-task latencies of the model zip at `path` on the --eval-tasks episode of `seed`."""
     env = _eval_env(cfg)
     return episode_latencies(load_policy(path, env), env, seed)
+
+
+def scenario_config(cfg: TrainConfig, scenario: str) -> TrainConfig:
+    """`cfg` on `scenario` alone: its held-out episode (``_env_key``, ``_eval_env``) is that
+    scenario's, of the same --eval-seed and --eval-tasks."""
+    return dataclasses.replace(cfg, scenario=scenario)
+
+
+def other_scenario_latencies(path: Path, cfg: TrainConfig) -> dict[str, np.ndarray]:
+    """Per-task latencies of the model zip at `path` on the held-out episode of each scenario
+    of a mix after the first (none for one scenario), once, as the run ends: the comparison
+    table's sections beside the first's, which the eval/ curves and final/ row score."""
+    return {name: saved_model_latency(path, scenario_config(cfg, name), cfg.eval_seed)
+            for name in cfg.training_scenarios()[1:]}
 
 
 def selected_model(result: RunResult, cfg: TrainConfig, record: BestModel,
@@ -865,36 +883,52 @@ def table_baselines(cfg: TrainConfig) -> list[str]:
 
 def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | None:
     """Trained runs and the static / HEFT baselines on the held-out episode (markdown table);
-    None when the runs had no held-out episode (``--eval-tasks 0``)."""
+    None when the runs had no held-out episode (``--eval-tasks 0``). A mix's runs get a
+    section per scenario, each on that scenario's held-out episode of the same seed and
+    length, against its own best-static; --select-best's rows are in the first's alone,
+    the episode its validation and the eval/ curves run on."""
     cfg = _absolute_files(config)   # as the runs recorded it: baseline_latency's cache hits
     if config.resume is not None and results:
         # the resumed run's own config: its --eval-tasks may be 0 where the command line's is not
         cfg = read_run_config(results[0].run_dir / "config.yaml")
     if not cfg.eval_tasks or all(r.latency is None for r in results):
         return None
+    many_seeds = len({r.spec.seed for r in results}) > 1
+    baselines = table_baselines(cfg)
+    trained = cfg.training_scenarios()
+    sections = []
+    for i, name in enumerate(trained):
+        rows = []
+        for r in results:
+            latency = r.latency if i == 0 else r.other_scenarios.get(name)
+            if latency is not None:
+                label = r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else "")
+                rows.append((label, latency))
+                if r.best is not None and i == 0:   # scored here, chosen elsewhere
+                    rows.append((f"{label} (best @ {r.best.record.num_timesteps} steps, "
+                                 f"validation-chosen)", r.best.latency))
+        sections.append(_table_section(cfg if i == 0 else scenario_config(cfg, name),
+                                       trained, rows, baselines))
+    return "\n\n".join(sections)
+
+
+def _table_section(cfg: TrainConfig, trained: list[str],
+                   rows: list[tuple[str, np.ndarray]], baselines: list[str]) -> str:
+    """The table of `cfg`'s held-out episode: `rows` (trained runs' latencies there) and
+    `baselines`, each over that episode's best-static, and its overload note if any."""
     key = _env_key(cfg)
     # its length, not --eval-tasks: a replayed trace that runs out ends the episode early
     static_latency = baseline_latency(key, "best-static")
     static = static_latency.mean()
-    rows = []
-    many_seeds = len({r.spec.seed for r in results}) > 1
-    for r in results:
-        if r.latency is not None:
-            label = r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else "")
-            rows.append((label, r.latency))
-            if r.best is not None:      # --select-best's model, scored here, chosen elsewhere
-                rows.append((f"{label} (best @ {r.best.record.num_timesteps} steps, "
-                             f"validation-chosen)", r.best.latency))
-    rows += [(name, baseline_latency(key, name)) for name in table_baselines(cfg)]
+    rows = rows + [(name, baseline_latency(key, name)) for name in baselines]
     # as evaluate.py names its sections: the hardware and variant where not the scenario's own
     given = [f"{what} {shown(value, quote=False)}" for what, value in
              (("hardware", cfg.hardware), ("variant", cfg.variant)) if value]
     setting = f" ({', '.join(given)})" if given else ""
-    trained = cfg.training_scenarios()
-    if len(trained) > 1:    # the held-out episode is the first's (env_for)
+    if len(trained) > 1:
         setting += f" (trained on {', '.join(trained)})"
-    lines = [f"Held-out episode: {cfg.env_id}, scenario {trained[0]}{setting}, workload seed "
-             f"{cfg.eval_seed}, {len(static_latency)} tasks",
+    lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.held_out_scenario()}{setting}, "
+             f"workload seed {cfg.eval_seed}, {len(static_latency)} tasks",
              "",
              "| agent | mean latency (s) | p95 latency (s) | vs best-static |",
              "|---|---:|---:|---:|"]

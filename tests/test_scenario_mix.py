@@ -167,6 +167,57 @@ def test_a_run_on_two_scenarios_resumes_and_is_evaluated_on_each(tmp_path: Path)
     assert sorted(p.name for p in runs.iterdir()) == [result.run_dir.name]
 
 
+def table_sections(table: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """train.py's comparison table as {scenario: {agent: (mean latency, vs best-static)}}, in
+    the order of its sections."""
+    sections: dict[str, dict[str, tuple[str, str]]] = {}
+    for line in table.splitlines():
+        if line.startswith("Held-out episode: "):
+            rows = sections.setdefault(line.split("scenario ")[1].split(" ")[0].rstrip(","), {})
+        elif line.startswith("| ") and not line.startswith("| agent "):
+            agent, mean, _, vs = (cell.strip() for cell in line.strip("|").split("|"))
+            rows[agent] = (mean, vs)
+    return sections
+
+
+def test_the_table_of_a_mix_run_has_a_section_per_scenario_also_when_resumed(
+        tmp_path: Path) -> None:
+    """train.py's table of a mix showed the first scenario's held-out episode alone: a policy
+    trained on article and bursty went unscored on bursty until evaluate.py. Each scenario's
+    section scores the final model and that scenario's baselines on its held-out episode (the
+    same --eval-seed and --eval-tasks), against its own best-static; a resume's table too."""
+    from agents.config import TrainConfig
+    from agents.evaluation import episode_latencies, make_env
+    from agents.registry import load_policy, make_policy
+    from agents.training import comparison_table, train
+
+    def expected(run_dir: Path, scenario: str) -> tuple[str, str]:
+        env = make_env(scenario=scenario, episode_tasks=12)
+        model = episode_latencies(load_policy(run_dir / "model.zip", env), env, 10000)
+        static = episode_latencies(make_policy("best-static", env), env, 10000)
+        return f"{model.mean():.2f}", f"{model.mean() / static.mean():.3f}"
+
+    config = TrainConfig(scenario=["article", "bursty"], warmup=["none"], timesteps=32,
+                         checkpoint_interval=16, log_dir=str(tmp_path), episode_tasks=10,
+                         eval_tasks=12, eval_interval=0, progress_bar=False)
+    (result,) = train(config, report=lambda line: None)
+    resume = TrainConfig(resume=str(result.run_dir), timesteps=48, progress_bar=False)
+    for cfg in (config, resume):
+        if cfg is resume:       # after the first's checks: it replaces model.zip
+            (result,) = train(resume, {"resume", "timesteps"}, report=lambda line: None)
+            assert result.steps == 48
+        table = comparison_table(cfg, [result])
+        assert table is not None
+        sections = table_sections(table)
+        assert list(sections) == ["article", "bursty"], table
+        assert table.count("(trained on article, bursty)") == 2, table
+        for scenario, rows in sections.items():
+            assert list(rows) == ["ppo", "best-static", "all-gpu", "heft", "heft-calibrated"]
+            assert rows["best-static"][1] == "1.000"
+            assert rows["ppo"] == expected(result.run_dir, scenario), (scenario, table)
+        assert sections["article"]["best-static"] != sections["bursty"]["best-static"]
+
+
 def test_a_mix_trains_with_the_hyperparameters_of_the_env_it_plays_in() -> None:
     from agents.sb3_factory import env_id_of
     from agents.warmup import attach_warmup  # noqa: F401  (imports as training does)
