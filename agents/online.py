@@ -17,6 +17,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents.base import start_stream_of
+from envs.scenario_mix import ScenarioMixEnv
 from inference.checks import is_integer
 
 EARLY_SAMPLES = 200
@@ -187,6 +188,23 @@ def _curves(infos: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray | None]
     return latency, (here if len(here) and np.all(np.isfinite(here)) else None)
 
 
+def _check_episodes(base: Any, n_samples: int) -> None:
+    """Refuse, before anything runs, an env whose episode holds fewer than n_samples tasks: in
+    a mix (``InferenceAllocMix-v0``) each scenario's, whichever a stream's seed draws, naming
+    the short one (its first scenario's alone was read)."""
+    if not isinstance(base, ScenarioMixEnv):
+        if base.scenario.episode_tasks < n_samples:
+            raise ValueError(f"env episode_tasks={base.scenario.episode_tasks} < n_samples="
+                             f"{n_samples}: make the env with episode_tasks >= n_samples")
+        return
+    for name, scenario_env in zip(base.names, base.envs, strict=True):
+        if scenario_env.scenario.episode_tasks < n_samples:
+            raise ValueError(f"env episode_tasks={scenario_env.scenario.episode_tasks} of "
+                             f"scenario {name!r} < n_samples={n_samples}: a mix plays any of "
+                             f"its scenarios on a stream; make the env with episode_tasks >= "
+                             f"n_samples (it sets every scenario's)")
+
+
 def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int = 0,
            references: bool = True) -> OnlineResult:
     """Run `agent` on the live stream `seed` for n_samples tasks, learning as it goes.
@@ -200,9 +218,7 @@ def deploy(agent: Any, env: Any, n_samples: int, learn: bool = True, seed: int =
     if not is_integer(n_samples) or n_samples < 1:
         raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}")
     base = env.unwrapped
-    if base.scenario.episode_tasks < n_samples:
-        raise ValueError(f"env episode_tasks={base.scenario.episode_tasks} < n_samples={n_samples}: "
-                         "make the env with episode_tasks >= n_samples")
+    _check_episodes(base, n_samples)
     model = getattr(agent, "model", None) if learn else None    # None: it acts, not learns
     if model is not None and (n_envs := model.get_env().num_envs) != 1:
         # learn(n_samples) then stepped each sub-env n_samples / n_envs times and the

@@ -303,6 +303,29 @@ def test_deploy_needs_a_long_enough_episode():
             deploy(make_policy("heft", env), env, n)
 
 
+def test_deploy_checks_the_episode_of_every_scenario_of_a_mix():
+    """deploy read a mix's first scenario's episode length alone: a stream that drew the
+    short second one failed part-way (or, drawing the first, went through). Refused before
+    any run, naming the short scenario."""
+    import dataclasses
+
+    from envs import MIX_ENV_ID, load_scenario
+
+    short = dataclasses.replace(load_scenario("bursty"), episode_tasks=50)
+    env = gym.make(f"envs:{MIX_ENV_ID}", scenarios=["article", short])
+    heft = make_policy("heft", env)
+    acted = []
+    heft.predict = lambda *args, **kwargs: acted.append(1)      # type: ignore[method-assign]
+    with pytest.raises(ValueError, match=r"episode_tasks=50 of scenario 'bursty' < "
+                                         r"n_samples=100: a mix plays any of its scenarios"):
+        deploy(heft, env, 100, learn=False, seed=0)
+    assert acted == []
+    with pytest.raises(ValueError, match="episode_tasks=50 of scenario 'bursty' < n_samples"):
+        deploy(make_sb3("ppo", env, seed=0), env, 100)
+    ok = gym.make(f"envs:{MIX_ENV_ID}", scenarios=["article", short], episode_tasks=100)
+    assert deploy(make_policy("heft", ok), ok, 100, learn=False, seed=0).latency.shape == (100,)
+
+
 def test_a_rollout_past_its_episode_and_a_one_sample_deploy():
     """A rollout of one sample more than the episode holds is refused naming the episode (not
     the env's own error for a step past the end); one sample is enough to deploy, and without
