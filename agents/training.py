@@ -131,6 +131,7 @@ from agents.vec_envs import close_venv, first_env, training_venv
 from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions, attach_warmup
 from envs.reference import setting_key
 from envs.scenario import SCENARIO_DIR
+from envs.scenario_mix import MixRefused
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
 
@@ -248,8 +249,20 @@ def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str |
                         episode_tasks if episode_tasks is not None else config.episode_tasks,
                         reward=reward if reward is not None else config.reward,
                         price_static=reward is None)
+    except MixRefused as exc:
+        raise ConfigError(_mix_refusal(exc)) from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _mix_refusal(exc: MixRefused) -> str:
+    """The env's refusal of a mix as train.py's user meets it: advice in its options
+    (--scenario, --hardware, --variant), not the env's keywords (hardware=, weights=), which
+    train.py has not."""
+    if exc.kind == "twice":
+        return f"--scenario {exc.problem}: give each scenario once"
+    return (f"--scenario {exc.problem}; give scenarios of one hardware, variant and model "
+            f"(--hardware and --variant set them for all)")
 
 
 def plan(config: TrainConfig) -> list[RunSpec]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +20,19 @@ from inference.messages import did_you_mean, shown
 # The env each scenario plays in, by the id `env_id` names (as envs.ENV_IDS spells them).
 MIX_CLASSES: dict[str, type[InferenceAllocEnv]] = {
     "InferenceAlloc-v0": InferenceAllocEnv, "InferenceAllocSplit-v0": InferenceAllocSplitEnv}
+
+
+class MixRefused(ValueError):
+    """A mix of scenarios refused, its message in the env's words, whose advice names its
+    keywords (`hardware=`, `weights=`). `kind` says which refusal it is and `problem` what is
+    wrong without that advice, so that a CLI over the env advises its own options instead
+    (``agents.training.env_for``): ``"setting"``, two scenarios' hardware, variant or model
+    differ; ``"twice"``, one scenario is given twice, however spelt."""
+
+    def __init__(self, message: str, kind: Literal["setting", "twice"], problem: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.problem = problem
 
 
 class ScenarioMixEnv(gym.Env):
@@ -188,10 +201,10 @@ def _check_same_setting(first: InferenceAllocEnv, other: InferenceAllocEnv) -> N
     if first.model.name != other.model.name:
         differs.append(f"model ({a}: {first.model.name}; {b}: {other.model.name})")
     if differs:
-        raise ValueError(f"scenarios {a!r} and {b!r} cannot be mixed: their {' and '.join(differs)} "
-                         f"differ, and one policy acts in every scenario of a mix; give scenarios "
-                         f"of one hardware, variant and model (hardware= and variant= set them "
-                         f"for all)")
+        problem = (f"{a!r} and {b!r} cannot be mixed: their {' and '.join(differs)} differ, and "
+                   f"one policy acts in every scenario of a mix")
+        raise MixRefused(f"scenarios {problem}; give scenarios of one hardware, variant and "
+                         f"model (hardware= and variant= set them for all)", "setting", problem)
 
 
 def _refuse_same_name(first: InferenceAllocEnv, other: InferenceAllocEnv, i: int, j: int) -> None:
@@ -200,8 +213,10 @@ def _refuse_same_name(first: InferenceAllocEnv, other: InferenceAllocEnv, i: int
     scenario's YAML keeps its name), which `info["scenario"]` could not tell apart."""
     a, b = first.scenario, other.scenario
     if dataclasses.replace(a, source="") == dataclasses.replace(b, source=""):
-        raise ValueError(f"scenarios: {a.name!r} is given twice; give each once, and weights= "
-                         f"to draw one more often")
+        raise MixRefused(f"scenarios: {a.name!r} is given twice; give each once, and weights= "
+                         f"to draw one more often", "twice",
+                         f"{a.name!r} is given twice (as {a.source or a.name} and "
+                         f"{b.source or b.name})")
     raise ValueError(f"scenarios {i} and {j} are both named {a.name!r} ({a.source or a.name}; "
                      f"{b.source or b.name}): a mix tells its scenarios apart by name; give "
                      f"each a name of its own (a YAML's name: field)")

@@ -79,6 +79,39 @@ def test_a_mix_of_another_setting_is_refused_in_one_line_naming_both(scenarios, 
                                          rf"their {what} \(article: ") as caught:
         mix(scenarios=scenarios)
     assert "\n" not in str(caught.value)
+    # the env's user sets them with its keywords (train.py's, with its options)
+    assert str(caught.value).endswith("(hardware= and variant= set them for all)")
+
+
+@pytest.mark.parametrize("mixed", ["hardware", "variant", "twice"])
+def test_train_py_refuses_a_bad_mix_naming_its_own_options(mixed, tmp_path, capsys) -> None:
+    """train.py passed on the env's refusals as they were, advising the env's keywords
+    (hardware=, weights=) to a user who has --scenario, --hardware and --variant (and no
+    weights). No run folder is made."""
+    from agents.train_cli import SCRIPT, main
+
+    bursty = str(Path(envs.__file__).parent / "scenarios" / "bursty.yaml")
+    other = tmp_path / "b2.yaml"
+    other.write_text(Path(bursty).read_text(encoding="utf-8").replace(
+        "name: bursty", "name: b2").replace("variant: glm-5.3-flash", "variant: glm-5.3"),
+        encoding="utf-8")
+    scenarios, message = {
+        "hardware": (["article", "edge"], "--scenario 'article' and 'edge' cannot be mixed: "
+                     "their hardware figures (article: server; edge: edge) differ"),
+        "variant": (["article", str(other)], "--scenario 'article' and 'b2' cannot be mixed: "
+                    "their variant (article: glm-5.3-flash; b2: glm-5.3) differ"),
+        "twice": (["bursty", bursty], f"--scenario 'bursty' is given twice (as bursty and "
+                  f"{bursty}): give each scenario once"),
+    }[mixed]
+    runs = tmp_path / "runs"
+    assert main(["--scenario", *scenarios, "--log-dir", str(runs)], prog=SCRIPT) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{SCRIPT}: error: {message}") and err.count("\n") == 1, err
+    if mixed != "twice":
+        assert err.endswith("; give scenarios of one hardware, variant and model (--hardware "
+                            "and --variant set them for all)\n"), err
+    assert "=" not in err
+    assert not runs.exists()
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
