@@ -8,7 +8,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import yaml
 from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.callbacks import BaseCallback
 
 import envs
 from envs import MIX_ENV_ID, load_scenario
@@ -249,6 +251,54 @@ def test_the_table_of_a_mix_run_has_a_section_per_scenario_also_when_resumed(
             assert rows["best-static"][1] == "1.000"
             assert rows["ppo"] == expected(result.run_dir, scenario), (scenario, table)
         assert sections["article"]["best-static"] != sections["bursty"]["best-static"]
+
+
+class SeenScenarios(BaseCallback):
+    """The scenarios of the steps a run trained on (``info["scenario"]``, every sub-env's):
+    train.py --callbacks names it, and builds it fresh for each run, so it records them in
+    `seen`, which the test clears first."""
+
+    seen: set[str] = set()
+
+    def _on_step(self) -> bool:
+        SeenScenarios.seen.update(info["scenario"] for info in self.locals["infos"])
+        return True
+
+
+TINY_PPO = ["--hp", "n_steps=16", "batch_size=16", "n_epochs=1"]
+
+
+@pytest.mark.parametrize(("agent", "options"), [
+    ("dqn", []),                                     # behind its FlatDiscreteActions
+    ("maskable-ppo", TINY_PPO),                      # asks the mix for its action masks
+    ("ppo", ["--env", "split", *TINY_PPO]),          # InferenceAllocSplit-v0 in each scenario
+    pytest.param("ppo", ["--vec-env", "subproc", "--n-envs", "2", *TINY_PPO],  # worker processes
+                 marks=pytest.mark.slow),        # ~10 s: starting the workers
+], ids=["dqn", "maskable-ppo", "split", "subproc"])
+def test_train_py_trains_each_kind_of_run_on_a_mix(agent, options, tmp_path, capsys) -> None:
+    """A tiny run of each learner, env and vec-env that train.py takes, on article + bursty:
+    it trains on both (each step's info), its config.yaml records both, and its table scores
+    its model on each scenario's held-out episode."""
+    from agents.train_cli import SCRIPT, main
+
+    SeenScenarios.seen.clear()
+    runs = tmp_path / "runs"
+    assert main(["--agents", agent, "--scenario", "article", "bursty", "--warmup", "none",
+                 "--timesteps", "64", "--episode-tasks", "5", "--eval-tasks", "10",
+                 "--eval-interval", "0", "--checkpoint-interval", "0", "--log-dir", str(runs),
+                 "--no-progress-bar", "--callbacks", f"{__name__}:SeenScenarios", *options],
+                prog=SCRIPT) == 0
+    assert SeenScenarios.seen == {"article", "bursty"}
+    (run,) = runs.iterdir()
+    saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    assert saved["scenario"] == ["article", "bursty"] and saved["agents"] == [agent]
+    split = "split" in options
+    assert saved["env_id"] == ("InferenceAllocSplit-v0" if split else "InferenceAlloc-v0")
+    sections = table_sections(capsys.readouterr().out)
+    assert list(sections) == ["article", "bursty"]
+    for rows in sections.values():
+        assert rows["best-static"][1] == "1.000"
+        assert list(rows)[0] == agent and ("heft-split" in rows) == split
 
 
 def test_a_mix_trains_with_the_hyperparameters_of_the_env_it_plays_in() -> None:
