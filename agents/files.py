@@ -9,7 +9,9 @@ removed and the target is left as it was.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from typing import Any
 from inference.yamlio import not_a_file
 
 TMP_SUFFIX = ".tmp"
+# what a file system says when it refuses a write: a full disk, a quota, a read-only mount
+REFUSED_WRITES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 class WriteFailed(OSError):
@@ -44,6 +48,25 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         # made, and that error (on the temp file's name) replaced the one naming the target
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def quiet_refused_writes_in_threads() -> Iterator[None]:
+    """Within it, a thread that dies of a write the file system refused prints no traceback:
+    TensorBoard's events writer (a thread of its own) did, on a full disk, above the CLI's own
+    line, though the main thread meets the same error at its next write and says it there.
+    Any other error of a thread prints as before."""
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in REFUSED_WRITES):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 def model_file(path: str | os.PathLike[str]) -> Path:

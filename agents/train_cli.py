@@ -28,13 +28,15 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
     """The job `prog` runs; `prog` heads its error lines and its usage (train.py's shim
     passes its own name)."""
     from agents.commands import invoked_as
+    from agents.files import quiet_refused_writes_in_threads
     from agents.interrupts import run_stoppable
     from inference.messages import printable_stdout
 
     # SIGTERM (a scheduler's stop) ends it as Ctrl-C does; its hints name what the user ran;
     # a path it prints in a character the console cannot show is escaped, not the end of the
     # job
-    with invoked_as(console=prog != SCRIPT), printable_stdout():
+    with invoked_as(console=prog != SCRIPT), printable_stdout(), \
+            quiet_refused_writes_in_threads():
         return run_stoppable(prog, lambda: _main(argv, prog))
 
 

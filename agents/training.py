@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import re
 import shutil
 import sys
@@ -95,7 +94,7 @@ from agents.callbacks import (
 from agents.commands import command, program
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
-from agents.files import WriteFailed, write_text
+from agents.files import REFUSED_WRITES, WriteFailed, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     SB3_NAMES,
@@ -590,14 +589,17 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         save_model_files(model, run_dir / "model.zip", model.num_timesteps, agent.warmup)
     except BaseException as exc:
         if logger is not None:
-            logger.close()
+            # a full disk fails the events writer's close as it failed the write: that second
+            # error replaced the run's own, as a traceback naming no run
+            with contextlib.suppress(OSError):
+                logger.close()
         kept = bool(checkpoints(run_dir))
         if not kept:
             shutil.rmtree(run_dir, ignore_errors=True)
         what = (f"kept {run_dir} (continue it with: {_resume_command(run_dir)})" if kept
                 else f"removed {run_dir} (no checkpoint)")
         if isinstance(exc, Exception):
-            raise RunFailed(f"run {run_dir.name} failed ({type(exc).__name__}: {exc}); "
+            raise RunFailed(f"run {run_dir.name} failed ({_failure(exc, run_dir)}); "
                             f"{what}") from exc
         print(f"run {run_dir.name} interrupted; {what}", file=sys.stderr)
         raise
@@ -627,10 +629,44 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         print(f"run {run_dir.name} interrupted after its training finished; kept {run_dir} "
               f"(its model.zip is complete: evaluate it with: {command('evaluate')} --models "
               f"{run_dir})", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            logger.close()
         raise
-    finally:
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            logger.close()
+        if exc.errno in REFUSED_WRITES:
+            raise _finished_unrecorded(exc, run_dir) from exc
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            logger.close()
+        raise
+    try:
         logger.close()
+    except OSError as exc:
+        if exc.errno in REFUSED_WRITES:
+            raise _finished_unrecorded(exc, run_dir) from exc
+        raise
     return result
+
+
+def _finished_unrecorded(exc: OSError, run_dir: Path) -> WriteFailed:
+    """The error for `exc`, a write the file system refused (a full disk, writing final/ to
+    the events file) after the run in `run_dir` finished training: its model.zip is complete,
+    and the line says how to evaluate it."""
+    return WriteFailed(f"run {run_dir.name} finished training, then {_failure(exc, run_dir)}; "
+                       f"its TensorBoard events may lack the last points, but its model.zip is "
+                       f"complete: evaluate it with: {command('evaluate')} --models {run_dir}")
+
+
+def _failure(exc: Exception, run_dir: Path) -> str:
+    """What failed a run, said in its line: a write the file system refused without naming
+    a file (TensorBoard's events writer on a full disk: "[Errno 28] No space left on device")
+    is said to be in the run's folder."""
+    if isinstance(exc, OSError) and exc.errno in REFUSED_WRITES and not exc.filename:
+        return f"the file system refused a write in {run_dir}: {exc.strerror}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _resume_command(run_dir: Path) -> str:
@@ -855,10 +891,6 @@ def train(config: TrainConfig, given: set[str] | None = None,
     if failures:
         raise RunsFailed(failures, results)
     return results
-
-
-# what a file system says when it refuses a write: a full disk, a quota, a read-only mount
-REFUSED_WRITES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def print_cause(failed: RunFailed) -> None:

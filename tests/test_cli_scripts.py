@@ -1068,6 +1068,74 @@ def test_a_full_disk_fails_the_run_in_one_line_naming_the_file(tmp_path: Path, m
     assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
 
 
+@pytest.mark.parametrize("when", ["training", "after training"])
+def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
+        tmp_path: Path, monkeypatch, capsys, when: str) -> None:
+    """TensorBoard writes its events from a thread of its own: on a full disk that thread
+    printed its traceback, the run's next scalar met the error again, and the events file's
+    close in the clean-up a third time, which replaced the run's error with a traceback naming
+    no run. After training (final/ scalars) model.zip is complete, and the line says so."""
+    import errno
+    import os
+
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    import agents.training as training
+
+    refused = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if when == "training":
+        append, calls = gfile.LocalFileSystem.append, []
+
+        def fills_up(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) > 20:     # the events file's first records go through
+                raise refused
+            return append(self, *args, **kwargs)
+
+        monkeypatch.setattr(gfile.LocalFileSystem, "append", fills_up)
+    else:
+        def final_metrics(*args, **kwargs):
+            raise refused
+
+        monkeypatch.setattr(training, "final_metrics", final_metrics)
+    runs = tmp_path / "runs"
+    code = load_main("train.py")(["--timesteps", "64", "--warmup", "none",
+                                  "--checkpoint-interval", "0", "--log-dir", str(runs), *TINY])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "Exception in thread" not in err
+    if when == "training":
+        assert err.count("\n") == 2 and list(runs.iterdir()) == []
+        assert f"failed (the file system refused a write in {runs}/InferenceAlloc-v0__ppo__0__" \
+               in err and ": No space left on device); removed" in err
+    else:
+        (run,) = runs.iterdir()
+        assert (run / "model.zip").is_file() and err.count("\n") == 1
+        assert err.startswith(f"train.py: error: run {run.name} finished training, then the "
+                              f"file system refused a write in {run}: No space left on device;")
+        assert f"model.zip is complete: evaluate it with: python evaluate.py --models {run}" in err
+
+
+def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
+    import errno
+    import threading
+
+    from agents.files import quiet_refused_writes_in_threads
+
+    def die(exc: BaseException) -> None:
+        raise exc
+
+    printed: list[str] = []     # the hook before ours: Python's prints (pytest's warns)
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(str(args.exc_value)))
+    before = threading.excepthook
+    with quiet_refused_writes_in_threads():
+        for exc in (OSError(errno.ENOSPC, "disk full"), ValueError("a bug"), OSError("other")):
+            thread = threading.Thread(target=die, args=(exc,))
+            thread.start()
+            thread.join()
+    assert threading.excepthook is before
+    assert printed == ["a bug", "other"]
+
+
 def test_an_atomic_write_replaces_the_target_only_once_complete(tmp_path: Path) -> None:
     target = tmp_path / "new" / "deeper" / "table.md"          # its folders are made
     with atomic_path(target) as tmp:
