@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import tempfile
 import types
@@ -87,6 +88,10 @@ class TrainConfig:
         "per episode (InferenceAllocMix-v0: they must share hardware, variant and model); "
         "the comparison table then has a section per scenario, the eval/ curves and "
         "--select-best run on the first's episodes", path=True))
+    scenario_weights: list[float] | None = field(default=None, metadata=_help(
+        "with several --scenario: how often each is drawn for a training episode, one weight "
+        "each, in their order (default: equally often); --resume may change them, for a "
+        "curriculum"))
     hardware: str | None = field(default=None, metadata=_help(
         "hardware preset or YAML path (default: the scenario's)", path=True))
     variant: str | None = field(default=None, metadata=_help(
@@ -188,6 +193,17 @@ class TrainConfig:
         for i, name in enumerate(scenarios):
             _require(name not in scenarios[:i],
                      f"--scenario {shown(name)} is given twice: give each scenario once")
+        # a resume's weigh the run's own scenarios, checked once they are read (resume_run)
+        if self.scenario_weights is not None and self.resume is None:
+            weights = self.scenario_weights
+            _require(len(scenarios) > 1, "--scenario-weights weighs several --scenario; one "
+                                         "scenario plays every episode")
+            _require(len(weights) == len(scenarios),
+                     f"--scenario-weights needs one weight per --scenario ({len(scenarios)}), "
+                     f"got {len(weights)}")
+            _require(all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0,
+                     f"--scenario-weights must be finite and >= 0, not all 0, got "
+                     f"{shown(weights, quote=False)}")
         # env i of a run is seeded seed + i (SB3's make_vec_env)
         _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)

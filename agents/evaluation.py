@@ -54,10 +54,10 @@ METRICS = ("mean_latency_s", "p50_latency_s", "p95_latency_s", "p99_latency_s",
 def make_env(env_id: str = "InferenceAlloc-v0", scenario: str | list[str] = "article",
              hardware: str | None = None, variant: str | None = None,
              episode_tasks: int | None = None, reward: str = "latency",
-             price_static: bool = False) -> gym.Env:
+             price_static: bool = False, weights: Sequence[float] | None = None) -> gym.Env:
     """One InferenceAlloc env; unknown scenario / hardware / variant -> ValueError listing them.
     A list of several scenarios makes a mix of them (``InferenceAllocMix-v0``) playing in
-    `env_id`; a list of one, that scenario's env."""
+    `env_id`, drawn by `weights` (default: equally often); a list of one, that scenario's env."""
     env_id = envs.canonical_env_id(env_id) if isinstance(env_id, str) else env_id
     if env_id not in envs.ENV_IDS:
         raise ValueError(f"unknown env id {shown(env_id)}"
@@ -74,6 +74,8 @@ def make_env(env_id: str = "InferenceAlloc-v0", scenario: str | list[str] = "art
     if isinstance(scenario, list):
         if len(scenario) > 1:
             kwargs["scenarios"] = kwargs.pop("scenario")
+            if weights is not None:
+                kwargs["weights"] = list(weights)
             return gym.make(f"envs:{envs.MIX_ENV_ID}", env_id=env_id, **kwargs)
         kwargs["scenario"] = scenario[0]
     return gym.make(f"envs:{env_id}", **kwargs)

@@ -137,7 +137,7 @@ from inference.messages import did_you_mean, shown
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
              "eval_interval", "metrics_window", "vec_env", "per_sample_interval",
-             "log_interval", "callbacks"}
+             "log_interval", "callbacks", "scenario_weights"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves
 # and final/ row (or its later points would come from another episode on the same curves as
 # the earlier ones), and --select-best's validation one. Option -> (episode, why it is kept).
@@ -247,7 +247,8 @@ def env_for(config: TrainConfig, episode_tasks: int | None = None, reward: str |
         return make_env(config.env_id, scenario, config.hardware, config.variant,
                         episode_tasks if episode_tasks is not None else config.episode_tasks,
                         reward=reward if reward is not None else config.reward,
-                        price_static=reward is None)
+                        price_static=reward is None,
+                        weights=config.scenario_weights if reward is None else None)
     except MixRefused as exc:
         raise ConfigError(_mix_refusal(exc)) from None
     except ValueError as exc:
@@ -406,6 +407,9 @@ def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
             "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
             "normalize": config.normalize, "episode_tasks": config.episode_tasks or 0,
             "conservative": config.conservative if spec.warmup != "none" else "-",
+            # only where given: the view of every other run reads as it did
+            **({"scenario_weights": ", ".join(f"{w:g}" for w in config.scenario_weights)}
+               if config.scenario_weights else {}),
             **{f"hp/{k}": v for k, v in config.hp.items()}}
 
 
@@ -472,6 +476,8 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
                           f" may change (got {', '.join(extra)})")
     cfg = dataclasses.replace(saved, resume=None, log_dir=str(run_dir.parent),
                               **{k: getattr(config, k) for k in given & RESUMABLE})
+    if "scenario_weights" in given:     # new weights, of the run's scenarios
+        cfg.validate()
     spec = run_spec(cfg)
     found = checkpoints(run_dir)
     if not found:

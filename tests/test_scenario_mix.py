@@ -360,3 +360,55 @@ def test_two_scenarios_of_one_name_are_told_apart_from_one_given_twice(tmp_path:
     same = str(Path(envs.__file__).parent / "scenarios" / "bursty.yaml")
     with pytest.raises(ValueError, match="'bursty' is given twice"):
         mix(scenarios=["bursty", same])
+
+
+def test_scenario_weights_draw_the_training_episodes_and_a_resume_may_change_them(
+        tmp_path: Path, capsys) -> None:
+    """--scenario-weights: a weight of 0 keeps a scenario out of training (its section of the
+    table still scores the model there), config.yaml records them, and a resume may change
+    them (a curriculum), checked against the run's own scenarios."""
+    from agents.train_cli import SCRIPT, main
+
+    runs = tmp_path / "runs"
+    common = ["--no-progress-bar", "--callbacks", f"{__name__}:SeenScenarios"]
+    SeenScenarios.seen.clear()
+    assert main(["--scenario", "article", "bursty", "--scenario-weights", "0", "1",
+                 "--warmup", "none", "--timesteps", "48", "--episode-tasks", "5",
+                 "--eval-tasks", "10", "--eval-interval", "0", "--checkpoint-interval", "16",
+                 "--log-dir", str(runs), *TINY_PPO, *common], prog=SCRIPT) == 0
+    assert SeenScenarios.seen == {"bursty"}
+    (run,) = runs.iterdir()
+    saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    assert saved["scenario_weights"] == [0.0, 1.0]
+    assert list(table_sections(capsys.readouterr().out)) == ["article", "bursty"]
+    resume = ["--resume", run.name, "--log-dir", str(runs), *common]
+    assert main([*resume, "--timesteps", "64", "--scenario-weights", "1", "2", "3"],
+                prog=SCRIPT) == 2
+    assert ("--scenario-weights needs one weight per --scenario (2), got 3"
+            in capsys.readouterr().err)
+    SeenScenarios.seen.clear()
+    assert main([*resume, "--timesteps", "96", "--scenario-weights", "1", "0"],
+                prog=SCRIPT) == 0
+    assert SeenScenarios.seen == {"article"}
+    saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    assert saved["scenario_weights"] == [1.0, 0.0] and saved["timesteps"] == 96
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--scenario-weights", "1", "2"], "--scenario-weights weighs several --scenario"),
+    (["--scenario", "article", "bursty", "--scenario-weights", "1"],
+     "needs one weight per --scenario (2), got 1"),
+    (["--scenario", "article", "bursty", "--scenario-weights", "1", "-1"],
+     "must be finite and >= 0, not all 0, got [1.0, -1.0]"),
+    (["--scenario", "article", "bursty", "--scenario-weights", "0", "0"], "not all 0"),
+    (["--scenario", "article", "bursty", "--scenario-weights", "1", "nan"], "must be finite"),
+])
+def test_bad_scenario_weights_are_refused_before_any_run(options, message, tmp_path,
+                                                         capsys) -> None:
+    from agents.train_cli import SCRIPT, main
+
+    assert main([*options, "--log-dir", str(tmp_path / "runs"), "--timesteps", "16"],
+                prog=SCRIPT) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
