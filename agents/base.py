@@ -71,6 +71,32 @@ def start_stream_of(policy: Any, seed: int) -> None:
         start_stream(seed)
 
 
+class StreamActor:
+    """`policy` acting along one stream, driven as SB3's ``evaluate_policy`` drives a model:
+    the state each ``predict`` returns is handed to the next call, and ``episode_start`` is
+    True on an episode's first observation alone. The loops that ran a policy over a stream
+    dropped both, so a policy that keeps its memory in `state` (an LSTM's, or one of yours that
+    counts or estimates through it) acted on every task as on an episode's first. Ours return
+    the state they are given (None), and act as before."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.state: Any = None
+        self.starting = True
+
+    def act(self, observation: Any) -> Any:
+        """The policy's deterministic action on `observation`, the next of the stream."""
+        action, self.state = self.policy.predict(observation, state=self.state,
+                                                 episode_start=np.array([self.starting]),
+                                                 deterministic=True)
+        self.starting = False
+        return action
+
+    def new_episode(self) -> None:
+        """The next observation is a new episode's first (the env was reset)."""
+        self.starting = True
+
+
 def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The saved {name, config} of a non-learned policy zip; None if the zip is an SB3 model.
     `path` is found as every model loader finds it (`model_file`: "p" may be saved as "p.zip";

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from agents.base import StreamActor
 from agents.sb3_factory import unchecked_distributions
 from agents.warmup import WarmupConfig, as_env_actions, learner_actions
 
@@ -49,13 +50,15 @@ def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> d
     mask_list: list[Any] = []
     ret_list: list[float] = []
     episode = 0
+    actor = StreamActor(policy)
     while len(obs_list) < n_samples:
         obs, _ = base.reset(seed=seed + episode)
+        actor.new_episode()
         episode += 1
         rewards: list[float] = []
         done = False
         while not done and len(obs_list) < n_samples:
-            action, _ = policy.predict(obs, deterministic=True)
+            action = actor.act(obs)
             obs_list.append(obs)
             act_list.append(np.asarray(action))
             mask_list.append(base.action_masks())

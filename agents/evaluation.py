@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 import envs  # registers the env ids
-from agents.base import start_stream_of
+from agents.base import StreamActor, start_stream_of
 from agents.imported import PATTERN, is_import_name
 from agents.registry import make_policy
 from agents.stats import mean_ci95
@@ -86,13 +86,15 @@ def episode_latencies(policy: Any, env: gym.Env, seed: int, episodes: int = 1) -
     base = env.unwrapped
     out: list[float] = []
     start_stream_of(policy, seed)
+    actor = StreamActor(policy)
     obs, _ = base.reset(seed=seed)
     for episode in range(episodes):
         if episode:
             obs, _ = base.reset()
+            actor.new_episode()
         done = False
         while not done:
-            action, _ = policy.predict(obs, deterministic=True)
+            action = actor.act(obs)
             obs, _, terminated, truncated, info = base.step(action)
             out.append(info["latency"])
             done = terminated or truncated

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.base import start_stream_of
+from agents.base import StreamActor, start_stream_of
 from envs.scenario_mix import ScenarioMixEnv
 from inference.checks import is_integer
 
@@ -157,10 +157,11 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int,
     a TimeLimit) act as they do when the policy learns on it.
     """
     start_stream_of(policy, seed)
+    actor = StreamActor(policy)
     obs, _ = env.reset(seed=seed)
     infos = []
     for i in range(n_samples):
-        action, _ = policy.predict(obs, deterministic=True)
+        action = actor.act(obs)
         obs, _, terminated, truncated, info = env.step(action)
         infos.append(info if keep is None else keep(info))
         if (terminated or truncated) and i + 1 < n_samples:

@@ -692,3 +692,48 @@ def test_a_row_without_a_state_leaves_the_other_rows_theirs() -> None:
     _, state = policy.predict(obs, None, np.array([True, True]))
     actions, state = policy.predict(obs, state, np.array([False, False]))
     assert actions[:, 0].tolist() == [0, 1] and list(state) == [None, (2, "new")]
+
+
+class Rotating:
+    """A stateful policy whose state is its own step count within the episode, (device of
+    every stage) = count % 3: what it does on a task depends on the state handed back."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []     # the step indices (over the stream) that began episodes
+        self.steps = 0
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        if episode_start is not None and bool(np.all(episode_start)):
+            self.starts.append(self.steps)
+            state = 0
+        self.steps += 1
+        count = 0 if state is None else state
+        return np.full(3, count % 3), count + 1
+
+
+def test_evaluation_rollouts_and_cloning_hand_a_policy_back_its_state_and_episode_starts(
+        ) -> None:
+    """episode_latencies, the online harness's rollout and behaviour cloning's collection
+    called predict(obs) alone: a policy keeping its memory in its state (an LSTM's; Rotating)
+    got None every time, and acted on every task as on an episode's first."""
+    from agents.cloning import collect
+    from agents.imported import OneAtATime
+    from agents.online import rollout
+
+    env = gym.make("envs:InferenceAlloc-v0", scenario="article", episode_tasks=6)
+    base = env.unwrapped
+    by_hand = []
+    for seed in (10000, None):
+        base.reset(seed=seed)
+        for count in range(6):
+            info = base.step(np.full(3, count % 3))[-1]
+            by_hand.append(info["latency"])
+    policy = Rotating()
+    assert episode_latencies(policy, env, 10000, episodes=2).tolist() == by_hand
+    assert policy.starts == [0, 6]                    # each episode's first task, alone
+    policy = Rotating()
+    assert [i["latency"] for i in rollout(policy, env, 6, 10000)] == by_hand[:6]
+    assert policy.starts == [0]
+    policy = Rotating()
+    data = collect(env, OneAtATime(policy), 12, gamma=0.9, seed=10000)
+    assert data["actions"][:, 0].tolist() == [0, 1, 2, 0, 1, 2] * 2 and policy.starts == [0, 6]
