@@ -16,6 +16,7 @@ and the next job takes it over instead of being refused by a stale lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,12 @@ except ImportError:     # Windows
 # the byte msvcrt locks, past the holder's pid: a Windows lock is mandatory, and a lock on the
 # pid's bytes kept the refused job from reading whose it was
 _WINDOWS_LOCK_OFFSET = 4096
+
+
+# what a refused lock says when another process holds it (flock: EWOULDBLOCK, which is EAGAIN;
+# msvcrt: EACCES or EDEADLOCK), as against a file system that has no locks at all
+HELD_ELSEWHERE = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES,
+                  getattr(errno, "EDEADLOCK", errno.EDEADLK)}
 
 
 class FolderBusy(RuntimeError):
@@ -66,7 +73,11 @@ def _acquire(path: Path, busy: str) -> IO[str]:
         handle = open(path, "a+", encoding="utf-8")     # noqa: SIM115 (held past this function)
         try:
             _lock(handle)
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in HELD_ELSEWHERE:
+                # a file system without locks (some network mounts: ENOLCK) refused them all,
+                # every job as busy: the job goes on unguarded, as before there were locks
+                return handle
             holder = _holder(path)
             handle.close()
             raise FolderBusy(f"{busy}{f' (pid {holder})' if holder else ''}") from None

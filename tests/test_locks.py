@@ -165,3 +165,26 @@ def test_a_run_holds_its_folders_lock_while_it_trains(tmp_path: Path,
             holding(result.run_dir, "train", "x"):
         training.resume_run(TrainConfig(resume=result.run_dir.name, log_dir=str(tmp_path),
                                         timesteps=32), {"resume", "timesteps"})
+
+
+def test_a_file_system_without_locks_lets_the_job_go_on_unguarded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some network mounts refuse every lock (ENOLCK): each job was refused as if another held
+    it. The job goes on, as it did before there were locks; a lock held elsewhere still stops it."""
+    import errno
+
+    from agents import locks
+
+    def no_locks(handle) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(locks, "_lock", no_locks)
+    with holding(tmp_path, "job", "busy"), holding(tmp_path, "job", "busy"):
+        pass
+
+    def held(handle) -> None:
+        raise OSError(errno.EWOULDBLOCK, os.strerror(errno.EWOULDBLOCK))
+
+    monkeypatch.setattr(locks, "_lock", held)
+    with pytest.raises(FolderBusy), holding(tmp_path, "job", "busy"):
+        pass
