@@ -62,13 +62,9 @@ from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import (
-    HParam,
-    Logger,
-    TensorBoardOutputFormat,
-    make_output_format,
-)
+from stable_baselines3.common.logger import HParam, Logger, make_output_format
 
+from agents.event_files import tensorboard_writer
 from agents.run_folder import BestModel, save_best_model
 
 FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_static")
@@ -76,6 +72,7 @@ FINAL_METRICS = ("final/latency_mean", "final/latency_p95", "final/vs_best_stati
 BEST_METRICS = ("final/best_latency_mean", "final/best_vs_best_static", "final/best_step")
 HPARAM_METRICS = (*FINAL_METRICS, "latency/mean", "latency/vs_static")
 TB_ONLY = ("stdout", "log", "json", "csv")
+PER_SAMPLE = "latency/per_sample"
 
 
 class OncePerStepLogger(Logger):
@@ -109,9 +106,22 @@ def tensorboard_logger(folder: str) -> Logger:
 
 def drop_events_past(logger: Logger, step: int) -> None:
     """Has TensorBoard drop the events of every step past `step` that the folder's earlier
-    events files hold (a restart marker, as SummaryWriter's ``purge_step`` writes): a run
-    resumed from a checkpoint logs those steps again. Without it the curves of a run
-    stopped past its last checkpoint went back to the checkpoint's step and drew both."""
+    events files hold (a restart marker, as SummaryWriter's ``purge_step=step + 1`` writes): a
+    run resumed from a checkpoint logs those steps again. Without it the curves of a run
+    stopped past its last checkpoint went back to the checkpoint's step and drew both.
+
+    Past `step`, not from it: a marker drops the points of every tag alike, and no one step
+    is right for all of them. The points at `step` of the tags whose step is num_timesteps
+    (SB3's, ours through its logger, eval/) were written in the checkpoint's own step, after
+    its save (its rollout's dump, an eval/ point), describe the steps before it and are not
+    written again: a marker at `step` lost them. The point of ``latency/per_sample`` (whose
+    step is a task's index) at `step` is the first task after the checkpoint, which the
+    resumed run runs again: it is kept where the stopped run wrote it, and the resumed run
+    then leaves its own out (``LatencyMetrics``' `written_through`, from
+    ``agents.event_files.logged_at``), or TensorBoard showed that step twice.
+    TensorBoard's data server (its default reader) ignores the marker and drops, per tag,
+    the points at and past the step of a later point: it shows no step twice either, though
+    a tag's point of the stopped run may stay between `step` and the resumed run's first."""
     from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
     writer = tensorboard_writer(logger)
@@ -120,26 +130,21 @@ def drop_events_past(logger: Logger, step: int) -> None:
             Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
 
 
-def tensorboard_writer(logger: Logger) -> Any:
-    """The SummaryWriter behind an SB3 logger (None if it does not write TensorBoard)."""
-    for fmt in logger.output_formats:
-        if isinstance(fmt, TensorBoardOutputFormat):
-            return fmt.writer
-    return None
-
-
 class LatencyMetrics(BaseCallback):
     """Records the latency, cache and device metrics of the table above. `per_sample_interval`:
     K writes ``latency/per_sample`` for the tasks of index 0, K, 2K, ... alone (train.py's
     ``--per-sample-interval``): one point per env step is ~58 bytes, most of a long run's events
-    file, and TensorBoard shows 1,000 points of a tag however many it holds."""
+    file, and TensorBoard shows 1,000 points of a tag however many it holds.
+    `written_through`: the run folder shows ``latency/per_sample`` up to that index already
+    (a resumed run's, ``agents.training._run``), so it writes those of later indices alone."""
 
     def __init__(self, device_names: tuple[str, ...] | list[str], window: int = 100,
-                 per_sample_interval: int = 1) -> None:
+                 per_sample_interval: int = 1, written_through: int = -1) -> None:
         super().__init__()
         if per_sample_interval < 1:
             raise ValueError(f"per_sample_interval must be >= 1, got {per_sample_interval}")
         self.per_sample_interval = per_sample_interval
+        self.written_through = written_through
         self.devices = tuple(device_names)
         self.latency: deque[float] = deque(maxlen=window)
         self.static: deque[float] = deque(maxlen=window)
@@ -179,8 +184,10 @@ class LatencyMetrics(BaseCallback):
             for d, value in info.get("share", {}).items():
                 if d in self.share:
                     self.share[d].append(value)
-            if self.writer is not None and (first + i) % self.per_sample_interval == 0:
-                self.writer.add_scalar("latency/per_sample", latency, first + i)
+            index = first + i
+            if (self.writer is not None and index % self.per_sample_interval == 0
+                    and index > self.written_through):
+                self.writer.add_scalar(PER_SAMPLE, latency, index)
         if self._fresh and any(self.locals.get("dones", ())):
             # An off-policy learner (DQN, SAC) dumps its logs at an episode's end, inside its
             # rollout and before this rollout's end: recorded only there, its dump at step S

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
+from agents.event_files import mark_events
 from agents.files import atomic_path, write_text
 
 if TYPE_CHECKING:
@@ -55,18 +56,23 @@ def new_run_dir(log_dir: str | Path, name: str) -> Path:
 class AtomicCheckpoint(CheckpointCallback):
     """SB3's CheckpointCallback, each file written via temp + rename; one replay buffer kept.
     `warmup`: the controller whose state (``save_warmup_state``) a resume continues from.
-    `keep`: the checkpoints kept, the newest (``prune_checkpoints``); 0 keeps every one."""
+    `keep`: the checkpoints kept, the newest (``prune_checkpoints``); 0 keeps every one.
+    `run_dir`: the run folder, whose events are marked before each save
+    (``agents.event_files.mark_events``: a resume reads them from there)."""
 
     def __init__(self, *args: Any, warmup: WarmupController | None = None, keep: int = 0,
-                 **kwargs: Any) -> None:
+                 run_dir: Path | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if keep < 0:    # else a slice: [:-keep] removed the oldest -keep at each save
             raise ValueError(f"keep must be >= 0 (0: every checkpoint), got {keep}")
         self.warmup = warmup
         self.keep = keep
+        self.run_dir = run_dir
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
+            if self.run_dir is not None:
+                mark_events(self.logger, self.run_dir, self.num_timesteps)
             save_model_files(self.model, Path(self._checkpoint_path(extension="zip")),
                              self.num_timesteps, self.warmup,
                              replay_buffer=self.save_replay_buffer,

@@ -7,7 +7,11 @@ partial warm-ups read ``-warm-clone+guard``) holds:
   text and the hyper-parameters in the HPARAMS view; a resumed run appends a new events
   file beside the old ones, with the step count continuing from the step resumed from, and
   marks it so that TensorBoard drops the old files' events past it (a run stopped after its
-  last checkpoint had logged them; the resumed run logs those steps again);
+  last checkpoint had logged them; the resumed run logs those steps again, each shown once:
+  ``agents.callbacks.drop_events_past``);
+* ``tensorboard.json``: the size of each events file when the newest checkpoint or
+  ``model.zip`` was saved, from where a resume reads what a run stopped after it logged
+  (``agents.event_files``);
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
   its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
@@ -84,6 +88,7 @@ from agents import sb3_hyperparams
 from agents.callbacks import (
     BEST_METRICS,
     FINAL_METRICS,
+    PER_SAMPLE,
     BestModelSelection,
     HeldOutEval,
     LatencyMetrics,
@@ -94,6 +99,7 @@ from agents.callbacks import (
 from agents.commands import command, program
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
 from agents.evaluation import episode_latencies, make_env, overload_note
+from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
@@ -568,20 +574,22 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     model = agent.model
     logger = None
     try:
+        # the per-task latencies the folder shows already: a run stopped past its checkpoint
+        # may have written that of the resumed run's first task, which drop_events_past keeps
+        start = model.num_timesteps
+        written = start if not fresh and logged_at(run_dir, PER_SAMPLE, start) else start - 1
         # inside: a stop while the events file opens or the held-out episode is set up (its
         # best-static run, seconds long) left a new run's folder behind, an events file alone
         logger = tensorboard_logger(str(run_dir))
         if not fresh:
-            # past the step resumed from, not from it: the points at it (a rollout's, an
-            # eval/ point, final/ from model.zip) describe what the resumed model was and
-            # are not logged again; the per-task latency of index `step` (the next task) is,
-            # so a run stopped past its checkpoint keeps that one point twice
-            drop_events_past(logger, model.num_timesteps)
+            # past the step resumed from, not from it (drop_events_past says why)
+            drop_events_past(logger, start)
         model.set_logger(logger)
-        callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best)
+        callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best,
+                                                written)
         # yours last: ours write and checkpoint as they would without them
         user = UserCallbacks(cfg.callbacks) if cfg.callbacks else None
-        start, t0 = model.num_timesteps, time.perf_counter()
+        t0 = time.perf_counter()
         if fresh:
             write_text(run_dir / "config.yaml", to_yaml(cfg))
         # SB3's own log_interval unless one is given: each algorithm's default differs
@@ -590,6 +598,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                     reset_num_timesteps=fresh,
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar, **interval)
         seconds = time.perf_counter() - t0
+        # where the events end as it is saved: a resume from it reads on from there
+        mark_events(logger, run_dir, model.num_timesteps)
         # a resume continues from model.zip when it is the newest: DQN and SAC need their
         # buffer beside it, or it starts again from an empty one
         save_model_files(model, run_dir / "model.zip", model.num_timesteps, agent.warmup)
@@ -681,19 +691,21 @@ def _resume_command(run_dir: Path) -> str:
 
 
 def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
-               fresh: bool, best: BestModel | None
+               fresh: bool, best: BestModel | None, written_through: int = -1
                ) -> tuple[list[Any], HeldOutEval | None, BestModelSelection | None]:
-    """A run's callbacks, and of them its eval/ curves' and --select-best's, which it reads."""
+    """A run's callbacks, and of them its eval/ curves' and --select-best's, which it reads;
+    `written_through`: the last task index whose per-task latency the folder shows."""
     model = agent.model
     callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window,
-                                           cfg.per_sample_interval)]
+                                           cfg.per_sample_interval, written_through)]
     if fresh:
         callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
     if cfg.checkpoint_interval:
         callbacks.append(AtomicCheckpoint(
             max(cfg.checkpoint_interval // cfg.n_envs, 1), str(run_dir / "checkpoints"),
             name_prefix=CHECKPOINT_PREFIX, save_replay_buffer=hasattr(model, "replay_buffer"),
-            save_vecnormalize=cfg.normalize, warmup=agent.warmup, keep=cfg.keep_checkpoints))
+            save_vecnormalize=cfg.normalize, warmup=agent.warmup, keep=cfg.keep_checkpoints,
+            run_dir=run_dir))
     held = _held_out_eval(agent, cfg) if cfg.eval_interval and cfg.eval_tasks else None
     if held is not None:
         callbacks.append(held)

@@ -591,6 +591,24 @@ def test_a_per_sample_interval_writes_every_kth_samples_latency_and_keeps_the_wi
         callbacks.LatencyMetrics(("cpu",), per_sample_interval=0)
 
 
+def test_per_sample_latency_leaves_out_the_indices_the_folder_shows(log: _Logger) -> None:
+    """A run resumed at step 4 whose folder shows sample 4 already (the stopped run's, kept by
+    the restart marker past 4) writes from sample 5 on: TensorBoard showed 4 twice."""
+    import agents.callbacks as callbacks
+
+    metrics = callbacks.LatencyMetrics(("cpu",), window=10, written_through=4)
+    _attach(metrics, log, num_timesteps=4)
+    metrics.on_training_start({}, {})
+    for pair in ((4.0, 5.0), (6.0, 7.0)):
+        metrics.model.num_timesteps += 2
+        metrics.locals = {"infos": [{"latency": x} for x in pair]}
+        metrics.on_step()
+    metrics.on_rollout_end()
+    assert [(step, value) for tag, value, step in log.scalars if tag == "latency/per_sample"] \
+        == [(5, 5.0), (6, 6.0), (7, 7.0)]
+    assert log.values["latency/mean"] == pytest.approx(5.5)     # the windows see every task
+
+
 def test_train_writes_the_per_sample_curve_at_its_interval(tmp_path: Path) -> None:
     from agents.config import TrainConfig
     from agents.plots import read_scalars
@@ -1758,3 +1776,48 @@ def test_a_resume_takes_its_own_per_sample_and_log_intervals(tmp_path: Path) -> 
     assert resumed.steps == 128
     assert list(read_scalars(run.run_dir, "latency/per_sample")[0]) == [*range(64), 64, 80, 96, 112]
     assert list(read_scalars(run.run_dir, "latency/mean")[0]) == [16, 32, 48, 64, 96, 128]
+
+
+def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkeypatch) -> None:
+    """A run that crashed at step 50, past its checkpoint at 32, had written the per-task
+    latencies of samples 32-49: the resume from 32 writes them again, and TensorBoard's reader
+    (tensorboard's EventAccumulator, which applies the resumed file's restart marker) showed
+    sample 32 twice, the stopped run's and the resumed run's. Each tag now has each step once,
+    every per-task latency from 0 on, and the eval/ points of both sessions."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agents import training
+    from agents.config import TrainConfig
+
+    class CrashAt50(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= 50:
+                raise RuntimeError("simulated crash")
+            return True
+
+    built = training._callbacks
+
+    def crashing(*args, **kwargs):
+        callbacks, held, selection = built(*args, **kwargs)
+        return [*callbacks, CrashAt50()], held, selection
+
+    hp = {"n_steps": 16, "batch_size": 16, "n_epochs": 1}
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=96, checkpoint_interval=32,
+                         eval_interval=24, eval_tasks=20, log_dir=str(tmp_path),
+                         episode_tasks=20, progress_bar=False, hp=hp)
+    with monkeypatch.context() as patched:
+        patched.setattr(training, "_callbacks", crashing)
+        with pytest.raises(training.RunsFailed, match="simulated crash"):
+            training.train(config, report=lambda line: None)
+    (run_dir,) = tmp_path.iterdir()
+    (resumed,) = training.train(TrainConfig(resume=str(run_dir), timesteps=96,
+                                            progress_bar=False), {"resume", "timesteps"},
+                                report=lambda line: None)
+    assert resumed.new_steps == 64 and len(list(run_dir.glob("*tfevents*"))) == 2
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    assert {tag: s for tag, s in steps.items() if any(np.diff(s) <= 0)} == {}
+    assert steps["latency/per_sample"] == list(range(96))
+    assert steps["eval/vs_best_static"] == [0, 24, 48, 72, 96]
