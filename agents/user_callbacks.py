@@ -13,11 +13,12 @@ process) and takes its ``LogQueues``, one of:
   as the module made it, which is left untouched. To read a callback's state once training is
   over, build it in a function of yours that keeps a reference.
 
-``check_callbacks`` imports and builds each once before any run starts (a build with side
-effects, a file opened, has them once more; the built callback is dropped), and refuses as one
-ValueError naming it: a missing module or attribute, a build that raises (naming the file and
-line it raised at), one that takes arguments, an object that cannot be copied, and anything
-not a ``BaseCallback``. A module that raises something else as it is imported (a NameError, a
+``check_callbacks`` imports and builds each twice before any run starts (a build with side
+effects, a file opened, has them twice more; the built callbacks are dropped), and refuses as
+one ValueError naming it: a missing module or attribute, a build that raises (naming the file
+and line it raised at), one that takes arguments, an object that cannot be copied, a function
+that returns an object it returned before (a module-level instance: the runs would share its
+state), and anything not a ``BaseCallback``. A module that raises something else as it is imported (a NameError, a
 missing dependency) is its own bug: its traceback shows, as a policy's does.
 
 In a run they come last (``UserCallbacks``, after the warm-up's and ours), so our scalars and
@@ -30,8 +31,10 @@ True``, as SB3 reads it) ends training at that step, after every callback of the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,6 +47,9 @@ from inference.messages import shown
 FLAG = "--callbacks"
 WANTED = ("a Stable-Baselines3 BaseCallback (stable_baselines3.common.callbacks), or a class "
           "or function that builds one with no argument")
+# The callbacks a class or function of yours has built in this process and that are still
+# alive, by id: one built again would be shared by two runs (or by a run and the check).
+_BUILT: weakref.WeakValueDictionary[int, BaseCallback] = weakref.WeakValueDictionary()
 
 
 def callback_maker(name: str) -> Callable[[], BaseCallback]:
@@ -83,9 +89,24 @@ def callback_maker(name: str) -> Callable[[], BaseCallback]:
         if not isinstance(built, BaseCallback):
             raise ValueError(f"{FLAG} {shown(name)} built an object of type "
                              f"{type(built).__name__}, not a Stable-Baselines3 BaseCallback")
+        _check_new(name, built)
         return built
 
     return build
+
+
+def _check_new(name: str, built: BaseCallback) -> None:
+    """Refuse a callback built before and still alive: a function that returns one object at
+    every call (a module-level instance) gave it to each run, whose seeds and agents then
+    shared its state (its counts, its best so far) and stepped one another's."""
+    if _BUILT.get(id(built)) is built:
+        kind = type(built).__name__
+        raise ValueError(f"{FLAG} {shown(name)} returned the same {kind} object as a call "
+                         f"before it, and the runs (seeds, agents) would share its state: "
+                         f"return a new one from each call, or name the object itself, which "
+                         f"is copied for each run")
+    with contextlib.suppress(TypeError):    # no weak reference to it (__slots__): not kept
+        _BUILT[id(built)] = built
 
 
 def _check_takes_no_argument(name: str, factory: Callable[..., Any]) -> None:
@@ -103,10 +124,13 @@ def _check_takes_no_argument(name: str, factory: Callable[..., Any]) -> None:
 
 
 def check_callbacks(names: Sequence[str]) -> None:
-    """Import and build each callback of `names` once, as a run will: a ValueError naming the
-    first that cannot be, before any run starts."""
+    """Import and build each callback of `names` twice, as two runs will: a ValueError naming
+    the first that cannot be, or that builds an object it built before, before any run
+    starts."""
     for name in names:
-        callback_maker(name)()
+        make = callback_maker(name)
+        make()
+        make()      # a second run's: refused where it is the first's (``_check_new``)
 
 
 class UserCallbacks(CallbackList):

@@ -74,6 +74,11 @@ def make_counts():
     return Counts()
 
 
+def the_counts():
+    """Returns the module's own Counts at each call: two runs would share its count."""
+    return counts
+
+
 class NotACallback:
     def _on_step(self):
         return True
@@ -295,6 +300,10 @@ def test_each_run_gets_a_fresh_callback(user_module: str, attribute: str) -> Non
     # whatever a build raises, not only a ValueError or TypeError
     ("{mod}:NeedsAKey", r"--callbacks '{mod}:NeedsAKey': building it raised KeyError: 'window' "
                         r"\(.*{mod}\.py, line \d+\)"),
+    # a function returning one object at each call: the runs (two seeds) shared its state
+    ("{mod}:the_counts", r"--callbacks '{mod}:the_counts' returned the same Counts object as "
+                         r"a call before it, and the runs \(seeds, agents\) would share its "
+                         r"state: return a new one from each call, or name the object itself"),
     # a builtin has no signature to check: what it builds is
     ("{mod}:builtin", r"--callbacks '{mod}:builtin' built an object of type list, not a "
                       r"Stable-Baselines3 BaseCallback"),
