@@ -2127,6 +2127,34 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     assert err == script_err.replace(script_name, command, 1)
 
 
+@pytest.mark.parametrize(("module", "script_name", "hint", "expected"), [
+    ("agents.train_cli", "train.py", ["--resume", "--log-dir", "none"],
+     "no run to resume under none/ (train one with: python -m agents.train_cli)"),
+    ("agents.evaluate_cli", "evaluate.py", ["--models", "unfinished"],
+     "(unfinished run? continue it with: python -m agents.train_cli --resume unfinished)"),
+])
+def test_python_m_runs_the_cli_named_as_it_ran(module: str, script_name: str, hint: list[str],
+                                              expected: str, tmp_path: Path) -> None:
+    """`python -m agents.train_cli` imported the module and exited 0, having done nothing (no
+    __main__ guard). It runs the job as train.py does, its usage, examples, error lines and
+    hints naming the jobs as it ran them (python -m, which a wheel install has too)."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    command = f"python -m {module}"
+    helped = run("--help")
+    assert (helped.returncode, helped.stderr) == (0, "")
+    assert helped.stdout.startswith(f"usage: {command} ") and f"\n    {command} --" in helped.stdout
+    assert "train.py" not in helped.stdout and "evaluate.py" not in helped.stdout
+    (tmp_path / "unfinished").mkdir()
+    refused = run(*hint)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith(f"{command}: error: ") and expected in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "python train.py" not in refused.stderr
+
+
 def _console_refusal(case: str, tmp: Path) -> str:
     """What `case`, a refusal or note that names train.py or evaluate.py, says."""
     import zipfile
@@ -2187,7 +2215,7 @@ def test_each_refusal_and_note_names_the_jobs_as_the_console_script_ran(
     --env" sent a wheel user to a file they do not have."""
     from agents.commands import invoked_as
 
-    with invoked_as(console=True):
+    with invoked_as("console"):
         message = _console_refusal(case, tmp_path)
     assert expected in message, message
     assert "train.py" not in message and "evaluate.py" not in message, message

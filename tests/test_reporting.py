@@ -145,7 +145,7 @@ def test_a_model_zip_older_than_a_checkpoint_is_named_in_a_note(tmp_path: Path) 
             f"a: evaluating model.zip (0 steps), but checkpoint model_32_steps.zip has "
             f"{agent.model.num_timesteps} (an interrupted --resume? python train.py --resume "
             f"{run} finishes it)"]
-    with invoked_as(console=True):      # a wheel's infer-alloc-evaluate: no train.py there
+    with invoked_as("console"):      # a wheel's infer-alloc-evaluate: no train.py there
         _, notes = discover_models(cfg_for(runs=str(tmp_path / "runs")))
     assert [n for n in notes if "interrupted" in n][0].endswith(
         f"(an interrupted --resume? infer-alloc-train --resume {run} finishes it)")
@@ -318,7 +318,7 @@ def test_a_bare_zip_of_other_hardware_is_told_to_give_it_with_hardware(tmp_path:
     entries, _ = discover_models(cfg)
     with pytest.raises(ConfigError, match=r"has 3 \(cpu, gpu, npu\).*evaluate\.py --hardware"):
         check_inputs(cfg, entries, ["article"])
-    with invoked_as(console=True), pytest.raises(ConfigError, match=r"infer-alloc-evaluate "
+    with invoked_as("console"), pytest.raises(ConfigError, match=r"infer-alloc-evaluate "
                                                                      r"--hardware FILE$"):
         check_inputs(cfg, entries, ["article"])
     assert check_inputs(dataclasses.replace(cfg, hardware=str(two)), entries, ["article"]) == []
