@@ -9,6 +9,8 @@ Importing this package registers:
 
 ``gymnasium.make("envs:InferenceAlloc-v0")`` imports this package by itself.
 The episode length is the ``episode_tasks`` registration kwarg (default: the scenario's).
+A keyword an env does not take is one TypeError naming it, the nearest it takes and all it
+takes (``envs.keywords``).
 """
 
 from gymnasium.envs.registration import register, registry

@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
+from envs.keywords import checked_keywords
 from envs.observation import (
     BACKLOG_SCALE_S,
     BATCH_SCALE,
@@ -262,6 +263,7 @@ class InferenceAllocEnv(gym.Env):
                                                        for key, v in value.kwargs.items()})
         self._spec = value
 
+    @checked_keywords()
     def __init__(self, scenario: str | Scenario | Mapping[str, Any] = "article", hardware: str | None = None,
                  variant: str | dict[str, str] | None = None, episode_tasks: int | None = None,
                  reward: str = "latency", trace: str | None = None, noise: float | None = None,

@@ -13,6 +13,7 @@ import numpy as np
 from envs import canonical_env_id, describe_env_ids
 from envs.inference_alloc import InferenceAllocEnv, check_no_options
 from envs.inference_alloc_split import InferenceAllocSplitEnv
+from envs.keywords import checked_keywords, keywords_of
 from envs.scenario import Scenario
 from inference.checks import is_number
 from inference.messages import did_you_mean, shown
@@ -103,6 +104,9 @@ class ScenarioMixEnv(gym.Env):
 
     metadata = InferenceAllocEnv.metadata
 
+    # its **kwargs go to each scenario's env, which takes the scenario from `scenarios`
+    @checked_keywords(*(name for name in keywords_of(InferenceAllocEnv.__init__)
+                        if name != "scenario"))
     def __init__(self, scenarios: Sequence[str | Scenario | Mapping[str, Any]],
                  weights: Sequence[float] | np.ndarray | None = None,
                  env_id: str = "InferenceAlloc-v0", **kwargs: Any) -> None:

@@ -1728,3 +1728,58 @@ def test_the_info_section_names_the_keys_step_returns() -> None:
     assert breakdown.group(1).split(", ") == list(info["breakdown"])
     fields = [f.strip() for f in re.sub(r"\([^()]*\)", "", task.group(1)).split(",")]
     assert fields == list(info["task"])
+
+
+ENV_KEYWORDS = ("scenario, hardware, variant, episode_tasks, reward, trace, noise, reference, "
+                "render_mode, trace_time_scale, price_static")
+MIX = envs.MIX_ENV_ID
+TWO = ["article", "bursty"]
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "expected"), [
+    (V0, {"scenarioo": "article"},
+     f"InferenceAllocEnv takes no keyword 'scenarioo' (did you mean 'scenario'?); its "
+     f"keywords: {ENV_KEYWORDS}"),
+    (SPLIT, {"rewad": "relative", "noize": 0.1},
+     "InferenceAllocSplitEnv takes no keywords 'rewad', 'noize' (did you mean 'reward' for "
+     f"'rewad', 'noise' for 'noize'?); its keywords: {ENV_KEYWORDS}"),
+    (V0, {"speed": 2}, f"InferenceAllocEnv takes no keyword 'speed'; its keywords: "
+                       f"{ENV_KEYWORDS}"),
+    # a mix's own and those it hands on to its scenarios' envs, which take no scenario=
+    (MIX, {"scenarios": TWO, "weight": [1, 2]},
+     "ScenarioMixEnv takes no keyword 'weight' (did you mean 'weights'?); its keywords: "
+     "scenarios, weights, env_id, hardware, variant, episode_tasks, reward, trace, noise, "
+     "reference, render_mode, trace_time_scale, price_static"),
+    (MIX, {"scenario": "article"}, "ScenarioMixEnv takes no keyword 'scenario' (did you mean "
+                                   "'scenarios'?)"),
+    (MIX, {"scenarios": TWO, "env_id": SPLIT, "rewards": "relative"},
+     "ScenarioMixEnv takes no keyword 'rewards' (did you mean 'reward'?)"),
+])
+def test_a_keyword_an_env_does_not_take_is_named_with_the_nearest_and_all_it_takes(
+        env_id: str, kwargs: dict, expected: str) -> None:
+    """Python's own TypeError ("InferenceAllocEnv.__init__() got an unexpected keyword
+    argument 'scenarioo'", for the Split env and a mix's too) named neither the keyword meant
+    nor those the env takes. Still a TypeError, for code that catches one."""
+    with pytest.raises(TypeError) as raised:
+        gym.make(env_id, **kwargs)
+    assert str(raised.value).startswith(expected), raised.value
+    env_class = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+    with pytest.raises(TypeError, match=re.escape(expected)):     # built directly, alike
+        env_class(**kwargs)
+
+
+def test_the_envs_keywords_are_those_their_signatures_give() -> None:
+    """The check knows each keyword the env takes: every one of them still makes the env."""
+    assert ", ".join(inspect.signature(envs.InferenceAllocEnv).parameters) == ENV_KEYWORDS
+    for env_id in (V0, SPLIT):
+        env = gym.make(env_id, scenario="bursty", hardware="server", variant=None,
+                       episode_tasks=3, reward="relative", trace=None, noise=0.0,
+                       reference=False, render_mode="ansi", trace_time_scale=None,
+                       price_static=True)
+        unwrapped = env.unwrapped
+        assert (unwrapped.scenario.name, unwrapped.scenario.episode_tasks,
+                unwrapped.render_mode) == ("bursty", 3, "ansi")
+        env.reset(seed=0)
+        assert "static_latency" in env.step(env.action_space.sample())[-1]     # priced
+    mix = gym.make(MIX, scenarios=TWO, weights=[1, 3], env_id=SPLIT, episode_tasks=3)
+    assert mix.unwrapped.weights.tolist() == [0.25, 0.75]
