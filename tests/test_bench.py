@@ -107,7 +107,8 @@ def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys)
     assert "placement 0,1,1" in capsys.readouterr().out
 
 
-BENCH_NAMES = ["bench_env", "bench_planning", "bench_simulator", "bench_traces", "bench_training"]
+BENCH_NAMES = ["bench_env", "bench_heft_split", "bench_planning", "bench_simulator",
+               "bench_traces", "bench_training"]
 
 
 def help_entries(name: str, capsys) -> tuple[str, list[str]]:
@@ -473,3 +474,43 @@ def test_the_readmes_bench_env_targets_are_the_scripts():
     choices, discrete, split = quoted.groups()
     assert choices.split("|") == list(module.ENV_CHOICES)
     assert (float(discrete), float(split)) == (module.TARGETS["discrete"], module.TARGETS["split"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--devices", "8,16"], "starting at 3"), (["--devices", "3,16,8"], "increasing"),
+    (["--devices", "3,x"], "comma-separated device counts"), (["--tasks", "0"], "--tasks"),
+    (["--tasks", "1000001"], "1..1000000"), (["--repeats", "0"], "--repeats"),
+    (["--exhaustive-up-to", "-1"], "--exhaustive-up-to"),
+])
+def test_a_bad_heft_split_bench_option_is_a_usage_error_before_any_timing(args, message,
+                                                                          monkeypatch, capsys):
+    module = bench_module("bench_heft_split")
+    for what in ("reference_rate", "episode_observations", "decision_seconds"):
+        monkeypatch.setattr(module, what, not_timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and message in err and out == ""
+
+
+@pytest.mark.parametrize(("ratio", "code"), [(50.0, 0), (100.0, 1), (150.0, 1)])
+def test_the_heft_split_bench_times_every_subset_up_to_its_bound_and_judges_the_search(
+        ratio, code, monkeypatch, capsys):
+    """`ratio`: the 24-device decision over the 3-device one ('under 100x'); every subset is
+    timed, with heft-split forced onto it, at --exhaustive-up-to devices or fewer only."""
+    module = bench_module("bench_heft_split")
+    timed = []
+
+    def seconds(policy, observations, repeats):
+        timed.append((policy.n_devices, policy.exhaustive_devices))
+        return (ratio if policy.n_devices == 24 else 1.0) * 1e-3, [np.zeros(3)] * len(observations)
+
+    monkeypatch.setattr(module, "reference_rate", lambda *_args: 1e6)
+    monkeypatch.setattr(module, "decision_seconds", seconds)
+    assert module.main(["--devices", "3,9,24", "--exhaustive-up-to", "9", "--tasks", "2",
+                        "--repeats", "1"]) == code
+    default = module.HeftSplitPolicy.exhaustive_devices
+    assert timed == [(3, default), (3, 3), (9, default), (9, 9), (24, default)]
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("met" if code == 0 else "MISSED")
+    assert out.count("every subset") == 2 and "2/2" in out
