@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from agents.files import WriteFailed
+
 try:
     import fcntl
 except ImportError:     # Windows
@@ -51,12 +53,19 @@ def lock_file(folder: str | os.PathLike[str], name: str) -> Path:
 @contextlib.contextmanager
 def holding(folder: str | os.PathLike[str], name: str, busy: str) -> Iterator[None]:
     """Hold `folder`'s lock of `name` within the block (`folder` made if absent, and removed
-    after where the block left it empty). Held elsewhere: FolderBusy, "`busy` (pid N)"."""
+    after where the block left it empty). Held elsewhere: FolderBusy, "`busy` (pid N)"; a
+    folder the file system will not write in (read-only, not ours): WriteFailed naming it."""
     folder = Path(folder)
     made = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
     path = lock_file(folder, name)
-    handle = _acquire(path, busy)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = _acquire(path, busy)
+    except FolderBusy:
+        raise
+    except OSError as exc:
+        # a traceback before the job began, where its own first write said it in one line
+        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         yield
     finally:
@@ -82,10 +91,13 @@ def _acquire(path: Path, busy: str) -> IO[str]:
             handle.close()
             raise FolderBusy(f"{busy}{f' (pid {holder})' if holder else ''}") from None
         if _still_named(path, handle):
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{os.getpid()}\n")
-            handle.flush()
+            # the pid is for a refused job's message; the lock is the OS's, and holds without
+            # it: on a full disk the job goes on, and its own first write says what failed
+            with contextlib.suppress(OSError):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"{os.getpid()}\n")
+                handle.flush()
             return handle
         handle.close()
     raise FolderBusy(f"{busy} (its lock file {path} kept changing)")
@@ -97,7 +109,10 @@ def _release(path: Path, handle: IO[str]) -> None:
     if fcntl is not None:
         with contextlib.suppress(OSError):
             path.unlink()
-    handle.close()     # the OS lets the lock go with the handle
+    # the OS lets the lock go with the handle; a pid left unwritten on a full disk fails its
+    # flush again here, which would replace the job's own error
+    with contextlib.suppress(OSError):
+        handle.close()
 
 
 def _lock(handle: IO[str]) -> None:

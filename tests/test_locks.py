@@ -188,3 +188,62 @@ def test_a_file_system_without_locks_lets_the_job_go_on_unguarded(
     monkeypatch.setattr(locks, "_lock", held)
     with pytest.raises(FolderBusy), holding(tmp_path, "job", "busy"):
         pass
+
+
+class _FullDisk:
+    """A lock file's handle on a full disk: its pid never reaches the disk (flush: ENOSPC)."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    def __getattr__(self, name: str):
+        return getattr(self.handle, name)
+
+    def flush(self) -> None:
+        import errno
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def close(self) -> None:
+        self.handle.close()
+        self.flush()    # as a buffered file's close flushes what is left
+
+
+def test_a_full_disk_leaves_the_lock_held_without_its_pid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock is the OS's: a pid the disk has no room for is no reason for a traceback
+    before the job begins (its own first write says the disk is full, in its line)."""
+    import builtins
+
+    from agents import locks
+
+    def full(*args, **kwargs) -> _FullDisk:
+        return _FullDisk(builtins.open(*args, **kwargs))   # noqa: SIM115 (the lock's handle)
+
+    monkeypatch.setattr(locks, "open", full, raising=False)
+    with holding(tmp_path, "job", "busy"):
+        monkeypatch.undo()
+        with pytest.raises(FolderBusy, match=r"^busy$"), holding(tmp_path, "job", "busy"):
+            pass
+    assert not lock_file(tmp_path, "job").exists()
+
+
+def test_an_out_the_file_system_will_not_write_in_is_one_line_exit_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A read-only --out: evaluate.py said so in one line (its first file's WriteFailed); its
+    lock file must not turn that into a traceback."""
+    import errno
+
+    from agents import locks
+    from agents.evaluate_cli import main
+
+    def read_only(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(locks, "open", read_only, raising=False)
+    out = tmp_path / "results"
+    out.mkdir()
+    assert main(["--out", str(out), "--no-online", "--baselines", "best-static",
+                 "--seeds", "1", "--episode-tasks", "5", "--no-progress-bar"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"infer-alloc-evaluate: error: cannot write {out / '.summary.lock'}: "
+                   f"{os.strerror(errno.EACCES)}\n")
