@@ -22,12 +22,14 @@ what it learnt on one stream into the next.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from agents.imported import import_target, imported_policy_maker, raised_at
 from agents.registry import check_first_action
+from envs import ENV_IDS
 from inference.messages import shown
 
 
@@ -44,11 +46,8 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
     try:
         policy = build(**({"seed": seed} if _takes_seed(target) else {}))
     except AssertionError as exc:   # SB3 asserts what its constructor refuses (DQN's actions)
-        hint = ("; a learner of one Discrete action (DQN) learns behind "
-                "agents.sb3_factory.FlatDiscreteActions(env), as ours does"
-                if "action space" in str(exc) else "")
         raise ValueError(f"online agent {shown(name)}: building it raised AssertionError: "
-                         f"{exc}{raised_at(exc)}{hint}") from exc
+                         f"{exc}{raised_at(exc)}{_spaces_hint(str(exc))}") from exc
     model = policy.policy           # OneAtATime's: what the attribute built
     if not isinstance(model, BaseAlgorithm):
         return policy, False
@@ -67,6 +66,22 @@ def check_own_agent(name: str, env: Any) -> None:
     policy, learns = build_own_agent(name, env, seed=0)
     if not learns:
         check_first_action(policy, env, f"online agent {shown(name)}")
+
+
+def _spaces_hint(refusal: str) -> str:
+    """What to do about SB3's refusal of the study's MultiDiscrete actions, by the spaces its
+    algorithm supports (its message: "The algorithm only supports (...) as action spaces"):
+    DQN's one Discrete is what FlatDiscreteActions gives; SAC's Box (continuous weights) is
+    the Split env's, which the study does not run, and no wrapper of ours makes it."""
+    supported = re.search(r"only supports (.*) as action spaces", refusal)
+    if supported is None:
+        return ""
+    if "spaces.discrete.Discrete'" in supported.group(1):
+        return ("; a learner of one Discrete action (DQN) learns behind "
+                "agents.sb3_factory.FlatDiscreteActions(env), as ours does")
+    return (f"; the study's env ({ENV_IDS[0]}) places each stage on a device "
+            f"(MultiDiscrete): a learner of continuous actions (SAC) acts in {ENV_IDS[1]} "
+            f"alone, which the study does not run")
 
 
 def _takes_seed(target: Any) -> bool:

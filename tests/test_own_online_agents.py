@@ -132,3 +132,18 @@ def test_the_cli_takes_yours_and_still_names_the_nearest_of_ours(tmp_path: Path)
     with pytest.raises(ConfigError, match=r"got 'trpo-wram' \(did you mean 'trpo-warm'\?\); or "
                                           r"one of yours as <module>:<attribute>"):
         EvalConfig(online=True, online_agents=["trpo-wram"], out=str(tmp_path / "o")).validate()
+
+
+def test_a_learner_of_continuous_actions_is_not_sent_to_the_dqn_wrapper(
+        mine: str, tmp_path: Path) -> None:
+    """SAC refused the study's MultiDiscrete actions, and the hint sent it behind
+    FlatDiscreteActions, whose one Discrete action SAC refuses too: it acts in the Split env."""
+    (tmp_path / "continuous.py").write_text(
+        "from stable_baselines3 import SAC\n\n\ndef sac(env, seed=0):\n"
+        "    return SAC('MlpPolicy', env, seed=seed)\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"AssertionError: .*Box.*MultiDiscrete") as refused:
+        online_study(["continuous:sac"], seeds=[10000], n_samples=30)
+    assert "FlatDiscreteActions" not in str(refused.value)
+    assert str(refused.value).endswith("a learner of continuous actions (SAC) acts in "
+                                       "InferenceAllocSplit-v0 alone, which the study does "
+                                       "not run")
