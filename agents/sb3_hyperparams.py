@@ -409,7 +409,7 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
         check_keys(name, overrides)
         check_override_types(name, params, overrides)
         params = layer_hyperparams(params, overrides)
-    check_not_ignored(env_id, params)
+    check_not_ignored(name, env_id, params)
     return params
 
 
@@ -419,11 +419,15 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
 GAUSSIAN_ONLY = ("log_std_init", "full_std", "use_expln")
 # (SB3's default of each: given at it, it changes nothing either way)
 SDE_ONLY = {"full_std": True, "use_expln": False, "sde_sample_freq": -1}
+# SAC's actor reads these for gSDE alone too: without it a layer outputs its log-std, and its
+# mean is not clipped (its policy's defaults)
+SAC_SDE_ONLY = {"log_std_init": -3, "clip_mean": 2.0}
 
 
-def check_not_ignored(env_id: str, params: dict[str, Any]) -> None:
-    """Refuse a hyper-parameter the agent would take and ignore on `env_id`: a Gaussian's
-    policy_kwargs in the discrete env, and gSDE's settings without ``use_sde: true``."""
+def check_not_ignored(name: str, env_id: str, params: dict[str, Any]) -> None:
+    """Refuse a hyper-parameter the agent `name` would take and ignore on `env_id`: a
+    Gaussian's policy_kwargs in the discrete env, and gSDE's settings without ``use_sde:
+    true``."""
     kwargs = params.get("policy_kwargs")
     kwargs = kwargs if isinstance(kwargs, dict) else {}
     if env_id == ENV_IDS[0]:
@@ -434,9 +438,10 @@ def check_not_ignored(env_id: str, params: dict[str, Any]) -> None:
                              f"ignore it; drop it (it acts in {ENV_IDS[1]})")
     if params.get("use_sde"):
         return
-    given = [f"policy_kwargs.{k}" for k, v in kwargs.items() if k in SDE_ONLY
-             and v != SDE_ONLY[k]] + [k for k, v in params.items() if k in SDE_ONLY
-                                      and v != SDE_ONLY[k]]
+    sde_kwargs = {**SDE_ONLY, **(SAC_SDE_ONLY if name == "sac" else {})}
+    given = [f"policy_kwargs.{k}" for k, v in kwargs.items() if k in sde_kwargs
+             and v != sde_kwargs[k]] + [k for k, v in params.items() if k in SDE_ONLY
+                                        and v != SDE_ONLY[k]]
     if given:
         raise ValueError(f"{given[0]} acts only with gSDE (use_sde: true), which is off: the "
                          f"agent would ignore it; drop it, or give use_sde=true")

@@ -1934,6 +1934,22 @@ def test_gsdes_settings_with_use_sde_and_defaults_without_it_are_taken() -> None
         hyperparams_with("a2c", "InferenceAlloc-v0", {"policy_kwargs": {"log_std_init": 0.0}})
 
 
+def test_sacs_log_std_init_without_gsde_is_refused_and_taken_with_it() -> None:
+    """SAC's actor reads log_std_init (and clip_mean) for gSDE alone: without it a layer
+    outputs the log-std, and a --hp policy_kwargs={log_std_init: -1} trained what it trained
+    without it, though PPO's Gaussian in the same env takes it."""
+    from agents.sb3_hyperparams import hyperparams_with
+
+    split = "InferenceAllocSplit-v0"
+    for key, value in (("log_std_init", -1.0), ("clip_mean", 1.0)):
+        with pytest.raises(ValueError, match=rf"^policy_kwargs.{key} acts only with gSDE"):
+            hyperparams_with("sac", split, {"policy_kwargs": {key: value}})
+        on = hyperparams_with("sac", split, {"use_sde": True, "policy_kwargs": {key: value}})
+        assert on["policy_kwargs"][key] == value
+    assert hyperparams_with("sac", split, {"policy_kwargs": {"log_std_init": -3}})
+    assert hyperparams_with("ppo", split, {"policy_kwargs": {"log_std_init": -1.0}})
+
+
 @pytest.mark.parametrize("override", ["gamma=.nan", "learning_rate=.inf", "ent_coef=-.inf",
                                       "clip_range=.nan", "vf_coef=1e300"])
 def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, tmp_path: Path,
