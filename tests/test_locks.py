@@ -247,3 +247,15 @@ def test_an_out_the_file_system_will_not_write_in_is_one_line_exit_1(
     err = capsys.readouterr().err
     assert err == (f"infer-alloc-evaluate: error: cannot write {out / '.summary.lock'}: "
                    f"{os.strerror(errno.EACCES)}\n")
+
+
+def test_the_default_evaluation_and_online_refuse_each_other_and_no_online_does_not(
+        tmp_path: Path) -> None:
+    """As the README says: the default evaluation writes the online study's files too."""
+    default = (*reporting.SUMMARY_OUTPUTS, *reporting.ONLINE_OUTPUTS)
+    with reporting._writing(tmp_path, reporting.ONLINE_OUTPUTS):       # an --online
+        with pytest.raises(ConfigError, match="being written by another evaluation"), \
+                reporting._writing(tmp_path, default):
+            pass
+        with reporting._writing(tmp_path, reporting.SUMMARY_OUTPUTS):  # a --no-online
+            pass
