@@ -8,7 +8,8 @@ warm-up, a safer learner) is measured there, beside ours, on the same streams an
 
 * a learner, where what it builds is a Stable-Baselines3 model (``BaseAlgorithm``,
   sb3-contrib's included) on the env it is given: ``def make_learner(env, seed): return
-  PPO("MlpPolicy", env, seed=seed)``. The study deploys it from sample 0 and it learns as it
+  PPO("MlpPolicy", env, seed=seed)``, or one of our agents (``agents.sb3_factory.make_sb3``'s
+  ``SB3Agent``, its warm-up included). The study deploys it from sample 0 and it learns as it
   goes, as the study's own learners do (``agents.online.deploy``: its ``learn()``, with the
   study's recorder among the callbacks);
 * otherwise a fixed policy (anything with ``predict``), which acts without learning.
@@ -37,9 +38,12 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
     """What the study deploys for the agent of yours `name` on `env` (the stream `seed`'s),
     and whether it learns there. A ValueError naming `name` for anything the study cannot
     deploy: a missing module or attribute, a ready model, a model of another env."""
+    from agents.sb3_factory import SB3Agent
+
     target = import_target(name, "online agent")
-    if isinstance(target, BaseAlgorithm):
-        raise ValueError(f"online agent {shown(name)} is a ready {type(target).__name__} model: "
+    if isinstance(target, (BaseAlgorithm, SB3Agent)):
+        kind = type(getattr(target, "model", target)).__name__
+        raise ValueError(f"online agent {shown(name)} is a ready {kind} model: "
                          f"the study builds a learner afresh for each stream, so name the "
                          f"function that builds it on the env it is given")
     build = imported_policy_maker(name, env)
@@ -48,7 +52,10 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
     except AssertionError as exc:   # SB3 asserts what its constructor refuses (DQN's actions)
         raise ValueError(f"online agent {shown(name)}: building it raised AssertionError: "
                          f"{exc}{raised_at(exc)}{_spaces_hint(str(exc))}") from exc
-    model = policy.policy           # OneAtATime's: what the attribute built
+    built = policy.policy           # OneAtATime's: what the attribute built
+    # one of our agents (make_sb3's, its warm-up too): a learner, as the study's own are; as
+    # a fixed policy its PPO acted untrained, and the study's table showed it as yours
+    model = built.model if isinstance(built, SB3Agent) else built
     if not isinstance(model, BaseAlgorithm):
         return policy, False
     venv = model.get_env()
@@ -56,8 +63,7 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
         raise ValueError(f"online agent {shown(name)}: its {type(model).__name__} learns on "
                          f"another env than the one it was given; build it on that env, whose "
                          f"task stream the study sets (one env, not a VecEnv of several)")
-    from agents.sb3_factory import SB3Agent
-    return SB3Agent(name, model, env), True
+    return (built if isinstance(built, SB3Agent) else SB3Agent(name, model, env)), True
 
 
 def check_own_agent(name: str, env: Any) -> None:

@@ -59,6 +59,12 @@ def its_own_env(env, seed=0):
 
 
 ready = PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50))
+ready_agent = make_sb3("ppo", gym.make("envs:InferenceAlloc-v0", episode_tasks=50))
+
+
+def our_agent(env, seed):
+    """The study's own cold PPO, as make_sb3 builds it (its SB3Agent, not its model)."""
+    return make_sb3("ppo", env, seed=seed)
 
 
 class NoSuchDevice:
@@ -78,6 +84,13 @@ def test_a_learner_of_yours_built_as_ours_gets_our_learners_curve(mine: str) -> 
     ours, yours = study.curves["ppo"][0], study.curves[f"{mine}:as_ours"][0]
     assert len(yours) == 40 and np.array_equal(ours, yours)
     np.testing.assert_equal(study.metrics[f"{mine}:as_ours"], study.metrics["ppo"])
+
+
+def test_one_of_our_agents_built_by_yours_learns_as_ours(mine: str) -> None:
+    """make_sb3's SB3Agent has predict(): it was deployed as a fixed policy, an untrained PPO
+    acting for the whole stream, in a row that read as a learner of yours."""
+    study = online_study(["ppo", f"{mine}:our_agent"], seeds=[10000], n_samples=40)
+    assert np.array_equal(study.curves["ppo"][0], study.curves[f"{mine}:our_agent"][0])
 
 
 def test_a_learner_of_yours_learns_per_stream_and_is_reproducible(mine: str) -> None:
@@ -109,6 +122,7 @@ def test_a_dqn_of_yours_learns_behind_the_flat_action_wrapper(mine: str) -> None
 
 @pytest.mark.parametrize("attribute, message", [
     ("ready", "is a ready PPO model: the study builds a learner afresh for each stream"),
+    ("ready_agent", "is a ready PPO model: the study builds a learner afresh for each stream"),
     ("its_own_env", "its PPO learns on another env than the one it was given"),
     ("NoSuchDevice", "the env refuses its action on a first task"),
     ("smal_ppo", "has no attribute 'smal_ppo' (did you mean 'small_ppo'?)"),
