@@ -259,3 +259,95 @@ def test_the_default_evaluation_and_online_refuse_each_other_and_no_online_does_
             pass
         with reporting._writing(tmp_path, reporting.SUMMARY_OUTPUTS):  # a --no-online
             pass
+
+
+def test_a_folder_that_was_there_is_kept_even_left_empty(tmp_path: Path) -> None:
+    """Only a folder made for the lock is removed after: one the user made (an empty
+    results/ given as --out) is theirs."""
+    with holding(tmp_path, "job", "busy"):
+        pass
+    assert tmp_path.is_dir() and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("meanwhile", ["unlinked", "replaced"])
+def test_a_lock_on_a_file_its_holder_let_go_of_meanwhile_is_taken_on_the_named_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meanwhile: str) -> None:
+    """The holder unlinks its file as it lets go: a job that opened that file just before
+    locks a file no later job opens, so it takes the lock again on the file the path names
+    (by then absent, or another job's), not two jobs holding "the" lock at once."""
+    from agents import locks
+
+    path = lock_file(tmp_path, "job")
+    path.write_text("", encoding="utf-8")        # the holder's, opened by the job below
+    real, calls = locks._lock, []
+
+    def racing(handle) -> None:
+        real(handle)
+        calls.append(handle.name)
+        if len(calls) == 1:                      # the holder lets go as this job locks
+            path.unlink()
+            if meanwhile == "replaced":         # and a third job made the path anew
+                path.write_text("", encoding="utf-8")
+
+    monkeypatch.setattr(locks, "_lock", racing)
+    with holding(tmp_path, "job", "busy"):
+        assert len(calls) == 2
+        assert path.read_text(encoding="utf-8") == f"{os.getpid()}\n"
+        monkeypatch.setattr(locks, "_lock", real)
+        with pytest.raises(FolderBusy, match=rf"\(pid {os.getpid()}\)"), \
+                holding(tmp_path, "job", "busy"):
+            pass
+
+
+def test_a_holder_let_go_of_meanwhile_at_every_try_is_refused_naming_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents import locks
+
+    path = lock_file(tmp_path, "job")
+
+    def always_unlinked(handle) -> None:
+        path.unlink()
+
+    monkeypatch.setattr(locks, "_lock", always_unlinked)
+    with pytest.raises(FolderBusy, match=rf"^busy \(its lock file {path} kept changing\)$"), \
+            holding(tmp_path, "job", "busy"):
+        pass
+
+
+def test_the_locks_file_is_closed_as_the_block_ends(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OS lets the lock go with the handle: closed there, not whenever it is collected."""
+    from agents import locks
+
+    handles = []
+    real = locks._acquire
+    monkeypatch.setattr(locks, "_acquire", lambda path, busy: handles.append(
+        real(path, busy)) or handles[-1])
+    with holding(tmp_path, "job", "busy"):
+        assert not handles[0].closed
+    assert handles[0].closed
+
+
+def test_an_evaluation_without_the_online_study_goes_on_beside_one_writing_it(
+        tmp_path: Path) -> None:
+    """`evaluate.py --no-online` writes no stabilization file: an `evaluate.py --online` on
+    the same --out is no reason to refuse it."""
+    from agents.evaluate_cli import main
+
+    out = tmp_path / "results"
+    with holding(out, "stabilization", "x"):
+        assert main(["--out", str(out), "--no-online", "--baselines", "best-static",
+                     "--seeds", "1", "--episode-tasks", "5", "--no-progress-bar"]) == 0
+    assert (out / "summary.csv").is_file()
+
+
+def test_reproducing_the_article_on_an_out_writing_it_exits_2_before_writing(
+        tmp_path: Path, capsys) -> None:
+    from agents.evaluate_cli import main
+
+    with holding(tmp_path, "article", "x"):
+        assert main(["--out", str(tmp_path), "--reproduce-article", "--seeds", "1",
+                     "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is being written by another evaluation (article.md)" in err
+    assert not (tmp_path / "article.md").exists()
