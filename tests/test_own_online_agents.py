@@ -58,6 +58,16 @@ def its_own_env(env, seed=0):
     return PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50), seed=seed)
 
 
+def two_envs(env, seed=0):
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    other = gym.make("envs:InferenceAlloc-v0", episode_tasks=50)
+    return PPO("MlpPolicy", DummyVecEnv([lambda: env, lambda: other]), seed=seed)
+
+
+first_devices = FirstDevices()
+
+
 ready = PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50))
 ready_agent = make_sb3("ppo", gym.make("envs:InferenceAlloc-v0", episode_tasks=50))
 
@@ -113,6 +123,14 @@ def test_a_fixed_policy_of_yours_acts_as_it_does_alone(mine: str) -> None:
     assert np.array_equal(study.curves[name][0], alone)
 
 
+def test_a_fixed_policy_object_of_yours_acts_as_its_class_does(mine: str) -> None:
+    """A module-level instance (no signature to read a seed from) is deployed as it is."""
+    study = online_study([f"{mine}:first_devices", f"{mine}:FirstDevices"], seeds=[10000],
+                         n_samples=30)
+    assert np.array_equal(study.curves[f"{mine}:first_devices"][0],
+                          study.curves[f"{mine}:FirstDevices"][0])
+
+
 def test_a_dqn_of_yours_learns_behind_the_flat_action_wrapper(mine: str) -> None:
     study = online_study([f"{mine}:flat_dqn"], seeds=[10000], n_samples=30)
     assert len(study.curves[f"{mine}:flat_dqn"][0]) == 30
@@ -124,6 +142,7 @@ def test_a_dqn_of_yours_learns_behind_the_flat_action_wrapper(mine: str) -> None
     ("ready", "is a ready PPO model: the study builds a learner afresh for each stream"),
     ("ready_agent", "is a ready PPO model: the study builds a learner afresh for each stream"),
     ("its_own_env", "its PPO learns on another env than the one it was given"),
+    ("two_envs", "its PPO learns on another env than the one it was given"),
     ("NoSuchDevice", "the env refuses its action on a first task"),
     ("smal_ppo", "has no attribute 'smal_ppo' (did you mean 'small_ppo'?)"),
 ])
@@ -138,6 +157,26 @@ def test_what_the_study_cannot_deploy_is_refused_before_anything_runs(
         reporting.run(cfg, report=lambda _: None)
     assert message in str(refused.value)
     assert not out.exists()
+
+
+def test_each_agent_of_yours_is_checked_before_anything_runs(mine: str) -> None:
+    """Not only the first of yours: a bad one after a good one is refused before the good
+    one's streams run."""
+    deployed = []
+    import agents.online as online
+
+    real = online.deploy
+
+    def spy(*args, **kwargs):
+        deployed.append(args[0])
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(online, "deploy", spy)
+        with pytest.raises(ValueError, match=f"^online agent '{mine}:ready' is a ready PPO"):
+            online_study([f"{mine}:FirstDevices", f"{mine}:ready"], seeds=[10000],
+                         n_samples=30)
+    assert deployed == []
 
 
 def test_the_cli_takes_yours_and_still_names_the_nearest_of_ours(tmp_path: Path) -> None:
