@@ -1950,6 +1950,24 @@ def test_sacs_log_std_init_without_gsde_is_refused_and_taken_with_it() -> None:
     assert hyperparams_with("ppo", split, {"policy_kwargs": {"log_std_init": -1.0}})
 
 
+@pytest.mark.parametrize("env_id, policy_kwargs, message", [
+    # a Gaussian's setting is refused in the discrete env whatever its value, SB3's default too
+    ("InferenceAlloc-v0", {"full_std": True}, "policy_kwargs.full_std shapes a Gaussian"),
+    ("InferenceAlloc-v0", {"use_expln": False}, "policy_kwargs.use_expln shapes a Gaussian"),
+    # in the Split env, gSDE's off: use_expln at anything but SB3's default (False) is ignored
+    ("InferenceAllocSplit-v0", {"use_expln": True}, "policy_kwargs.use_expln acts only with gSDE"),
+])
+def test_each_gaussian_and_gsde_setting_is_refused_where_it_is_ignored(
+        env_id: str, policy_kwargs: dict, message: str) -> None:
+    from agents.sb3_hyperparams import hyperparams_with
+
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}"):
+        hyperparams_with("ppo", env_id, {"policy_kwargs": policy_kwargs})
+    if env_id != "InferenceAlloc-v0":     # and taken with gSDE on
+        on = hyperparams_with("ppo", env_id, {"use_sde": True, "policy_kwargs": policy_kwargs})
+        assert on["policy_kwargs"]["use_expln"] is True
+
+
 @pytest.mark.parametrize("override", ["gamma=.nan", "learning_rate=.inf", "ent_coef=-.inf",
                                       "clip_range=.nan", "vf_coef=1e300"])
 def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, tmp_path: Path,
