@@ -1069,7 +1069,7 @@ def test_a_full_disk_fails_the_run_in_one_line_naming_the_file(tmp_path: Path, m
     assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
 
 
-@pytest.mark.parametrize("when", ["training", "after training"])
+@pytest.mark.parametrize("when", ["training", "after training", "closing its events"])
 def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
         tmp_path: Path, monkeypatch, capsys, when: str) -> None:
     """TensorBoard writes its events from a thread of its own: on a full disk that thread
@@ -1078,13 +1078,23 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
     no run. After training (final/ scalars) model.zip is complete, and the line says so."""
     import errno
     import os
+    import threading
 
+    from stable_baselines3.common.logger import Logger
     from tensorboard.compat.tensorflow_stub.io import gfile
 
     import agents.training as training
 
+    # pytest's own hook takes a thread's traceback out of capsys' sight: this one sees it
+    died: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_value))
     refused = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    if when == "training":
+    if when == "closing its events":
+        def close(self) -> None:
+            raise refused
+
+        monkeypatch.setattr(Logger, "close", close)
+    elif when == "training":
         append, calls = gfile.LocalFileSystem.append, []
 
         def fills_up(self, *args, **kwargs):
@@ -1104,6 +1114,7 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
                                   "--checkpoint-interval", "0", "--log-dir", str(runs), *TINY])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and "Exception in thread" not in err
+    assert died == []
     if when == "training":
         assert err.count("\n") == 2 and list(runs.iterdir()) == []
         assert f"failed (the file system refused a write in {runs}/InferenceAlloc-v0__ppo__0__" \
@@ -1129,12 +1140,51 @@ def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> 
     monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(str(args.exc_value)))
     before = threading.excepthook
     with quiet_refused_writes_in_threads():
-        for exc in (OSError(errno.ENOSPC, "disk full"), ValueError("a bug"), OSError("other")):
+        for exc in (OSError(errno.ENOSPC, "disk full"), ValueError("a bug"), OSError("other"),
+                    OSError(errno.EDQUOT, "quota"), OSError(errno.EROFS, "read-only")):
             thread = threading.Thread(target=die, args=(exc,))
             thread.start()
             thread.join()
     assert threading.excepthook is before
     assert printed == ["a bug", "other"]
+
+
+def test_evaluate_py_prints_no_thread_dying_of_a_refused_write(monkeypatch, capsys) -> None:
+    """Its plots' and TensorBoard reads' threads meet a full disk as train.py's writer does."""
+    import errno
+    import threading
+
+    from agents import reporting
+
+    died: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_value))
+
+    def run(cfg, report=print):
+        def die() -> None:
+            raise OSError(errno.ENOSPC, "disk full")
+
+        thread = threading.Thread(target=die)
+        thread.start()
+        thread.join()
+        return []
+
+    monkeypatch.setattr(reporting, "run", run)
+    assert load_main("evaluate.py")(["--no-online", "--seeds", "1"]) == 0
+    assert died == []
+
+
+def test_a_refused_write_naming_its_file_is_said_with_the_file(tmp_path: Path) -> None:
+    import errno
+    import os
+
+    from agents.training import _failure
+
+    unnamed = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert _failure(unnamed, tmp_path) == \
+        f"the file system refused a write in {tmp_path}: No space left on device"
+    named = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "config.yaml"))
+    assert _failure(named, tmp_path) == f"OSError: {named}"
+    assert str(tmp_path / "config.yaml") in _failure(named, tmp_path)
 
 
 def test_an_atomic_write_replaces_the_target_only_once_complete(tmp_path: Path) -> None:
