@@ -991,6 +991,20 @@ def test_the_hparams_view_tells_runs_of_another_reward_apart() -> None:
         {k: v for k, v in views[1].items() if k != "reward"}
 
 
+def test_the_hparams_view_shows_a_mixs_weights_only_where_given() -> None:
+    """Runs of one mix drawn by other weights learn other things: the view tells them apart,
+    and a run without --scenario-weights reads as every run did before there were weights."""
+    from agents.config import TrainConfig
+    from agents.training import RunSpec, _hparams
+
+    spec = RunSpec("ppo", "none", 0)
+    mix = ["article", "bursty"]
+    weighed = _hparams(TrainConfig(scenario=mix, scenario_weights=[0.0, 2.5]), spec)
+    plain = _hparams(TrainConfig(scenario=mix), spec)
+    assert weighed["scenario_weights"] == "0, 2.5" and "scenario_weights" not in plain
+    assert {k: v for k, v in weighed.items() if k != "scenario_weights"} == plain
+
+
 def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
     """--checkpoint-interval is in env steps: with two envs a vector step is two of them."""
     from agents.config import TrainConfig

@@ -402,6 +402,9 @@ def test_scenario_weights_draw_the_training_episodes_and_a_resume_may_change_the
      "must be finite and >= 0, not all 0, got [1.0, -1.0]"),
     (["--scenario", "article", "bursty", "--scenario-weights", "0", "0"], "not all 0"),
     (["--scenario", "article", "bursty", "--scenario-weights", "1", "nan"], "must be finite"),
+    # refused as the option, not as the env's weights= keyword train.py has not
+    (["--scenario", "article", "bursty", "--scenario-weights", "1", "inf"],
+     "--scenario-weights must be finite and >= 0, not all 0, got [1.0, inf]"),
 ])
 def test_bad_scenario_weights_are_refused_before_any_run(options, message, tmp_path,
                                                          capsys) -> None:
