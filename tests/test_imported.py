@@ -737,3 +737,23 @@ def test_evaluation_rollouts_and_cloning_hand_a_policy_back_its_state_and_episod
     policy = Rotating()
     data = collect(env, OneAtATime(policy), 12, gamma=0.9, seed=10000)
     assert data["actions"][:, 0].tolist() == [0, 1, 2, 0, 1, 2] * 2 and policy.starts == [0, 6]
+
+
+def test_a_policy_is_handed_its_state_across_episodes_as_sb3_hands_it() -> None:
+    """SB3's evaluate_policy keeps handing a model the state it returned, a new episode
+    flagged by episode_start alone (the model resets what it resets): one counting over the
+    stream (across its episodes) keeps its count."""
+    from agents.base import StreamActor
+
+    given = []
+
+    class Counter:
+        def predict(self, obs, state=None, episode_start=None, deterministic=True):
+            given.append((state, bool(episode_start[0])))
+            return np.zeros(3, dtype=np.int64), (state or 0) + 1
+
+    actor = StreamActor(Counter())
+    actor.act(None), actor.act(None)
+    actor.new_episode()
+    actor.act(None)
+    assert given == [(None, True), (1, False), (2, True)]
