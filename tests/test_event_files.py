@@ -98,3 +98,65 @@ def test_mark_events_puts_the_events_on_disk_and_records_where_they_end(tmp_path
     writer.add_scalar(TAG, 1.0, 20)
     logger.close()
     assert logged_at(tmp_path, TAG, 20)     # after the recorded size
+
+
+def test_a_marker_at_the_step_itself_drops_the_earlier_point_there(tmp_path: Path) -> None:
+    """A restart at 5 that then logged 6 and 7 only: TensorBoard drops the first session's 5
+    and shows no point at 5, so a resume from 5 must log it."""
+    write(tmp_path, "events.out.tfevents.1", range(10))
+    write(tmp_path, "events.out.tfevents.2", range(6, 8), purge_step=5)
+    assert shown(tmp_path) == [0, 1, 2, 3, 4, 6, 7]
+    assert not logged_at(tmp_path, TAG, 5) and logged_at(tmp_path, TAG, 4)
+
+
+def test_the_record_size_is_where_reading_starts_in_that_file(tmp_path: Path) -> None:
+    """The bytes before the recorded size are not read, in the file it names: noise there
+    (read, it ended the file) leaves the point after it shown."""
+    before = write(tmp_path, "before", range(3)).read_bytes()
+    after = write(tmp_path, "after", range(4, 6)).read_bytes()
+    (tmp_path / "before").unlink(), (tmp_path / "after").unlink()
+    path = tmp_path / "events.out.tfevents.1"
+    path.write_bytes(b"\xff" * len(before) + after)
+    (tmp_path / RECORD).write_text(json.dumps({"num_timesteps": 4,
+                                               "sizes": {path.name: len(before)}}))
+    assert logged_at(tmp_path, TAG, 4)
+
+
+@pytest.mark.parametrize("record", [
+    "[]", '{"num_timesteps": 4}', '{"num_timesteps": 4, "sizes": [1]}',
+    '{"num_timesteps": 4, "sizes": {"events.out.tfevents.1": true}}',
+    '{"num_timesteps": 4, "sizes": {"events.out.tfevents.1": "40"}}',
+])
+def test_a_damaged_record_reads_the_files_whole(tmp_path: Path, record: str) -> None:
+    write(tmp_path, "events.out.tfevents.1", range(6))
+    (tmp_path / RECORD).write_text(record)
+    assert logged_at(tmp_path, TAG, 4)
+
+
+def _frame(data: bytes) -> bytes:
+    """`data` as a TFRecord (checksums left 0: they are not read)."""
+    import struct
+
+    return struct.pack("<Q", len(data)) + b"\0" * 4 + data + b"\0" * 4
+
+
+@pytest.mark.parametrize("tail", ["a record that does not parse", "a header cut short"])
+def test_what_tensorboard_cannot_read_ends_the_file(tmp_path: Path, tail: str) -> None:
+    """TensorBoard stops reading a file at a record that does not parse: the points after it
+    are not shown. A header cut short (a process killed writing it) raises nothing."""
+    first = write(tmp_path, "first", range(3)).read_bytes()
+    later = write(tmp_path, "later", range(4, 6)).read_bytes()
+    (tmp_path / "first").unlink(), (tmp_path / "later").unlink()
+    path = tmp_path / "events.out.tfevents.1"
+    if tail == "a record that does not parse":
+        path.write_bytes(first + _frame(b"\xff" * 16) + later)
+        assert logged_at(tmp_path, TAG, 2) and not logged_at(tmp_path, TAG, 4)
+    else:
+        path.write_bytes(first + b"\0" * 5)
+        assert logged_at(tmp_path, TAG, 2)
+
+
+def test_a_folder_named_as_an_events_file_is_not_read(tmp_path: Path) -> None:
+    write(tmp_path, "events.out.tfevents.1", range(3))
+    (tmp_path / "events.out.tfevents.0").mkdir()
+    assert logged_at(tmp_path, TAG, 2)
