@@ -66,12 +66,20 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
     return (built if isinstance(built, SB3Agent) else SB3Agent(name, model, env)), True
 
 
-def check_own_agent(name: str, env: Any) -> None:
+def check_own_agent(name: str, env: Any) -> str | None:
     """Refuse, before the study runs, an agent of yours it could not deploy on `env`: the
-    checks of ``build_own_agent``, and a fixed policy's first action the env refuses."""
+    checks of ``build_own_agent``, and a fixed policy's first action the env refuses. Returns
+    a note for a learner built without the stream's seed (no ``seed`` parameter), whose row
+    then differs from one study to the next, unannounced until now."""
     policy, learns = build_own_agent(name, env, seed=0)
     if not learns:
         check_first_action(policy, env, f"online agent {shown(name)}")
+        return None
+    if _takes_seed(import_target(name, "online agent")):
+        return None
+    return (f"note: online agent {shown(name)} takes no seed parameter, so its model draws its "
+            f"own seed and its row differs from run to run; give it one (def f(env, seed)) "
+            f"for a reproducible study")
 
 
 def _spaces_hint(refusal: str) -> str:

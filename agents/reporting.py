@@ -534,7 +534,7 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
     if online_agents:       # yours, before the evaluation that comes first
         try:
-            check_online_agents(online_agents, make_env(
+            notes += check_online_agents(online_agents, make_env(
                 scenario=scenarios[0], hardware=cfg.hardware, episode_tasks=cfg.online_samples))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None

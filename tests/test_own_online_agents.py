@@ -54,6 +54,10 @@ def flat_dqn(env, seed=0):
     return DQN("MlpPolicy", FlatDiscreteActions(env), learning_starts=10, seed=seed)
 
 
+def unseeded(env):
+    return PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu")
+
+
 def its_own_env(env, seed=0):
     return PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50), seed=seed)
 
@@ -200,3 +204,20 @@ def test_a_learner_of_continuous_actions_is_not_sent_to_the_dqn_wrapper(
     assert str(refused.value).endswith("a learner of continuous actions (SAC) acts in "
                                        "InferenceAllocSplit-v0 alone, which the study does "
                                        "not run")
+
+
+def test_a_learner_of_yours_without_a_seed_is_noted_before_the_study(mine: str,
+                                                                     tmp_path: Path) -> None:
+    """Its model drew its own seed, so its row differed from one study to the next, and
+    nothing said so; a seeded learner and a fixed policy get no note."""
+    from agents import reporting
+
+    lines: list[str] = []
+    reporting.run(EvalConfig(online=True, online_agents=[f"{mine}:unseeded", f"{mine}:small_ppo",
+                                                         f"{mine}:FirstDevices"],
+                             online_seeds=1, online_samples=20, out=str(tmp_path / "out"),
+                             progress_bar=False), report=lines.append)
+    notes = [line for line in lines if line.startswith("note: online agent")]
+    assert notes == [f"note: online agent '{mine}:unseeded' takes no seed parameter, so its "
+                     f"model draws its own seed and its row differs from run to run; give it "
+                     f"one (def f(env, seed)) for a reproducible study"]
