@@ -141,10 +141,16 @@ ZOO_OPTIONS = {"n_timesteps": "set it with train.py's --timesteps",
                            "zoo's my_pkg.callbacks.MyCallback is my_pkg.callbacks:MyCallback)"}
 
 
+def constructor_defaults(name: str) -> dict[str, Any]:
+    """The agent `name`'s constructor's parameters and their defaults (``self`` among them,
+    and ``inspect.Parameter.empty`` for one without a default)."""
+    return {key: p.default for key, p in
+            inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
+
+
 def check_keys(name: str, params: dict[str, Any]) -> None:
     """Every key a keyword the agent's constructor takes (and not one make_sb3 sets)."""
-    known = [k for k in inspect.signature(ALGORITHMS[name].__init__).parameters
-             if k != "self" and k not in RESERVED]
+    known = [k for k in constructor_defaults(name) if k != "self" and k not in RESERVED]
     for key in params:
         if key in RESERVED:
             raise ValueError(f"hyper-parameter {key} is set by the trainer, not here"
@@ -224,8 +230,7 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``); ``policy``
     MlpPolicy (``_check_policy``).
     """
-    defaults = {key: p.default for key, p in
-                inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
+    defaults = constructor_defaults(name)
     expected = {**defaults, **params}
     for key, value in overrides.items():
         if key == "train_freq":
@@ -387,8 +392,7 @@ def check_sub_sampling(name: str, params: dict[str, Any], n_envs: int) -> None:
     every line search failed and the policy never moved, a UserWarning the only sign. A
     ValueError for such a factor in `params` (the agent's resolved hyper-parameters); the
     other agents have none."""
-    merged = {key: p.default for key, p in
-              inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
+    merged = constructor_defaults(name)
     if "sub_sampling_factor" not in merged:
         return
     merged.update(params)
