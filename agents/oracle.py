@@ -48,10 +48,9 @@ class OraclePolicy(Policy):
     reads_live_env = True   # its env, not the observation, tells it the task (training.py)
 
     def __init__(self, env: Any) -> None:
-        unwrap_env(env, live=True)    # a VecEnv or another env is refused here
         self._live = env
+        self.n_devices = self.env.n_devices     # a VecEnv or another env is refused here
         self.split = is_split(env)
-        self.n_devices = self.env.n_devices
 
     @property
     def env(self) -> Any:
