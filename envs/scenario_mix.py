@@ -127,8 +127,8 @@ class ScenarioMixEnv(gym.Env):
         self.names = tuple(env.scenario.name for env in self.envs)
         for i, name in enumerate(self.names):
             if name in self.names[:i]:
-                _refuse_same_name(self.envs[self.names.index(name)], self.envs[i],
-                                  self.names.index(name) + 1, i + 1)
+                j = self.names.index(name)
+                _refuse_same_name(self.envs[j], self.envs[i], j + 1, i + 1)
         first = self.envs[0]
         for env in self.envs[1:]:
             _check_same_setting(first, env)
