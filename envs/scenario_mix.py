@@ -10,7 +10,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from envs import canonical_env_id, describe_env_ids
+from envs import ENV_IDS, canonical_env_id, describe_env_ids
 from envs.inference_alloc import InferenceAllocEnv, check_no_options
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.keywords import checked_keywords, keywords_of
@@ -18,9 +18,9 @@ from envs.scenario import Scenario
 from inference.checks import is_number
 from inference.messages import did_you_mean, shown
 
-# The env each scenario plays in, by the id `env_id` names (as envs.ENV_IDS spells them).
-MIX_CLASSES: dict[str, type[InferenceAllocEnv]] = {
-    "InferenceAlloc-v0": InferenceAllocEnv, "InferenceAllocSplit-v0": InferenceAllocSplitEnv}
+# The env each scenario plays in, by the id `env_id` names.
+MIX_CLASSES: dict[str, type[InferenceAllocEnv]] = dict(
+    zip(ENV_IDS, (InferenceAllocEnv, InferenceAllocSplitEnv), strict=True))
 
 
 class MixRefused(ValueError):
