@@ -25,10 +25,8 @@ it is missed, 2 for a bad option (before anything is timed).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ import yaml  # noqa: E402
 
 from agents.heft_split import HeftSplitPolicy  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
+from bench.bench_traces import median_seconds  # noqa: E402
 from envs.inference_alloc_split import InferenceAllocSplitEnv  # noqa: E402
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 from inference.hardware import PRESET_DIR  # noqa: E402
@@ -84,12 +83,12 @@ def episode_observations(devices: int, tasks: int, folder: Path) -> tuple[Any, l
 def decision_seconds(policy: HeftSplitPolicy, observations: list[np.ndarray],
                      repeats: int) -> tuple[float, list[np.ndarray]]:
     """Median seconds per predict() over `observations`, and the actions of the last repeat."""
-    times, actions = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        actions = [policy.predict(o)[0] for o in observations]
-        times.append((time.perf_counter() - start) / len(observations))
-    return statistics.median(times), actions
+    actions: list[np.ndarray] = []
+
+    def decide() -> None:
+        actions[:] = [policy.predict(o)[0] for o in observations]
+
+    return median_seconds(decide, repeats) / len(observations), actions
 
 
 def device_counts(text: str) -> list[int]:
