@@ -71,7 +71,7 @@ the same (the prefixes in t_d order and the single devices alone: 676 later, by 
 devices, 6 ms at 8 (every subset), 8 ms at 16 and 12 ms at 24 (30x, 43x and 60x the 3-device
 one), where every subset took 1.7 s at 16 (8,700x). So up to 8 devices every subset costs less
 than the search at 24, and the presets' plans (3 devices) are what they always were; at 9 it
-costs more (15 ms), and doubles with each device on.
+costs about as much (10-15 ms, as the machine's load varied), and doubles with each device on.
 
 Decode streams every weight once per step (per generated token after the first)
 on each device it runs on, so its ``a_d`` is large: decode is rarely split.
