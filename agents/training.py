@@ -625,41 +625,36 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                        stopped=user.stopped(model.num_timesteps, cfg.timesteps,
                                             _resume_command(run_dir)) if user else None)
     try:
-        if result.stopped is not None:
-            # what was recorded since the last write (the stopped rollout's latency/, yours),
-            # at the stop; final/ follows at the same step
-            logger.dump(result.steps)
-        if cfg.eval_tasks:
-            final_metrics(result, cfg, logger)
-            result.other_scenarios = other_scenario_latencies(run_dir / "model.zip", cfg)
-        if selection is not None and selection.best is not None:
-            # saved by this run at its last point: the model of model.zip, already scored
-            final = selection.best is not best and selection.best.num_timesteps == result.steps
-            result.best = selected_model(result, cfg, selection.best, final)
-            chosen = result.best
-            _write_scalars(logger, BEST_METRICS, (float(chosen.latency.mean()),
-                                                  chosen.vs_best_static,
-                                                  chosen.record.num_timesteps), result.steps)
-    except KeyboardInterrupt:
-        # "interrupted" alone read as a run lost: its model.zip is saved, its training done
-        print(f"run {run_dir.name} interrupted after its training finished; kept {run_dir} "
-              f"(its model.zip is complete: evaluate it with: {command('evaluate')} --models "
-              f"{run_dir})", file=sys.stderr)
-        with contextlib.suppress(OSError):
-            logger.close()
-        raise
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            logger.close()
-        if exc.errno in REFUSED_WRITES:
-            raise _finished_unrecorded(exc, run_dir) from exc
-        raise
-    except BaseException:
-        with contextlib.suppress(OSError):
-            logger.close()
-        raise
-    try:
-        logger.close()
+        try:
+            if result.stopped is not None:
+                # what was recorded since the last write (the stopped rollout's latency/,
+                # yours), at the stop; final/ follows at the same step
+                logger.dump(result.steps)
+            if cfg.eval_tasks:
+                final_metrics(result, cfg, logger)
+                result.other_scenarios = other_scenario_latencies(run_dir / "model.zip", cfg)
+            if selection is not None and selection.best is not None:
+                # saved by this run at its last point: the model of model.zip, already scored
+                final = (selection.best is not best
+                         and selection.best.num_timesteps == result.steps)
+                result.best = selected_model(result, cfg, selection.best, final)
+                chosen = result.best
+                _write_scalars(logger, BEST_METRICS, (float(chosen.latency.mean()),
+                                                      chosen.vs_best_static,
+                                                      chosen.record.num_timesteps),
+                               result.steps)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                # "interrupted" alone read as a run lost: its model.zip is saved, its training
+                # done
+                print(f"run {run_dir.name} interrupted after its training finished; kept "
+                      f"{run_dir} (its model.zip is complete: evaluate it with: "
+                      f"{command('evaluate')} --models {run_dir})", file=sys.stderr)
+            # quietly: a full disk fails the close as it failed the write, which it replaced
+            with contextlib.suppress(OSError):
+                logger.close()
+            raise
+        logger.close()      # its own refused write is the run's error (below)
     except OSError as exc:
         if exc.errno in REFUSED_WRITES:
             raise _finished_unrecorded(exc, run_dir) from exc
