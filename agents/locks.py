@@ -61,9 +61,7 @@ def holding(folder: str | os.PathLike[str], name: str, busy: str) -> Iterator[No
     try:
         folder.mkdir(parents=True, exist_ok=True)
         handle = _acquire(path, busy)
-    except FolderBusy:
-        raise
-    except OSError as exc:
+    except OSError as exc:      # not FolderBusy, a RuntimeError: it goes on as it is
         # a traceback before the job began, where its own first write said it in one line
         raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
