@@ -340,17 +340,16 @@ class EvalConfig:
         _require_choice("--online-reward", self.online_reward, REWARDS)
         if self.online_agents is not None:
             from agents.evaluation import ONLINE_FIXED, ONLINE_LEARNERS
-
-            _require(bool(self.online_agents), "--online-agents needs at least one agent")
             from agents.imported import PATTERN, is_import_name
 
+            _require(bool(self.online_agents), "--online-agents needs at least one agent")
+            ours = (*ONLINE_LEARNERS, *ONLINE_FIXED)
             for agent in self.online_agents:
-                # one of yours is imported and checked with the scenario's env (check_inputs)
-                _require(agent in (*ONLINE_LEARNERS, *ONLINE_FIXED) or is_import_name(agent),
-                         f"--online-agents must be one of "
-                         f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}, got {shown(agent)}"
-                         f"{did_you_mean([agent], (*ONLINE_LEARNERS, *ONLINE_FIXED))}; or one "
-                         f"of yours as {PATTERN}")
+                # one of yours is imported and checked with the scenario's env
+                # (evaluation.check_online_agents)
+                _require(agent in ours or is_import_name(agent),
+                         f"--online-agents must be one of {', '.join(ours)}, got {shown(agent)}"
+                         f"{did_you_mean([agent], ours)}; or one of yours as {PATTERN}")
             twice = sorted({a for a in self.online_agents if self.online_agents.count(a) > 1})
             _require(not twice, f"--online-agents names {', '.join(twice)} twice")
         _require(self.article_clients is None or self.article_clients >= 0,
@@ -517,8 +516,8 @@ def build_parser(cls: type, description: str | None = None,
                           action="extend")
         elif origin is dict:
             kwargs.update(nargs="+", metavar="KEY=VALUE", action="extend")
-        elif _one_or_list(tp) is not None:
-            kwargs.update(nargs="+", type=_one_or_list(tp), metavar="X", action="extend")
+        elif (member := _one_or_list(tp)) is not None:
+            kwargs.update(nargs="+", type=member, metavar="X", action="extend")
         else:
             kwargs["type"] = _cli_type(tp)
         kwargs.update(meta)   # nargs/const given in the field's metadata
