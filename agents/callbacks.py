@@ -24,13 +24,23 @@ warm-up, as the final comparison runs it):
 | ``eval/latency_p95``         | the 95th percentile of the same                               |
 | ``eval/vs_best_static``      | its mean over best-static's on the same episode               |
 
+On several scenarios (a mix) those tags are the first scenario's, whose curves a run on it
+alone would draw; each scenario's held-out episode (the same seed and length) is also run,
+and written as:
+
+| tag                          | value                                                         |
+|------------------------------|---------------------------------------------------------------|
+| ``eval/<scenario>/latency_mean`` | its mean task latency (s) on that scenario's episode       |
+| ``eval/<scenario>/vs_best_static`` | that over best-static's on the same episode              |
+| ``eval/mix_vs_best_static``  | the mean over the scenarios of each one's ``vs_best_static``: every workload counts alike, whatever ``--scenario-weights`` draws |
+
 With ``--select-best``, ``BestModelSelection`` runs the current policy at the same points on
 a validation episode instead (``--eval-tasks`` tasks of ``--validation-seed``), keeps the best
 model seen on it as ``best_model.zip`` and writes:
 
 | tag                          | value                                                         |
 |------------------------------|---------------------------------------------------------------|
-| ``eval/validation_vs_best_static`` | its mean latency over best-static's on that episode     |
+| ``eval/validation_vs_best_static`` | its mean latency over best-static's on that episode; on a mix, the mean over the scenarios of that ratio on each one's validation episode, by which the best is chosen |
 
 and, once training ends, ``final/best_latency_mean``, ``final/best_vs_best_static`` (that
 model on the held-out episode, as ``final/`` scores the saved one) and ``final/best_step``.
@@ -54,9 +64,11 @@ A run with warm-up also writes, from ``agents.warmup.WarmupCallback``:
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -221,26 +233,48 @@ class LatencyMetrics(BaseCallback):
             self.logger.record("charts/SPS", int((self.num_timesteps - self._steps0) / elapsed))
 
 
+@dataclass(frozen=True)
+class ScenarioEpisode:
+    """One scenario's episode at the eval/ points: `evaluate` runs the current policy on it and
+    returns its per-task latencies; `static_mean` is best-static's mean latency there."""
+
+    name: str
+    evaluate: Callable[[], np.ndarray]
+    static_mean: float
+
+    def run(self) -> tuple[np.ndarray, float]:
+        """The current policy's per-task latencies and their mean over best-static's."""
+        latency = self.evaluate()
+        return latency, float(latency.mean()) / self.static_mean
+
+
+def scenario_tags(names: Sequence[str]) -> list[str]:
+    """A TensorBoard tag part per scenario: its name with anything but letters, digits, '.',
+    '-' and '_' as '_' (a YAML path's slashes would nest groups), numbered where two read
+    alike."""
+    slugs = [re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "scenario" for name in names]
+    return [f"{slug}-{i}" if slugs.count(slug) > 1 else slug for i, slug in enumerate(slugs)]
+
+
 class EvalPoints(BaseCallback):
-    """Runs ``_point`` (an evaluation of the current policy: `evaluate` runs it on an episode and
-    returns its per-task latencies, `static_mean` is best-static's mean latency on the same
-    episode) at step 0 (before any update), each ``interval`` crossed, and the end of
-    training. The last is taken as training ends (``_on_training_end``, after the
-    algorithm's last update and before the model is saved), not at its last step: the
-    algorithms update once more after their last step's callback (PPO on the last rollout,
-    DQN its gradient step), and a point taken there was not the saved model that the run's
-    ``final/`` row measures (DQN: up to 0.008 of best-static apart). A point must leave the
-    training's random state alone (deterministic actions, its own env), so a run is the same
-    with or without it.
+    """Runs ``_point`` (an evaluation of the current policy on `episodes`: one, or each
+    scenario's of a mix, the first the run's held-out scenario) at step 0 (before any update),
+    each ``interval`` crossed, and the end of training. The last is taken as training ends
+    (``_on_training_end``, after the algorithm's last update and before the model is saved),
+    not at its last step: the algorithms update once more after their last step's callback
+    (PPO on the last rollout, DQN its gradient step), and a point taken there was not the
+    saved model that the run's ``final/`` row measures (DQN: up to 0.008 of best-static
+    apart). A point must leave the training's random state alone (deterministic actions, its
+    own env), so a run is the same with or without it.
     """
 
-    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
-                 interval: int) -> None:
+    def __init__(self, episodes: Sequence[ScenarioEpisode], interval: int) -> None:
         super().__init__()
         if interval < 1:
             raise ValueError(f"{type(self).__name__} interval must be >= 1, got {interval}")
-        self.evaluate = evaluate
-        self.static_mean = static_mean
+        if not episodes:
+            raise ValueError(f"{type(self).__name__} needs at least one episode")
+        self.episodes = list(episodes)
         self.interval = interval
         self.writer: Any = None
         self._next = 0
@@ -276,54 +310,73 @@ class EvalPoints(BaseCallback):
 
 
 class HeldOutEval(EvalPoints):
-    """The ``eval/`` tags of the table above, at the points of ``EvalPoints``. `evaluate`
-    runs the current policy on the held-out episode and returns its per-task latencies."""
+    """The ``eval/`` tags of the tables above, at the points of ``EvalPoints``, on the
+    held-out episode of each scenario."""
 
-    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float,
-                 interval: int) -> None:
-        super().__init__(evaluate, static_mean, interval)
-        # (step, per-task latencies) of the last point written: at the end of training, the
-        # run of the episode by the model then saved, which the trainer's final/ row takes
-        self.last: tuple[int, np.ndarray] | None = None
+    def __init__(self, episodes: Sequence[ScenarioEpisode], interval: int) -> None:
+        super().__init__(episodes, interval)
+        # (step, per-task latencies on each scenario's episode, by name) of the last point
+        # written: at the end of training, the runs by the model then saved, which the
+        # trainer's final/ row and a mix's other table sections take
+        self.last: tuple[int, dict[str, np.ndarray]] | None = None
 
     def _point(self, step: int) -> None:
         if self.writer is None:
             return
-        latency = self.evaluate()
-        mean = float(latency.mean())
-        self.last = (step, latency)
-        self.writer.add_scalar("eval/latency_mean", mean, step)
+        runs = [episode.run() for episode in self.episodes]
+        latency, ratio = runs[0]
+        self.last = (step, {e.name: lat for e, (lat, _) in zip(self.episodes, runs, strict=True)})
+        self.writer.add_scalar("eval/latency_mean", float(latency.mean()), step)
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
-        self.writer.add_scalar("eval/vs_best_static", mean / self.static_mean, step)
+        self.writer.add_scalar("eval/vs_best_static", ratio, step)
+        if len(runs) > 1:
+            for tag, (lat, r) in zip(scenario_tags([e.name for e in self.episodes]), runs,
+                                     strict=True):
+                self.writer.add_scalar(f"eval/{tag}/latency_mean", float(lat.mean()), step)
+                self.writer.add_scalar(f"eval/{tag}/vs_best_static", r, step)
+            self.writer.add_scalar("eval/mix_vs_best_static",
+                                   float(np.mean([r for _, r in runs])), step)
         self.writer.flush()
 
 
 class BestModelSelection(EvalPoints):
-    """``train.py --select-best``: at the points of ``EvalPoints``, `evaluate` runs the current
-    policy on the validation episode (`episode`: its seed and task count), never the held-out
-    one, and returns its per-task latencies. Their mean over best-static's is written as
-    ``eval/validation_vs_best_static``; where the mean beats every earlier point's (and
-    `best`'s, the record a resumed run kept), the model is saved as ``best_model.zip`` in
-    `run_dir`, then its record (``agents.run_folder.BestModel``) as ``best_model.json``, each
-    written whole."""
+    """``train.py --select-best``: at the points of ``EvalPoints``, runs the current policy on
+    the validation episode of each scenario (`episodes`; `episode`: their seed and task
+    count), never the held-out one. Its mean over best-static's (on a mix, the mean of that
+    ratio over the scenarios) is written as ``eval/validation_vs_best_static``; where the
+    model beats every earlier point's (and `best`'s, the record a resumed run kept: ``beats``),
+    it is saved as ``best_model.zip`` in `run_dir`, then its record
+    (``agents.run_folder.BestModel``) as ``best_model.json``, each written whole."""
 
-    def __init__(self, evaluate: Callable[[], np.ndarray], static_mean: float, interval: int,
-                 run_dir: Path, episode: tuple[int, int], best: BestModel | None = None) -> None:
-        super().__init__(evaluate, static_mean, interval)
+    def __init__(self, episodes: Sequence[ScenarioEpisode], interval: int, run_dir: Path,
+                 episode: tuple[int, int], best: BestModel | None = None) -> None:
+        super().__init__(episodes, interval)
         self.run_dir = run_dir
         self.episode = episode
         self.best = best
 
     def _point(self, step: int) -> None:
-        mean = float(self.evaluate().mean())
-        ratio = mean / self.static_mean
+        candidate = validation_record(self.episodes, step, self.episode)
         if self.writer is not None:
-            self.writer.add_scalar("eval/validation_vs_best_static", ratio, step)
+            self.writer.add_scalar("eval/validation_vs_best_static", candidate.vs_best_static,
+                                   step)
             self.writer.flush()
-        if self.best is not None and mean >= self.best.latency_mean:
+        if self.best is not None and not candidate.beats(self.best):
             return
-        self.best = BestModel(step, mean, ratio, *self.episode)
+        self.best = candidate
         save_best_model(self.model, self.run_dir, self.best)
+
+
+def validation_record(episodes: Sequence[ScenarioEpisode], step: int,
+                      episode: tuple[int, int]) -> BestModel:
+    """The record of the current policy, at `step`, on the validation episodes (`episode`:
+    their seed and task count) of each scenario, which `episodes` run."""
+    runs = [e.run() for e in episodes]
+    mean = float(runs[0][0].mean())
+    if len(runs) == 1:
+        return BestModel(step, mean, runs[0][1], *episode)
+    return BestModel(step, mean, float(np.mean([r for _, r in runs])), *episode,
+                     scenarios=[e.name for e in episodes])
 
 
 class RunInfo(BaseCallback):

@@ -86,8 +86,8 @@ class TrainConfig:
     scenario: str | list[str] = field(default="article", metadata=_help(
         "scenario name or YAML path; several train one policy on all of them, a scenario drawn "
         "per episode (InferenceAllocMix-v0: they must share hardware, variant and model); "
-        "the comparison table then has a section per scenario, the eval/ curves and "
-        "--select-best run on the first's episodes", path=True))
+        "the comparison table then has a section per scenario, and the eval/ curves and "
+        "--select-best run every scenario's episodes", path=True))
     scenario_weights: list[float] | None = field(default=None, metadata=_help(
         "with several --scenario: how often each is drawn for a training episode, one weight "
         "each, in their order (default: equally often); --resume may change them, for a "

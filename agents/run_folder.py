@@ -33,10 +33,21 @@ class BestModel:
     validation episode (``--validation-seed``, ``--eval-tasks`` tasks) that chose it."""
 
     num_timesteps: int
-    latency_mean: float          # its mean task latency there (s)
-    vs_best_static: float        # that over best-static's on the same episode
-    validation_seed: int
+    latency_mean: float          # its mean task latency there (s); a mix's: the first scenario's
+    vs_best_static: float        # that over best-static's on the same episode; a mix's: the
+    validation_seed: int         # mean of that ratio over its scenarios' episodes
     validation_tasks: int
+    # the scenarios of a mix, each of whose validation episode it was chosen on; None: one
+    # scenario's (and records written before mixes were scored whole)
+    scenarios: list[str] | None = None
+
+    def beats(self, other: BestModel) -> bool:
+        """Whether this model is better than `other`'s record on the same validation episodes:
+        a lower mean latency on one scenario; a lower mean ratio to best-static over a mix's
+        (their latencies are of different workloads)."""
+        if self.scenarios is None:
+            return self.latency_mean < other.latency_mean
+        return self.vs_best_static < other.vs_best_static
 
 
 def new_run_dir(log_dir: str | Path, name: str) -> Path:
@@ -180,7 +191,12 @@ def save_best_model(model: BaseAlgorithm, run_dir: Path, record: BestModel) -> N
 
 
 def save_best_record(path: Path, record: BestModel) -> None:
-    write_text(path, json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+    """best_model.json; one scenario's record as before mixes were scored whole (no
+    ``scenarios``), which earlier versions read too."""
+    data = dataclasses.asdict(record)
+    if record.scenarios is None:
+        del data["scenarios"]
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_best_record(path: Path) -> BestModel | None:
@@ -192,9 +208,14 @@ def read_best_record(path: Path) -> BestModel | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         names = [f.name for f in dataclasses.fields(BestModel)]
-        if not isinstance(data, dict) or set(data) != set(names):
+        # a record written before mixes were scored whole has no scenarios
+        if not isinstance(data, dict) or set(data) not in (set(names), set(names[:-1])):
             raise ValueError(f"its entries must be {', '.join(names)}")
         record = BestModel(**data)
+        if record.scenarios is not None and not (
+                isinstance(record.scenarios, list) and len(record.scenarios) > 1
+                and all(isinstance(n, str) for n in record.scenarios)):
+            raise ValueError("scenarios must be null or a list of two or more scenario names")
         numbers = (record.latency_mean, record.vs_best_static)
         counts = (record.num_timesteps, record.validation_seed, record.validation_tasks)
         if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in numbers) or \

@@ -75,7 +75,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecNormalize
 
 from agents import sb3_hyperparams
+from agents.base import Policy
 from agents.callbacks import (
     BEST_METRICS,
     FINAL_METRICS,
@@ -93,8 +94,10 @@ from agents.callbacks import (
     HeldOutEval,
     LatencyMetrics,
     RunInfo,
+    ScenarioEpisode,
     drop_events_past,
     tensorboard_logger,
+    validation_record,
 )
 from agents.commands import command, program
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
@@ -196,14 +199,15 @@ class RunResult:
     latency: np.ndarray | None = None       # on the held-out episode
     vs_best_static: float = float("nan")
     new_steps: int | None = None            # taken in `seconds` (a resumed run's steps - its start)
-    # the eval/ curves' last point (``HeldOutEval.last``: step, per-task latencies), if any
-    evaluated: tuple[int, np.ndarray] | None = None
+    # the eval/ curves' last point (``HeldOutEval.last``: step, per-task latencies on each
+    # scenario's held-out episode), if any
+    evaluated: tuple[int, dict[str, np.ndarray]] | None = None
     best: SelectedModel | None = None       # --select-best's best_model.zip
     # where a callback of yours (--callbacks) ended training short of --timesteps: which, at
     # which step, and how to continue (``UserCallbacks.stopped``)
     stopped: str | None = None
     # a mix's scenarios after the first: the final model's latencies on each one's held-out
-    # episode (``other_scenario_latencies``), the comparison table's other sections
+    # episode (``final_metrics``), the comparison table's other sections
     other_scenarios: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
@@ -215,6 +219,8 @@ class SelectedModel:
     record: BestModel
     latency: np.ndarray
     vs_best_static: float
+    # a mix's scenarios after the first: its latencies on each one's held-out episode
+    other_scenarios: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -556,15 +562,15 @@ def best_so_far(run_dir: Path, cfg: TrainConfig) -> BestModel | None:
     steps = saved_steps(path) if path.is_file() else None
     if steps is None:
         return None
-    if record is not None and record.num_timesteps == steps:
+    mix = cfg.training_scenarios() if len(cfg.training_scenarios()) > 1 else None
+    # a mix's record written before mixes were scored whole was chosen on the first scenario
+    if record is not None and record.num_timesteps == steps and record.scenarios == mix:
         return record
     try:
-        mean = float(saved_model_latency(path, cfg, cfg.validation_seed).mean())
+        record = validation_record(_episodes_of(_saved(path), cfg, cfg.validation_seed), steps,
+                                   (cfg.validation_seed, cfg.eval_tasks))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    static = baseline_latency(_env_key(cfg, cfg.validation_seed), "best-static")
-    record = BestModel(steps, mean, mean / float(static.mean()), cfg.validation_seed,
-                       cfg.eval_tasks)
     save_best_record(run_dir / BEST_RECORD, record)
     return record
 
@@ -632,7 +638,6 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                 logger.dump(result.steps)
             if cfg.eval_tasks:
                 final_metrics(result, cfg, logger)
-                result.other_scenarios = other_scenario_latencies(run_dir / "model.zip", cfg)
             if selection is not None and selection.best is not None:
                 # saved by this run at its last point: the model of model.zip, already scored
                 final = (selection.best is not best
@@ -706,21 +711,27 @@ def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, 
         callbacks.append(held)
     selection = None
     if cfg.select_best:     # TrainConfig.validate: with eval/ points and an episode to run
-        evaluate, static = _episode_of(agent, cfg, cfg.validation_seed)
-        selection = BestModelSelection(evaluate, static, cfg.eval_interval, run_dir,
+        selection = BestModelSelection(_episodes_of(_learned(agent), cfg, cfg.validation_seed),
+                                       cfg.eval_interval, run_dir,
                                        (cfg.validation_seed, cfg.eval_tasks), best)
         callbacks.append(selection)
     return callbacks, held, selection
 
 
-def _episode_of(agent: SB3Agent, cfg: TrainConfig, seed: int
-                ) -> tuple[Callable[[], np.ndarray], float]:
-    """A run of the learned model alone (no warm-up) on the --eval-tasks episode of `seed`,
-    on its own env, and best-static's mean latency there."""
-    env = _eval_env(cfg)
-    policy = SB3Agent(agent.name, agent.model, env)
-    static = baseline_latency(_env_key(cfg, seed), "best-static")
-    return (lambda: episode_latencies(policy, env, seed)), float(static.mean())
+def _episodes_of(policy_on: Callable[[Any], Policy], cfg: TrainConfig, seed: int
+                 ) -> list[ScenarioEpisode]:
+    """Runs of a policy (`policy_on` builds it on an env: the learned model alone, without
+    warm-up) on the --eval-tasks episode of `seed` of each scenario trained on, each on its
+    own env, with best-static's mean latency there."""
+    episodes = []
+    for i, name in enumerate(cfg.training_scenarios()):
+        one = cfg if i == 0 else scenario_config(cfg, name)
+        env = _eval_env(one)
+        policy = policy_on(env)
+        static = baseline_latency(_env_key(one, seed), "best-static")
+        episodes.append(ScenarioEpisode(
+            name, partial(episode_latencies, policy, env, seed), float(static.mean())))
+    return episodes
 
 
 def _eval_env(cfg: TrainConfig) -> Any:
@@ -729,15 +740,24 @@ def _eval_env(cfg: TrainConfig) -> Any:
 
 
 def _held_out_eval(agent: SB3Agent, cfg: TrainConfig) -> HeldOutEval:
-    """The eval/ curves: the learned model alone (no warm-up), on the comparison's episode."""
-    evaluate, static = _episode_of(agent, cfg, cfg.eval_seed)
-    return HeldOutEval(evaluate, static, cfg.eval_interval)
+    """The eval/ curves: the learned model alone (no warm-up), on the comparison's episodes."""
+    return HeldOutEval(_episodes_of(_learned(agent), cfg, cfg.eval_seed), cfg.eval_interval)
 
 
-def saved_model_latency(path: Path, cfg: TrainConfig, seed: int) -> np.ndarray:
-    """Per-task latencies of the model zip at `path` on the --eval-tasks episode of `seed`."""
-    env = _eval_env(cfg)
-    return episode_latencies(load_policy(path, env), env, seed)
+def _learned(agent: SB3Agent) -> Callable[[Any], Policy]:
+    """The learned model of `agent` alone (no warm-up), acting in a given env."""
+    return lambda env: SB3Agent(agent.name, agent.model, env)
+
+
+def _saved(path: Path) -> Callable[[Any], Policy]:
+    """The model zip at `path`, loaded to act in a given env."""
+    return lambda env: load_policy(path, env)
+
+
+def saved_model_latencies(path: Path, cfg: TrainConfig, seed: int) -> dict[str, np.ndarray]:
+    """Per-task latencies of the model zip at `path` on the --eval-tasks episode of `seed` of
+    each scenario trained on, by name."""
+    return {e.name: e.evaluate() for e in _episodes_of(_saved(path), cfg, seed)}
 
 
 def scenario_config(cfg: TrainConfig, scenario: str) -> TrainConfig:
@@ -746,39 +766,42 @@ def scenario_config(cfg: TrainConfig, scenario: str) -> TrainConfig:
     return dataclasses.replace(cfg, scenario=scenario)
 
 
-def other_scenario_latencies(path: Path, cfg: TrainConfig) -> dict[str, np.ndarray]:
-    """Per-task latencies of the model zip at `path` on the held-out episode of each scenario
-    of a mix after the first (none for one scenario), once, as the run ends: the comparison
-    table's sections beside the first's, which the eval/ curves and final/ row score."""
-    return {name: saved_model_latency(path, scenario_config(cfg, name), cfg.eval_seed)
-            for name in cfg.training_scenarios()[1:]}
+def _first_and_others(latencies: dict[str, np.ndarray]
+                      ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Latencies by scenario, split into the first's (the held-out scenario's: the eval/
+    curves, final/ row and table's first section) and the others' (a mix's other sections)."""
+    first, *others = latencies
+    return latencies[first], {name: latencies[name] for name in others}
 
 
 def selected_model(result: RunResult, cfg: TrainConfig, record: BestModel,
                    final: bool) -> SelectedModel:
-    """best_model.zip, chosen on the validation episode, scored on the held-out one; `final`:
+    """best_model.zip, chosen on the validation episodes, scored on the held-out ones; `final`:
     it is the run's final model, whose latencies there `result` holds already."""
     if final and result.latency is not None:
-        latency = result.latency
+        latency, others = result.latency, result.other_scenarios
     else:
-        latency = saved_model_latency(result.run_dir / BEST_MODEL, cfg, cfg.eval_seed)
+        latency, others = _first_and_others(
+            saved_model_latencies(result.run_dir / BEST_MODEL, cfg, cfg.eval_seed))
     static = baseline_latency(_env_key(cfg), "best-static")
-    return SelectedModel(record, latency, float(latency.mean() / static.mean()))
+    return SelectedModel(record, latency, float(latency.mean() / static.mean()), others)
 
 
 def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
     """Held-out episode of the saved model: `result`'s latency and vs_best_static, the
-    comparison row, and the HPARAMS metrics, which `logger` records at the run's last step.
+    comparison row, and the HPARAMS metrics, which `logger` records at the run's last step;
+    on a mix, its latencies on the other scenarios' held-out episodes too (`other_scenarios`).
 
-    `result.evaluated`, the eval/ curve's last point, at the run's last step is the saved
-    model's deterministic run of this very episode (written as learn() ends, before the model
-    is saved), so it is taken as it is: running the episode again from model.zip gave the same
-    latencies to the bit and cost a model load and an episode of SB3 predicts per run."""
+    `result.evaluated`, the eval/ curves' last point, at the run's last step is the saved
+    model's deterministic run of these very episodes (written as learn() ends, before the model
+    is saved), so it is taken as it is: running the episodes again from model.zip gave the same
+    latencies to the bit and cost a model load and an episode of SB3 predicts per scenario."""
     evaluated = result.evaluated
     if evaluated is not None and evaluated[0] == result.steps:
-        result.latency = evaluated[1]
+        latencies = evaluated[1]
     else:
-        result.latency = saved_model_latency(result.run_dir / "model.zip", cfg, cfg.eval_seed)
+        latencies = saved_model_latencies(result.run_dir / "model.zip", cfg, cfg.eval_seed)
+    result.latency, result.other_scenarios = _first_and_others(latencies)
     static = baseline_latency(_env_key(cfg), "best-static")
     result.vs_best_static = float(result.latency.mean() / static.mean())
     _write_scalars(logger, FINAL_METRICS, (float(result.latency.mean()),
@@ -943,8 +966,8 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
     """Trained runs and the static / HEFT baselines on the held-out episode (markdown table);
     None when the runs had no held-out episode (``--eval-tasks 0``). A mix's runs get a
     section per scenario, each on that scenario's held-out episode of the same seed and
-    length, against its own best-static; --select-best's rows are in the first's alone,
-    the episode its validation and the eval/ curves run on."""
+    length, against its own best-static; --select-best's row (a model chosen on every
+    scenario's validation episode) is in each."""
     cfg = _absolute_files(config)   # as the runs recorded it: baseline_latency's cache hits
     if config.resume is not None and results:
         # the resumed run's own config: its --eval-tasks may be 0 where the command line's is not
@@ -962,9 +985,11 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
             if latency is not None:
                 label = r.spec.label + (f" (seed {r.spec.seed})" if many_seeds else "")
                 rows.append((label, latency))
-                if r.best is not None and i == 0:   # scored here, chosen elsewhere
+                best = None if r.best is None else (
+                    r.best.latency if i == 0 else r.best.other_scenarios.get(name))
+                if best is not None and r.best is not None:   # scored here, chosen elsewhere
                     rows.append((f"{label} (best @ {r.best.record.num_timesteps} steps, "
-                                 f"validation-chosen)", r.best.latency))
+                                 f"validation-chosen)", best))
         sections.append(_table_section(cfg if i == 0 else scenario_config(cfg, name),
                                        trained, rows, baselines))
     return "\n\n".join(sections)

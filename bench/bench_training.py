@@ -91,7 +91,8 @@ def timed_parts() -> Iterator[dict[str, float]]:
 
 
 def final_row_seconds(result: training.RunResult, cfg: TrainConfig,
-                      evaluated: tuple[int, np.ndarray] | None) -> tuple[float, np.ndarray]:
+                      evaluated: tuple[int, dict[str, np.ndarray]] | None
+                      ) -> tuple[float, np.ndarray]:
     """Seconds of the run's final row, and its latencies (None: the reference's re-run)."""
     row = dataclasses.replace(result, latency=None, evaluated=evaluated)
     start = time.perf_counter()

@@ -508,6 +508,14 @@ def log(monkeypatch: pytest.MonkeyPatch) -> _Logger:
     return logger
 
 
+def _one(evaluate, static_mean: float = 2.0) -> list:
+    """The episodes of a run on one scenario: `evaluate`'s, whose best-static mean is
+    `static_mean`."""
+    from agents.callbacks import ScenarioEpisode
+
+    return [ScenarioEpisode("article", evaluate, static_mean)]
+
+
 def _attach(callback, log: _Logger, num_timesteps: int = 0) -> None:
     """init_callback with a stand-in model: `log` as its logger, at `num_timesteps`."""
     from types import SimpleNamespace
@@ -726,7 +734,7 @@ def test_held_out_eval_writes_at_start_and_each_interval_crossed(log: _Logger) -
     import agents.callbacks as callbacks
 
     latency = np.array([1.0, 2.0, 3.0, 10.0])
-    held = callbacks.HeldOutEval(lambda: latency, static_mean=2.0, interval=100)
+    held = callbacks.HeldOutEval(_one(lambda: latency), interval=100)
     _attach(held, log)
     held.on_training_start({}, {})
     for _ in range(90):                     # 3 envs: 3 steps a call, 270 in all
@@ -737,7 +745,7 @@ def test_held_out_eval_writes_at_start_and_each_interval_crossed(log: _Logger) -
     values = {tag: value for tag, value, step in log.scalars if step == 0}
     assert values == pytest.approx({"eval/latency_mean": 4.0, "eval/vs_best_static": 2.0,
                                     "eval/latency_p95": 3 + 0.85 * 7})
-    resumed = callbacks.HeldOutEval(lambda: latency, static_mean=2.0, interval=100)
+    resumed = callbacks.HeldOutEval(_one(lambda: latency), interval=100)
     log.scalars.clear()
     _attach(resumed, log, 150)
     resumed.on_training_start({}, {})      # a resumed run: no step-0 point, next at 200
@@ -753,7 +761,7 @@ def test_held_out_evals_last_point_is_the_model_after_its_last_update(log: _Logg
     import agents.callbacks as callbacks
 
     model = {"latency": np.array([4.0])}
-    held = callbacks.HeldOutEval(lambda: model["latency"], static_mean=2.0, interval=100)
+    held = callbacks.HeldOutEval(_one(lambda: model["latency"]), interval=100)
     _attach(held, log)
     held.on_training_start({"total_timesteps": 300}, {})
     for _ in range(100):                    # 3 steps a call, to 300 = the end, on an interval
@@ -777,13 +785,13 @@ def test_held_out_evals_end_point_is_written_once_and_for_a_run_that_wrote_none(
     run that ends before its next interval has written no point, and gets one at its end."""
     import agents.callbacks as callbacks
 
-    held = callbacks.HeldOutEval(lambda: np.array([4.0]), static_mean=2.0, interval=100)
+    held = callbacks.HeldOutEval(_one(lambda: np.array([4.0])), interval=100)
     _attach(held, log)
     held.on_training_start({"total_timesteps": 0}, {})
     held.on_training_end()
     assert [step for tag, _, step in log.scalars if tag == "eval/latency_mean"] == [0]
     log.scalars.clear()
-    resumed = callbacks.HeldOutEval(lambda: np.array([4.0]), static_mean=2.0, interval=100)
+    resumed = callbacks.HeldOutEval(_one(lambda: np.array([4.0])), interval=100)
     _attach(resumed, log, 150)
     resumed.on_training_start({"total_timesteps": 180}, {})
     for _ in range(10):                     # 3 steps a call, to 180: no interval crossed
@@ -801,13 +809,13 @@ def test_eval_points_refuse_an_interval_below_one(interval: int) -> None:
     import agents.callbacks as callbacks
 
     with pytest.raises(ValueError, match=f"HeldOutEval interval must be >= 1, got {interval}"):
-        callbacks.HeldOutEval(lambda: np.array([1.0]), static_mean=1.0, interval=interval)
+        callbacks.HeldOutEval(_one(lambda: np.array([1.0]), 1.0), interval=interval)
 
 
 def test_an_eval_interval_of_one_takes_a_point_at_every_step(log: _Logger) -> None:
     import agents.callbacks as callbacks
 
-    held = callbacks.HeldOutEval(lambda: np.array([1.0]), static_mean=1.0, interval=1)
+    held = callbacks.HeldOutEval(_one(lambda: np.array([1.0]), 1.0), interval=1)
     _attach(held, log)
     held.on_training_start({"total_timesteps": 3}, {})
     for _ in range(3):
@@ -831,7 +839,7 @@ def test_without_tensorboard_held_out_eval_runs_no_episode_and_selection_still_s
         episodes.append(1)
         return np.array([1.0])
 
-    held = callbacks.HeldOutEval(run_episode, static_mean=1.0, interval=100)
+    held = callbacks.HeldOutEval(_one(run_episode, 1.0), interval=100)
     model = _SavedModel()
     model.logger = Logger(folder=None, output_formats=[])
     held.init_callback(model)
@@ -841,7 +849,7 @@ def test_without_tensorboard_held_out_eval_runs_no_episode_and_selection_still_s
     held.on_training_end()
     assert episodes == [] and held.last is None
     selection = callbacks.BestModelSelection(
-        lambda: np.array([1.0]), static_mean=1.0, interval=100, run_dir=tmp_path,
+        _one(lambda: np.array([1.0]), 1.0), interval=100, run_dir=tmp_path,
         episode=(20_000, 1))
     selection.init_callback(model)
     selection.on_training_start({"total_timesteps": 150}, {})
@@ -868,7 +876,7 @@ def _selection(log: _Logger, run_dir: Path, means: list[float], best=None, at: i
 
     points = iter(means)
     selection = callbacks.BestModelSelection(
-        lambda: np.array([next(points)] * 2), static_mean=2.0, interval=100, run_dir=run_dir,
+        _one(lambda: np.array([next(points)] * 2)), interval=100, run_dir=run_dir,
         episode=(20_000, 2), best=best)
     model = _SavedModel(at)
     model.logger = log
@@ -935,7 +943,13 @@ def test_a_resumed_selection_keeps_a_better_best(log: _Logger, tmp_path: Path) -
                                   '{"num_timesteps": "x", "latency_mean": 1, "vs_best_static": '
                                   '1, "validation_seed": 1, "validation_tasks": 1}',
                                   '{"num_timesteps": 1, "latency_mean": NaN, "vs_best_static": '
-                                  '1, "validation_seed": 1, "validation_tasks": 1}'])
+                                  '1, "validation_seed": 1, "validation_tasks": 1}',
+                                  '{"num_timesteps": 1, "latency_mean": 1, "vs_best_static": '
+                                  '1, "validation_seed": 1, "validation_tasks": 1, '
+                                  '"scenarios": ["article"]}',
+                                  '{"num_timesteps": 1, "latency_mean": 1, "vs_best_static": '
+                                  '1, "validation_seed": 1, "validation_tasks": 1, '
+                                  '"scenarios": "article,bursty"}'])
 def test_a_damaged_best_model_record_is_an_error_naming_the_file(text: str,
                                                                  tmp_path: Path) -> None:
     from agents.run_folder import read_best_record
@@ -964,6 +978,64 @@ def test_a_best_model_record_of_step_and_seed_zero_reads_back(log: _Logger,
                           validation_seed=0, validation_tasks=2)
     save_best_record(tmp_path / "seed_zero.json", seed_zero)
     assert read_best_record(tmp_path / "seed_zero.json") == seed_zero
+
+
+def test_a_mix_selection_keeps_the_best_mean_ratio_not_the_best_first_scenario(
+        log: _Logger, tmp_path: Path) -> None:
+    """On a mix, each point runs every scenario's validation episode: a model better on the
+    first scenario but worse over both (their latencies are of different workloads, so the
+    ratios to each one's best-static are averaged) does not replace the best."""
+    import agents.callbacks as callbacks
+    from agents.run_folder import read_best_record
+
+    first = iter([2.0, 1.8, 1.6])           # best-static 2.0: ratios 1.0, 0.9, 0.8
+    second = iter([10.0, 20.0, 8.0])        # best-static 10.0: ratios 1.0, 2.0, 0.8
+    selection = callbacks.BestModelSelection(
+        [callbacks.ScenarioEpisode("article", lambda: np.array([next(first)]), 2.0),
+         callbacks.ScenarioEpisode("bursty", lambda: np.array([next(second)]), 10.0)],
+        interval=100, run_dir=tmp_path, episode=(20_000, 1))
+    model = _SavedModel()
+    model.logger = log
+    selection.init_callback(model)
+    selection.on_training_start({"total_timesteps": 300}, {})
+    model.num_timesteps = 100
+    selection.on_step()                     # article 0.9, bursty 2.0: mean 1.45, kept out
+    assert (tmp_path / "best_model.zip").read_text() == "model at 0"
+    model.num_timesteps = 200
+    selection.on_step()                     # 0.8 and 0.8: the best
+    assert [(step, value) for tag, value, step in log.scalars
+            if tag == "eval/validation_vs_best_static"] == pytest.approx(
+        [(0, 1.0), (100, 1.45), (200, 0.8)])
+    record = read_best_record(tmp_path / "best_model.json")
+    assert record is not None and (record.num_timesteps, record.scenarios) == (
+        200, ["article", "bursty"])
+    assert (record.latency_mean, record.vs_best_static) == pytest.approx((1.6, 0.8))
+
+
+def test_a_mix_held_out_eval_writes_each_scenarios_curve_under_a_tag_it_can_have(
+        log: _Logger) -> None:
+    """A scenario given as a YAML path gets a tag part without its slashes (which would nest
+    TensorBoard's groups); two that read alike are numbered; one scenario writes no
+    per-scenario tag."""
+    import agents.callbacks as callbacks
+
+    assert callbacks.scenario_tags(["article", "my runs/edge.yaml", "my_runs/edge.yaml"]) == [
+        "article", "my_runs_edge.yaml-1", "my_runs_edge.yaml-2"]
+    assert callbacks.scenario_tags(["/", "bursty"]) == ["scenario", "bursty"]
+    held = callbacks.HeldOutEval(
+        [callbacks.ScenarioEpisode("article", lambda: np.array([3.0]), 2.0),
+         callbacks.ScenarioEpisode("/tmp/x/edge.yaml", lambda: np.array([1.0, 3.0]), 4.0)],
+        interval=100)
+    _attach(held, log)
+    held.on_training_start({}, {})
+    assert {tag: value for tag, value, _ in log.scalars} == pytest.approx({
+        "eval/latency_mean": 3.0, "eval/latency_p95": 3.0, "eval/vs_best_static": 1.5,
+        "eval/article/latency_mean": 3.0, "eval/article/vs_best_static": 1.5,
+        "eval/tmp_x_edge.yaml/latency_mean": 2.0, "eval/tmp_x_edge.yaml/vs_best_static": 0.5,
+        "eval/mix_vs_best_static": 1.0})
+    assert held.last is not None and list(held.last[1]) == ["article", "/tmp/x/edge.yaml"]
+    with pytest.raises(ValueError, match="HeldOutEval needs at least one episode"):
+        callbacks.HeldOutEval([], interval=100)
 
 
 def test_run_info_gives_tensorboard_hparams_it_takes() -> None:
@@ -1313,7 +1385,8 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
     assert np.array_equal(result.latency, episode_latencies(saved, env, config.eval_seed))
     if interval:        # the point the row took, kept for bench/bench_training.py
         assert result.evaluated is not None and result.evaluated[0] == result.steps == 64
-        assert result.evaluated[1] is result.latency
+        (scenario, latency), = result.evaluated[1].items()      # the one scenario's
+        assert scenario == config.scenario and latency is result.latency
     else:
         assert result.evaluated is None
 

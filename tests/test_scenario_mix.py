@@ -415,3 +415,103 @@ def test_bad_scenario_weights_are_refused_before_any_run(options, message, tmp_p
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def scalar_points(run_dir: Path) -> dict[str, dict[int, float]]:
+    """Every scalar tag of a run folder's events: {tag: {step: value}}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def mix_selection(tmp_path: Path, timesteps: int):
+    """A tiny PPO run on article and bursty with eval/ points every 16 steps and
+    --select-best."""
+    from agents.config import TrainConfig
+
+    return TrainConfig(scenario=["article", "bursty"], warmup=["none"], timesteps=timesteps,
+                       checkpoint_interval=0, log_dir=str(tmp_path), episode_tasks=10,
+                       eval_tasks=12, eval_interval=16, select_best=True, progress_bar=False,
+                       hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+
+
+def test_a_mix_runs_eval_and_select_best_on_every_scenario(tmp_path: Path) -> None:
+    """A mix's eval/ curves and --select-best ran on the first scenario alone: a model that
+    got worse on bursty could be kept as the best, and no curve showed it. Each point now
+    runs every scenario's episode: eval/<scenario>/ curves and their mean beside the first's
+    (which keeps the eval/ tags), the best chosen on the mean ratio over the scenarios'
+    validation episodes, and its row in each section of the table."""
+    from agents.evaluation import episode_latencies, make_env
+    from agents.registry import load_policy, make_policy
+    from agents.run_folder import read_best_record
+    from agents.training import comparison_table, train
+
+    config = mix_selection(tmp_path, timesteps=48)
+    (result,) = train(config, report=lambda line: None)
+
+    def ratio(model: str, scenario: str, seed: int) -> tuple[np.ndarray, float]:
+        env = make_env(scenario=scenario, episode_tasks=12)
+        latency = episode_latencies(load_policy(result.run_dir / model, env), env, seed)
+        static = episode_latencies(make_policy("best-static", env), env, seed)
+        return latency, float(latency.mean()) / float(static.mean())
+
+    points = scalar_points(result.run_dir)
+    steps = sorted(points["eval/vs_best_static"])
+    assert steps == [0, 16, 32, 48]
+    for step in steps:
+        article = points["eval/article/vs_best_static"][step]
+        bursty = points["eval/bursty/vs_best_static"][step]
+        assert article == points["eval/vs_best_static"][step]      # the first's, as before
+        assert points["eval/mix_vs_best_static"][step] == pytest.approx((article + bursty) / 2)
+        assert points["eval/bursty/latency_mean"][step] > 0
+    # the final model's point is its run of each scenario's held-out episode, taken as is
+    for scenario in ("article", "bursty"):
+        latency, vs = ratio("model.zip", scenario, config.eval_seed)
+        assert points[f"eval/{scenario}/vs_best_static"][48] == pytest.approx(vs)
+    assert np.array_equal(result.other_scenarios["bursty"],
+                          ratio("model.zip", "bursty", config.eval_seed)[0])
+
+    record = read_best_record(result.run_dir / "best_model.json")
+    assert record is not None and record.scenarios == ["article", "bursty"]
+    chosen = [ratio("best_model.zip", s, config.validation_seed)[1] for s in record.scenarios]
+    assert record.vs_best_static == pytest.approx(np.mean(chosen))
+    validation = points["eval/validation_vs_best_static"]
+    assert record.vs_best_static == pytest.approx(min(validation.values()))
+    assert record.num_timesteps == min(validation, key=lambda s: (validation[s], s))
+
+    table = comparison_table(config, [result])
+    assert table is not None
+    for scenario, rows in table_sections(table).items():
+        best = [agent for agent in rows if "validation-chosen" in agent]
+        assert best == [f"ppo (best @ {record.num_timesteps} steps, validation-chosen)"]
+        latency, _ = ratio("best_model.zip", scenario, config.eval_seed)
+        assert rows[best[0]][0] == f"{latency.mean():.2f}", (scenario, table)
+
+
+def test_a_resumed_mix_scores_a_best_chosen_on_its_first_scenario_again(tmp_path: Path) -> None:
+    """A mix's best_model.json written before mixes were scored whole has no scenarios: its
+    ratio is the first scenario's, which a later model's mean over the scenarios must not be
+    compared with. The resume scores the kept best_model.zip on every validation episode and
+    writes its record again; a one-scenario record without scenarios is kept as it is."""
+    import json
+
+    from agents.run_folder import read_best_record
+    from agents.training import best_so_far, train
+
+    config = mix_selection(tmp_path, timesteps=32)
+    (result,) = train(config, report=lambda line: None)
+    path = result.run_dir / "best_model.json"
+    whole = read_best_record(path)
+    assert whole is not None and whole.scenarios == ["article", "bursty"]
+    old = json.loads(path.read_text())
+    del old["scenarios"]
+    old["vs_best_static"] = 0.001           # the first scenario's, unlike the mix's mean
+    path.write_text(json.dumps(old))
+    again = best_so_far(result.run_dir, config)
+    assert again == whole and read_best_record(path) == whole
+    one = dataclasses.replace(config, scenario="article")
+    path.write_text(json.dumps(old))        # on one scenario, the record stands
+    kept = best_so_far(result.run_dir, one)
+    assert kept is not None and kept.scenarios is None and kept.vs_best_static == 0.001
