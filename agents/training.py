@@ -44,8 +44,9 @@ What a failed run leaves: the folder is created only once the env and the agent 
 interrupted) before the first checkpoint, the folder is removed; after it, the folder is
 kept without ``model.zip`` and ``--resume`` continues it. Every file is written to a temp
 file and renamed, so none is ever half-written. An existing folder is never reused for a
-new run: a clash in the same second gets a ``-1``, ``-2``... suffix. A failed run is reported
-when it fails and the plan's other runs go on; ``train`` then raises ``RunsFailed`` with the
+new run: a clash in the same second gets a ``-1``, ``-2``... suffix. A failed run (or one
+whose write was refused after its training, its model.zip complete) is reported when it
+fails and the plan's other runs go on; ``train`` then raises ``RunsFailed`` with the
 results of those that finished (train.py prints their table and exits 1). An interrupt
 (Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the whole plan.
 
@@ -165,10 +166,12 @@ class RunFailed(RuntimeError):
 
 
 class RunsFailed(RuntimeError):
-    """Some of a plan's runs failed (`failures`, each a RunFailed, already reported as it
-    happened); the others went on and finished (`results`)."""
+    """Some of a plan's runs failed (`failures`, each a RunFailed, or a WriteFailed where one
+    finished training and then a write was refused, already reported as it happened); the
+    others went on and finished (`results`)."""
 
-    def __init__(self, failures: list[RunFailed], results: list[RunResult]) -> None:
+    def __init__(self, failures: list[RunFailed | WriteFailed],
+                 results: list[RunResult]) -> None:
         super().__init__(f"{len(failures)} of {len(failures) + len(results)} runs failed: "
                          + "; ".join(str(f) for f in failures))
         self.failures = failures
@@ -912,13 +915,16 @@ def train(config: TrainConfig, given: set[str] | None = None,
         return [result]
     config = _absolute_files(config)
     results: list[RunResult] = []
-    failures: list[RunFailed] = []
+    failures: list[RunFailed | WriteFailed] = []
     for spec in plan(config):
         try:
             results.append(train_run(config, spec))
-        except RunFailed as exc:
+        except (RunFailed, WriteFailed) as exc:
             # One run's crash (a NaN in its weights, say) is no reason to drop the seeds and
-            # agents still to come: report it now, go on, and fail at the end.
+            # agents still to come: report it now, go on, and fail at the end. A write refused
+            # after its training (its model.zip complete) went on to the end as well: the
+            # finished runs' table and the runs to come were lost, where a write refused
+            # during training went on.
             print_cause(exc)
             print(f"error: {exc}; going on with the other runs", file=sys.stderr)
             failures.append(exc)
@@ -929,7 +935,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
     return results
 
 
-def print_cause(failed: RunFailed) -> None:
+def print_cause(failed: RunFailed | WriteFailed) -> None:
     """The traceback of what failed a run, for a bug; none where the file system refused a
     write (a full disk): the run's message says why (ours name the file, ``WriteFailed``)."""
     cause = failed.__cause__
@@ -974,7 +980,9 @@ def comparison_table(config: TrainConfig, results: list[RunResult]) -> str | Non
         cfg = read_run_config(results[0].run_dir / "config.yaml")
     if not cfg.eval_tasks or all(r.latency is None for r in results):
         return None
-    many_seeds = len({r.spec.seed for r in results}) > 1
+    # the plan's seeds, not the results': where a seed's run failed, "ppo" alone read as the
+    # first seed's
+    many_seeds = len({r.spec.seed for r in results} | set(cfg.seeds)) > 1
     baselines = table_baselines(cfg)
     trained = cfg.training_scenarios()
     sections = []

@@ -804,7 +804,8 @@ def test_a_failed_run_does_not_stop_the_runs_after_it(tmp_path: Path, monkeypatc
     assert err.rstrip().splitlines()[-1].startswith("train.py: error: 1 of 2 runs failed: run ")
     (run,) = runs.iterdir()                    # seed 1's, finished; seed 0's removed
     assert "__1__" in run.name and (run / "model.zip").is_file()
-    assert "finished ppo seed 1" in out and "| ppo |" in out    # and its row in the table
+    # and its row in the table, named by its seed ("ppo" alone read as seed 0's)
+    assert "finished ppo seed 1" in out and "| ppo (seed 1) |" in out
 
 
 def test_an_interrupt_stops_the_whole_plan_and_keeps_a_resumable_run(tmp_path: Path, monkeypatch,
@@ -1121,10 +1122,43 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
                in err and ": No space left on device); removed" in err
     else:
         (run,) = runs.iterdir()
-        assert (run / "model.zip").is_file() and err.count("\n") == 1
-        assert err.startswith(f"train.py: error: run {run.name} finished training, then the "
-                              f"file system refused a write in {run}: No space left on device;")
+        assert (run / "model.zip").is_file() and err.count("\n") == 2    # as a run's crash
+        assert f"train.py: error: 1 of 1 runs failed: run {run.name} finished training, then " \
+               f"the file system refused a write in {run}: No space left on device;" in err
         assert f"model.zip is complete: evaluate it with: python evaluate.py --models {run}" in err
+
+
+def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
+        monkeypatch, tmp_path: Path, capsys) -> None:
+    """A write refused after a run's training (its model.zip complete) ended the whole plan:
+    the seeds still to come were never trained and the finished runs' table never printed,
+    where a write refused during training went on. It is now that run's failure: the others
+    train, the table shows them, and the job exits 1 naming it."""
+    import errno
+
+    import agents.training as training
+
+    original, calls = training.final_metrics, []
+
+    def refused_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(training, "final_metrics", refused_once)
+    runs = tmp_path / "runs"
+    code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
+                                  "--checkpoint-interval", "0", "--eval-tasks", "10",
+                                  "--log-dir", str(runs), *TINY])
+    captured = capsys.readouterr()
+    assert code == 1 and len(calls) == 2 and "Traceback" not in captured.err
+    first, second = sorted(runs.iterdir(), key=lambda p: p.name.split("__")[2])
+    assert "__ppo__0__" in first.name and "__ppo__1__" in second.name
+    assert (first / "model.zip").is_file() and (second / "model.zip").is_file()
+    assert f"train.py: error: 1 of 2 runs failed: run {first.name} finished training" \
+        in captured.err
+    assert "| ppo (seed 1) |" in captured.out and "| ppo (seed 0) |" not in captured.out
 
 
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
