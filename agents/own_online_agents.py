@@ -15,9 +15,12 @@ warm-up, a safer learner) is measured there, beside ours, on the same streams an
 * otherwise a fixed policy (anything with ``predict``), which acts without learning.
 
 A ``seed`` parameter is given the stream's seed, as the study seeds its own learners
-(training seed = stream seed), so that the study is reproducible; a learner without one draws
-its own seed and differs from run to run. A ready model object is refused: it would carry
-what it learnt on one stream into the next.
+(training seed = stream seed), so that the study is reproducible. For a learner without one,
+the study seeds the global generators (``random``, numpy's, torch's) with the stream's seed
+before building it, as SB3 does with a seed it is given: its weights and minibatches are then
+the same in every study, but what SB3 seeds only through the model's own seed (its action
+space's generator: DQN's random exploration) is not, and a note says so before the study.
+A ready model object is refused: it would carry what it learnt on one stream into the next.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import re
 from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.utils import set_random_seed
 
 from agents.imported import import_target, imported_policy_maker, raised_at
 from agents.registry import check_first_action
@@ -47,8 +51,11 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
                          f"the study builds a learner afresh for each stream, so name the "
                          f"function that builds it on the env it is given")
     build = imported_policy_maker(name, env)
+    seeded = _takes_seed(target)
+    if not seeded:      # what it draws from the global generators, the same in every study
+        set_random_seed(seed)
     try:
-        policy = build(**({"seed": seed} if _takes_seed(target) else {}))
+        policy = build(**({"seed": seed} if seeded else {}))
     except AssertionError as exc:   # SB3 asserts what its constructor refuses (DQN's actions)
         raise ValueError(f"online agent {shown(name)}: building it raised AssertionError: "
                          f"{exc}{raised_at(exc)}{_spaces_hint(str(exc))}") from exc
@@ -77,9 +84,10 @@ def check_own_agent(name: str, env: Any) -> str | None:
         return None
     if _takes_seed(import_target(name, "online agent")):
         return None
-    return (f"note: online agent {shown(name)} takes no seed parameter, so its model draws its "
-            f"own seed and its row differs from run to run; give it one (def f(env, seed)) "
-            f"for a reproducible study")
+    return (f"note: online agent {shown(name)} takes no seed parameter: the study seeds the "
+            f"global generators with each stream's seed before building it, but what its model "
+            f"seeds only from its own seed (its action space's draws, e.g. DQN's exploration) "
+            f"differs from run to run; give it one (def f(env, seed)) for a reproducible study")
 
 
 def _spaces_hint(refusal: str) -> str:

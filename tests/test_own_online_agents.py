@@ -206,6 +206,24 @@ def test_a_learner_of_continuous_actions_is_not_sent_to_the_dqn_wrapper(
                                        "not run")
 
 
+def test_a_learner_of_yours_without_a_seed_learns_the_same_in_every_study(mine: str) -> None:
+    """Its PPO drew its weights and minibatches from the global generators as they happened to
+    be (numpy's from the OS), so its row differed from one study to the next. The study seeds
+    them with the stream's seed before building it, as SB3 does for a seed it is given: the
+    same curve whatever state the generators were in before, and the next stream's differs."""
+    import random
+
+    curves = []
+    for disturbance in (1, 2):
+        random.seed(disturbance)
+        np.random.seed(disturbance)
+        torch.manual_seed(disturbance)
+        study = online_study([f"{mine}:unseeded"], seeds=[10000, 10001], n_samples=40)
+        curves.append(study.curves[f"{mine}:unseeded"])
+    assert all(np.array_equal(a, b) for a, b in zip(*curves, strict=True))
+    assert not np.array_equal(*curves[0])       # the streams differ, so does what it learns
+
+
 def test_a_learner_of_yours_without_a_seed_is_noted_before_the_study(mine: str,
                                                                      tmp_path: Path) -> None:
     """Its model drew its own seed, so its row differed from one study to the next, and
@@ -218,6 +236,8 @@ def test_a_learner_of_yours_without_a_seed_is_noted_before_the_study(mine: str,
                              online_seeds=1, online_samples=20, out=str(tmp_path / "out"),
                              progress_bar=False), report=lines.append)
     notes = [line for line in lines if line.startswith("note: online agent")]
-    assert notes == [f"note: online agent '{mine}:unseeded' takes no seed parameter, so its "
-                     f"model draws its own seed and its row differs from run to run; give it "
-                     f"one (def f(env, seed)) for a reproducible study"]
+    assert notes == [f"note: online agent '{mine}:unseeded' takes no seed parameter: the study "
+                     f"seeds the global generators with each stream's seed before building it, "
+                     f"but what its model seeds only from its own seed (its action space's "
+                     f"draws, e.g. DQN's exploration) differs from run to run; give it one "
+                     f"(def f(env, seed)) for a reproducible study"]
