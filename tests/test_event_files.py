@@ -54,17 +54,20 @@ def test_a_marker_past_a_step_keeps_it(tmp_path: Path) -> None:
     assert logged_at(tmp_path, TAG, 5) and not logged_at(tmp_path, TAG, 8)
 
 
-def test_only_the_events_since_the_record_are_read(tmp_path: Path) -> None:
-    """A record of the step's save: what came before it is not read (a point of that step
-    there, of a stretch a later marker replaced, cannot be shown). The bytes before the
-    record's size are made noise here: read, they ended the file before the point after."""
+def test_noise_in_a_recorded_file_leaves_the_later_files_points(tmp_path: Path) -> None:
+    """A record naming the first file, whose bytes up to the recorded size are then made
+    noise: the points of the later file are found, whether the record is of the step, of
+    another or unreadable, nothing raises, and the noise shows no point. The later file's
+    points are not behind the noise, so this passes reading every file whole too: that
+    reading starts at the recorded size is checked, with noise and point in one file, by
+    test_the_record_size_is_where_reading_starts_in_that_file."""
     first = write(tmp_path, "events.out.tfevents.1", range(3))
     size = first.stat().st_size
     (tmp_path / RECORD).write_text(json.dumps({"num_timesteps": 4, "sizes": {first.name: size}}))
     write(tmp_path, "events.out.tfevents.2", range(4, 6))
     first.write_bytes(b"\xff" * size)
     assert logged_at(tmp_path, TAG, 4)
-    # a record of another step, or none: every file is read from its start
+    # a record of another step, or an unreadable one
     (tmp_path / RECORD).write_text(json.dumps({"num_timesteps": 3, "sizes": {first.name: size}}))
     assert logged_at(tmp_path, TAG, 4)
     (tmp_path / RECORD).write_text("{not json")
