@@ -186,7 +186,16 @@ def learner_actions(model: Any, actions: np.ndarray, space: Any) -> np.ndarray:
 
 
 class WarmupController:
-    """Decides, decision by decision, whether the conservative policy acts."""
+    """Decides, decision by decision, whether the conservative policy acts.
+
+    The conservative policy is driven as SB3's ``evaluate_policy`` drives a recurrent model
+    (``agents.base.StreamActor``, per env of a VecEnv): the state its ``predict`` returned is
+    handed to its next, and ``episode_start`` is True for an env whose episode began since the
+    conservative last acted there (its first observation, when it acts from the start), so a
+    policy that keeps its memory in `state` neither acts on every task as on an episode's
+    first nor carries one episode's memory into the next. ``WarmupCallback`` reports the ends
+    (``episodes_ended``). Ours return the state they are given (None), and act as before.
+    """
 
     def __init__(self, conservative: Any, config: WarmupConfig, action_space: Any = None) -> None:
         self.conservative = conservative
@@ -198,6 +207,8 @@ class WarmupController:
         self.conservative_ratios: deque[float] = deque(maxlen=max(config.guard_window, 1))
         self.last_conservative = False
         self.guard_trips = 0
+        self.conservative_state: Any = None
+        self.starting: np.ndarray | None = None   # per env; None: every env starts anew
 
     def state(self) -> dict[str, Any]:
         """What a resumed run carries on from (``restore``): the guard's trip count, whose
@@ -247,11 +258,28 @@ class WarmupController:
         return self.last_conservative
 
     def actions(self, obs: np.ndarray) -> np.ndarray:
-        action, _ = self.conservative.predict(obs, deterministic=True)
+        """The conservative policy's env actions for the batch `obs`, one row per env."""
+        n_envs = len(np.atleast_2d(obs))
+        if self.starting is None or len(self.starting) != n_envs:
+            self.starting = np.ones(n_envs, dtype=bool)
+        action, self.conservative_state = self.conservative.predict(
+            obs, state=self.conservative_state, episode_start=self.starting.copy(),
+            deterministic=True)
+        self.starting[:] = False
         action = np.asarray(action)
         if isinstance(self.action_space, spaces.Box):
             return as_env_actions(action, self.action_space).reshape(len(np.atleast_2d(obs)), -1)
         return action
+
+    def episodes_ended(self, dones: Any = None) -> None:
+        """The envs whose episode ended at the last step (`dones`, one per env; None: every
+        env's, as a learn() that resets the env): the conservative's next observation there is
+        a new episode's."""
+        ended = None if dones is None else np.asarray(dones, dtype=bool).reshape(-1)
+        if ended is None or self.starting is None or len(ended) != len(self.starting):
+            self.starting = None
+        else:
+            self.starting |= ended
 
     def record(self, ratio: float) -> None:
         """The outcome of the last decision: its latency over the static reference's."""
@@ -290,7 +318,14 @@ class WarmupCallback(BaseCallback):
         self._acting_count = 0      # of True in `acting`, kept as it slides: no sum per step
         self._warned = False
 
+    def _on_training_start(self) -> None:
+        # learn() resets the env unless asked to go on (a resume's own process starts anew)
+        if self.locals.get("reset_num_timesteps", True):
+            self.controller.episodes_ended(None)
+
     def _on_step(self) -> bool:
+        if self.locals.get("dones") is not None:
+            self.controller.episodes_ended(self.locals["dones"])
         for info in self.locals.get("infos", []):
             latency = info.get("latency")
             static = info.get("static_latency")

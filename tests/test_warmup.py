@@ -1068,3 +1068,72 @@ def test_a_trpo_sub_sampling_is_checked_against_the_rollout_each_warm_up_trains_
     with pytest.raises(ConfigError, match=r"\(64 x 1 = 64\), got 64:"):
         plan(config(64, "none"))
     assert not (tmp_path / "runs").exists()
+
+
+class _StepCounter:
+    """A stateful conservative policy of one observation (a user's, as ``OneAtATime`` serves
+    it to a VecEnv): its state counts the steps since its episode started, and it places every
+    stage on device count % 3. It records each episode_start it is handed."""
+
+    def __init__(self) -> None:
+        self.starts: list[bool] = []
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        self.starts.append(bool(episode_start))
+        count = 0 if state is None or bool(episode_start) else state
+        return np.full(3, count % 3), count + 1
+
+
+def test_the_conservative_policy_gets_its_state_back_and_each_envs_episode_starts():
+    """The controller hands the conservative's predict the state it returned and, per env,
+    episode_start True where the env's episode began since the conservative last acted there.
+    The state survives the learner's turns; an episode that ended meanwhile starts anew."""
+    from agents.imported import OneAtATime
+
+    counter = _StepCounter()
+    ctl = WarmupController(OneAtATime(counter), WarmupConfig(
+        conservative="all-gpu", steps=2, clone=False, guard=False))
+    obs = np.zeros((2, 4), dtype=np.float32)
+    assert ctl.actions(obs)[:, 0].tolist() == [0, 0]      # both episodes' first
+    ctl.episodes_ended([False, False])
+    assert ctl.actions(obs)[:, 0].tolist() == [1, 1]
+    ctl.episodes_ended([False, True])                      # the learner acts twice: env 1 ends
+    ctl.episodes_ended([False, False])
+    assert ctl.actions(obs)[:, 0].tolist() == [2, 0]
+    ctl.episodes_ended(None)                               # a learn() that resets the env
+    assert ctl.actions(obs)[:, 0].tolist() == [0, 0]
+    assert counter.starts == [True, True, False, False, False, True, True, True]
+
+
+@pytest.mark.parametrize("agent_name", ["ppo", "dqn"])
+def test_a_stateful_conservative_policy_acts_along_each_envs_episodes_in_training(
+        agent_name: str):
+    """In training (PPO's forward, DQN's exploration steps) on two envs whose episodes last
+    3 and 5 tasks, the conservative's j-th placement of an episode is its count j % 3: it was
+    handed back its state and a start on each episode's first task. Without them it placed
+    every task as an episode's first, on device 0."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.imported import OneAtATime
+    from agents.sb3_factory import wrap_for
+
+    envs = [_env(tasks=3), _env(tasks=5)]
+    vec = DummyVecEnv([lambda e=e: wrap_for(agent_name, e) for e in envs])
+    overrides = {"n_steps": 8, "batch_size": 16} if agent_name == "ppo" else {"learning_starts": 0}
+    agent = make_sb3(agent_name, envs[0], seed=0, vec_env=vec, overrides=overrides,
+                     warmup=WarmupConfig(conservative="all-gpu", steps=100, clone=False,
+                                         guard=False))
+    agent.warmup.conservative = OneAtATime(_StepCounter())
+    placed: list[list[tuple[int, ...]]] = []
+
+    class _Record(BaseCallback):
+        def _on_step(self) -> bool:
+            placed.append([tuple(info["placement"]) for info in self.locals["infos"]])
+            return True
+
+    agent.learn(16, callback=_Record())
+    names = envs[0].unwrapped.device_names
+    for env, length in enumerate((3, 5)):
+        devices = [names.index(step[env][0]) for step in placed[:8]]
+        assert devices == [j % length % 3 for j in range(8)], (env, devices)
