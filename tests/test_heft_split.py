@@ -399,3 +399,89 @@ def test_a_many_device_plan_is_whole_valid_shares_from_polynomially_many_subsets
             np.testing.assert_allclose(obs[previous_entries(devices)].reshape(3, devices), f,
                                        atol=1e-6)
     assert widest > 3
+
+
+# Constructed stages (c_d + a_d, b_d, batch; times on a grid of quarter seconds, so that the
+# shares and finishes are exact) whose best plan one part of the search alone reaches, and the
+# plan's devices. Each was kept where, with that part taken out, the search ends on a later
+# plan; `far` devices (queued 100 s) then bring the stage above ``exhaustive_devices``.
+SEARCH_PARTS = {
+    # Device 3 alone (1.75 s) leads neither order (0 does); without the single devices the
+    # search ends on (0, 2), 1.875 s, two moves from it, where no one move finishes earlier.
+    "single-device": ([0.0, 1.5, 0.25, 1.25], [3.75, 1.25, 3.25, 0.5], 4, [3]),
+    # Before the moves nothing beats device 0 alone (2 s); adding 3 to it gives 3 one
+    # sequence of 8 and finishes at 1.96875 s.
+    "move-in": ([1.75, 0.5, 0.25, 1.0], [0.25, 4.25, 7.75, 6.0], 8, [0, 3]),
+    # The prefixes' earliest is (0, 2, 3), 1.171875 s: dropping 3 gives 1.125 s.
+    "move-out": ([0.5, 0.25, 1.0, 0.0], [1.0, 7.75, 0.25, 6.25], 16, [0, 2]),
+    # The prefixes' earliest is (0, 1), 1.96875 s; 3 in for 0 gives 1.84375 s, and neither
+    # adding 3 (its share under MIN_SHARE) nor dropping a device finishes earlier.
+    "swap": ([0.0, 0.5, 0.25, 1.75], [5.25, 2.0, 7.5, 0.25], 8, [1, 3]),
+    # From the prefixes' earliest, (0, 1, 4, 5) at 1.45 s, the moves drop 5 (as early, on
+    # fewer devices), then 4 (1.4 s): no single move reaches the plan.
+    "second-move": ([1.25, 1.0, 0.25, 0.75, 0.75, 0.5], [0.25, 1.0, 6.75, 7.0, 3.5, 3.25], 10,
+                    [0, 1]),
+    # The t_d + q b_d order is 1, 3, 2, 0: the plan is its whole prefix with 1 out.
+    "prefix-one-out": ([1.5, 0.0, 1.75, 1.75], [4.5, 6.5, 2.25, 1.0], 8, [0, 2, 3]),
+    # The t_d + q b_d order begins 3, 2: (2, 3) with 6 in (1.4375 s) is the earliest before the
+    # moves, and a swap of 2 for 0 gives 1.4 s; without it the earliest is (0, 2, 3, 4), as
+    # late, from which no move finishes earlier.
+    "prefix-one-in": ([0.25, 1.75, 0.25, 0.0, 1.0, 1.25, 1.25],
+                      [6.75, 7.0, 4.75, 2.5, 4.5, 6.25, 0.5], 20, [0, 3, 6]),
+}
+
+
+def constructed_stage(start: list[float], slope: list[float], far: int
+                      ) -> tuple[list[int], dict[int, float], dict[int, float]]:
+    """`start` and `slope` per device, then `far` devices queued 100 s (1 s a stage)."""
+    devices = list(range(len(start) + far))
+    return (devices, dict(enumerate([*start, *[100.0] * far])),
+            dict(enumerate([*slope, *[1.0] * far])))
+
+
+@pytest.mark.parametrize("part", SEARCH_PARTS)
+def test_a_plan_that_one_part_of_the_search_alone_reaches_is_every_subsets(part: str) -> None:
+    """The random stages above tell the t_d + q b_d prefixes apart, and passed a search
+    without any one of the other parts; each of these constructed stages needs one of them
+    (the single devices, a move in, out or swapping, the moves going on past the first, a
+    prefix with one device out or one more in): the search plans as every subset does, on
+    the plan's devices, each share whole sequences of the batch."""
+    start, slope, batch, plan = SEARCH_PARTS[part]
+    devices, start_cost, slopes = constructed_stage(start, slope, far=9 - len(start))
+    assert len(devices) > HeftSplitPolicy.exhaustive_devices
+    searched = HeftSplitPolicy._searched(devices, start_cost, slopes, batch)
+    assert searched == HeftSplitPolicy._every_subset(devices, start_cost, slopes, batch)
+    assert sorted(searched[1]) == plan
+    assert all(float(f * batch).is_integer() for f in searched[1].values())
+
+
+def test_a_plan_only_water_fillings_prefixes_reach_is_every_subsets() -> None:
+    """Eleven devices and 8 sequences: the plan gives one sequence to each of 7 devices and
+    two to device 8 (1.5625 s). It is reached from the prefix of water-filling's order (t_d)
+    of 7, then a swap of 6 for 1 that finishes as early and comes first in device order; the
+    prefixes of the t_d + q b_d order, one device in or out, and the moves from them end at
+    (0, 1), 1.6875 s."""
+    devices, start_cost, slope = constructed_stage(
+        [1.5, 1.25, 0.75, 1.25, 0.5, 0.75, 0.0, 0.25, 0.5, 1.25, 0.75],
+        [0.25, 1.75, 6.5, 5.75, 7.25, 4.75, 6.75, 7.0, 3.5, 5.25, 6.0], far=0)
+    searched = HeftSplitPolicy._searched(devices, start_cost, slope, 8)
+    assert searched == HeftSplitPolicy._every_subset(devices, start_cost, slope, 8)
+    assert sorted(searched[1]) == [1, 2, 4, 5, 7, 8, 10] and searched[1][8] == 0.25
+    assert searched[0] == 1.5625
+
+
+@pytest.mark.parametrize(("start", "slope", "plan"), [
+    # device 2 alone and each pair of 0, 1 and 2 finish at 0.5 s: the fewest devices win
+    ([0.0, 0.0, 0.0], [1.0, 1.0, 0.5], {2: 1.0}),
+    # every pair of 0 to 3 finishes at 0.5 s: the first in device order wins, not (2, 3),
+    # the first priced (it leads water-filling's order)
+    ([0.25, 0.25, 0.0, 0.0], [0.5, 0.5, 1.0, 1.0], {0: 0.5, 1: 0.5}),
+], ids=["fewest-devices", "device-order"])
+def test_of_plans_finishing_together_the_search_keeps_every_subsets(
+        start: list[float], slope: list[float], plan: dict[int, float]) -> None:
+    """Two sequences on nine devices (those not listed queued 100 s): plans finish at exactly
+    0.5 s, and the search breaks the tie as every subset does, by size, then device order."""
+    devices, start_cost, slopes = constructed_stage(start, slope, far=9 - len(start))
+    searched = HeftSplitPolicy._searched(devices, start_cost, slopes, 2)
+    assert searched == HeftSplitPolicy._every_subset(devices, start_cost, slopes, 2)
+    assert searched == (0.5, plan)
