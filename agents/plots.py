@@ -2,8 +2,9 @@
 
 * ``latency_cdf``: empirical CDF of per-task latency, one line per agent, a panel per scenario;
 * ``learning_curves``: TensorBoard scalars against the step, a panel per curve (the training
-  stream's ``latency/vs_static``, the held-out ``eval/vs_best_static``), one line per run,
-  read from the runs' event files with tensorboard's EventAccumulator;
+  stream's ``latency/vs_static``, the held-out ``eval/vs_best_static`` and, for runs on
+  several scenarios, ``eval/mix_vs_best_static``), one line per run, read from the runs'
+  event files with tensorboard's EventAccumulator;
 * ``stabilization``: online per-sample latency from sample 0 (rolling mean), mean and a
   95% band over seeds per agent, and a vertical line at sample 200 where the runs reach it.
 """
@@ -143,6 +144,9 @@ def latency_cdf(latencies: Mapping[str, Mapping[str, np.ndarray]], target: str |
 CURVE_PANELS = (
     ("latency/vs_static", "training stream: latency / best-static's", None),
     ("eval/vs_best_static", "held-out episode (eval/): mean latency / best-static's", 1),
+    # a run on several scenarios: the panel above is its first scenario's
+    ("eval/mix_vs_best_static", "held-out episodes of a mix's scenarios (eval/): mean of their "
+                                "ratios", 1),
 )
 
 

@@ -556,6 +556,15 @@ def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path,
     drawn.clear()
     plots.learning_curves(runs[1:], tmp_path / "one.png")
     assert seen() == [("latency/vs_static", ["b", "best static"])]
+    # a run on several scenarios: its eval/ panel is its first's, the mix's mean a third
+    write_scalars(tmp_path / "mixed", "latency/vs_static", {0: 1.4, 10: 1.3})
+    write_scalars(tmp_path / "mixed", "eval/vs_best_static", {0: 1.1, 10: 1.0})
+    write_scalars(tmp_path / "mixed", "eval/mix_vs_best_static", {0: 0.9, 10: 0.8})
+    drawn.clear()
+    plots.learning_curves([*runs, ("mixed", tmp_path / "mixed")], tmp_path / "three.png")
+    assert seen() == [("latency/vs_static", ["a", "b", "best static", "mixed"]),
+                      ("eval/vs_best_static", ["a", "best static", "mixed"]),
+                      ("eval/mix_vs_best_static", ["best static", "mixed"])]
 
 
 def test_the_held_out_panel_is_drawn_raw_and_the_training_panel_always(tmp_path: Path,
