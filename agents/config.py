@@ -72,11 +72,11 @@ class TrainConfig:
     """What `python train.py` trains (each agent x warm-up spec x seed is one run)."""
 
     agents: list[str] = field(default_factory=lambda: ["ppo"], metadata=_help(
-        "SB3 agents to train: ppo, a2c, trpo (both envs), dqn, maskable-ppo "
+        "SB3 agents to train: ppo, a2c, trpo, recurrent-ppo (both envs), dqn, maskable-ppo "
         "(InferenceAlloc-v0 only), sac (InferenceAllocSplit-v0 only)"))
     warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
         "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
-        "(guard only with conservative)"))
+        "(guard only with conservative; recurrent-ppo takes none alone)"))
     conservative: str = field(default="heft-calibrated", metadata=_help(
         "conservative policy of the warm-up (e.g. best-static, heft-calibrated); ignored by "
         "--warmup none runs, its name checked all the same"))
@@ -133,8 +133,8 @@ class TrainConfig:
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
         "the devices/ means and warmup/conservative_acting"))
     log_interval: int | None = field(default=None, metadata=_help(
-        "rollouts (ppo, a2c, maskable-ppo, trpo) or episodes (dqn, sac) between writes of the "
-        "TensorBoard scalars other than latency/per_sample and eval/ (default: SB3's: 1 "
+        "rollouts (ppo, a2c, maskable-ppo, trpo, recurrent-ppo) or episodes (dqn, sac) between "
+        "writes of the TensorBoard scalars other than latency/per_sample and eval/ (default: SB3's: 1 "
         "rollout, 100 for a2c, 4 episodes; PPO's 16-step rollouts write ~90 KB a thousand "
         "steps)"))
     per_sample_interval: int = field(default=1, metadata=_help(
@@ -297,7 +297,7 @@ class EvalConfig:
         "normalised | latency (static is priced in every run's state whichever it is)"))
     online_agents: list[str] | None = field(default=None, metadata=_help(
         "agents of the online experiment, in its tables' order: learners ppo, ppo-warm, dqn, "
-        "dqn-warm, trpo, trpo-warm; fixed best-static, heft-calibrated, oracle; yours as "
+        "dqn-warm, trpo, trpo-warm, recurrent-ppo; fixed best-static, heft-calibrated, oracle; yours as "
         "<module>:<attribute>, a learner where it builds an SB3 model (default: ppo "
         "ppo-warm dqn dqn-warm best-static heft-calibrated oracle with --online, ppo ppo-warm "
         "best-static oracle in the default evaluation)"))

@@ -262,7 +262,8 @@ class OnlineStudy:
 
 ONLINE_LEARNERS = {"ppo": ("ppo", None), "ppo-warm": ("ppo", "all"),
                    "dqn": ("dqn", None), "dqn-warm": ("dqn", "all"),
-                   "trpo": ("trpo", None), "trpo-warm": ("trpo", "all")}
+                   "trpo": ("trpo", None), "trpo-warm": ("trpo", "all"),
+                   "recurrent-ppo": ("recurrent-ppo", None)}     # cold only (warmup.COLD_ONLY)
 ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
 
 
@@ -272,10 +273,10 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                  ) -> OnlineStudy:
     """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
 
-    Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``; the
-    evaluate.py study runs ``reporting.FULL_ONLINE``'s) are fresh agents (training seed =
-    the stream's seed, so a stream studied alone gets the learner it gets among others) that
-    learn as they go; ``best-static`` and ``oracle`` are the references, run once per stream
+    Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``,
+    ``recurrent-ppo``; the evaluate.py study runs ``reporting.FULL_ONLINE``'s) are fresh
+    agents (training seed = the stream's seed, so a stream studied alone gets the learner it
+    gets among others) that learn as they go; ``best-static`` and ``oracle`` are the references, run once per stream
     and shared by every agent's result; ``heft-calibrated`` runs as a fixed policy. A
     ``<module>:<attribute>`` is an agent of yours, a learner or a fixed policy
     (``agents.own_online_agents``), checked before anything runs. Any other name is a

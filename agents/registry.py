@@ -17,10 +17,11 @@ Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
   ``threshold=``, default 16), e.g. ``gated-heft-calibrated``;
 * ``<module>:<attribute>``: a policy of your own, imported (``agents.imported``), e.g.
   ``mine:ShortestQueue``;
-* ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``, ``sac``, ``trpo``: Stable-Baselines3 (and
-  sb3-contrib) agents, built by ``agents.sb3_factory.make_sb3`` (imported only when asked
-  for); ``dqn`` and ``maskable-ppo`` act in ``InferenceAlloc-v0`` only, ``sac`` in
-  ``InferenceAllocSplit-v0`` only.
+* ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``, ``sac``, ``trpo``, ``recurrent-ppo``:
+  Stable-Baselines3 (and sb3-contrib) agents, built by ``agents.sb3_factory.make_sb3``
+  (imported only when asked for); ``dqn`` and ``maskable-ppo`` act in ``InferenceAlloc-v0``
+  only, ``sac`` in ``InferenceAllocSplit-v0`` only; ``recurrent-ppo`` (an LSTM policy) takes
+  no warm-up.
 
 ``load_policy`` rebuilds a policy from a zip written by ``Policy.save`` or, for an
 SB3 model zip, hands over to ``agents.sb3_factory.load_sb3``.
@@ -56,7 +57,8 @@ POLICY_NAMES: tuple[str, ...] = (
     "oracle",
 )
 SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
-SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo", "sac", "trpo")
+SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo", "sac", "trpo",
+                               "recurrent-ppo")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
                                   "gated-<name>", IMPORT_PATTERN)
 _SB3_MODULE = "agents.sb3_factory"

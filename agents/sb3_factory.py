@@ -9,7 +9,11 @@ DQN needs a ``Discrete`` action space, so its env is wrapped to flatten
 ``MultiDiscrete([D, D, D])`` into ``Discrete(D**3)``; the returned ``SB3Agent`` maps actions back, so every agent answers ``predict``
 with the env's own actions. DQN and MaskablePPO act in ``InferenceAlloc-v0`` only,
 SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``sb3_hyperparams.ONLY_ENV``);
-PPO, A2C and sb3-contrib's TRPO in both.
+PPO, A2C and sb3-contrib's TRPO and RecurrentPPO in both. RecurrentPPO's policy
+(``MlpLstmPolicy``) keeps an LSTM state between decisions, which ``predict`` takes and returns
+as SB3's ``state``: a caller hands it back with ``episode_start`` (``agents.base.StreamActor``),
+or the policy acts on every task as on an episode's first. It takes no warm-up
+(``warmup.COLD_ONLY``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from agents.warmup import (
     WarmupConfig,
     WarmupController,
     attach_warmup,
+    check_warmup_fits,
     warm_policy_class,
 )
 from envs import ENV_IDS
@@ -215,6 +220,8 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     warm-up and ``predict`` use. `metrics_window`: the tasks behind the warm-up's
     ``warmup/conservative_acting`` share (train.py's ``--metrics-window``).
     """
+    if warmup is not None:
+        check_warmup_fits(name, warmup)
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     hyperparams = hyperparams_with(name, env_id_of(env), overrides,
                                    warm_start=starts_warm(warmup))
@@ -251,9 +258,9 @@ def saved_data(path: Path) -> dict[str, Any]:
 def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
     """The algorithm of a zip SB3 saved itself (no ``infer_agent``), from what SB3 records.
 
-    The policy class's module tells DQN, SAC and MaskablePPO apart; PPO, A2C and TRPO share
-    ActorCriticPolicy (sb3-contrib's TRPO policies are SB3's), and only PPO saves a clip range,
-    only TRPO the conjugate-gradient steps of its update.
+    The policy class's module tells DQN, SAC, MaskablePPO and RecurrentPPO apart; PPO, A2C and
+    TRPO share ActorCriticPolicy (sb3-contrib's TRPO policies are SB3's), and only PPO saves a
+    clip range, only TRPO the conjugate-gradient steps of its update.
     """
     policy = data.get("policy_class")
     module = policy.get("__module__") if isinstance(policy, dict) else None
@@ -261,6 +268,8 @@ def _algorithm_of_plain_zip(data: dict[str, Any]) -> str | None:
         return None
     if module.startswith("sb3_contrib.common.maskable"):
         return "maskable-ppo"
+    if module.startswith("sb3_contrib.common.recurrent"):
+        return "recurrent-ppo"
     if module.startswith("stable_baselines3.dqn"):
         return "dqn"
     if module.startswith("stable_baselines3.sac"):
@@ -290,8 +299,9 @@ def _model_info(p: Path, data: dict[str, Any]) -> tuple[str, str]:
         if name is None:
             raise ValueError(f"model file {p} does not say which agent it holds: it has no "
                              f"infer_agent entry, and its policy is not one of SB3's PPO, A2C, "
-                             f"DQN, SAC or sb3-contrib's MaskablePPO or TRPO (save models with "
-                             f"SB3Agent.save or train them with {program('train')})")
+                             f"DQN, SAC or sb3-contrib's MaskablePPO, TRPO or RecurrentPPO "
+                             f"(save models with SB3Agent.save or train them with "
+                             f"{program('train')})")
     if not isinstance(name, str) or name not in ALGORITHMS:   # a list or dict is unhashable
         raise ValueError(f"model file {p} does not say which agent it holds (infer_agent={name!r})")
     space = data.get("action_space")

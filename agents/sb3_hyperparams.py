@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from sb3_contrib import TRPO, MaskablePPO
+from sb3_contrib import TRPO, MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
@@ -32,7 +32,7 @@ from inference.yamlio import describe_yaml_error, load_yaml_file, path_version, 
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
                                               "maskable-ppo": MaskablePPO, "sac": SAC,
-                                              "trpo": TRPO}
+                                              "trpo": TRPO, "recurrent-ppo": RecurrentPPO}
 # The agents whose action space is one env's only: DQN and MaskablePPO take discrete actions
 # (InferenceAlloc-v0's device ids), SAC a Box (InferenceAllocSplit-v0's split weights).
 ONLY_ENV = {"dqn": ENV_IDS[0], "maskable-ppo": ENV_IDS[0], "sac": ENV_IDS[1]}
@@ -240,7 +240,7 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             _check_policy_kwargs(name, value)
             continue
         if key == "policy":
-            _check_policy(value)
+            _check_policy(name, value)
             continue
         ref = expected.get(key)
         if ref is None and key in NUMBERS_WHEN_SET:
@@ -328,13 +328,19 @@ def _check_train_freq(value: Any) -> None:
                          f"got {shown(value)}")
 
 
-def _check_policy(value: Any) -> None:
-    """MlpPolicy, the one SB3 policy our observation fits: CnnPolicy wants images and
-    MultiInputPolicy a dict observation (SB3 fails on either with its image advice or an
-    AttributeError), and a warm-up run swaps in its own MlpPolicy subclass."""
-    if value != "MlpPolicy":
-        raise ValueError(f"hyper-parameter policy must be MlpPolicy: the observation is one "
-                         f"flat vector of numbers (a Box), got {shown(value)}")
+# The one SB3 policy of each agent that our observation fits (MlpPolicy where not named).
+POLICIES = {"recurrent-ppo": "MlpLstmPolicy"}
+
+
+def _check_policy(name: str, value: Any) -> None:
+    """The agent's MLP policy (``POLICIES``): MlpPolicy, or RecurrentPPO's MlpLstmPolicy (an
+    LSTM over the observations, then MLPs). CnnPolicy wants images and MultiInputPolicy a dict
+    observation (SB3 fails on either with its image advice or an AttributeError), and a
+    warm-up run swaps in its own MlpPolicy subclass."""
+    policy = POLICIES.get(name, "MlpPolicy")
+    if value != policy:
+        raise ValueError(f"hyper-parameter policy must be {policy} for {name}: the observation "
+                         f"is one flat vector of numbers (a Box), got {shown(value)}")
 
 
 # A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,

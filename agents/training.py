@@ -137,7 +137,13 @@ from agents.sb3_hyperparams import check_sub_sampling, hyperparams_with, load_hy
 from agents.static import unwrap_env
 from agents.user_callbacks import UserCallbacks, check_callbacks
 from agents.vec_envs import close_venv, first_env, training_venv
-from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions, attach_warmup
+from agents.warmup import (
+    WARMUP_PARTS,
+    WarmupConfig,
+    as_env_actions,
+    attach_warmup,
+    check_warmup_fits,
+)
 from envs.reference import setting_key
 from envs.scenario import SCENARIO_DIR
 from envs.scenario_mix import MixRefused
@@ -290,6 +296,9 @@ def plan(config: TrainConfig) -> list[RunSpec]:
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     try:
+        for agent in dict.fromkeys(agents):     # before the env, a conservative or a run
+            for spec in specs:
+                check_warmup_fits(agent, spec)
         check_callbacks(config.callbacks)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

@@ -21,6 +21,8 @@ Three parts, each optional, composable with any SB3 agent:
    a ``relative`` or ``normalised`` reward: ``info["static_latency"]``), as train.py's
    and the online study's envs do; without it the guard compares raw latencies, which
    vary ~10x with the task sizes, and a warning says so.
+
+RecurrentPPO (``recurrent-ppo``) takes none of the three (``COLD_ONLY``).
 """
 
 from __future__ import annotations
@@ -450,6 +452,25 @@ class WarmSAC(_WarmSampleAction, SAC):
 
 # The off-policy agents whose algorithm class takes the warm-up (the others' policy class does).
 WARM_ALGORITHMS: dict[str, type[WarmDQN] | type[WarmSAC]] = {"dqn": WarmDQN, "sac": WarmSAC}
+
+
+# The learners no warm-up part fits, and why: train.py --warmup none alone.
+COLD_ONLY = {"recurrent-ppo": (
+    "its LSTM policy acts on an episode's observations in turn, with the hidden state of those "
+    "before, and its update replays whole sequences: behaviour cloning fits one observation "
+    "at a time with no such state, and the conservative phase (which the guard needs) swaps "
+    "the action in a policy forward() that recurrent-ppo's policy, taking and returning its "
+    "LSTM state, does not have")}
+
+
+def check_warmup_fits(agent: str, warmup: WarmupConfig | str | None) -> None:
+    """Refuse a warm-up (a ``WarmupConfig``, or train.py's ``--warmup`` spec) for an agent that
+    takes none (``COLD_ONLY``), with the one that works; None and ``"none"`` pass."""
+    if warmup is None or warmup == "none" or agent not in COLD_ONLY:
+        return
+    spec = f"--warmup {warmup}" if isinstance(warmup, str) else "a warm-up"
+    raise ValueError(f"{agent} takes no warm-up ({spec}): {COLD_ONLY[agent]}; train it cold, "
+                     f"with --warmup none")
 
 
 def warm_policy_class(agent: str) -> type:

@@ -140,7 +140,7 @@ def test_maskable_ppo_trains_and_respects_masks(tmp_path: Path) -> None:
     # saved by SB3 itself with a policy none of ours is: the learners it may be listed
     (b'{"policy_class": {"__module__": "mine.policies"}}', "does not say which agent it holds: "
      "it has no infer_agent entry, and its policy is not one of SB3's PPO, A2C, DQN, SAC or "
-     "sb3-contrib's MaskablePPO or TRPO"),
+     "sb3-contrib's MaskablePPO, TRPO or RecurrentPPO"),
 ])
 def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
         tmp_path: Path, data: bytes | None, match: str) -> None:
@@ -155,23 +155,27 @@ def test_a_corrupt_model_zip_is_a_value_error_naming_the_file(
     ("PPO", V0, "ppo"), ("A2C", SPLIT, "a2c"), ("DQN", V0, "dqn"), ("MaskablePPO", V0, "maskable-ppo"),
     # TRPO's policy is SB3's ActorCriticPolicy, as PPO's and A2C's: told apart by its settings
     ("TRPO", V0, "trpo"), ("TRPO", SPLIT, "trpo"),
+    # RecurrentPPO's LSTM policy is sb3-contrib's own class, told by its module
+    ("RecurrentPPO", V0, "recurrent-ppo"), ("RecurrentPPO", SPLIT, "recurrent-ppo"),
 ])
 def test_a_zip_saved_by_sb3_itself_is_recognised_and_evaluated(
         tmp_path: Path, algo: str, env_id: str, name: str) -> None:
     """A model saved with SB3's own save() has no infer_agent: its algorithm and env come
     from the policy class and action space SB3 records (evaluate.py --models used to refuse it,
     and ran a Split model on InferenceAlloc-v0)."""
-    from sb3_contrib import TRPO
+    from sb3_contrib import TRPO, RecurrentPPO
     from stable_baselines3 import A2C, DQN
 
     from agents.config import EvalConfig
     from agents.reporting import discover_models
     from agents.sb3_factory import FlatDiscreteActions, saved_model_info
 
-    classes = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "MaskablePPO": MaskablePPO, "TRPO": TRPO}
+    classes = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "MaskablePPO": MaskablePPO, "TRPO": TRPO,
+               "RecurrentPPO": RecurrentPPO}
     env = make(env_id)
     sb3_env = FlatDiscreteActions(env) if algo == "DQN" else env
-    classes[algo]("MlpPolicy", sb3_env, device="cpu", seed=0).save(tmp_path / "plain.zip")
+    policy = "MlpLstmPolicy" if algo == "RecurrentPPO" else "MlpPolicy"
+    classes[algo](policy, sb3_env, device="cpu", seed=0).save(tmp_path / "plain.zip")
     assert saved_model_info(tmp_path / "plain.zip") == (name, env_id)
     [entry], _ = discover_models(EvalConfig(models=[str(tmp_path / "plain.zip")]))
     assert entry.env_id == env_id

@@ -448,7 +448,8 @@ def test_each_learner_of_the_study_is_its_algorithm_cold_or_warm(monkeypatch):
     assert warm.steps and warm.clone_samples     # the whole warm-up: acting and cloning
     assert dict(zip(ONLINE_LEARNERS, built.values(), strict=True)) == {
         "ppo": ("ppo", None), "ppo-warm": ("ppo", warm), "dqn": ("dqn", None),
-        "dqn-warm": ("dqn", warm), "trpo": ("trpo", None), "trpo-warm": ("trpo", warm)}
+        "dqn-warm": ("dqn", warm), "trpo": ("trpo", None), "trpo-warm": ("trpo", warm),
+        "recurrent-ppo": ("recurrent-ppo", None)}
 
 
 def test_the_studys_learners_learn_on_the_reward_asked_for_with_static_priced_every_step(

@@ -124,13 +124,15 @@ def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
     from envs import ENV_IDS
 
     a2c_every, discrete_steps, split_steps, off_policy_every = _quoted(
-        r"PPO, MaskablePPO and TRPO every rollout, A2C every (\d+) rollouts \(([\d,]+) steps on "
+        r"PPO, MaskablePPO, TRPO and RecurrentPPO every rollout, A2C every (\d+) rollouts "
+        r"\(([\d,]+) steps on "
         r"`InferenceAlloc-v0`, ([\d,]+) on the Split env\), DQN and SAC every (\d+) episodes")
 
     def interval(agent: str) -> int:
         return inspect.signature(ALGORITHMS[agent].learn).parameters["log_interval"].default
 
     assert interval("ppo") == interval("maskable-ppo") == interval("trpo") == 1
+    assert interval("recurrent-ppo") == 1
     assert interval("a2c") == int(a2c_every)
     for env_id, steps in zip(ENV_IDS, (discrete_steps, split_steps), strict=True):
         n_steps = load_hyperparams("a2c", env_id, False)["n_steps"]
