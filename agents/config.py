@@ -76,7 +76,7 @@ class TrainConfig:
         "(InferenceAlloc-v0 only), sac (InferenceAllocSplit-v0 only)"))
     warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
         "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
-        "(guard only with conservative; recurrent-ppo takes none alone)"))
+        "(guard only with conservative; recurrent-ppo trains its none run alone)"))
     conservative: str = field(default="heft-calibrated", metadata=_help(
         "conservative policy of the warm-up (e.g. best-static, heft-calibrated); ignored by "
         "--warmup none runs, its name checked all the same"))

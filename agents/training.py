@@ -138,6 +138,7 @@ from agents.static import unwrap_env
 from agents.user_callbacks import UserCallbacks, check_callbacks
 from agents.vec_envs import close_venv, first_env, training_venv
 from agents.warmup import (
+    COLD_ONLY,
     WARMUP_PARTS,
     WarmupConfig,
     as_env_actions,
@@ -286,8 +287,10 @@ def _mix_refusal(exc: MixRefused) -> str:
             f"(--hardware and --variant set them for all)")
 
 
-def plan(config: TrainConfig) -> list[RunSpec]:
-    """The runs to make, after checking every option that can be checked before training."""
+def plan(config: TrainConfig, note: Callable[[str], None] | None = None) -> list[RunSpec]:
+    """The runs to make, after checking every option that can be checked before training.
+    A learner no warm-up fits (``warmup.COLD_ONLY``) among agents that warm up trains its
+    cold runs alone, `note` told which were left out; one with no cold run is refused."""
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
@@ -296,9 +299,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     try:
-        for agent in dict.fromkeys(agents):     # before the env, a conservative or a run
-            for spec in specs:
-                check_warmup_fits(agent, spec)
+        skipped = _cold_only_skips(agents, specs)     # before the env, a conservative or a run
         check_callbacks(config.callbacks)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -337,9 +338,28 @@ def plan(config: TrainConfig) -> list[RunSpec]:
             where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
                      else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
             raise ConfigError(f"{where} for {agent}: {exc}") from None
+    for agent, warm in skipped.items():
+        if note is not None:
+            note(f"note: {agent} takes no warm-up: its runs with --warmup "
+                 f"{' '.join(warm)} are left out, its cold runs train")
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
-            for w in specs]
+            for w in specs if w not in skipped.get(a, ())]
+
+
+def _cold_only_skips(agents: list[str], specs: list[str]) -> dict[str, list[str]]:
+    """The warm-up specs each learner that takes none (``warmup.COLD_ONLY``) leaves out, where
+    it has a cold run to train (``--agents ppo recurrent-ppo`` on the default ``--warmup none
+    all``: ppo's two runs and recurrent-ppo's cold one); without one, a ValueError saying why
+    and what to do."""
+    skipped = {}
+    for agent in dict.fromkeys(agents):
+        warm = [spec for spec in specs if spec != "none"]
+        if warm and agent in COLD_ONLY:
+            if "none" not in specs:
+                check_warmup_fits(agent, warm[0])
+            skipped[agent] = warm
+    return skipped
 
 
 def check_conservative(config: TrainConfig, policy: Any, env: Any,
@@ -925,7 +945,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
     config = _absolute_files(config)
     results: list[RunResult] = []
     failures: list[RunFailed | WriteFailed] = []
-    for spec in plan(config):
+    for spec in plan(config, note=report):
         try:
             results.append(train_run(config, spec))
         except (RunFailed, WriteFailed) as exc:

@@ -5,6 +5,7 @@ training."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from agents.evaluation import episode_latencies
 from agents.registry import load_policy
 from agents.sb3_factory import make_sb3, saved_model_info
 from agents.sb3_hyperparams import hyperparams_with
+from agents.training import RunSpec
 from agents.warmup import WarmupConfig
 
 V0, SPLIT = envs.ENV_IDS
@@ -139,7 +141,9 @@ def test_the_online_rollout_carries_the_lstm_state() -> None:
 def test_every_warm_up_is_refused_for_recurrent_ppo_with_what_to_do(parts: str) -> None:
     """The warm-up's cloning fits one observation at a time, and its conservative phase (and
     the guard it needs) replaces actions in a forward() the LSTM policy does not have: each
-    part is refused, by make_sb3 and by train.py's plan, saying to train it cold."""
+    part is refused, by make_sb3 and by train.py's plan where recurrent-ppo would have no cold
+    run, saying to train it cold. Beside a cold run, its warm ones are left out, with a note,
+    and the other agents keep theirs."""
     from agents.training import plan
 
     warmup = WarmupConfig.from_parts(parts, clone_samples=20, clone_epochs=1)
@@ -147,22 +151,33 @@ def test_every_warm_up_is_refused_for_recurrent_ppo_with_what_to_do(parts: str) 
         make_sb3("recurrent-ppo", _env(), seed=0, warmup=warmup)
     with pytest.raises(ConfigError, match=rf"recurrent-ppo takes no warm-up \(--warmup {parts}\)"
                                           r": its LSTM policy .*train it cold, with --warmup none"):
-        plan(TrainConfig(agents=["ppo", "recurrent-ppo"], warmup=["none", parts]))
-    # the other agents keep every warm-up, and recurrent-ppo trains cold
-    assert [s.label for s in plan(TrainConfig(agents=["ppo"], warmup=["none", parts]))][0] == "ppo"
-    assert [s.label for s in plan(TrainConfig(agents=["recurrent-ppo"], warmup=["none"]))] == [
-        "recurrent-ppo"]
+        plan(TrainConfig(agents=["ppo", "recurrent-ppo"], warmup=[parts]))
+    notes: list[str] = []
+    specs = plan(TrainConfig(agents=["ppo", "recurrent-ppo"], warmup=["none", parts],
+                             seeds=[0, 1]), note=notes.append)
+    warm = RunSpec("ppo", parts, 0).label
+    assert [(s.label, s.seed) for s in specs] == [
+        ("ppo", 0), (warm, 0), ("recurrent-ppo", 0), ("ppo", 1), (warm, 1), ("recurrent-ppo", 1)]
+    assert notes == [f"note: recurrent-ppo takes no warm-up: its runs with --warmup {parts} are "
+                     f"left out, its cold runs train"]
 
 
 def test_the_warm_up_is_refused_before_any_run_is_made(tmp_path: Path) -> None:
-    """train.py's default --warmup none all: refused before the cold run trains, so no run
-    folder of it is left behind."""
+    """train.py's default --warmup none all trains its cold run, saying that the warm one is
+    left out; --warmup all alone is refused before any run, so no run folder is left behind."""
     from agents.training import train
 
+    lines: list[str] = []
+    config = TrainConfig(agents=["recurrent-ppo"], timesteps=16, episode_tasks=20,
+                         hp=dict(SMALL), log_dir=str(tmp_path), checkpoint_interval=0,
+                         eval_tasks=0, eval_interval=0, progress_bar=False)
+    (result,) = train(config, report=lines.append)
+    assert result.spec.label == "recurrent-ppo" and result.steps == 16
+    assert lines[0] == ("note: recurrent-ppo takes no warm-up: its runs with --warmup all are "
+                        "left out, its cold runs train")
     with pytest.raises(ConfigError, match=r"--warmup all"):
-        train(TrainConfig(agents=["recurrent-ppo"], timesteps=16, log_dir=str(tmp_path),
-                          progress_bar=False), report=lambda line: None)
-    assert list(tmp_path.iterdir()) == []
+        train(dataclasses.replace(config, warmup=["all"]), report=lines.append)
+    assert list(tmp_path.iterdir()) == [result.run_dir]
 
 
 def test_its_policy_is_the_lstm_one_and_the_others_keep_mlppolicy() -> None:
