@@ -346,6 +346,12 @@ def _check_policy(name: str, value: Any) -> None:
 # A hidden layer's units: far beyond the 64 used here. Wider failed only when SB3 built the net,
 # with a torch traceback (1e12 units: "can't allocate memory").
 MAX_LAYER_WIDTH = 65_536
+# recurrent-ppo's LSTM (policy_kwargs lstm_hidden_size, n_lstm_layers; 64 units and one layer
+# here): a layer of h units holds about 8 h^2 weights, the actor's and the critic's LSTM each,
+# so 4,096 units (134M a layer) is far beyond; 100,000 units was a torch traceback ("can't
+# allocate memory") and 100,000 layers ran on without end as it built them, 8.5 units torch's
+# "failed to unpack the object" on a float.
+LSTM_LIMITS = {"lstm_hidden_size": 4_096, "n_lstm_layers": 8}
 
 
 def _check_policy_kwargs(name: str, value: Any) -> None:
@@ -354,7 +360,9 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     qf: [...]}``, both given; DQN takes the list only). SB3 checks neither: [-1, 64] or
     [1e18, 64] was a torch traceback once the net was built, and [0, 64] trained a net with a
     zero-width layer. Its activation_fn, given by name, is one of ``ACTIVATIONS``: checked here,
-    with the rest, so that a typo in a YAML file fails before the first run, not as it starts."""
+    with the rest, so that a typo in a YAML file fails before the first run, not as it starts.
+    recurrent-ppo's LSTM sizes, where given, lie in ``LSTM_LIMITS`` (another agent's policy
+    refuses them, keywords it does not take, as SB3 builds it)."""
     if value is None:
         return
     if not isinstance(value, dict):
@@ -364,6 +372,11 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     if isinstance(activation, str) and activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation_fn {shown(activation)}; known: "
                          f"{', '.join(ACTIVATIONS)}")
+    for key, top in LSTM_LIMITS.items() if name == "recurrent-ppo" else ():
+        size = value.get(key)
+        if key in value and not (is_integer(size) and 1 <= size <= top):
+            raise ValueError(f"hyper-parameter policy_kwargs.{key} must be an integer in "
+                             f"1..{top} for {name}, got {shown(size)}")
     arch = value.get("net_arch")
     if arch is None:
         return      # SB3's default net

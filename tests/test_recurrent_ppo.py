@@ -188,6 +188,32 @@ def test_its_policy_is_the_lstm_one_and_the_others_keep_mlppolicy() -> None:
         hyperparams_with("ppo", V0, {"policy": "MlpLstmPolicy"})
 
 
+@pytest.mark.parametrize(("kwargs", "refusal"), [
+    ({"lstm_hidden_size": 100_000}, "lstm_hidden_size must be an integer in 1..4096"),
+    ({"lstm_hidden_size": 8.5}, "lstm_hidden_size must be an integer in 1..4096"),
+    ({"lstm_hidden_size": True}, "lstm_hidden_size must be an integer in 1..4096"),
+    ({"lstm_hidden_size": 0}, "lstm_hidden_size must be an integer in 1..4096"),
+    ({"n_lstm_layers": 100_000}, "n_lstm_layers must be an integer in 1..8"),
+    ({"n_lstm_layers": "2"}, "n_lstm_layers must be an integer in 1..8"),
+])
+def test_its_lstm_sizes_are_checked_before_the_net_is_built(kwargs: dict[str, Any],
+                                                            refusal: str) -> None:
+    """The LSTM's sizes went to torch unchecked, as net_arch's widths no longer do: 100,000
+    units was a torch traceback ("can't allocate memory"), 100,000 layers ran on without end
+    building them, 8.5 units torch's "failed to unpack the object"."""
+    with pytest.raises(ValueError, match=f"policy_kwargs.{refusal} for recurrent-ppo"):
+        hyperparams_with("recurrent-ppo", V0, {"policy_kwargs": kwargs})
+
+
+def test_its_lstm_sizes_may_be_the_largest_the_error_names() -> None:
+    params = hyperparams_with("recurrent-ppo", V0, {"policy_kwargs": {
+        "lstm_hidden_size": 4096, "n_lstm_layers": 8}})
+    assert params["policy_kwargs"]["lstm_hidden_size"] == 4096
+    assert params["policy_kwargs"]["n_lstm_layers"] == 8
+    # another agent's policy takes no LSTM sizes: SB3 refuses the keyword, not a range of ours
+    hyperparams_with("ppo", V0, {"policy_kwargs": {"lstm_hidden_size": 100_000}})
+
+
 def test_a_recurrent_ppo_run_is_evaluated_and_resumed(tmp_path: Path) -> None:
     """train.py's run folder: evaluate.py finds it as recurrent-ppo and scores it beside the
     baselines, and --resume continues its model to the new total."""
