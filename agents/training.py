@@ -966,7 +966,10 @@ def train(config: TrainConfig, given: set[str] | None = None,
 
 def print_cause(failed: RunFailed | WriteFailed) -> None:
     """The traceback of what failed a run, for a bug; none where the file system refused a
-    write (a full disk): the run's message says why (ours name the file, ``WriteFailed``)."""
+    write (a full disk): the run's message says why (ours name the file, ``WriteFailed``).
+    A run's own ``WriteFailed`` names its file whatever refused it (a permission too)."""
+    if isinstance(failed, WriteFailed):
+        return
     cause = failed.__cause__
     if not isinstance(cause, WriteFailed) and not (isinstance(cause, OSError)
                                                    and cause.errno in REFUSED_WRITES):

@@ -1161,6 +1161,36 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
     assert "| ppo (seed 1) |" in captured.out and "| ppo (seed 0) |" not in captured.out
 
 
+def test_a_write_refused_before_a_runs_training_is_one_line_for_each_run(
+        monkeypatch, tmp_path: Path, capsys) -> None:
+    """A WriteFailed names its file and is no bug of ours, whatever the OSError behind it: one
+    refused for want of permission (the run folder's lock, here) escaped the plan in one line
+    before train() went on past a run's WriteFailed; since, each run printed the
+    PermissionError's traceback above its line."""
+    import contextlib
+    import errno
+
+    import agents.training as training
+    from agents.files import WriteFailed
+
+    @contextlib.contextmanager
+    def refused(run_dir, *args, **kwargs):
+        path = run_dir / ".train.lock"
+        try:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        except OSError as exc:
+            raise WriteFailed(f"cannot write {path}: {exc.strerror}") from exc
+        yield
+
+    monkeypatch.setattr(training, "holding", refused)
+    code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
+                                  "--log-dir", str(tmp_path / "runs"), *TINY])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err.count(": Permission denied; going on with the other runs") == 2
+    assert "train.py: error: 2 of 2 runs failed: cannot write " in err
+
+
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
     import errno
     import threading
