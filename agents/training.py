@@ -172,12 +172,17 @@ class RunFailed(RuntimeError):
     """Training failed after its run folder was made; the message says what was kept."""
 
 
-class RunsFailed(RuntimeError):
-    """Some of a plan's runs failed (`failures`, each a RunFailed, or a WriteFailed where one
-    finished training and then a write was refused, already reported as it happened); the
-    others went on and finished (`results`)."""
+class FinishedUnrecorded(WriteFailed):
+    """A write the file system refused after a run finished training: its model.zip is
+    complete, and the message says how to evaluate it."""
 
-    def __init__(self, failures: list[RunFailed | WriteFailed],
+
+class RunsFailed(RuntimeError):
+    """Some of a plan's runs failed (`failures`, each a RunFailed, or a FinishedUnrecorded
+    where one finished training and then a write was refused, already reported as it
+    happened); the others went on and finished (`results`)."""
+
+    def __init__(self, failures: list[RunFailed | FinishedUnrecorded],
                  results: list[RunResult]) -> None:
         super().__init__(f"{len(failures)} of {len(failures) + len(results)} runs failed: "
                          + "; ".join(str(f) for f in failures))
@@ -471,8 +476,14 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
         run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
                                          seeds=[spec.seed], resume=None,
                                          hp=dict(agent.hyperparams))
-        with _training(run_dir):
-            return _run(agent, run_dir, run_config, spec, first, fresh=True)
+        try:
+            with _training(run_dir):
+                return _run(agent, run_dir, run_config, spec, first, fresh=True)
+        except WriteFailed as exc:
+            if not isinstance(exc, FinishedUnrecorded):    # its lock, before training: the
+                with contextlib.suppress(OSError):        # folder just made is empty
+                    run_dir.rmdir()
+            raise
     finally:
         close_venv(venv)
 
@@ -699,11 +710,12 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
     return result
 
 
-def _finished_unrecorded(exc: OSError, run_dir: Path) -> WriteFailed:
+def _finished_unrecorded(exc: OSError, run_dir: Path) -> FinishedUnrecorded:
     """The error for `exc`, a write the file system refused (a full disk, writing final/ to
     the events file) after the run in `run_dir` finished training: its model.zip is complete,
     and the line says how to evaluate it."""
-    return WriteFailed(f"run {run_dir.name} finished training, then {_failure(exc, run_dir)}; "
+    return FinishedUnrecorded(f"run {run_dir.name} finished training, then "
+                              f"{_failure(exc, run_dir)}; "
                        f"its TensorBoard events may lack the last points, but its model.zip is "
                        f"complete: evaluate it with: {command('evaluate')} --models {run_dir}")
 
@@ -944,16 +956,17 @@ def train(config: TrainConfig, given: set[str] | None = None,
         return [result]
     config = _absolute_files(config)
     results: list[RunResult] = []
-    failures: list[RunFailed | WriteFailed] = []
+    failures: list[RunFailed | FinishedUnrecorded] = []
     for spec in plan(config, note=report):
         try:
             results.append(train_run(config, spec))
-        except (RunFailed, WriteFailed) as exc:
+        except (RunFailed, FinishedUnrecorded) as exc:
             # One run's crash (a NaN in its weights, say) is no reason to drop the seeds and
             # agents still to come: report it now, go on, and fail at the end. A write refused
             # after its training (its model.zip complete) went on to the end as well: the
             # finished runs' table and the runs to come were lost, where a write refused
-            # during training went on.
+            # during training went on. A WriteFailed before training (the run folder refused
+            # its lock file) ends the plan: every run would meet the same folder.
             print_cause(exc)
             print(f"error: {exc}; going on with the other runs", file=sys.stderr)
             failures.append(exc)

@@ -1161,12 +1161,13 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
     assert "| ppo (seed 1) |" in captured.out and "| ppo (seed 0) |" not in captured.out
 
 
-def test_a_write_refused_before_a_runs_training_is_one_line_for_each_run(
+def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
         monkeypatch, tmp_path: Path, capsys) -> None:
-    """A WriteFailed names its file and is no bug of ours, whatever the OSError behind it: one
-    refused for want of permission (the run folder's lock, here) escaped the plan in one line
-    before train() went on past a run's WriteFailed; since, each run printed the
-    PermissionError's traceback above its line."""
+    """A WriteFailed names its file and is no bug of ours, whatever the OSError behind it. One
+    refused before training (the run folder's lock, for want of permission) meets every run
+    alike: it ends the plan in one line, without the PermissionError's traceback, and leaves
+    no empty run folder (when train() went on past it, each run printed the traceback above
+    its line and left its folder)."""
     import contextlib
     import errno
 
@@ -1183,12 +1184,14 @@ def test_a_write_refused_before_a_runs_training_is_one_line_for_each_run(
         yield
 
     monkeypatch.setattr(training, "holding", refused)
+    runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
-                                  "--log-dir", str(tmp_path / "runs"), *TINY])
+                                  "--log-dir", str(runs), *TINY])
     err = capsys.readouterr().err
-    assert code == 1 and "Traceback" not in err
-    assert err.count(": Permission denied; going on with the other runs") == 2
-    assert "train.py: error: 2 of 2 runs failed: cannot write " in err
+    assert code == 1 and "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith(f"train.py: error: cannot write {runs}/InferenceAlloc-v0__ppo__0__")
+    assert err.endswith("/.train.lock: Permission denied\n")
+    assert list(runs.iterdir()) == []
 
 
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
