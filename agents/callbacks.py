@@ -249,10 +249,13 @@ class ScenarioEpisode:
 
 
 def scenario_tags(names: Sequence[str]) -> list[str]:
-    """A TensorBoard tag part per scenario: its name with anything but letters, digits, '.',
-    '-' and '_' as '_' (a YAML path's slashes would nest groups), numbered where two read
-    alike."""
-    slugs = [re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "scenario" for name in names]
+    """A TensorBoard tag part per scenario: its name, or a YAML file's name without its folder
+    and suffix (a run's config holds it as an absolute path, which differs between machines,
+    and its slashes would nest groups), with anything but letters, digits, '.', '-' and '_' as
+    '_'; numbered where two read alike."""
+    stems = [Path(name).stem if "/" in name or "\\" in name or name.endswith((".yaml", ".yml"))
+             else name for name in names]
+    slugs = [re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "scenario" for name in stems]
     return [f"{slug}-{i}" if slugs.count(slug) > 1 else slug for i, slug in enumerate(slugs)]
 
 

@@ -1018,13 +1018,14 @@ def test_a_mix_selection_keeps_the_best_mean_ratio_not_the_best_first_scenario(
 
 def test_a_mix_held_out_eval_writes_each_scenarios_curve_under_a_tag_it_can_have(
         log: _Logger) -> None:
-    """A scenario given as a YAML path gets a tag part without its slashes (which would nest
-    TensorBoard's groups); two that read alike are numbered; one scenario writes no
-    per-scenario tag."""
+    """A scenario given as a YAML path (absolute in a run's config, so machine-dependent, and
+    its slashes would nest TensorBoard's groups) gets its file's stem; two that read alike are
+    numbered; one scenario writes no per-scenario tag."""
     import agents.callbacks as callbacks
 
-    assert callbacks.scenario_tags(["article", "my runs/edge.yaml", "my_runs/edge.yaml"]) == [
-        "article", "my_runs_edge.yaml-1", "my_runs_edge.yaml-2"]
+    assert callbacks.scenario_tags(["article", "/home/me/my runs/edge.yaml", "b/edge.yml",
+                                    "my bursty.yaml"]) == [
+        "article", "edge-1", "edge-2", "my_bursty"]
     assert callbacks.scenario_tags(["/", "bursty"]) == ["scenario", "bursty"]
     held = callbacks.HeldOutEval(
         [callbacks.ScenarioEpisode("article", lambda: np.array([3.0]), 2.0),
@@ -1035,7 +1036,7 @@ def test_a_mix_held_out_eval_writes_each_scenarios_curve_under_a_tag_it_can_have
     assert {tag: value for tag, value, _ in log.scalars} == pytest.approx({
         "eval/latency_mean": 3.0, "eval/latency_p95": 3.0, "eval/vs_best_static": 1.5,
         "eval/article/latency_mean": 3.0, "eval/article/vs_best_static": 1.5,
-        "eval/tmp_x_edge.yaml/latency_mean": 2.0, "eval/tmp_x_edge.yaml/vs_best_static": 0.5,
+        "eval/edge/latency_mean": 2.0, "eval/edge/vs_best_static": 0.5,
         "eval/mix_vs_best_static": 1.0})
     assert held.last is not None and list(held.last[1]) == ["article", "/tmp/x/edge.yaml"]
     with pytest.raises(ValueError, match="HeldOutEval needs at least one episode"):
