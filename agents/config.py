@@ -133,9 +133,9 @@ class TrainConfig:
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
         "the devices/ means and warmup/conservative_acting"))
     log_interval: int | None = field(default=None, metadata=_help(
-        "rollouts (ppo, a2c, maskable-ppo, trpo, recurrent-ppo) or episodes (dqn, sac) between "
-        "writes of the TensorBoard scalars other than latency/per_sample and eval/ (default: SB3's: 1 "
-        "rollout, 100 for a2c, 4 episodes; PPO's 16-step rollouts write ~90 KB a thousand "
+        "rollouts (ppo, a2c, maskable-ppo, trpo, recurrent-ppo) or episodes (dqn, sac) "
+        "between writes of the TensorBoard scalars other than latency/per_sample and eval/ "
+        "(default: SB3's: 1 rollout, 100 for a2c, 4 episodes; PPO's 16-step rollouts write ~90 KB a thousand "
         "steps)"))
     per_sample_interval: int = field(default=1, metadata=_help(
         "tasks between the points of the latency/per_sample curve (1: every task, ~58 bytes "
@@ -297,8 +297,8 @@ class EvalConfig:
         "normalised | latency (static is priced in every run's state whichever it is)"))
     online_agents: list[str] | None = field(default=None, metadata=_help(
         "agents of the online experiment, in its tables' order: learners ppo, ppo-warm, dqn, "
-        "dqn-warm, trpo, trpo-warm, recurrent-ppo; fixed best-static, heft-calibrated, oracle; yours as "
-        "<module>:<attribute>, a learner where it builds an SB3 model (default: ppo "
+        "dqn-warm, trpo, trpo-warm, recurrent-ppo; fixed best-static, heft-calibrated, "
+        "oracle; yours as <module>:<attribute>, a learner where it builds an SB3 model (default: ppo "
         "ppo-warm dqn dqn-warm best-static heft-calibrated oracle with --online, ppo ppo-warm "
         "best-static oracle in the default evaluation)"))
     no_online: bool = field(default=False, metadata=_help(
