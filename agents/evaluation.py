@@ -277,9 +277,9 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     ``recurrent-ppo``; the evaluate.py study runs ``reporting.FULL_ONLINE``'s) are fresh
     agents (training seed = the stream's seed, so a stream studied alone gets the learner it
     gets among others) that learn as they go; ``best-static`` and ``oracle`` are the
-    references, run once per stream and shared by every agent's result; ``heft-calibrated`` runs as a fixed policy. A
-    ``<module>:<attribute>`` is an agent of yours, a learner or a fixed policy
-    (``agents.own_online_agents``), checked before anything runs. Any other name is a
+    references, run once per stream and shared by every agent's result; ``heft-calibrated``
+    runs as a fixed policy. A ``<module>:<attribute>`` is an agent of yours, a learner or a
+    fixed policy (``agents.own_online_agents``), checked before anything runs. Any other name is a
     ValueError listing these (``ONLINE_LEARNERS``, ``ONLINE_FIXED``). The learners learn on
     `reward` (envs.inference_alloc.REWARDS); every env prices best-static in its own state
     whichever it is (the metrics' ``static_here``).
