@@ -269,8 +269,8 @@ ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
 
 def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                  scenario: str = "article", hardware: str | None = None,
-                 tick: Callable[[], None] | None = None, reward: str = "relative"
-                 ) -> OnlineStudy:
+                 tick: Callable[[], None] | None = None, reward: str = "relative",
+                 checked: bool = False) -> OnlineStudy:
     """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``,
@@ -300,7 +300,8 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
         return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
                         reward=reward, price_static=True)
 
-    check_online_agents(agents, fresh_env())
+    if not checked:     # `checked`: the caller ran check_online_agents, which builds yours
+        check_online_agents(agents, fresh_env())
     study = OnlineStudy()
     for seed in seeds:
         env = fresh_env()

@@ -535,7 +535,8 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     if online_agents:       # yours, before the evaluation that comes first
         try:
             notes += check_online_agents(online_agents, make_env(
-                scenario=scenarios[0], hardware=cfg.hardware, episode_tasks=cfg.online_samples))
+                scenario=scenarios[0], hardware=cfg.hardware, episode_tasks=cfg.online_samples,
+                reward=cfg.online_reward, price_static=True))   # the study's, which then skips it
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     for note in notes:
@@ -583,7 +584,7 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
             seeds = heldout_seeds(cfg, online_n)
             study = online_study(online_agents, seeds, cfg.online_samples, scenarios[0],
                                  cfg.hardware, tick=lambda: bar.update(1),
-                                 reward=cfg.online_reward)
+                                 reward=cfg.online_reward, checked=True)
             # named as the summary's sections are: with the hardware where --hardware gives one
             setting = section_of(Context(scenarios[0], cfg.hardware, None))
             title = (f"online deployment from sample 0: {setting}, mean and 95% band "

@@ -241,3 +241,16 @@ def test_a_learner_of_yours_without_a_seed_is_noted_before_the_study(mine: str,
                      f"but what its model seeds only from its own seed (its action space's "
                      f"draws, e.g. DQN's exploration) differs from run to run; give it one "
                      f"(def f(env, seed)) for a reproducible study"]
+
+
+def test_evaluate_py_builds_an_agent_of_yours_once_for_its_check_and_once_per_stream(
+        mine: str, tmp_path: Path) -> None:
+    """evaluate.py checks your agents before its evaluation, and the study checked them again:
+    a model built (or loaded) once more for nothing. The study now trusts the caller's check."""
+    from agents import reporting
+
+    reporting.run(EvalConfig(online=True, online_agents=[f"{mine}:small_ppo"], online_seeds=2,
+                             online_samples=20, out=str(tmp_path / "out"), progress_bar=False),
+                  report=lambda line: None)
+    # the check's, then each stream's
+    assert [m.seed for m in sys.modules[mine].built] == [0, 10000, 10001]
