@@ -220,8 +220,7 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     warm-up and ``predict`` use. `metrics_window`: the tasks behind the warm-up's
     ``warmup/conservative_acting`` share (train.py's ``--metrics-window``).
     """
-    if warmup is not None:
-        check_warmup_fits(name, warmup)
+    check_warmup_fits(name, warmup)
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     hyperparams = hyperparams_with(name, env_id_of(env), overrides,
                                    warm_start=starts_warm(warmup))

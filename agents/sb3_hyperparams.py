@@ -351,7 +351,8 @@ MAX_LAYER_WIDTH = 65_536
 # so 4,096 units (134M a layer) is far beyond; 100,000 units was a torch traceback ("can't
 # allocate memory") and 100,000 layers ran on without end as it built them, 8.5 units torch's
 # "failed to unpack the object" on a float.
-LSTM_LIMITS = {"lstm_hidden_size": 4_096, "n_lstm_layers": 8}
+# Each agent's policy_kwargs sizes beyond net_arch: key -> the most it takes.
+SIZE_LIMITS = {"recurrent-ppo": {"lstm_hidden_size": 4_096, "n_lstm_layers": 8}}
 
 
 def _check_policy_kwargs(name: str, value: Any) -> None:
@@ -361,8 +362,8 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     [1e18, 64] was a torch traceback once the net was built, and [0, 64] trained a net with a
     zero-width layer. Its activation_fn, given by name, is one of ``ACTIVATIONS``: checked here,
     with the rest, so that a typo in a YAML file fails before the first run, not as it starts.
-    recurrent-ppo's LSTM sizes, where given, lie in ``LSTM_LIMITS`` (another agent's policy
-    refuses them, keywords it does not take, as SB3 builds it)."""
+    An agent's other sizes (recurrent-ppo's LSTM), where given, lie in its ``SIZE_LIMITS``
+    (another agent's policy refuses them, keywords it does not take, as SB3 builds it)."""
     if value is None:
         return
     if not isinstance(value, dict):
@@ -372,7 +373,7 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     if isinstance(activation, str) and activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation_fn {shown(activation)}; known: "
                          f"{', '.join(ACTIVATIONS)}")
-    for key, top in LSTM_LIMITS.items() if name == "recurrent-ppo" else ():
+    for key, top in SIZE_LIMITS.get(name, {}).items():
         size = value.get(key)
         if key in value and not (is_integer(size) and 1 <= size <= top):
             raise ValueError(f"hyper-parameter policy_kwargs.{key} must be an integer in "
@@ -442,9 +443,9 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
 GAUSSIAN_ONLY = ("log_std_init", "full_std", "use_expln")
 # (SB3's default of each: given at it, it changes nothing either way)
 SDE_ONLY = {"full_std": True, "use_expln": False, "sde_sample_freq": -1}
-# SAC's actor reads these for gSDE alone too: without it a layer outputs its log-std, and its
-# mean is not clipped (its policy's defaults)
-SAC_SDE_ONLY = {"log_std_init": -3, "clip_mean": 2.0}
+# An agent's policy_kwargs read for gSDE alone beside SDE_ONLY's: SAC's actor, without it, has
+# a layer output its log-std and leaves its mean unclipped (its policy's defaults)
+AGENT_SDE_ONLY = {"sac": {"log_std_init": -3, "clip_mean": 2.0}}
 
 
 def check_not_ignored(name: str, env_id: str, params: dict[str, Any]) -> None:
@@ -461,7 +462,7 @@ def check_not_ignored(name: str, env_id: str, params: dict[str, Any]) -> None:
                              f"ignore it; drop it (it acts in {ENV_IDS[1]})")
     if params.get("use_sde"):
         return
-    sde_kwargs = {**SDE_ONLY, **(SAC_SDE_ONLY if name == "sac" else {})}
+    sde_kwargs = {**SDE_ONLY, **AGENT_SDE_ONLY.get(name, {})}
     given = [f"policy_kwargs.{k}" for k, v in kwargs.items() if k in sde_kwargs
              and v != sde_kwargs[k]] + [k for k, v in params.items() if k in SDE_ONLY
                                         and v != SDE_ONLY[k]]

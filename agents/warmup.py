@@ -270,7 +270,7 @@ class WarmupController:
         self.starting[:] = False
         action = np.asarray(action)
         if isinstance(self.action_space, spaces.Box):
-            return as_env_actions(action, self.action_space).reshape(len(np.atleast_2d(obs)), -1)
+            return as_env_actions(action, self.action_space).reshape(n_envs, -1)
         return action
 
     def episodes_ended(self, dones: Any = None) -> None:
