@@ -259,6 +259,12 @@ def scenario_tags(names: Sequence[str]) -> list[str]:
     return [f"{slug}-{i}" if slugs.count(slug) > 1 else slug for i, slug in enumerate(slugs)]
 
 
+def mix_ratio(runs: Sequence[tuple[np.ndarray, float]]) -> float:
+    """The mean over a mix's scenarios of each one's ratio to best-static (``ScenarioEpisode.run``
+    results): every workload counts alike."""
+    return float(np.mean([ratio for _, ratio in runs]))
+
+
 class EvalPoints(BaseCallback):
     """Runs ``_point`` (an evaluation of the current policy on `episodes`: one, or each
     scenario's of a mix, the first the run's held-out scenario) at step 0 (before any update),
@@ -278,6 +284,7 @@ class EvalPoints(BaseCallback):
         if not episodes:
             raise ValueError(f"{type(self).__name__} needs at least one episode")
         self.episodes = list(episodes)
+        self.tags = scenario_tags([e.name for e in self.episodes])
         self.interval = interval
         self.writer: Any = None
         self._next = 0
@@ -333,12 +340,10 @@ class HeldOutEval(EvalPoints):
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)
         self.writer.add_scalar("eval/vs_best_static", ratio, step)
         if len(runs) > 1:
-            for tag, (lat, r) in zip(scenario_tags([e.name for e in self.episodes]), runs,
-                                     strict=True):
+            for tag, (lat, r) in zip(self.tags, runs, strict=True):
                 self.writer.add_scalar(f"eval/{tag}/latency_mean", float(lat.mean()), step)
                 self.writer.add_scalar(f"eval/{tag}/vs_best_static", r, step)
-            self.writer.add_scalar("eval/mix_vs_best_static",
-                                   float(np.mean([r for _, r in runs])), step)
+            self.writer.add_scalar("eval/mix_vs_best_static", mix_ratio(runs), step)
         self.writer.flush()
 
 
@@ -378,7 +383,7 @@ def validation_record(episodes: Sequence[ScenarioEpisode], step: int,
     mean = float(runs[0][0].mean())
     if len(runs) == 1:
         return BestModel(step, mean, runs[0][1], *episode)
-    return BestModel(step, mean, float(np.mean([r for _, r in runs])), *episode,
+    return BestModel(step, mean, mix_ratio(runs), *episode,
                      scenarios=[e.name for e in episodes])
 
 

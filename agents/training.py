@@ -768,8 +768,8 @@ def _episodes_of(policy_on: Callable[[Any], Policy], cfg: TrainConfig, seed: int
     warm-up) on the --eval-tasks episode of `seed` of each scenario trained on, each on its
     own env, with best-static's mean latency there."""
     episodes = []
-    for i, name in enumerate(cfg.training_scenarios()):
-        one = cfg if i == 0 else scenario_config(cfg, name)
+    for name in cfg.training_scenarios():
+        one = scenario_config(cfg, name)
         env = _eval_env(one)
         policy = policy_on(env)
         static = baseline_latency(_env_key(one, seed), "best-static")
