@@ -350,9 +350,11 @@ def test_the_env_bench_profiles_the_chosen_envs(env, profiled, monkeypatch, caps
 
 @pytest.mark.parametrize("target", ["TARGET_TIME_RATIO", "TARGET_MEMORY_RATIO"])
 def test_the_trace_bench_exits_1_when_a_target_is_missed(target, monkeypatch, capsys):
-    """It printed MISSED and exited 0."""
+    """It printed MISSED and exited 0. The other target is put out of any machine's reach:
+    a 200-row timing is noisy, and on a loaded machine it missed the real 12x (CI, 20.5x)."""
     module = bench_module("bench_traces")
-    monkeypatch.setattr(module, target, 0.0)
+    for name in ("TARGET_TIME_RATIO", "TARGET_MEMORY_RATIO"):
+        monkeypatch.setattr(module, name, 0.0 if name == target else 1e9)
     assert module.main(["--rows", "200", "--repeats", "1"]) == 1
     assert capsys.readouterr().out.count("MISSED") == 1
 
