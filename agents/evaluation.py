@@ -330,14 +330,15 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     return study
 
 
-def check_online_agents(agents: Sequence[str], env: gym.Env) -> list[str]:
+def check_online_agents(agents: Sequence[str], env: gym.Env) -> None:
     """Refuse (ValueError) an agent of yours among `agents` that the study could not deploy
     on `env` (``agents.own_online_agents.check_own_agent``): before it runs, not after the
-    agents named before it. Returns the notes on the others (a learner without a seed)."""
+    agents named before it."""
     from agents.own_online_agents import check_own_agent
 
-    notes = [check_own_agent(agent, env) for agent in agents if is_import_name(agent)]
-    return [note for note in notes if note is not None]
+    for agent in agents:
+        if is_import_name(agent):
+            check_own_agent(agent, env)
 
 
 # A learner whose last samples average this many times static's own run has built a backlog

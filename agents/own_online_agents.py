@@ -65,6 +65,10 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
     model = built.model if isinstance(built, SB3Agent) else built
     if not isinstance(model, BaseAlgorithm):
         return policy, False
+    if not seeded and model.seed is None:
+        # what SB3 seeds only from a seed it is given: the action space's draws (DQN's
+        # exploration), else from the OS. Not model.set_random_seed: that reseeds the env too
+        model.action_space.seed(seed)
     venv = model.get_env()
     if venv is None or venv.num_envs != 1 or venv.get_attr("unwrapped")[0] is not env.unwrapped:
         raise ValueError(f"online agent {shown(name)}: its {type(model).__name__} learns on "
@@ -73,21 +77,12 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
     return (built if isinstance(built, SB3Agent) else SB3Agent(name, model, env)), True
 
 
-def check_own_agent(name: str, env: Any) -> str | None:
+def check_own_agent(name: str, env: Any) -> None:
     """Refuse, before the study runs, an agent of yours it could not deploy on `env`: the
-    checks of ``build_own_agent``, and a fixed policy's first action the env refuses. Returns
-    a note for a learner built without the stream's seed (no ``seed`` parameter), whose row
-    then differs from one study to the next, unannounced until now."""
+    checks of ``build_own_agent``, and a fixed policy's first action the env refuses."""
     policy, learns = build_own_agent(name, env, seed=0)
     if not learns:
         check_first_action(policy, env, f"online agent {shown(name)}")
-        return None
-    if _takes_seed(import_target(name, "online agent")):
-        return None
-    return (f"note: online agent {shown(name)} takes no seed parameter: the study seeds the "
-            f"global generators with each stream's seed before building it, but what its model "
-            f"seeds only from its own seed (its action space's draws, e.g. DQN's exploration) "
-            f"differs from run to run; give it one (def f(env, seed)) for a reproducible study")
 
 
 def _spaces_hint(refusal: str) -> str:

@@ -534,7 +534,7 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
     if online_agents:       # yours, before the evaluation that comes first
         try:
-            notes += check_online_agents(online_agents, make_env(
+            check_online_agents(online_agents, make_env(
                 scenario=scenarios[0], hardware=cfg.hardware, episode_tasks=cfg.online_samples,
                 reward=cfg.online_reward, price_static=True))   # the study's, which then skips it
         except ValueError as exc:

@@ -58,6 +58,10 @@ def unseeded(env):
     return PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu")
 
 
+def unseeded_dqn(env):
+    return DQN("MlpPolicy", FlatDiscreteActions(env), learning_starts=10, device="cpu")
+
+
 def its_own_env(env, seed=0):
     return PPO("MlpPolicy", gym.make("envs:InferenceAlloc-v0", episode_tasks=50), seed=seed)
 
@@ -206,10 +210,13 @@ def test_a_learner_of_continuous_actions_is_not_sent_to_the_dqn_wrapper(
                                        "not run")
 
 
-def test_a_learner_of_yours_without_a_seed_learns_the_same_in_every_study(mine: str) -> None:
+@pytest.mark.parametrize("learner", ["unseeded", "unseeded_dqn"])
+def test_a_learner_of_yours_without_a_seed_learns_the_same_in_every_study(mine: str,
+                                                                          learner: str) -> None:
     """Its PPO drew its weights and minibatches from the global generators as they happened to
     be (numpy's from the OS), so its row differed from one study to the next. The study seeds
-    them with the stream's seed before building it, as SB3 does for a seed it is given: the
+    them with the stream's seed before building it, as SB3 does for a seed it is given, and
+    the model's action space too (DQN's exploration draws from it, seeded from the OS): the
     same curve whatever state the generators were in before, and the next stream's differs."""
     import random
 
@@ -218,29 +225,27 @@ def test_a_learner_of_yours_without_a_seed_learns_the_same_in_every_study(mine: 
         random.seed(disturbance)
         np.random.seed(disturbance)
         torch.manual_seed(disturbance)
-        study = online_study([f"{mine}:unseeded"], seeds=[10000, 10001], n_samples=40)
-        curves.append(study.curves[f"{mine}:unseeded"])
+        study = online_study([f"{mine}:{learner}"], seeds=[10000, 10001], n_samples=40)
+        curves.append(study.curves[f"{mine}:{learner}"])
     assert all(np.array_equal(a, b) for a, b in zip(*curves, strict=True))
     assert not np.array_equal(*curves[0])       # the streams differ, so does what it learns
 
 
-def test_a_learner_of_yours_without_a_seed_is_noted_before_the_study(mine: str,
-                                                                     tmp_path: Path) -> None:
-    """Its model drew its own seed, so its row differed from one study to the next, and
-    nothing said so; a seeded learner and a fixed policy get no note."""
+def test_a_learner_of_yours_without_a_seed_needs_no_note_before_the_study(mine: str,
+                                                                          tmp_path: Path) -> None:
+    """A note said its row differed from one study to the next (its action space's draws,
+    seeded from the OS); the study now seeds those too, so there is nothing to announce."""
     from agents import reporting
 
     lines: list[str] = []
-    reporting.run(EvalConfig(online=True, online_agents=[f"{mine}:unseeded", f"{mine}:small_ppo",
+    reporting.run(EvalConfig(online=True, online_agents=[f"{mine}:unseeded_dqn",
+                                                         f"{mine}:small_ppo",
                                                          f"{mine}:FirstDevices"],
                              online_seeds=1, online_samples=20, out=str(tmp_path / "out"),
                              progress_bar=False), report=lines.append)
-    notes = [line for line in lines if line.startswith("note: online agent")]
-    assert notes == [f"note: online agent '{mine}:unseeded' takes no seed parameter: the study "
-                     f"seeds the global generators with each stream's seed before building it, "
-                     f"but what its model seeds only from its own seed (its action space's "
-                     f"draws, e.g. DQN's exploration) differs from run to run; give it one "
-                     f"(def f(env, seed)) for a reproducible study"]
+    assert not [line for line in lines if line.startswith("note: online agent")]
+    study = (tmp_path / "out" / "stabilization.md").read_text(encoding="utf-8")
+    assert ":unseeded\\_dqn | " in study       # its row, the name escaped for markdown
 
 
 def test_evaluate_py_builds_an_agent_of_yours_once_for_its_check_and_once_per_stream(
