@@ -15,7 +15,8 @@ is followed. The attribute is one of:
 The policy answers Stable-Baselines3's ``predict()`` in the env's own actions, for one
 observation: a batch (a VecEnv's, as the warm-up's conservative policy gets) is handed to it
 one observation at a time (``OneAtATime``). It acts in ``InferenceAlloc-v0`` unless the
-attribute sets ``env_id = "InferenceAllocSplit-v0"``. One that reads the env it was built
+attribute sets ``env_id = "InferenceAllocSplit-v0"``, and a factory is given the env in that
+env's own actions (the warm-up's for DQN too: ``agents.warmup.own_actions_env``). One that reads the env it was built
 with as it acts, not the observation alone (as the oracle does), sets ``reads_live_env =
 True``: it then refuses a batch of more than one observation (it would answer every row from
 its own env's task), and so ``train.py`` refuses it as its conservative policy for

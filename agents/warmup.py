@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
+from gymnasium import Wrapper, spaces
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3 import DQN, SAC
 from stable_baselines3.common.callbacks import BaseCallback
@@ -477,13 +477,28 @@ def warm_policy_class(agent: str) -> type:
     return WarmMaskablePolicy if agent == "maskable-ppo" else WarmActorCriticPolicy
 
 
+def own_actions_env(env: Any) -> Any:
+    """The outermost layer of `env` that takes the env's own actions: `env` itself, or, where
+    a learner's action wrapper sits on it (DQN's ``FlatDiscreteActions``: one of D ** 3), the
+    env under that wrapper. The conservative policy is built on it, as train.py's check built
+    it: it answers in the env's own actions, which the warm-up maps onto the learner's. Built
+    on DQN's wrapper, a policy of yours that loads a model of the env (``PPO.load(zip,
+    env=env)``) was refused by SB3 ("Action spaces do not match") with a traceback, inside the
+    first run."""
+    own = env.unwrapped.action_space
+    layer = env
+    while isinstance(layer, Wrapper) and layer.action_space != own:
+        layer = layer.env
+    return layer
+
+
 def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | None = None,
                   metrics_window: int = 100) -> WarmupController:
     """Wire the warm-up parts into an agent built by make_sb3 (clone now, act/guard later).
     `metrics_window`: the tasks behind ``warmup/conservative_acting`` (``WarmupCallback``)."""
     from agents.registry import make_policy  # registry imports the factory: import late
 
-    conservative = make_policy(config.conservative, env)
+    conservative = make_policy(config.conservative, own_actions_env(env))
     controller = WarmupController(conservative, config, env.unwrapped.action_space)
     model = agent.model
     if agent.name in WARM_ALGORITHMS:

@@ -20,6 +20,8 @@ from test_cli_scripts import load_main
 from agents.evaluation import episode_latencies
 from agents.imported import is_import_name
 from agents.registry import make_fixed_policy, make_policy, policy_env_id, valid_names
+from agents.sb3_factory import make_sb3
+from agents.warmup import WarmupConfig
 
 USER_MODULE = '''
 import numpy as np
@@ -519,6 +521,51 @@ def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
         plan(TrainConfig(conservative="nowhere_xyz:P", warmup=["none"], log_dir=str(tmp_path / "r")))
     assert len(plan(TrainConfig(conservative=f"{user_module}:EvenSplit", warmup=["none"],
                                 log_dir=str(tmp_path / "r")))) == 1
+
+
+def test_dqns_warm_up_builds_your_conservative_on_the_env_in_its_own_actions(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """A conservative of yours that loads a PPO model of InferenceAlloc-v0 onto the env it is
+    given (PPO.load(zip, env=env)): train.py's check built it on the env, but DQN's warm-up on
+    FlatDiscreteActions' Discrete(27), and SB3 refused the load inside the run with a traceback
+    ('Action spaces do not match'). It is built on the env in its own actions, as ours are,
+    and the warm-up maps its device ids onto DQN's index."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.sb3_factory import FlatDiscreteActions
+    from agents.warmup import own_actions_env
+
+    model_zip = tmp_path / "ppo.zip"
+    env = gym.make("envs:InferenceAlloc-v0", episode_tasks=20)
+    PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0).learn(16).save(model_zip)
+    source = f"""
+        from stable_baselines3 import PPO
+
+
+        def from_zip(env):
+            return PPO.load({str(model_zip)!r}, env=env)
+        """
+    with module_in_cwd(source, "zipped", tmp_path, monkeypatch) as module:
+        name = f"{module}:from_zip"
+        assert load_main("train.py")([
+            "--agents", "dqn", "--warmup", "all", "--conservative", name, "--timesteps", "40",
+            "--clone-samples", "50", "--eval-tasks", "0", "--checkpoint-interval", "0",
+            "--log-dir", str(tmp_path / "runs"), "--no-progress-bar"]) == 0
+        assert "Traceback" not in capsys.readouterr().err
+        assert len(list((tmp_path / "runs").glob("*dqn-warm*/model.zip"))) == 1
+        # built as a run builds it (on the first sub-env, behind DQN's wrapper and a Monitor),
+        # it acts as the saved model does
+        first = Monitor(FlatDiscreteActions(gym.make("envs:InferenceAlloc-v0", episode_tasks=20)))
+        agent = make_sb3("dqn", first, seed=0, vec_env=DummyVecEnv([lambda: first]),
+                         warmup=WarmupConfig(conservative=name, clone=False, guard=False))
+    obs, _ = first.reset(seed=3)
+    expected, _ = PPO.load(model_zip).predict(obs, deterministic=True)
+    np.testing.assert_array_equal(agent.warmup.actions(obs[None]), expected[None])
+    assert own_actions_env(first) is first.env.env      # DQN's wrapper left out
+    other = Monitor(env)
+    assert own_actions_env(other) is other              # a PPO's env, as it is
 
 
 def test_a_resume_from_another_folder_names_the_missing_module(user_module: str, tmp_path: Path,
