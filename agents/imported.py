@@ -152,8 +152,10 @@ def imported_policy_maker(name: str, env: Any) -> Callable[..., Any]:
             arguments = _arguments(name, target, env, kwargs)
             try:
                 policy = target(*arguments, **kwargs)
-            except (ValueError, TypeError) as exc:
-                # the CLIs print these as one line: name the policy, and where its code raised
+            except Exception as exc:    # your code's, whatever it raises (not Ctrl-C's)
+                # the CLIs print these as one line: name the policy, and where its code raised;
+                # a RuntimeError or KeyError of yours was a traceback, though train.py's check
+                # builds the policy before any run, as evaluate.py's before any episode
                 raise ValueError(f"policy {shown(name)}: building it raised "
                                  f"{type(exc).__name__}: {exc}{raised_at(exc)}") from exc
         if not callable(getattr(policy, "predict", None)):

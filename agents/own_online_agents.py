@@ -56,9 +56,13 @@ def build_own_agent(name: str, env: Any, seed: int) -> tuple[Any, bool]:
         set_random_seed(seed)
     try:
         policy = build(**({"seed": seed} if seeded else {}))
-    except AssertionError as exc:   # SB3 asserts what its constructor refuses (DQN's actions)
+    except ValueError as exc:   # what building it raised, named (imported_policy_maker)
+        cause = exc.__cause__
+        if not isinstance(cause, AssertionError):
+            raise
+        # SB3 asserts what its constructor refuses (DQN's actions): say what to do
         raise ValueError(f"online agent {shown(name)}: building it raised AssertionError: "
-                         f"{exc}{raised_at(exc)}{_spaces_hint(str(exc))}") from exc
+                         f"{cause}{raised_at(cause)}{_spaces_hint(str(cause))}") from cause
     built = policy.policy           # OneAtATime's: what the attribute built
     # one of our agents (make_sb3's, its warm-up too): a learner, as the study's own are; as
     # a fixed policy its PPO acted untrained, and the study's table showed it as yours

@@ -411,6 +411,55 @@ def test_a_bug_in_its_constructor_names_the_policy_and_the_line(user_module: str
         make_fixed_policy(f"{user_module}:BuggyInit", env, "baseline")
 
 
+RAISING = """
+    def no_gpu(env):
+        raise RuntimeError("no GPU here")
+
+
+    def no_key():
+        return {}["missing"]
+
+
+    def interrupted(env):
+        raise KeyboardInterrupt
+
+
+    def exits(env):
+        raise SystemExit(3)
+    """
+
+
+def test_whatever_your_factory_raises_is_one_line_naming_it_before_anything_runs(
+        tmp_path: Path, monkeypatch, capsys, env) -> None:
+    """A RuntimeError or KeyError of your factory's own (a ValueError or TypeError was named
+    already) was a traceback from train.py's check and evaluate.py's baselines alike. Ctrl-C
+    and sys.exit inside it stay what they are."""
+    with module_in_cwd(RAISING, "raising", tmp_path, monkeypatch) as module:
+        with pytest.raises(ValueError, match=rf"^baseline: policy '{module}:no_key': building it "
+                                             rf"raised KeyError: 'missing' \(.*{module}\.py, "
+                                             rf"line 7\)$"):
+            make_fixed_policy(f"{module}:no_key", env, "baseline")
+        with pytest.raises(KeyboardInterrupt):
+            make_fixed_policy(f"{module}:interrupted", env, "baseline")
+        with pytest.raises(SystemExit):
+            make_fixed_policy(f"{module}:exits", env, "baseline")
+        capsys.readouterr()
+        assert load_main("train.py")(["--conservative", f"{module}:no_gpu", "--log-dir", "runs",
+                                      "--no-progress-bar"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"train.py: error: --conservative policy: policy '{module}:no_gpu': "
+                       f"building it raised RuntimeError: no GPU here ({tmp_path / module}.py, "
+                       f"line 3)\n")
+        (tmp_path / "runs").mkdir()
+        assert load_main("evaluate.py")(["--runs", "runs", "--out", "results", "--baselines",
+                                         "heft", f"{module}:no_key", "--no-online",
+                                         "--no-progress-bar"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"baseline: policy '{module}:no_key': building it raised KeyError" in err
+        assert list((tmp_path / "runs").iterdir()) == [] and not (tmp_path / "results").exists()
+
+
 def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, monkeypatch,
                                                                 env) -> None:
     monkeypatch.chdir(tmp_path)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_cli_scripts import load_main
 
 from agents.config import ConfigError, EvalConfig
 from agents.evaluation import make_env, online_study
@@ -88,6 +89,10 @@ def our_agent(env, seed):
 class NoSuchDevice:
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
         return np.array([7, 0, 0]), state
+
+
+def no_gpu(env, seed=0):
+    raise RuntimeError("no GPU here")
 '''
 
 
@@ -165,6 +170,24 @@ def test_what_the_study_cannot_deploy_is_refused_before_anything_runs(
         reporting.run(cfg, report=lambda _: None)
     assert message in str(refused.value)
     assert not out.exists()
+
+
+def test_whatever_building_yours_raises_is_one_line_before_the_study_runs(
+        mine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A RuntimeError of your function's own was a traceback; SB3's AssertionError (its
+    refusal of the study's actions) keeps its hint."""
+    out = tmp_path / "out"
+    assert load_main("evaluate.py")(["--online", "--online-agents", "best-static",
+                                     f"{mine}:no_gpu", "--online-seeds", "1", "--online-samples",
+                                     "30", "--out", str(out), "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"evaluate.py: error: policy '{mine}:no_gpu': building it raised "
+                          f"RuntimeError: no GPU here ({tmp_path / mine}.py, line ")
+    assert err.count("\n") == 1 and not out.exists()
+    with pytest.raises(ValueError, match=rf"^online agent '{mine}:bare_dqn': building it raised "
+                                         r"AssertionError: .*FlatDiscreteActions\(env\), as "
+                                         r"ours does$"):
+        online_study([f"{mine}:bare_dqn"], seeds=[10000], n_samples=30)
 
 
 def test_each_agent_of_yours_is_checked_before_anything_runs(mine: str) -> None:
