@@ -6,6 +6,7 @@ model (VecNormalize statistics, the replay buffer, the warm-up's state), so that
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import re
@@ -17,7 +18,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
 from agents.event_files import mark_events
-from agents.files import atomic_path, write_text
+from agents.files import WriteFailed, atomic_path, write_text
 
 if TYPE_CHECKING:
     from agents.warmup import WarmupController
@@ -51,9 +52,16 @@ class BestModel:
 
 
 def new_run_dir(log_dir: str | Path, name: str) -> Path:
-    """Create the run folder; never reuse an existing one (suffix -1, -2, ... instead)."""
+    """Create the run folder; never reuse an existing one (suffix -1, -2, ... instead). A
+    folder the file system refuses (a full disk, no permission, a path over its length limit:
+    the name holds the env id, agent, seed and time) is a WriteFailed naming it, as a refused
+    lock or file of the run is: train.py ends the plan in one line, where the OSError was a
+    traceback."""
     root = Path(log_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _folder_refused(root, exc) from exc
     for k in range(1000):
         path = root / (name if k == 0 else f"{name}-{k}")
         try:
@@ -61,7 +69,15 @@ def new_run_dir(log_dir: str | Path, name: str) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise _folder_refused(path, exc) from exc
     raise RuntimeError(f"could not create a new run folder for {name} under {root}")
+
+
+def _folder_refused(folder: Path, exc: OSError) -> WriteFailed:
+    """The error for `folder`, which the file system refused to make (`exc`)."""
+    hint = ("; give a shorter --log-dir" if exc.errno == errno.ENAMETOOLONG else "")
+    return WriteFailed(f"cannot make the run folder {folder}: {exc.strerror or exc}{hint}")
 
 
 class AtomicCheckpoint(CheckpointCallback):

@@ -965,8 +965,8 @@ def train(config: TrainConfig, given: set[str] | None = None,
             # agents still to come: report it now, go on, and fail at the end. A write refused
             # after its training (its model.zip complete) went on to the end as well: the
             # finished runs' table and the runs to come were lost, where a write refused
-            # during training went on. A WriteFailed before training (the run folder refused
-            # its lock file) ends the plan: every run would meet the same folder.
+            # during training went on. A WriteFailed before training (the run folder, or its
+            # lock file, refused) ends the plan: every run would meet the same folder.
             print_cause(exc)
             print(f"error: {exc}; going on with the other runs", file=sys.stderr)
             failures.append(exc)

@@ -1161,21 +1161,24 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
     assert "| ppo (seed 1) |" in captured.out and "| ppo (seed 0) |" not in captured.out
 
 
+@pytest.mark.parametrize("refused", ["lock", "folder"])
 def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
-        monkeypatch, tmp_path: Path, capsys) -> None:
+        monkeypatch, tmp_path: Path, capsys, refused: str) -> None:
     """A WriteFailed names its file and is no bug of ours, whatever the OSError behind it. One
-    refused before training (the run folder's lock, for want of permission) meets every run
-    alike: it ends the plan in one line, without the PermissionError's traceback, and leaves
-    no empty run folder (when train() went on past it, each run printed the traceback above
-    its line and left its folder)."""
+    refused before training (the run folder's lock, for want of permission; the run folder
+    itself, on a full disk) meets every run alike: it ends the plan in one line, without the
+    OSError's traceback, and leaves no empty run folder (when train() went on past a refused
+    lock, each run printed the traceback above its line and left its folder; a refused folder
+    was a traceback)."""
     import contextlib
     import errno
+    import os
 
     import agents.training as training
     from agents.files import WriteFailed
 
     @contextlib.contextmanager
-    def refused(run_dir, *args, **kwargs):
+    def no_lock(run_dir, *args, **kwargs):
         path = run_dir / ".train.lock"
         try:
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
@@ -1183,14 +1186,26 @@ def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
             raise WriteFailed(f"cannot write {path}: {exc.strerror}") from exc
         yield
 
-    monkeypatch.setattr(training, "holding", refused)
+    mkdir = Path.mkdir
+
+    def full(self, *args, **kwargs):
+        if self.name.startswith("InferenceAlloc-v0__"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return mkdir(self, *args, **kwargs)
+
+    if refused == "lock":
+        monkeypatch.setattr(training, "holding", no_lock)
+        said, why = "cannot write", "/.train.lock: Permission denied\n"
+    else:
+        monkeypatch.setattr(Path, "mkdir", full)
+        said, why = "cannot make the run folder", ": No space left on device\n"
     runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
                                   "--log-dir", str(runs), *TINY])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and err.count("\n") == 1
-    assert err.startswith(f"train.py: error: cannot write {runs}/InferenceAlloc-v0__ppo__0__")
-    assert err.endswith("/.train.lock: Permission denied\n")
+    assert err.startswith(f"train.py: error: {said} {runs}/InferenceAlloc-v0__ppo__0__")
+    assert err.endswith(why)
     assert list(runs.iterdir()) == []
 
 

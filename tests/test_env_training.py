@@ -1117,6 +1117,39 @@ def test_a_new_run_folder_never_reuses_one_and_gives_up_by_raising(tmp_path: Pat
         new_run_dir(log_dir, "run")       # and again: it never reuses one
 
 
+def test_a_run_folder_the_file_system_refuses_is_a_write_failure_naming_it(
+        tmp_path: Path, monkeypatch) -> None:
+    """An OSError other than the folder being there already (a name over the file system's
+    limit, a full disk, no permission) escaped as it was, a traceback from train.py."""
+    import errno
+    import os
+
+    from agents.files import WriteFailed
+    from agents.run_folder import new_run_dir
+
+    long = "InferenceAlloc-v0__" + "x" * 300        # over NAME_MAX, for real
+    with pytest.raises(WriteFailed, match=re.escape(
+            f"cannot make the run folder {tmp_path / long}: File name too long; give a shorter "
+            f"--log-dir")) as refused:
+        new_run_dir(tmp_path, long)
+    assert refused.value.__cause__.errno == errno.ENAMETOOLONG
+    mkdir = Path.mkdir
+    for code in (errno.ENOSPC, errno.EACCES):       # as root, refused by a patch
+        def refuse(self, *args, code=code, **kwargs):
+            if self.name.startswith("run") or self.name == "logs":
+                raise OSError(code, os.strerror(code), str(self))
+            return mkdir(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", refuse)
+        with pytest.raises(WriteFailed, match=re.escape(
+                f"cannot make the run folder {tmp_path / 'run'}: {os.strerror(code)}") + "$"):
+            new_run_dir(tmp_path, "run")
+        with pytest.raises(WriteFailed, match=re.escape(
+                f"cannot make the run folder {tmp_path / 'logs'}: {os.strerror(code)}") + "$"):
+            new_run_dir(tmp_path / "logs", "other")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_checkpoints_are_the_readable_zips_by_steps(tmp_path: Path) -> None:
     """A run's checkpoints and model.zip by step count, each zip whose step count cannot be
     read (not a zip, no count, a count that is null or no number) left out, not an error; of
