@@ -50,7 +50,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
                                      description=described(__doc__, SCRIPT, prog))
         try:
             results, failed = train(config, given), None
-        except RunsFailed as exc:   # each failure was reported as it happened
+        except RunsFailed as exc:   # each failure was reported as it happened (PlanStopped:
+            # a write refused before a run's training, said in the error line below)
             results, failed = exc.results, exc
         table = comparison_table(config, results) if results else None
         if table is not None:

@@ -47,8 +47,10 @@ file and renamed, so none is ever half-written. An existing folder is never reus
 new run: a clash in the same second gets a ``-1``, ``-2``... suffix. A failed run (or one
 whose write was refused after its training, its model.zip complete) is reported when it
 fails and the plan's other runs go on; ``train`` then raises ``RunsFailed`` with the
-results of those that finished (train.py prints their table and exits 1). An interrupt
-(Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the whole plan.
+results of those that finished (train.py prints their table and exits 1). A write refused
+before a run's training (its folder, its lock) would meet every run to come, and ends the
+plan: ``PlanStopped``, a ``RunsFailed`` with the runs before it (their table printed too).
+An interrupt (Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the whole plan.
 
 A resume is reproducible (the same resume twice gives the same model) but not the model a
 straight run to the same total gives: SB3 saves neither the envs' state nor the random
@@ -188,6 +190,28 @@ class RunsFailed(RuntimeError):
                          + "; ".join(str(f) for f in failures))
         self.failures = failures
         self.results = results
+
+
+class PlanStopped(RunsFailed):
+    """A write the file system refused before a run's training (its folder, its lock:
+    `stopped_by`) ended the plan, as it would have every run to come; `results` and `failures`
+    are the runs before it. train.py prints the finished ones' table, as at any end, then the
+    refusal's line: a WriteFailed out of ``train`` lost the table of runs whose models were
+    saved."""
+
+    def __init__(self, stopped_by: WriteFailed, planned: int,
+                 failures: list[RunFailed | FinishedUnrecorded], results: list[RunResult]) -> None:
+        super().__init__(failures, results)
+        self.stopped_by = stopped_by
+        self.planned = planned
+
+    def __str__(self) -> str:
+        before = len(self.failures) + len(self.results)
+        if not before:      # the plan's first run: nothing else to say
+            return str(self.stopped_by)
+        failed = f", {len(self.failures)} failed" if self.failures else ""
+        return (f"{self.stopped_by}; the plan stopped at run {before + 1} of {self.planned}: "
+                f"{len(self.results)} finished before it{failed}")
 
 
 @dataclass(frozen=True)
@@ -957,7 +981,8 @@ def train(config: TrainConfig, given: set[str] | None = None,
     config = _absolute_files(config)
     results: list[RunResult] = []
     failures: list[RunFailed | FinishedUnrecorded] = []
-    for spec in plan(config, note=report):
+    specs = plan(config, note=report)
+    for spec in specs:
         try:
             results.append(train_run(config, spec))
         except (RunFailed, FinishedUnrecorded) as exc:
@@ -971,6 +996,8 @@ def train(config: TrainConfig, given: set[str] | None = None,
             print(f"error: {exc}; going on with the other runs", file=sys.stderr)
             failures.append(exc)
             continue
+        except WriteFailed as exc:      # the finished runs' table is still shown
+            raise PlanStopped(exc, len(specs), failures, results) from exc
         report(finished_line(results[-1]))
     if failures:
         raise RunsFailed(failures, results)

@@ -1161,6 +1161,21 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
     assert "| ppo (seed 1) |" in captured.out and "| ppo (seed 0) |" not in captured.out
 
 
+@contextlib.contextmanager
+def lock_refused(run_dir: Path, *args, **kwargs):
+    """agents.locks.holding as a run folder without write permission meets it."""
+    import errno
+
+    from agents.files import WriteFailed
+
+    path = run_dir / ".train.lock"
+    try:
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+    except OSError as exc:
+        raise WriteFailed(f"cannot write {path}: {exc.strerror}") from exc
+    yield
+
+
 @pytest.mark.parametrize("refused", ["lock", "folder"])
 def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
         monkeypatch, tmp_path: Path, capsys, refused: str) -> None:
@@ -1170,21 +1185,9 @@ def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
     OSError's traceback, and leaves no empty run folder (when train() went on past a refused
     lock, each run printed the traceback above its line and left its folder; a refused folder
     was a traceback)."""
-    import contextlib
     import errno
-    import os
 
     import agents.training as training
-    from agents.files import WriteFailed
-
-    @contextlib.contextmanager
-    def no_lock(run_dir, *args, **kwargs):
-        path = run_dir / ".train.lock"
-        try:
-            raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        except OSError as exc:
-            raise WriteFailed(f"cannot write {path}: {exc.strerror}") from exc
-        yield
 
     mkdir = Path.mkdir
 
@@ -1194,7 +1197,7 @@ def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
         return mkdir(self, *args, **kwargs)
 
     if refused == "lock":
-        monkeypatch.setattr(training, "holding", no_lock)
+        monkeypatch.setattr(training, "holding", lock_refused)
         said, why = "cannot write", "/.train.lock: Permission denied\n"
     else:
         monkeypatch.setattr(Path, "mkdir", full)
@@ -1207,6 +1210,35 @@ def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
     assert err.startswith(f"train.py: error: {said} {runs}/InferenceAlloc-v0__ppo__0__")
     assert err.endswith(why)
     assert list(runs.iterdir()) == []
+
+
+def test_a_plan_stopped_by_a_refused_write_still_shows_the_runs_finished_before_it(
+        monkeypatch, tmp_path: Path, capsys) -> None:
+    """The second seed's lock refused: the first seed's run had finished, its model saved, but
+    the WriteFailed left train() without its result, and train.py printed no table."""
+    import agents.training as training
+
+    holding, calls = training.holding, []
+
+    def second_refused(run_dir, *args, **kwargs):
+        calls.append(run_dir)
+        return (holding if len(calls) == 1 else lock_refused)(run_dir, *args, **kwargs)
+
+    monkeypatch.setattr(training, "holding", second_refused)
+    runs = tmp_path / "runs"
+    code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
+                                  "--checkpoint-interval", "0",
+                                  "--log-dir", str(runs), *TINY])
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err and len(calls) == 2
+    (run,) = runs.iterdir()
+    assert "__ppo__0__" in run.name and (run / "model.zip").is_file()
+    assert "| agent |" in captured.out
+    table = captured.out[captured.out.index("| agent |"):]
+    assert "| ppo (seed 0) |" in table and "| best-static |" in table
+    assert "seed 1" not in table
+    assert captured.err == (f"train.py: error: cannot write {calls[1]}/.train.lock: Permission "
+                            f"denied; the plan stopped at run 2 of 2: 1 finished before it\n")
 
 
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
