@@ -16,11 +16,12 @@ The policy answers Stable-Baselines3's ``predict()`` in the env's own actions, f
 observation: a batch (a VecEnv's, as the warm-up's conservative policy gets) is handed to it
 one observation at a time (``OneAtATime``). It acts in ``InferenceAlloc-v0`` unless the
 attribute sets ``env_id = "InferenceAllocSplit-v0"``, and a factory is given the env in that
-env's own actions (the warm-up's for DQN too: ``agents.warmup.own_actions_env``). One that reads the env it was built
-with as it acts, not the observation alone (as the oracle does), sets ``reads_live_env =
-True``: it then refuses a batch of more than one observation (it would answer every row from
-its own env's task), and so ``train.py`` refuses it as its conservative policy for
-``--n-envs`` above 1, and for ``--vec-env subproc``, whose envs step in other processes.
+env's own actions (the warm-up's for DQN too: ``agents.warmup.own_actions_env``). One that
+reads the env it was built with as it acts, not the observation alone (as the oracle does),
+sets ``reads_live_env = True``: it then refuses a batch of more than one observation (it
+would answer every row from its own env's task), and so ``train.py`` refuses it as its
+conservative policy for ``--n-envs`` above 1, and for ``--vec-env subproc``, whose envs step
+in other processes.
 Importing runs the module's code, as ``python -c "import mine"`` would: name only modules you
 trust. ``train.py --callbacks`` names callbacks of yours the same way (``import_target``, used by
 ``agents.user_callbacks``).
