@@ -23,6 +23,35 @@ def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Itera
         os.environ["SB3_LOGDIR"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def events_files_sort_as_made() -> Iterator[None]:
+    """The TensorBoard events files this process makes sort by name in the order it made them.
+
+    TensorBoard names one ``events.out.tfevents.<second>.<host>.<pid>.<count>``, the count
+    per process, and reads a folder's files in name order: of two made in one second, the
+    10th writer's sorts before the 9th's ("...10" < "...9"). A test that resumes a run in its
+    own process, often within the second its first session began, read the sessions in the
+    wrong order (the resumed one's restart marker before the points it drops) whenever the
+    count crossed 10 or 100 there, which the writers of every test before it decide.
+    ``train.py --resume`` is a new process, seconds later. The count is zero-padded here."""
+    from tensorboard.summary.writer import event_file_writer
+
+    counter = getattr(event_file_writer, "_global_uid", None)
+    if counter is None:     # TensorBoard names its files otherwise now: nothing to pad
+        yield
+        return
+
+    class Padded:
+        def get(self) -> str:
+            return f"{counter.get():09d}"
+
+    event_file_writer._global_uid = Padded()
+    try:
+        yield
+    finally:
+        event_file_writer._global_uid = counter
+
+
 @pytest.fixture
 def cpu_npu_hardware(tmp_path: Path) -> str:
     """A hardware profile of two devices, no GPU: the edge preset without its GPU (a user's
