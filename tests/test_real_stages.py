@@ -528,6 +528,12 @@ def test_an_adaptive_cache_adopts_the_entries_a_previous_one_left(tmp_path):
         assert len(entry_files(folder)) <= 2
     assert second.cached_sources() == {srcs[1].resolve(), srcs[3].resolve()}
     assert entry_files(folder) == {second.cache.entry_path(s).name for s in (srcs[1], srcs[3])}
+    # the entries' ages as written (1.txt's first), set: a coarse file-system clock (a jiffy,
+    # 1-10 ms, on ext4 before Linux 6.13) stamps two writes milliseconds apart alike, and a tie
+    # goes to the source named first, 1.txt
+    for age, src in enumerate((srcs[1], srcs[3])):
+        stamp = time.time() - 1000 + age
+        os.utime(second.cache.entry_path(src), (stamp, stamp))
     smaller = AdaptiveLoad(folder, capacity=1)   # a smaller cache keeps the newest entry
     assert smaller.cached_sources() == {srcs[3].resolve()} and len(entry_files(folder)) == 1
 
