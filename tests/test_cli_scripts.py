@@ -2059,7 +2059,13 @@ def test_a_policy_in_the_yaml_is_checked_too(tmp_path: Path, monkeypatch) -> Non
     with pytest.raises(ValueError, match="ppo.yaml, InferenceAlloc-v0: hyper-parameter policy "
                                          "must be MlpPolicy"):
         load_hyperparams("ppo", "InferenceAlloc-v0")
-    (tmp_path / "ppo.yaml").write_text("InferenceAlloc-v0:\n  policy: MlpPolicy\n")
+    # another file, not the first rewritten: the table is read once per version of a file (its
+    # inode, size and times), and a rewrite of the same size within one tick of a coarse
+    # file-system clock (a jiffy on ext4 before Linux 6.13) is the version read already
+    mlp = tmp_path / "mlp"
+    mlp.mkdir()
+    (mlp / "ppo.yaml").write_text("InferenceAlloc-v0:\n  policy: MlpPolicy\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", mlp)
     assert load_hyperparams("ppo", "InferenceAlloc-v0")["policy"] == "MlpPolicy"
 
 
