@@ -56,7 +56,15 @@ OUTPUTS = ("summary.csv", "summary.md", "latency_cdf.png", "learning_curves.png"
            "stabilization.png", "stabilization.md")
 
 
-def script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+# A bound on one train.py or evaluate.py process, to end a hung one, not to time it: the
+# longest (test_evaluate_writes_every_result's evaluation) took 10 s on an idle 2-core
+# machine and 32 s with both cores busy; 120 s left a CI machine shared with other jobs
+# under 4x that.
+JOB_TIMEOUT_S = 600
+
+
+def script(name: str, *args: str, timeout: float = JOB_TIMEOUT_S
+           ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / name), *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)
 
@@ -899,7 +907,7 @@ def test_a_reader_of_stdout_that_went_away_ends_evaluate_py_without_a_traceback(
                                "--no-online", "--seeds", "1", "--episodes", "1",
                                "--episode-tasks", "5", "--out", str(tmp_path / "results"),
                                "--no-progress-bar"], cwd=ROOT, stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=120)
+                              stderr=subprocess.PIPE, text=True, timeout=JOB_TIMEOUT_S)
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (1, "")
@@ -2344,7 +2352,7 @@ def test_python_m_runs_the_cli_named_as_it_ran(module: str, script_name: str, hi
     hints naming the jobs as it ran them (python -m, which a wheel install has too)."""
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, text=True,
-                              capture_output=True, timeout=120,
+                              capture_output=True, timeout=JOB_TIMEOUT_S,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
 
     command = f"python -m {module}"
@@ -2435,7 +2443,7 @@ def test_evaluate_py_on_a_cp1252_stdout_writes_every_result_past_a_path_it_canno
     done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--baselines", "all-gpu",
                            "--no-online", "--seeds", "1", "--episodes", "1",
                            "--episode-tasks", "5", "--out", str(out), "--no-progress-bar"],
-                          cwd=ROOT, capture_output=True, timeout=120,
+                          cwd=ROOT, capture_output=True, timeout=JOB_TIMEOUT_S,
                           env={**os.environ, "PYTHONIOENCODING": "cp1252"})
     assert (done.returncode, done.stderr) == (0, b"")
     assert sorted(p.name for p in out.iterdir()) == ["latency_cdf.png", "summary.csv",
