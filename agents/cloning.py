@@ -43,12 +43,14 @@ SAC_EDGE = 3.0
 
 
 def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> dict[str, np.ndarray]:
-    """Roll `policy` out for n_samples decisions: observations, actions, masks, returns."""
+    """Roll `policy` out for n_samples decisions: observations, actions, masks, returns, and
+    ``starts``, True on each episode's first decision (the recurrent clone's sequences)."""
     base = env.unwrapped
     obs_list: list[Any] = []
     act_list: list[Any] = []
     mask_list: list[Any] = []
     ret_list: list[float] = []
+    start_list: list[bool] = []
     episode = 0
     actor = StreamActor(policy)
     while len(obs_list) < n_samples:
@@ -59,6 +61,7 @@ def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> d
         done = False
         while not done and len(obs_list) < n_samples:
             action = actor.act(obs)
+            start_list.append(not rewards)
             obs_list.append(obs)
             act_list.append(np.asarray(action))
             mask_list.append(base.action_masks())
@@ -71,7 +74,8 @@ def collect(env: Any, policy: Any, n_samples: int, gamma: float, seed: int) -> d
             returns.append(running)
         ret_list.extend(reversed(returns))
     return {"obs": np.asarray(obs_list, dtype=np.float32), "actions": np.asarray(act_list),
-            "masks": np.asarray(mask_list), "returns": np.asarray(ret_list, dtype=np.float32)}
+            "masks": np.asarray(mask_list), "returns": np.asarray(ret_list, dtype=np.float32),
+            "starts": np.asarray(start_list, dtype=bool)}
 
 
 def _sac_actor_loss(mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -120,17 +124,29 @@ def _loss(agent: SB3Agent, obs: torch.Tensor, actions: torch.Tensor, masks: torc
 def _agreement(agent: SB3Agent, obs: np.ndarray, actions: np.ndarray) -> float:
     """Share of observations where the learner places every stage as the target does
     (for split actions: on the device with the largest weight)."""
-    predicted = np.asarray(agent.predict(obs, deterministic=True)[0]).reshape(len(obs), -1)
-    target = actions.reshape(len(obs), -1)
+    predicted = np.asarray(agent.predict(obs, deterministic=True)[0])
+    return float(np.mean(same_placements(predicted, actions)))
+
+
+def same_placements(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Per row, whether `predicted` places every stage as `target` does (for split actions:
+    on the device with the largest weight)."""
+    n = len(target)
+    predicted, target = np.asarray(predicted).reshape(n, -1), np.asarray(target).reshape(n, -1)
     if target.dtype.kind == "f":
-        predicted = predicted.reshape(len(obs), 3, -1).argmax(axis=2)
-        target = target.reshape(len(obs), 3, -1).argmax(axis=2)
-    return float(np.mean(np.all(predicted == target, axis=1)))
+        predicted = predicted.reshape(n, 3, -1).argmax(axis=2)
+        target = target.reshape(n, 3, -1).argmax(axis=2)
+    return np.all(predicted == target, axis=1)
 
 
 def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,
                     seed: int | None = None) -> dict[str, float]:
-    """Train `agent`'s network to act like `conservative`; returns train / held-out agreement."""
+    """Train `agent`'s network to act like `conservative`; returns train / held-out agreement.
+    An LSTM policy (recurrent-ppo) is fitted on sequences instead (``agents.sequence_cloning``)."""
+    if agent.name == "recurrent-ppo":
+        from agents.sequence_cloning import clone_sequences  # it imports this module: late
+
+        return clone_sequences(agent, env, conservative, config, seed=seed)
     model = agent.model
     gamma = float(getattr(model, "gamma", 0.9))
     data = collect(env, conservative, config.clone_samples, gamma,

@@ -76,7 +76,7 @@ class TrainConfig:
         "(InferenceAlloc-v0 only), sac (InferenceAllocSplit-v0 only)"))
     warmup: list[str] = field(default_factory=lambda: ["none", "all"], metadata=_help(
         "warm-up specs, one run each: all | none | comma list of conservative,clone,guard "
-        "(guard only with conservative; recurrent-ppo trains its none run alone)"))
+        "(guard only with conservative)"))
     conservative: str = field(default="heft-calibrated", metadata=_help(
         "conservative policy of the warm-up (e.g. best-static, heft-calibrated); ignored by "
         "--warmup none runs, its name checked all the same"))
@@ -297,10 +297,10 @@ class EvalConfig:
         "normalised | latency (static is priced in every run's state whichever it is)"))
     online_agents: list[str] | None = field(default=None, metadata=_help(
         "agents of the online experiment, in its tables' order: learners ppo, ppo-warm, dqn, "
-        "dqn-warm, trpo, trpo-warm, recurrent-ppo; fixed best-static, heft-calibrated, "
-        "oracle; yours as <module>:<attribute>, a learner where it builds an SB3 model (default: ppo "
-        "ppo-warm dqn dqn-warm best-static heft-calibrated oracle with --online, ppo ppo-warm "
-        "best-static oracle in the default evaluation)"))
+        "dqn-warm, trpo, trpo-warm, recurrent-ppo, recurrent-ppo-warm; fixed best-static, "
+        "heft-calibrated, oracle; yours as <module>:<attribute>, a learner where it builds an "
+        "SB3 model (default: ppo ppo-warm dqn dqn-warm best-static heft-calibrated oracle with "
+        "--online, ppo ppo-warm best-static oracle in the default evaluation)"))
     no_online: bool = field(default=False, metadata=_help(
         "skip the online experiment in the default evaluation (writes no stabilization.png; "
         "one of an earlier evaluation is kept)",

@@ -263,7 +263,8 @@ class OnlineStudy:
 ONLINE_LEARNERS = {"ppo": ("ppo", None), "ppo-warm": ("ppo", "all"),
                    "dqn": ("dqn", None), "dqn-warm": ("dqn", "all"),
                    "trpo": ("trpo", None), "trpo-warm": ("trpo", "all"),
-                   "recurrent-ppo": ("recurrent-ppo", None)}     # cold only (warmup.COLD_ONLY)
+                   "recurrent-ppo": ("recurrent-ppo", None),
+                   "recurrent-ppo-warm": ("recurrent-ppo", "all")}
 ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
 
 
@@ -274,15 +275,15 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``,
-    ``recurrent-ppo``; the evaluate.py study runs ``reporting.FULL_ONLINE``'s) are fresh
-    agents (training seed = the stream's seed, so a stream studied alone gets the learner it
-    gets among others) that learn as they go; ``best-static`` and ``oracle`` are the
-    references, run once per stream and shared by every agent's result; ``heft-calibrated``
-    runs as a fixed policy. A ``<module>:<attribute>`` is an agent of yours, a learner or a
-    fixed policy (``agents.own_online_agents``), checked before anything runs. Any other name is a
-    ValueError listing these (``ONLINE_LEARNERS``, ``ONLINE_FIXED``). The learners learn on
-    `reward` (envs.inference_alloc.REWARDS); every env prices best-static in its own state
-    whichever it is (the metrics' ``static_here``).
+    ``recurrent-ppo``, ``recurrent-ppo-warm``; the evaluate.py study runs
+    ``reporting.FULL_ONLINE``'s) are fresh agents (training seed = the stream's seed, so a
+    stream studied alone gets the learner it gets among others) that learn as they go;
+    ``best-static`` and ``oracle`` are the references, run once per stream and shared by every
+    agent's result; ``heft-calibrated`` runs as a fixed policy. A ``<module>:<attribute>`` is
+    an agent of yours, a learner or a fixed policy (``agents.own_online_agents``), checked
+    before anything runs. Any other name is a ValueError listing these (``ONLINE_LEARNERS``,
+    ``ONLINE_FIXED``). The learners learn on `reward` (envs.inference_alloc.REWARDS); every env
+    prices best-static in its own state whichever it is (the metrics' ``static_here``).
     """
     from agents.online import deploy
     from agents.own_online_agents import build_own_agent

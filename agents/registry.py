@@ -20,8 +20,7 @@ Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
 * ``ppo``, ``a2c``, ``dqn``, ``maskable-ppo``, ``sac``, ``trpo``, ``recurrent-ppo``:
   Stable-Baselines3 (and sb3-contrib) agents, built by ``agents.sb3_factory.make_sb3``
   (imported only when asked for); ``dqn`` and ``maskable-ppo`` act in ``InferenceAlloc-v0``
-  only, ``sac`` in ``InferenceAllocSplit-v0`` only; ``recurrent-ppo`` (an LSTM policy) takes
-  no warm-up.
+  only, ``sac`` in ``InferenceAllocSplit-v0`` only; ``recurrent-ppo`` is an LSTM policy.
 
 ``load_policy`` rebuilds a policy from a zip written by ``Policy.save`` or, for an
 SB3 model zip, hands over to ``agents.sb3_factory.load_sb3``.

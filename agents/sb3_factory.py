@@ -12,8 +12,8 @@ SAC (continuous actions) in ``InferenceAllocSplit-v0`` only (``sb3_hyperparams.O
 PPO, A2C and sb3-contrib's TRPO and RecurrentPPO in both. RecurrentPPO's policy
 (``MlpLstmPolicy``) keeps an LSTM state between decisions, which ``predict`` takes and returns
 as SB3's ``state``: a caller hands it back with ``episode_start`` (``agents.base.StreamActor``),
-or the policy acts on every task as on an episode's first. It takes no warm-up
-(``warmup.COLD_ONLY``).
+or the policy acts on every task as on an episode's first. Its warm-up fits and acts
+through that state (``warmup.WarmRecurrentPolicy``, ``agents.sequence_cloning``).
 """
 
 from __future__ import annotations

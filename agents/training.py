@@ -377,10 +377,10 @@ def plan(config: TrainConfig, note: Callable[[str], None] | None = None) -> list
 
 
 def _cold_only_skips(agents: list[str], specs: list[str]) -> dict[str, list[str]]:
-    """The warm-up specs each learner that takes none (``warmup.COLD_ONLY``) leaves out, where
-    it has a cold run to train (``--agents ppo recurrent-ppo`` on the default ``--warmup none
-    all``: ppo's two runs and recurrent-ppo's cold one); without one, a ValueError saying why
-    and what to do."""
+    """The warm-up specs each learner that takes none (``warmup.COLD_ONLY``, empty today) leaves
+    out, where it has a cold run to train (``--agents ppo <it>`` on the default ``--warmup none
+    all``: ppo's two runs and its cold one); without one, a ValueError saying why and what to
+    do."""
     skipped = {}
     for agent in dict.fromkeys(agents):
         warm = [spec for spec in specs if spec != "none"]

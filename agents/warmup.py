@@ -22,7 +22,12 @@ Three parts, each optional, composable with any SB3 agent:
    and the online study's envs do; without it the guard compares raw latencies, which
    vary ~10x with the task sizes, and a warning says so.
 
-RecurrentPPO (``recurrent-ppo``) takes none of the three (``COLD_ONLY``).
+RecurrentPPO (``recurrent-ppo``) takes all three through its LSTM: its clone is fitted on the
+conservative policy's whole episodes, the LSTM state carried along each
+(``agents.sequence_cloning``), and in the conservative phase its policy's forward() returns the
+conservative action with the learner's value and log-probability of it under the LSTM state
+it has reached, and that state moved on as its own action would have moved it
+(``WarmRecurrentPolicy``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import numpy as np
 import torch
 from gymnasium import Wrapper, spaces
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3 import DQN, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -406,6 +413,37 @@ class WarmMaskablePolicy(_WarmForward, MaskableActorCriticPolicy):  # type: igno
     pass
 
 
+class WarmRecurrentPolicy(RecurrentActorCriticPolicy):
+    """RecurrentPPO's LSTM policy whose forward() the conservative policy may act through.
+
+    Its forward() takes and returns the LSTM states (RecurrentPPO's rollout hands each step
+    the states the last returned), so ``_WarmForward``'s does not fit it. The LSTMs read the
+    observation alone, never the action, so the states move on as the learner's own action
+    would have moved them; the value and the conservative action's log-probability are the
+    learner's under the states it has reached, which RecurrentPPO's update recomputes from
+    the states its buffer saved: the ratio starts at 1, as warm PPO's.
+    """
+
+    warmup: WarmupController | None = None
+
+    # sb3-contrib's own signature, which differs from ActorCriticPolicy's as this one does
+    def forward(  # type: ignore[override]
+            self, obs: torch.Tensor, lstm_states: RNNStates, episode_starts: torch.Tensor,
+            deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, RNNStates]:
+        ctl = self.warmup
+        if ctl is None or not ctl.use_conservative():
+            return super().forward(obs, lstm_states, episode_starts, deterministic)
+        chosen = ctl.actions(obs.cpu().numpy())
+        if isinstance(self.action_space, spaces.Box):
+            chosen = box_targets(chosen, self.action_space)    # as _WarmForward's, and why
+        actions = torch.as_tensor(chosen, device=obs.device)
+        # deterministic: no sample drawn (none is sent), so torch's generator moves as little
+        _, values, _, states = super().forward(obs, lstm_states, episode_starts, True)
+        _, log_prob, _ = self.evaluate_actions(obs, actions, lstm_states, episode_starts)
+        return actions, values, log_prob, states
+
+
 class _WarmSampleAction:
     """Mixin for off-policy algorithms: the conservative policy may take the exploration step
     (``_sample_action``), and its transitions reach the replay buffer as the learner's do."""
@@ -454,13 +492,11 @@ class WarmSAC(_WarmSampleAction, SAC):
 WARM_ALGORITHMS: dict[str, type[WarmDQN] | type[WarmSAC]] = {"dqn": WarmDQN, "sac": WarmSAC}
 
 
-# The learners no warm-up part fits, and why: train.py --warmup none alone.
-COLD_ONLY = {"recurrent-ppo": (
-    "its LSTM policy acts on an episode's observations in turn, with the hidden state of those "
-    "before, and its update replays whole sequences: behaviour cloning fits one observation "
-    "at a time with no such state, and the conservative phase (which the guard needs) swaps "
-    "the action in a policy forward() that recurrent-ppo's policy, taking and returning its "
-    "LSTM state, does not have")}
+# The learners no warm-up part fits, and why: train.py --warmup none alone. None today: an
+# agent whose policy the conservative phase cannot act through, or whose network the clone
+# cannot fit, goes here (recurrent-ppo did, until its clone fitted sequences and its forward()
+# carried the LSTM state: WarmRecurrentPolicy, agents.sequence_cloning).
+COLD_ONLY: dict[str, str] = {}
 
 
 def check_warmup_fits(agent: str, warmup: WarmupConfig | str | None) -> None:
@@ -473,8 +509,13 @@ def check_warmup_fits(agent: str, warmup: WarmupConfig | str | None) -> None:
                      f"with --warmup none")
 
 
+# The on-policy agents whose warm policy class is not WarmActorCriticPolicy.
+WARM_POLICIES: dict[str, type] = {"maskable-ppo": WarmMaskablePolicy,
+                                  "recurrent-ppo": WarmRecurrentPolicy}
+
+
 def warm_policy_class(agent: str) -> type:
-    return WarmMaskablePolicy if agent == "maskable-ppo" else WarmActorCriticPolicy
+    return WARM_POLICIES.get(agent, WarmActorCriticPolicy)
 
 
 def own_actions_env(env: Any) -> Any:

@@ -432,6 +432,7 @@ def test_each_learner_of_the_study_is_its_algorithm_cold_or_warm(monkeypatch):
     others start cold. A warm PPO and a warm TRPO act alike through the conservative phase
     (the same curve over 60 samples), so the curves alone would not tell a swapped entry."""
     import agents.sb3_factory as factory
+    from agents import sequence_cloning
     from agents.evaluation import ONLINE_LEARNERS, online_study
 
     built = {}
@@ -443,13 +444,16 @@ def test_each_learner_of_the_study_is_its_algorithm_cold_or_warm(monkeypatch):
         return agent
 
     monkeypatch.setattr(factory, "make_sb3", recording)
+    # the names are under test, not the LSTM's clone (its 3000 samples fit in ~20 s)
+    monkeypatch.setattr(sequence_cloning, "clone_sequences", lambda *args, **kwargs: {})
     online_study(list(ONLINE_LEARNERS), [11], n_samples=8)
     warm = WarmupConfig.from_parts("all")
     assert warm.steps and warm.clone_samples     # the whole warm-up: acting and cloning
     assert dict(zip(ONLINE_LEARNERS, built.values(), strict=True)) == {
         "ppo": ("ppo", None), "ppo-warm": ("ppo", warm), "dqn": ("dqn", None),
         "dqn-warm": ("dqn", warm), "trpo": ("trpo", None), "trpo-warm": ("trpo", warm),
-        "recurrent-ppo": ("recurrent-ppo", None)}
+        "recurrent-ppo": ("recurrent-ppo", None),
+        "recurrent-ppo-warm": ("recurrent-ppo", warm)}
 
 
 def test_the_studys_learners_learn_on_the_reward_asked_for_with_static_priced_every_step(

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import importlib.util
 import io
+import itertools
 import re
 from pathlib import Path
 
@@ -156,20 +157,21 @@ def test_the_readmes_trpo_settings_are_its_yamls_in_both_envs():
 
 def test_the_readmes_recurrent_ppo_is_ppos_update_on_its_lstm_in_both_envs():
     """The README's RecurrentPPO figures were measured with PPO's values on an LSTM of the
-    units it names: recurrent-ppo.yaml holds them in both envs, and its policy is the LSTM one."""
+    units it names: recurrent-ppo.yaml holds them in both envs, cold and warm-started, and its
+    policy is the LSTM one."""
     from agents.sb3_hyperparams import load_hyperparams
     from envs import ENV_IDS
 
     policy, units = _quoted(r"`recurrent-ppo` is sb3-contrib's RecurrentPPO, in both envs: PPO's "
                             r"update \(`ppo.yaml`'s values\) on an LSTM policy \(`(\w+)`, (\d+) "
                             r"units\)")
-    for env_id in ENV_IDS:
-        params = load_hyperparams("recurrent-ppo", env_id)
+    for env_id, warm in itertools.product(ENV_IDS, (False, True)):
+        params = load_hyperparams("recurrent-ppo", env_id, warm_start=warm)
         kwargs = params.pop("policy_kwargs")
         assert (params.pop("policy"), kwargs.pop("lstm_hidden_size")) == (policy, int(units))
-        ppo = load_hyperparams("ppo", env_id)
+        ppo = load_hyperparams("ppo", env_id, warm_start=warm)
         del ppo["policy"]
-        assert {**params, "policy_kwargs": kwargs} == ppo, env_id
+        assert {**params, "policy_kwargs": kwargs} == ppo, (env_id, warm)
 
 
 def test_the_readmes_scenario_list_and_episode_lengths_are_the_presets():

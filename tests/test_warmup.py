@@ -1137,3 +1137,105 @@ def test_a_stateful_conservative_policy_acts_along_each_envs_episodes_in_trainin
     for env, length in enumerate((3, 5)):
         devices = [names.index(step[env][0]) for step in placed[:8]]
         assert devices == [j % length % 3 for j in range(8)], (env, devices)
+
+
+# A learner no warm-up part fits (none today: recurrent-ppo was one), planted for the tests of
+# what train.py and make_sb3 do with one.
+_COLD = ("a2c", "its planted reason")
+
+
+@pytest.mark.parametrize("parts", ["all", "clone", "conservative", "conservative,guard"])
+def test_a_cold_only_learner_refuses_every_warm_up_saying_what_to_do(parts, monkeypatch):
+    """Each part is refused, by make_sb3 and by train.py's plan where the learner would have
+    no cold run, with the table's reason and what works. Beside a cold run, its warm ones are
+    left out, with a note, and the other agents keep theirs."""
+    from agents import warmup as warmup_module
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import RunSpec, plan
+
+    monkeypatch.setitem(warmup_module.COLD_ONLY, *_COLD)
+    warmup = WarmupConfig.from_parts(parts, clone_samples=20, clone_epochs=1)
+    with pytest.raises(ValueError, match=r"a2c takes no warm-up \(a warm-up\): its planted "
+                                         r"reason; train it cold, with --warmup none$"):
+        make_sb3("a2c", _env(tasks=20), seed=0, warmup=warmup)
+    with pytest.raises(ConfigError, match=rf"a2c takes no warm-up \(--warmup {parts}\): its "
+                                          r"planted reason; train it cold, with --warmup none"):
+        plan(TrainConfig(agents=["ppo", "a2c"], warmup=[parts]))
+    notes: list[str] = []
+    specs = plan(TrainConfig(agents=["ppo", "a2c"], warmup=["none", parts], seeds=[0, 1]),
+                 note=notes.append)
+    warm = RunSpec("ppo", parts, 0).label
+    assert [(s.label, s.seed) for s in specs] == [
+        ("ppo", 0), (warm, 0), ("a2c", 0), ("ppo", 1), (warm, 1), ("a2c", 1)]
+    assert notes == [f"note: a2c takes no warm-up: its runs with --warmup {parts} are "
+                     f"left out, its cold runs train"]
+
+
+def test_a_cold_only_learners_warm_up_is_refused_before_any_run_is_made(tmp_path, monkeypatch):
+    """train.py's default --warmup none all trains its cold run, saying that the warm one is
+    left out; --warmup all alone is refused before any run, so no run folder is left behind."""
+    from agents import warmup as warmup_module
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import train
+
+    monkeypatch.setitem(warmup_module.COLD_ONLY, *_COLD)
+    lines: list[str] = []
+    config = TrainConfig(agents=["a2c"], timesteps=16, episode_tasks=20,
+                         hp={"n_steps": 8}, log_dir=str(tmp_path), checkpoint_interval=0,
+                         eval_tasks=0, eval_interval=0, progress_bar=False)
+    (result,) = train(config, report=lines.append)
+    assert result.spec.label == "a2c" and result.steps == 16
+    assert lines[0] == ("note: a2c takes no warm-up: its runs with --warmup all are "
+                        "left out, its cold runs train")
+    with pytest.raises(ConfigError, match=r"--warmup all"):
+        train(dataclasses.replace(config, warmup=["all"]), report=lines.append)
+    assert list(tmp_path.iterdir()) == [result.run_dir]
+
+
+def test_every_learner_takes_the_warm_up() -> None:
+    """recurrent-ppo was the one cold-only learner, until its clone fitted sequences and its
+    policy's forward() carried the LSTM state: no learner is refused a warm-up now."""
+    from agents.sb3_hyperparams import ALGORITHMS
+    from agents.warmup import COLD_ONLY, check_warmup_fits
+
+    assert COLD_ONLY == {}
+    for agent in ALGORITHMS:
+        check_warmup_fits(agent, "all")
+
+
+@pytest.mark.parametrize(("name", "env_id", "conservative"), [
+    ("ppo", "InferenceAlloc-v0", "heft-calibrated"),
+    ("dqn", "InferenceAlloc-v0", "heft-calibrated"),
+    ("sac", "InferenceAllocSplit-v0", "heft-split")])
+def test_a_warm_learner_trains_the_same_weights_beside_the_recurrent_warm_up(
+        name, env_id, conservative, monkeypatch):
+    """recurrent-ppo's warm-up (its sequence clone, its LSTM policy's forward()) is its own:
+    the other learners' clone and conservative phase never reach it, and one run before them
+    in the process leaves their trained weights the same, to the bit."""
+    from agents import sequence_cloning
+    from agents.warmup import WarmRecurrentPolicy
+
+    warmup = WarmupConfig(conservative=conservative, steps=20, clone_samples=100,
+                          clone_epochs=2, guard_window=10, guard_cooldown=5)
+
+    def trained() -> list[torch.Tensor]:
+        agent = make_sb3(name, _env(tasks=40, env_id=env_id), seed=3, warmup=warmup,
+                         overrides={"learning_starts": 0} if name != "ppo" else None)
+        agent.learn(64)
+        return [p.detach().clone() for p in agent.model.policy.parameters()]
+
+    alone = trained()
+    recurrent = make_sb3("recurrent-ppo", _env(tasks=40, env_id=env_id), seed=3, warmup=warmup,
+                         overrides={"n_steps": 16, "batch_size": 16})
+    recurrent.learn(32)
+    assert recurrent.warmup.decisions == 32 and recurrent.clone_stats is not None
+    after = trained()
+
+    def untouched(*args, **kwargs):
+        raise AssertionError("the recurrent warm-up reached another learner")
+
+    monkeypatch.setattr(sequence_cloning, "clone_sequences", untouched)
+    monkeypatch.setattr(WarmRecurrentPolicy, "forward", untouched)
+    apart = trained()
+    for weights in (after, apart):
+        assert all(torch.equal(a, b) for a, b in zip(alone, weights, strict=True))
