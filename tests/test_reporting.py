@@ -1198,7 +1198,7 @@ def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_r
         (dict(online=True, online_agents=["trpo-wram"]), r"--online-agents must be one of ppo, "
                                                           r"ppo-warm, dqn, dqn-warm, trpo, "
                                                           r"trpo-warm, recurrent-ppo, "
-                                                          r"best-static, "
+                                                          r"recurrent-ppo-warm, best-static, "
                                                           r"heft-calibrated, oracle, got "
                                                           r"'trpo-wram' \(did you mean "
                                                           r"'trpo-warm'\?\)"),
