@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch.nn import functional as F
 
 from agents.base import StreamActor
@@ -142,8 +143,9 @@ def same_placements(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
 def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,
                     seed: int | None = None) -> dict[str, float]:
     """Train `agent`'s network to act like `conservative`; returns train / held-out agreement.
-    An LSTM policy (recurrent-ppo) is fitted on sequences instead (``agents.sequence_cloning``)."""
-    if agent.name == "recurrent-ppo":
+    An LSTM policy (recurrent-ppo's) is fitted on sequences instead
+    (``agents.sequence_cloning``)."""
+    if isinstance(agent.model.policy, RecurrentActorCriticPolicy):
         from agents.sequence_cloning import clone_sequences  # it imports this module: late
 
         return clone_sequences(agent, env, conservative, config, seed=seed)
