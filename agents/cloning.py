@@ -140,6 +140,15 @@ def same_placements(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
     return np.all(predicted == target, axis=1)
 
 
+def clone_rng(seed: int | None) -> np.random.Generator:
+    """The clone's generator (its held-out split, its minibatches' order): `seed`'s, or without
+    one a seed drawn from numpy's global generator, which SB3's ``set_random_seed`` seeds (as
+    the online study does before it builds an unseeded learner of yours, ``make_sb3``'s warm
+    one included). ``default_rng(None)`` drew from the OS: that clone, and its row of the
+    study, differed from run to run."""
+    return np.random.default_rng(seed if seed is not None else np.random.randint(2**31 - 1))
+
+
 def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,
                     seed: int | None = None) -> dict[str, float]:
     """Train `agent`'s network to act like `conservative`; returns train / held-out agreement.
@@ -156,7 +165,7 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     space = env.unwrapped.action_space
     targets = as_env_actions(data["actions"], space)           # what the env would receive
     n = len(targets)
-    rng = np.random.default_rng(seed)
+    rng = clone_rng(seed)
     order = rng.permutation(n)
     held = order[: int(n * HELDOUT_FRACTION)]
     train = order[int(n * HELDOUT_FRACTION):]

@@ -32,7 +32,14 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from torch.nn import functional as F
 
-from agents.cloning import CLONE_LR, CLONE_SEED_OFFSET, HELDOUT_FRACTION, collect, same_placements
+from agents.cloning import (
+    CLONE_LR,
+    CLONE_SEED_OFFSET,
+    HELDOUT_FRACTION,
+    clone_rng,
+    collect,
+    same_placements,
+)
 from agents.sb3_factory import unchecked_distributions
 from agents.warmup import WarmupConfig, as_env_actions, learner_actions
 
@@ -149,7 +156,7 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     start_t = torch.zeros(len(train), length)
     start_t[:, 0] = 1.0                              # each sequence is an episode from its start
     rows, chunks = np.nonzero(valid[:, ::CHUNK])     # the chunks holding a decision
-    rng = np.random.default_rng(seed)
+    rng = clone_rng(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LR)
     with unchecked_distributions():   # as the agent learns: the same fit, faster
         for _ in range(config.clone_epochs):

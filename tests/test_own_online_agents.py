@@ -93,6 +93,19 @@ class NoSuchDevice:
 
 def no_gpu(env, seed=0):
     raise RuntimeError("no GPU here")
+
+
+def unseeded_warm(env):
+    """One of our warm learners, built without a seed (its clone's too)."""
+    from agents.warmup import WarmupConfig
+
+    return make_sb3("ppo", env, warmup=WarmupConfig(clone_samples=200, clone_epochs=2))
+
+
+def unseeded_warm_lstm(env):
+    from agents.warmup import WarmupConfig
+
+    return make_sb3("recurrent-ppo", env, warmup=WarmupConfig(clone_samples=200, clone_epochs=2))
 '''
 
 
@@ -252,6 +265,28 @@ def test_a_learner_of_yours_without_a_seed_learns_the_same_in_every_study(mine: 
         curves.append(study.curves[f"{mine}:{learner}"])
     assert all(np.array_equal(a, b) for a, b in zip(*curves, strict=True))
     assert not np.array_equal(*curves[0])       # the streams differ, so does what it learns
+
+
+@pytest.mark.parametrize("learner", ["unseeded_warm", "unseeded_warm_lstm"])
+def test_a_warm_learner_of_ours_built_by_yours_without_a_seed_clones_the_same_in_every_study(
+        mine: str, learner: str) -> None:
+    """make_sb3 without a seed, its warm-up's clone included: the clone drew its minibatches'
+    order from the OS (numpy's default_rng(None)), so its weights, and its row, differed from
+    one study to the next, though the study seeds the global generators before building it."""
+    import random
+
+    from agents.own_online_agents import build_own_agent
+
+    weights = []
+    for disturbance in (1, 2):
+        random.seed(disturbance)
+        np.random.seed(disturbance)
+        torch.manual_seed(disturbance)
+        env = make_env(episode_tasks=40, reward="relative", price_static=True)
+        agent, learns = build_own_agent(f"{mine}:{learner}", env, seed=10000)
+        assert learns and agent.clone_stats
+        weights.append([p.detach().clone() for p in agent.model.policy.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
 
 
 def test_a_learner_of_yours_without_a_seed_needs_no_note_before_the_study(mine: str,
