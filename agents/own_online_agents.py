@@ -17,9 +17,10 @@ warm-up, a safer learner) is measured there, beside ours, on the same streams an
 A ``seed`` parameter is given the stream's seed, as the study seeds its own learners
 (training seed = stream seed), so that the study is reproducible. For a learner without one,
 the study seeds the global generators (``random``, numpy's, torch's) with the stream's seed
-before building it, as SB3 does with a seed it is given: its weights and minibatches are then
-the same in every study, but what SB3 seeds only through the model's own seed (its action
-space's generator: DQN's random exploration) is not, and a note says so before the study.
+before building it, as SB3 does with a seed it is given, and then, where its model has no seed
+of its own, the model's action space (what SB3 seeds only through a model's seed: DQN's random
+exploration): its weights, minibatches and exploration, and so its row, are the same in every
+study.
 A ready model object is refused: it would carry what it learnt on one stream into the next.
 """
 
