@@ -6,12 +6,14 @@ An LSTM policy acts on an episode's observations in turn, with the state the one
 at a time (``agents.cloning``), from a zero state, it learns to act as on every episode's first
 task, and acts otherwise once its state fills. So the clone takes the samples the other
 learners' clone takes (``agents.cloning.collect``, the same seeds), cuts them into their
-episodes, and each episode into chunks of ``CHUNK`` decisions, which RecurrentPPO's own update
-replays in the same way (sequences from a saved LSTM state, an episode's start marked):
+episodes, and each episode into chunks of ``CHUNK`` decisions (episodes all shorter than that:
+chunks of the longest one's length), which RecurrentPPO's own update replays in the same way
+(sequences from a saved LSTM state, an episode's start marked):
 
 * each epoch, the policy runs (without gradients) along every training episode from its start,
   and each chunk's starting state (actor's and critic's LSTM) is the one it reached there;
-* minibatches of ``CHUNKS_PER_BATCH`` chunks, in a random order, are fitted from those states
+* minibatches of ``CHUNKS_PER_BATCH`` chunks (shorter ones: as many as hold as many decisions,
+  ``BATCH_DECISIONS``), in a random order, are fitted from those states
   through the policy's ``evaluate_actions`` (back-propagation through the chunk): the
   conservative action's log-likelihood, and the critic's squared error on the discounted return
   it earned, as the per-observation clone's loss.
@@ -54,6 +56,10 @@ if TYPE_CHECKING:
 # one observation at a time from a zero state (64 to a batch; seeds 0, 1).
 CHUNK = 32
 CHUNKS_PER_BATCH = 2
+# Episodes shorter than a chunk (train.py's --episode-tasks under 32) are chunks of their own
+# length, as many to a batch as hold these decisions: padded to 32, two to a batch, an
+# episode of 2 tasks fitted 4 decisions a step, a clone of 7 minutes (19 s at 200 tasks).
+BATCH_DECISIONS = CHUNK * CHUNKS_PER_BATCH
 
 
 def episode_bounds(starts: np.ndarray) -> list[tuple[int, int]]:
@@ -76,20 +82,22 @@ def _zero_states(policy: Any, n_seq: int) -> RNNStates:
     return RNNStates((zeros, zeros.clone()), (zeros.clone(), zeros.clone()))
 
 
-def _chunk_states(policy: Any, obs: torch.Tensor, starts: torch.Tensor) -> list[RNNStates]:
-    """The LSTM states the policy reaches at each chunk's start, run from zero states along
-    every sequence of `obs` (n_seq, length, features) at once, a chunk at a time."""
+def _chunk_states(policy: Any, obs: torch.Tensor, starts: torch.Tensor, chunk: int = CHUNK
+                  ) -> list[RNNStates]:
+    """The LSTM states the policy reaches at each chunk's start (chunks of `chunk` decisions),
+    run from zero states along every sequence of `obs` (n_seq, length, features) at once, a
+    chunk at a time."""
     n_seq, length = obs.shape[:2]
     states = _zero_states(policy, n_seq)
     out = []
     with torch.no_grad():
-        for t in range(0, length, CHUNK):
+        for t in range(0, length, chunk):
             out.append(states)
-            chunk = obs[:, t:t + CHUNK].reshape(-1, obs.shape[-1])
+            part = obs[:, t:t + chunk].reshape(-1, obs.shape[-1])
             # the LSTM policy's own forward, not the warm one's, where the conservative phase
             # would count (and act on) these as training decisions
             *_, states = RecurrentActorCriticPolicy.forward(
-                policy, chunk, states, starts[:, t:t + CHUNK].reshape(-1), True)
+                policy, part, states, starts[:, t:t + chunk].reshape(-1), True)
     return out
 
 
@@ -147,7 +155,10 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     cut = n - int(n * HELDOUT_FRACTION)
     bounds = episode_bounds(data["starts"])
     train = [(first, min(end, cut)) for first, end in bounds if first < cut]
-    length = -(-max(end - first for first, end in train) // CHUNK) * CHUNK
+    longest = max(end - first for first, end in train)
+    chunk = min(CHUNK, longest)                     # CHUNK, or the episodes' own length
+    per_batch = BATCH_DECISIONS // chunk
+    length = -(-longest // chunk) * chunk
     stored = learner_actions(model, targets, space)
     obs_t = torch.as_tensor(_padded(data["obs"], train, length))
     act_t = torch.as_tensor(_padded(stored, train, length))
@@ -155,21 +166,21 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     valid = _padded(np.ones(n, dtype=bool), train, length)
     start_t = torch.zeros(len(train), length)
     start_t[:, 0] = 1.0                              # each sequence is an episode from its start
-    rows, chunks = np.nonzero(valid[:, ::CHUNK])     # the chunks holding a decision
+    rows, chunks = np.nonzero(valid[:, ::chunk])     # the chunks holding a decision
     rng = clone_rng(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LR)
     with unchecked_distributions():   # as the agent learns: the same fit, faster
         for _ in range(config.clone_epochs):
             policy.set_training_mode(False)
-            states = _chunk_states(policy, obs_t, start_t)
+            states = _chunk_states(policy, obs_t, start_t, chunk)
             policy.set_training_mode(True)
             order = rng.permutation(len(rows))
-            for first in range(0, len(order), CHUNKS_PER_BATCH):
-                pick = order[first:first + CHUNKS_PER_BATCH]
+            for first in range(0, len(order), per_batch):
+                pick = order[first:first + per_batch]
                 r, c = rows[pick], chunks[pick]
-                steps = (c[:, None] * CHUNK + np.arange(CHUNK)).reshape(-1)
-                at = (np.repeat(r, CHUNK), steps)
-                shape = (len(pick), CHUNK)
+                steps = (c[:, None] * chunk + np.arange(chunk)).reshape(-1)
+                at = (np.repeat(r, chunk), steps)
+                shape = (len(pick), chunk)
                 loss = _chunk_loss(policy, obs_t[at].reshape(*shape, -1),
                                    act_t[at].reshape(*shape, *act_t.shape[2:]),
                                    ret_t[at].reshape(shape), torch.as_tensor(valid[at]),

@@ -186,6 +186,26 @@ def test_the_clone_places_as_the_conservative_along_a_held_out_episode_with_its_
     assert warm.warmup.decisions == 0      # cloning took none of the conservative phase's
 
 
+def _clone_recorded(env: gym.Env, heft: Any) -> tuple[Any, dict[str, float], list[tuple[
+        torch.Tensor, torch.Tensor]]]:
+    """A recurrent-ppo cloned on heft's 100 samples, two epochs, and the (valid, starts) of each
+    minibatch it fitted."""
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    loss = sequence_cloning._chunk_loss
+
+    def recording(policy: Any, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+                  valid: torch.Tensor, starts: torch.Tensor, states: Any) -> torch.Tensor:
+        seen.append((valid.clone(), starts.clone()))
+        return loss(policy, obs, actions, returns, valid, starts, states)
+
+    agent = make_sb3("recurrent-ppo", env, seed=0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sequence_cloning, "_chunk_loss", recording)
+        stats = sequence_cloning.clone_sequences(agent, env, heft, WarmupConfig(
+            steps=0, clone_samples=100, clone_epochs=2, guard=False), seed=0)
+    return agent, stats, seen
+
+
 def test_the_clone_fits_episodes_as_sequences_from_their_start() -> None:
     """The clone's samples are the per-observation clone's (the same episodes, seeds and
     returns), cut at each episode's start; each is fitted in chunks from the LSTM state the
@@ -199,19 +219,8 @@ def test_the_clone_fits_episodes_as_sequences_from_their_start() -> None:
     data = collect(env, heft, 100, 0.9, seed=CLONE_SEED_OFFSET)
     bounds = sequence_cloning.episode_bounds(data["starts"])
     assert bounds == [(0, 30), (30, 60), (60, 90), (90, 100)]
-    seen: list[tuple[int, np.ndarray]] = []
-    loss = sequence_cloning._chunk_loss
-
-    def recording(policy: Any, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-                  valid: torch.Tensor, starts: torch.Tensor, states: Any) -> torch.Tensor:
-        seen.append((int(valid.sum()), starts.numpy().copy()))
-        return loss(policy, obs, actions, returns, valid, starts, states)
-
-    agent = make_sb3("recurrent-ppo", env, seed=0)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sequence_cloning, "_chunk_loss", recording)
-        stats = sequence_cloning.clone_sequences(agent, env, heft, WarmupConfig(
-            steps=0, clone_samples=100, clone_epochs=2, guard=False), seed=0)
+    agent, stats, fitted = _clone_recorded(env, heft)
+    seen = [(int(valid.sum()), starts.numpy()) for valid, starts in fitted]
     # 80 training samples (three episodes, the third cut at 80) fitted once an epoch
     assert sum(n for n, _ in seen) == 2 * 80
     # an episode's first decision starts a chunk, and no other decision is marked
@@ -221,6 +230,20 @@ def test_the_clone_fits_episodes_as_sequences_from_their_start() -> None:
         [_placements(agent, data["obs"][a:b]) for a, b in bounds]), data["actions"])
     assert stats["train_agreement"] == pytest.approx(np.mean(agreed[:80]))
     assert stats["heldout_agreement"] == pytest.approx(np.mean(agreed[80:]))
+
+
+def test_episodes_shorter_than_a_chunk_are_fitted_as_many_to_a_batch_as_fill_its_decisions(
+        ) -> None:
+    """Each episode of 4 tasks was padded to a chunk of 32 decisions, two chunks to a batch: 8
+    decisions fitted a step where 64 are, 16 times the work for them (train.py's --episode-tasks
+    2: a 7-minute clone, 19 s at the scenario's 200). Its chunks are the episodes' length, and
+    a batch holds as many as make its 64 decisions."""
+    env = _env(tasks=4)
+    _, stats, fitted = _clone_recorded(env, make_policy("heft-calibrated", env))
+    seen = [(int(valid.sum()), valid.numel()) for valid, _ in fitted]
+    # 80 training samples, 20 episodes: a batch of 16 and one of 4 an epoch, none padded
+    assert seen == [(64, 64), (16, 16)] * 2
+    assert 0.0 <= stats["heldout_agreement"] <= 1.0
 
 
 @pytest.mark.parametrize("env_id", [V0, SPLIT])
