@@ -44,7 +44,6 @@ from agents.warmup import (
     WarmupConfig,
     WarmupController,
     attach_warmup,
-    check_warmup_fits,
     warm_policy_class,
 )
 from envs import ENV_IDS
@@ -220,7 +219,6 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     warm-up and ``predict`` use. `metrics_window`: the tasks behind the warm-up's
     ``warmup/conservative_acting`` share (train.py's ``--metrics-window``).
     """
-    check_warmup_fits(name, warmup)
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     hyperparams = hyperparams_with(name, env_id_of(env), overrides,
                                    warm_start=starts_warm(warmup))

@@ -140,12 +140,10 @@ from agents.static import unwrap_env
 from agents.user_callbacks import UserCallbacks, check_callbacks
 from agents.vec_envs import close_venv, first_env, training_venv
 from agents.warmup import (
-    COLD_ONLY,
     WARMUP_PARTS,
     WarmupConfig,
     as_env_actions,
     attach_warmup,
-    check_warmup_fits,
 )
 from envs.reference import setting_key
 from envs.scenario import SCENARIO_DIR
@@ -316,10 +314,8 @@ def _mix_refusal(exc: MixRefused) -> str:
             f"(--hardware and --variant set them for all)")
 
 
-def plan(config: TrainConfig, note: Callable[[str], None] | None = None) -> list[RunSpec]:
-    """The runs to make, after checking every option that can be checked before training.
-    A learner no warm-up fits (``warmup.COLD_ONLY``) among agents that warm up trains its
-    cold runs alone, `note` told which were left out; one with no cold run is refused."""
+def plan(config: TrainConfig) -> list[RunSpec]:
+    """The runs to make, after checking every option that can be checked before training."""
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
@@ -328,7 +324,6 @@ def plan(config: TrainConfig, note: Callable[[str], None] | None = None) -> list
                               f"(every policy name: {valid_names()})")
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     try:
-        skipped = _cold_only_skips(agents, specs)     # before the env, a conservative or a run
         check_callbacks(config.callbacks)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -367,28 +362,9 @@ def plan(config: TrainConfig, note: Callable[[str], None] | None = None) -> list
             where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
                      else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
             raise ConfigError(f"{where} for {agent}: {exc}") from None
-    for agent, warm in skipped.items():
-        if note is not None:
-            note(f"note: {agent} takes no warm-up: its runs with --warmup "
-                 f"{' '.join(warm)} are left out, its cold runs train")
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
-            for w in specs if w not in skipped.get(a, ())]
-
-
-def _cold_only_skips(agents: list[str], specs: list[str]) -> dict[str, list[str]]:
-    """The warm-up specs each learner that takes none (``warmup.COLD_ONLY``, empty today) leaves
-    out, where it has a cold run to train (``--agents ppo <it>`` on the default ``--warmup none
-    all``: ppo's two runs and its cold one); without one, a ValueError saying why and what to
-    do."""
-    skipped = {}
-    for agent in dict.fromkeys(agents):
-        warm = [spec for spec in specs if spec != "none"]
-        if warm and agent in COLD_ONLY:
-            if "none" not in specs:
-                check_warmup_fits(agent, warm[0])
-            skipped[agent] = warm
-    return skipped
+            for w in specs]
 
 
 def check_conservative(config: TrainConfig, policy: Any, env: Any,
@@ -739,9 +715,9 @@ def _finished_unrecorded(exc: OSError, run_dir: Path) -> FinishedUnrecorded:
     the events file) after the run in `run_dir` finished training: its model.zip is complete,
     and the line says how to evaluate it."""
     return FinishedUnrecorded(f"run {run_dir.name} finished training, then "
-                              f"{_failure(exc, run_dir)}; "
-                       f"its TensorBoard events may lack the last points, but its model.zip is "
-                       f"complete: evaluate it with: {command('evaluate')} --models {run_dir}")
+                              f"{_failure(exc, run_dir)}; its TensorBoard events may lack the "
+                              f"last points, but its model.zip is complete: evaluate it with: "
+                              f"{command('evaluate')} --models {run_dir}")
 
 
 def _failure(exc: Exception, run_dir: Path) -> str:
@@ -981,7 +957,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
     config = _absolute_files(config)
     results: list[RunResult] = []
     failures: list[RunFailed | FinishedUnrecorded] = []
-    specs = plan(config, note=report)
+    specs = plan(config)
     for spec in specs:
         try:
             results.append(train_run(config, spec))

@@ -492,23 +492,6 @@ class WarmSAC(_WarmSampleAction, SAC):
 WARM_ALGORITHMS: dict[str, type[WarmDQN] | type[WarmSAC]] = {"dqn": WarmDQN, "sac": WarmSAC}
 
 
-# The learners no warm-up part fits, and why: train.py --warmup none alone. None today: an
-# agent whose policy the conservative phase cannot act through, or whose network the clone
-# cannot fit, goes here (recurrent-ppo did, until its clone fitted sequences and its forward()
-# carried the LSTM state: WarmRecurrentPolicy, agents.sequence_cloning).
-COLD_ONLY: dict[str, str] = {}
-
-
-def check_warmup_fits(agent: str, warmup: WarmupConfig | str | None) -> None:
-    """Refuse a warm-up (a ``WarmupConfig``, or train.py's ``--warmup`` spec) for an agent that
-    takes none (``COLD_ONLY``), with the one that works; None and ``"none"`` pass."""
-    if warmup is None or warmup == "none" or agent not in COLD_ONLY:
-        return
-    spec = f"--warmup {warmup}" if isinstance(warmup, str) else "a warm-up"
-    raise ValueError(f"{agent} takes no warm-up ({spec}): {COLD_ONLY[agent]}; train it cold, "
-                     f"with --warmup none")
-
-
 # The on-policy agents whose warm policy class is not WarmActorCriticPolicy.
 WARM_POLICIES: dict[str, type] = {"maskable-ppo": WarmMaskablePolicy,
                                   "recurrent-ppo": WarmRecurrentPolicy}

@@ -372,13 +372,11 @@ def test_a_warm_recurrent_ppo_repeats_from_the_same_seed_and_loads_back(env_id: 
 
 def test_recurrent_ppo_trains_warm_beside_cold_in_train_py(tmp_path: Path) -> None:
     """train.py's default --warmup none all trains recurrent-ppo cold and warm, as every other
-    learner, without a note; the warm run saves its guard's state beside its model."""
+    learner; the warm run saves its guard's state beside its model."""
     from agents.training import plan, train
 
-    notes: list[str] = []
-    specs = plan(TrainConfig(agents=["ppo", "recurrent-ppo"]), note=notes.append)
+    specs = plan(TrainConfig(agents=["ppo", "recurrent-ppo"]))
     assert [s.label for s in specs] == ["ppo", "ppo-warm", "recurrent-ppo", "recurrent-ppo-warm"]
-    assert notes == []
     config = TrainConfig(agents=["recurrent-ppo"], warmup=["all"], timesteps=16,
                          episode_tasks=20, hp=dict(SMALL), clone_samples=40,
                          log_dir=str(tmp_path), checkpoint_interval=0, eval_tasks=0,
