@@ -615,7 +615,7 @@ def _writing(out: Path, names: tuple[str, ...]) -> Iterator[None]:
                 continue
             try:
                 stack.enter_context(holding(out, lock, f"{out} is being written by another "
-                                            f"evaluation ({', '.join(files)})"))
+                                            f"evaluation ({', '.join(files)})", option="--out"))
             except FolderBusy as exc:
                 raise ConfigError(f"{exc}: wait for it to end, or give another --out") from None
         yield

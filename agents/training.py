@@ -477,7 +477,7 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
                                          seeds=[spec.seed], resume=None,
                                          hp=dict(agent.hyperparams))
         try:
-            with _training(run_dir):
+            with _training(run_dir, option="--log-dir"):
                 return _run(agent, run_dir, run_config, spec, first, fresh=True)
         except WriteFailed as exc:
             if not isinstance(exc, FinishedUnrecorded):    # its lock, before training: the
@@ -496,12 +496,14 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
 
 
 @contextlib.contextmanager
-def _training(run_dir: Path) -> Iterator[None]:
+def _training(run_dir: Path, option: str = "") -> Iterator[None]:
     """`run_dir`'s lock while a run trains in it: a resume of a run that another process
-    still trains (or resumes) is refused at once, before it writes in the folder."""
+    still trains (or resumes) is refused at once, before it writes in the folder. `option`:
+    the flag to shorten where the lock's path is too long (a new run's --log-dir; a resumed
+    run's folder held that lock when it trained)."""
     try:
         with holding(run_dir, "train", f"run {run_dir.name} is being trained by another "
-                     f"process"):
+                     f"process", option=option):
             yield
     except FolderBusy as exc:
         raise ConfigError(f"{exc}: wait for it to end (or stop it) before resuming it") from None

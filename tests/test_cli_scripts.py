@@ -1249,6 +1249,33 @@ def test_a_plan_stopped_by_a_refused_write_still_shows_the_runs_finished_before_
                             f"denied; the plan stopped at run 2 of 2: 1 finished before it\n")
 
 
+def folder_of_length(root: Path, length: int) -> Path:
+    """A folder under `root` whose path is `length` characters long, made of 200-character
+    names (each under NAME_MAX), for paths just short of the system's PATH_MAX."""
+    folder = root
+    while len(str(folder)) < length:
+        folder = folder / ("d" * min(200, length - len(str(folder)) - 1))
+    assert len(str(folder)) == length
+    return folder
+
+
+@pytest.mark.skipif(os.name != "posix", reason="PATH_MAX: POSIX")
+def test_a_log_dir_just_short_of_the_path_limit_says_to_shorten_it(tmp_path: Path,
+                                                                   capsys) -> None:
+    """The run folder fits the path limit and its lock file does not: train.py said only
+    "File name too long" for the lock, without the hint a run folder over the limit gave."""
+    limit = os.pathconf(tmp_path, "PC_PATH_MAX") - 1          # its count includes the NUL
+    name = f"InferenceAlloc-v0__ppo__0__{'9' * 10}"             # the run's name, as long
+    runs = folder_of_length(tmp_path, limit - len(f"/{name}/.train") + 1)
+    code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--log-dir",
+                                  str(runs), *TINY])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"train.py: error: cannot write {runs}/InferenceAlloc-v0__ppo__0__")
+    assert err.endswith("/.train.lock: File name too long; give a shorter --log-dir\n")
+    assert list(runs.iterdir()) == []       # the run folder it made, removed
+
+
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
     import errno
     import threading

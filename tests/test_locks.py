@@ -249,6 +249,22 @@ def test_an_out_the_file_system_will_not_write_in_is_one_line_exit_1(
                    f"{os.strerror(errno.EACCES)}\n")
 
 
+@POSIX
+def test_an_out_whose_lock_path_is_over_the_limit_says_to_shorten_it(
+        tmp_path: Path, capsys) -> None:
+    """An --out that fits the path limit whose lock file does not."""
+    from agents.evaluate_cli import main
+    from tests.test_cli_scripts import folder_of_length
+
+    limit = os.pathconf(tmp_path, "PC_PATH_MAX") - 1
+    out = folder_of_length(tmp_path, limit - len("/.summary.lock") + 1)
+    assert main(["--out", str(out), "--no-online", "--baselines", "best-static",
+                 "--seeds", "1", "--episode-tasks", "5", "--no-progress-bar"]) == 1
+    assert capsys.readouterr().err == (
+        f"infer-alloc-evaluate: error: cannot write {out / '.summary.lock'}: File name too "
+        f"long; give a shorter --out\n")
+
+
 def test_the_default_evaluation_and_online_refuse_each_other_and_no_online_does_not(
         tmp_path: Path) -> None:
     """As the README says: the default evaluation writes the online study's files too."""
