@@ -37,8 +37,15 @@ def _finish(fig: Any, axes: Any, target: str | Path) -> Path:
         ax.grid(alpha=0.3)
         handles = _labelled_lines(ax)
         _tell_apart(handles)
-        legend = ax.legend(handles=handles, labels=[h.get_label() for h in handles], fontsize=8,
-                           **_legend_place([h.get_label() for h in handles]))
+        labels = [h.get_label() for h in handles]
+        # matplotlib 3.7 (our floor) drops a label given as "_..." even in handles= and
+        # labels= (its mark of an unlabelled artist; 3.11 keeps it): such a label is built
+        # as " _...", and its text then set back
+        legend = ax.legend(handles=handles, labels=[f" {label}" if label.startswith("_")
+                                                    else label for label in labels],
+                           fontsize=8, **_legend_place(labels))
+        for text, label in zip(legend.get_texts(), labels, strict=True):
+            text.set_text(label)
         # names as written: matplotlib read "$...$" in a label or title (a model file
         # ppo_$5_$10.zip, a scenario file's name) as mathtext, and one unbalanced stopped
         # the save with a ParseSyntaxException
