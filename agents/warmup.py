@@ -516,12 +516,26 @@ def own_actions_env(env: Any) -> Any:
     return layer
 
 
+def _check_own_observations(env: Any) -> None:
+    """The warm-up's conservative policy acts on the learner's observations and the clone is
+    fitted on the env's own: a wrapper on `env` that changes the observation space stopped the
+    clone with torch's "mat1 and mat2 shapes cannot be multiplied" (a shorter observation), or
+    the conservative phase after the whole clone (a rescaled one)."""
+    own = env.unwrapped.observation_space
+    if env.observation_space != own:
+        raise ValueError(
+            f"the warm-up reads the env's own observations ({own}), and a wrapper on the env "
+            f"changes them to {env.observation_space}: warm up a learner built on the env's "
+            f"own observations, or train this one without warm-up")
+
+
 def attach_warmup(agent: SB3Agent, env: Any, config: WarmupConfig, seed: int | None = None,
                   metrics_window: int = 100) -> WarmupController:
     """Wire the warm-up parts into an agent built by make_sb3 (clone now, act/guard later).
     `metrics_window`: the tasks behind ``warmup/conservative_acting`` (``WarmupCallback``)."""
     from agents.registry import make_policy  # registry imports the factory: import late
 
+    _check_own_observations(env)
     conservative = make_policy(config.conservative, own_actions_env(env))
     controller = WarmupController(conservative, config, env.unwrapped.action_space)
     model = agent.model

@@ -55,6 +55,36 @@ def test_dqn_clones_under_the_latency_reward_too():
     assert agent.clone_stats["heldout_agreement"] >= 0.4
 
 
+@pytest.mark.parametrize("wrapper", ["shorter", "rescaled"])
+def test_a_warm_up_behind_an_observation_wrapper_is_refused_before_it_clones(
+        wrapper: str, monkeypatch) -> None:
+    """The clone is fitted on the env's own observations and the conservative policy reads the
+    learner's: behind a wrapper that changes them, a shorter observation stopped the clone with
+    torch's "mat1 and mat2 shapes cannot be multiplied", and a rescaled one ran the whole clone
+    before the conservative phase refused it. DQN's action wrapper leaves them as they are."""
+    from gymnasium.wrappers import NormalizeObservation, TransformObservation
+
+    from agents import cloning
+
+    base = _env("edge", 20)
+    own = base.observation_space
+    if wrapper == "shorter":
+        env = TransformObservation(base, lambda obs: obs[:-2],
+                                   gym.spaces.Box(0, 1, (own.shape[0] - 2,), np.float32))
+    else:
+        env = NormalizeObservation(base)
+    monkeypatch.setattr(cloning, "collect", lambda *a, **k: pytest.fail("cloned"))
+    with pytest.raises(ValueError, match=re.escape(
+            f"the warm-up reads the env's own observations ({own}), and a wrapper on the env "
+            f"changes them to {env.observation_space}: warm up a learner built on the env's own "
+            f"observations, or train this one without warm-up")):
+        make_sb3("ppo", env, seed=0, warmup=WarmupConfig(clone_samples=64))
+    make_sb3("ppo", env, seed=0)        # without warm-up: its own choice
+    monkeypatch.undo()
+    dqn = make_sb3("dqn", _env("edge", 20), seed=0, warmup=WarmupConfig(clone_samples=64))
+    assert dqn.clone_stats["samples"] == 64
+
+
 def test_an_agent_without_warmup_has_the_warmup_attributes_empty():
     """attach_warmup sets them, learn() and the online harness read them: declared, not patched."""
     agent = make_sb3("ppo", _env("edge", 50), seed=0)
