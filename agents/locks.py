@@ -54,10 +54,10 @@ def lock_file(folder: str | os.PathLike[str], name: str) -> Path:
 def holding(folder: str | os.PathLike[str], name: str, busy: str,
             option: str = "") -> Iterator[None]:
     """Hold `folder`'s lock of `name` within the block (`folder` made if absent, and removed
-    after where the block left it empty). Held elsewhere: FolderBusy, "`busy` (pid N)"; a
-    folder the file system will not write in (read-only, not ours): WriteFailed naming it,
-    and for a path over the system's limit, "give a shorter `option`" (the flag that named
-    `folder`, where there is one)."""
+    after where the block left it empty or the lock was not taken). Held elsewhere:
+    FolderBusy, "`busy` (pid N)"; a folder the file system will not write in (read-only, not
+    ours): WriteFailed naming it, and for a path over the system's limit, "give a shorter
+    `option`" (the flag that named `folder`, where there is one)."""
     folder = Path(folder)
     made = not folder.exists()
     path = lock_file(folder, name)
@@ -65,8 +65,10 @@ def holding(folder: str | os.PathLike[str], name: str, busy: str,
         folder.mkdir(parents=True, exist_ok=True)
         handle = _acquire(path, busy)
     except OSError as exc:      # not FolderBusy, a RuntimeError: it goes on as it is
+        if made:    # as the block leaves it: a folder just short of PATH_MAX is made, and
+            with contextlib.suppress(OSError):      # its lock file is then too long
+                folder.rmdir()
         # a traceback before the job began, where its own first write said it in one line
-        # a folder just short of PATH_MAX is made, and its lock file is then too long
         hint = (f"; give a shorter {option}" if option and exc.errno == errno.ENAMETOOLONG
                 else "")
         raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}{hint}") from exc

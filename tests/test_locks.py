@@ -265,6 +265,21 @@ def test_an_out_whose_lock_path_is_over_the_limit_says_to_shorten_it(
         f"long; give a shorter --out\n")
 
 
+@POSIX
+def test_a_folder_made_for_a_lock_it_could_not_take_is_removed(tmp_path: Path) -> None:
+    """`holding` made the folder and then failed on the lock file (a path over the limit):
+    evaluate.py's --out was left behind, empty, where a job that ran removed it."""
+    from agents.files import WriteFailed
+    from tests.test_cli_scripts import folder_of_length
+
+    limit = os.pathconf(tmp_path, "PC_PATH_MAX") - 1
+    made = folder_of_length(tmp_path, limit - len("/.job.lock") + 1)
+    with pytest.raises(WriteFailed, match="File name too long; give a shorter --out$"), \
+            holding(made, "job", "busy", option="--out"):
+        pass
+    assert not made.exists() and made.parent.is_dir()
+
+
 def test_the_default_evaluation_and_online_refuse_each_other_and_no_online_does_not(
         tmp_path: Path) -> None:
     """As the README says: the default evaluation writes the online study's files too."""
