@@ -12,7 +12,7 @@ import contextlib
 import errno
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path to write; on success it replaces `target`, on failure it is removed
     (an OSError as WriteFailed, naming `target`)."""
     target = Path(target)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}{TMP_SUFFIX}")
+    tmp = temp_file(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
@@ -48,6 +48,41 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         # made, and that error (on the temp file's name) replaced the one naming the target
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def temp_file(target: Path) -> Path:
+    """Where `atomic_path` writes `target` before it renames it: ``.<name>.<pid>.tmp`` beside it."""
+    return target.with_name(f".{target.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+def check_room(folder: Path, names: Iterable[str | os.PathLike[str]], option: str) -> None:
+    """A WriteFailed, "give a shorter `option`", where a path of `names` (those a job writes
+    under `folder`, relative to it) is over the system's limit (PATH_MAX, which counts the
+    path handed to the OS: a relative folder's, as given). A folder with room for its lock
+    and no more ran the job up to its first longer file: train.py's TensorBoard events file
+    died in a thread with a traceback, a checkpoint after the training before it, and
+    evaluate.py's summary.csv after the whole evaluation, none saying which flag to shorten."""
+    limit = _path_max(folder)
+    longest = max((len(os.fsencode(folder / name)) for name in names), default=0)
+    if limit is not None and longest >= limit:      # the limit counts the terminating NUL
+        raise WriteFailed(f"cannot write in {folder}: the paths of the files written there "
+                          f"reach {longest} characters, past the system's limit of "
+                          f"{limit - 1}; give a shorter {option}")
+
+
+def _path_max(folder: Path) -> int | None:
+    """PATH_MAX where `folder` is (asked of its nearest folder that exists: is_dir raises on a
+    path over the limit itself), None where the system does not say (Windows has no pathconf)."""
+    if not hasattr(os, "pathconf"):
+        return None
+    for there in (folder, *folder.parents):
+        try:
+            if there.is_dir():
+                limit = os.pathconf(there, "PC_PATH_MAX")
+                return limit if limit > 0 else None
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 @contextlib.contextmanager

@@ -48,7 +48,7 @@ from agents.evaluation import (
     summary_csv,
     summary_markdown,
 )
-from agents.files import model_file, write_text
+from agents.files import check_room, model_file, temp_file, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     check_first_action,
@@ -607,7 +607,10 @@ OUTPUT_LOCKS = {"summary": SUMMARY_OUTPUTS, "stabilization": ONLINE_OUTPUTS,
 @contextlib.contextmanager
 def _writing(out: Path, names: tuple[str, ...]) -> Iterator[None]:
     """The locks of `out` for the files of `names`: another evaluation writing any of them
-    there is refused at once (a ConfigError naming it), before this one computes anything."""
+    there is refused at once (a ConfigError naming it), before this one computes anything,
+    as is an `out` whose path leaves no room for theirs (their temp files' names are longer
+    than the locks')."""
+    check_room(out, [temp_file(Path(name)) for name in names], "--out")
     with contextlib.ExitStack() as stack:
         for lock, files in OUTPUT_LOCKS.items():
             mine = [name for name in files if name in names]

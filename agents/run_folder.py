@@ -9,7 +9,11 @@ import dataclasses
 import errno
 import json
 import math
+import os
 import re
+import socket
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +22,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
 from agents.event_files import mark_events
-from agents.files import WriteFailed, atomic_path, write_text
+from agents.files import WriteFailed, atomic_path, check_room, temp_file, write_text
 
 if TYPE_CHECKING:
     from agents.warmup import WarmupController
@@ -51,19 +55,22 @@ class BestModel:
         return self.vs_best_static < other.vs_best_static
 
 
-def new_run_dir(log_dir: str | Path, name: str) -> Path:
+def new_run_dir(log_dir: str | Path, name: str, files: Iterable[str | Path] = ()) -> Path:
     """Create the run folder; never reuse an existing one (suffix -1, -2, ... instead). A
     folder the file system refuses (a full disk, no permission, a path over its length limit:
     the name holds the env id, agent, seed and time) is a WriteFailed naming it, as a refused
     lock or file of the run is: train.py ends the plan in one line, where the OSError was a
-    traceback."""
+    traceback. `files`: paths the run writes in it (``run_files``), refused the same way,
+    before the folder is made, where one would be over the limit."""
     root = Path(log_dir)
+    files = list(files)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _folder_refused(root, exc) from exc
     for k in range(1000):
         path = root / (name if k == 0 else f"{name}-{k}")
+        check_room(path, files, "--log-dir")
         try:
             path.mkdir()
             return path
@@ -72,6 +79,19 @@ def new_run_dir(log_dir: str | Path, name: str) -> Path:
         except OSError as exc:
             raise _folder_refused(path, exc) from exc
     raise RuntimeError(f"could not create a new run folder for {name} under {root}")
+
+
+def run_files(timesteps: int) -> tuple[str, ...]:
+    """The longest paths a new run of `timesteps` steps writes in its folder, for
+    ``new_run_dir``'s check: TensorBoard's events file, named after the time, the host, the
+    pid and a count of the process's writers (given three digits: two a run, in a plan of
+    many), and a checkpoint's replay buffer as it is written (``atomic_path``'s temp file),
+    named after the steps (given a digit more: SB3 counts on to the end of a rollout)."""
+    events = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+              f"{os.getpid()}.000")
+    steps = 10 * max(timesteps, 1)
+    checkpoint = Path("checkpoints") / f"{CHECKPOINT_PREFIX}_{steps}_steps.zip"
+    return events, str(temp_file(companion(checkpoint, "replay_buffer", steps)))
 
 
 def _folder_refused(folder: Path, exc: OSError) -> WriteFailed:

@@ -130,6 +130,7 @@ from agents.run_folder import (
     new_run_dir,
     read_best_record,
     restore_warmup_state,
+    run_files,
     save_best_record,
     save_model_files,
     saved_steps,
@@ -470,7 +471,8 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     try:
         agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
                          vec_env=venv, metrics_window=config.metrics_window)
-        run_dir = new_run_dir(config.log_dir, run_name(config, spec))
+        run_dir = new_run_dir(config.log_dir, run_name(config, spec),
+                              run_files(config.timesteps))
         # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's, the
         # overrides), so the run's config.yaml reproduces it after agents/hyperparams/ changes
         run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],

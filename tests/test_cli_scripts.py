@@ -1260,20 +1260,25 @@ def folder_of_length(root: Path, length: int) -> Path:
 
 
 @pytest.mark.skipif(os.name != "posix", reason="PATH_MAX: POSIX")
-def test_a_log_dir_just_short_of_the_path_limit_says_to_shorten_it(tmp_path: Path,
+@pytest.mark.parametrize("room", [-1, len("/.train.lock") - 1, 20])
+def test_a_log_dir_just_short_of_the_path_limit_says_to_shorten_it(room: int, tmp_path: Path,
                                                                    capsys) -> None:
-    """The run folder fits the path limit and its lock file does not: train.py said only
-    "File name too long" for the lock, without the hint a run folder over the limit gave."""
+    """The run folder fits the path limit and its files do not: train.py said only "File name
+    too long" for its lock (`room` 11), and, past it, TensorBoard's events file (`room` 20)
+    died in a thread with a traceback, and a checkpoint after the training before it, the run
+    then removed and the plan gone on to the next. Refused before the run folder is made, as
+    one over the limit itself is (`room` -1)."""
     limit = os.pathconf(tmp_path, "PC_PATH_MAX") - 1          # its count includes the NUL
     name = f"InferenceAlloc-v0__ppo__0__{'9' * 10}"             # the run's name, as long
-    runs = folder_of_length(tmp_path, limit - len(f"/{name}/.train") + 1)
+    runs = folder_of_length(tmp_path, limit - len(f"/{name}") - room)
     code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--log-dir",
                                   str(runs), *TINY])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"train.py: error: cannot write {runs}/InferenceAlloc-v0__ppo__0__")
-    assert err.endswith("/.train.lock: File name too long; give a shorter --log-dir\n")
-    assert list(runs.iterdir()) == []       # the run folder it made, removed
+    assert err.startswith(f"train.py: error: cannot write in {runs}/InferenceAlloc-v0__ppo__0__")
+    assert err.endswith(f" characters, past the system's limit of {limit}; give a shorter "
+                        f"--log-dir\n")
+    assert list(runs.iterdir()) == []       # no run folder made
 
 
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:

@@ -250,19 +250,26 @@ def test_an_out_the_file_system_will_not_write_in_is_one_line_exit_1(
 
 
 @POSIX
-def test_an_out_whose_lock_path_is_over_the_limit_says_to_shorten_it(
-        tmp_path: Path, capsys) -> None:
-    """An --out that fits the path limit whose lock file does not."""
+@pytest.mark.parametrize("room", [len("/.summary.lock") - 1, len("/.summary.lock")])
+def test_an_out_whose_files_paths_are_over_the_limit_says_to_shorten_it(
+        room: int, tmp_path: Path, capsys) -> None:
+    """An --out that fits the path limit whose files do not: its lock file (`room` 13) said
+    only "File name too long", and past it (`room` 14) the whole evaluation ran and then
+    failed on its first file (summary.csv's temp file, a longer name), again without the hint.
+    Refused before anything is computed or made."""
     from agents.evaluate_cli import main
     from tests.test_cli_scripts import folder_of_length
 
     limit = os.pathconf(tmp_path, "PC_PATH_MAX") - 1
-    out = folder_of_length(tmp_path, limit - len("/.summary.lock") + 1)
+    out = folder_of_length(tmp_path, limit - room)
     assert main(["--out", str(out), "--no-online", "--baselines", "best-static",
                  "--seeds", "1", "--episode-tasks", "5", "--no-progress-bar"]) == 1
-    assert capsys.readouterr().err == (
-        f"infer-alloc-evaluate: error: cannot write {out / '.summary.lock'}: File name too "
-        f"long; give a shorter --out\n")
+    longest = len(f"{out}/.learning_curves.png.{os.getpid()}.tmp")
+    out_text, err = capsys.readouterr()
+    assert err == (f"infer-alloc-evaluate: error: cannot write in {out}: the paths of the files "
+                   f"written there reach {longest} characters, past the system's limit of "
+                   f"{limit}; give a shorter --out\n")
+    assert "wrote" not in out_text and not out.exists()
 
 
 @POSIX
