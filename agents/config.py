@@ -276,7 +276,7 @@ class EvalConfig:
         "hardware preset or YAML path (default: each run's / the scenario's)", path=True))
     seeds: int | None = field(default=None, metadata=_help(
         f"how many held-out workload seeds: --seed-base, --seed-base + 1, ... (a count, "
-        f"not a list of seeds as in train.py; at most {MAX_EVAL_SEEDS}; default "
+        f"not a list of seeds as in train.py; at most {MAX_EVAL_SEEDS}) (default: "
         f"{EVAL_SEEDS}, {ARTICLE_SEEDS} with --reproduce-article)"))
     seed_base: int = field(default=HELDOUT_SEED, metadata=_help("first held-out seed"))
     episodes: int = field(default=2, metadata=_help("episodes per seed"))
@@ -502,7 +502,9 @@ def build_parser(cls: type, description: str | None = None,
         default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
                    else f.default)
         text = meta.pop("help", "")
-        if "default" not in text:
+        # "(default:" only: a help that says "default" of something else (--keep-checkpoints'
+        # "the default interval") still needs its own stated
+        if "(default:" not in text:
             text += f" (default: {default!r})"
         kwargs: dict[str, Any] = {"dest": f.name, "help": named(text)}
         tp, _optional = _unwrap_optional(hints[f.name])

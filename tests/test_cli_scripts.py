@@ -1654,6 +1654,19 @@ def test_help_shows_each_options_default() -> None:
         "--clone-samples")[1].split("--scenario")[0]       # its own words, not appended twice
 
 
+@pytest.mark.parametrize("cls", [TrainConfig, EvalConfig], ids=lambda cls: cls.__name__)
+def test_every_options_help_states_its_default_once(cls) -> None:
+    """A help text that used the word "default" for something else lost its default:
+    --keep-checkpoints ("at the default interval") showed none, nor --no-online ("the
+    default evaluation")."""
+    helps = {action.dest: " ".join((action.help or "").split())
+             for action in build_parser(cls)._actions if action.dest not in ("help", "config")}
+    for dest, text in helps.items():
+        assert text.count("(default:") == 1, f"{dest}: {text}"
+    if cls is TrainConfig:
+        assert helps["keep_checkpoints"].endswith(f"(default: {TrainConfig().keep_checkpoints})")
+
+
 def test_help_names_every_agent_train_py_trains_with_the_envs_it_acts_in() -> None:
     """--agents' help lists the learners: one the registry gained (trpo) was missing there."""
     from agents.sb3_hyperparams import ALGORITHMS, ONLY_ENV
