@@ -29,7 +29,7 @@ import yaml
 from agents.commands import named, program
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.vec_envs import VEC_ENVS
-from agents.warmup import MIN_CLONE_SAMPLES
+from agents.warmup import MIN_CLONE_SAMPLES, WarmupConfig
 from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
 from envs.scenario import MAX_EPISODE_TASKS
@@ -82,7 +82,7 @@ class TrainConfig:
         "--warmup none runs, its name checked all the same"))
     clone_samples: int | None = field(default=None, metadata=_help(
         "observations collected for behaviour cloning; ignored by runs whose --warmup spec "
-        "does not clone (default: WarmupConfig's)"))
+        f"does not clone (default: {WarmupConfig.clone_samples}, WarmupConfig's)"))
     scenario: str | list[str] = field(default="article", metadata=_help(
         "scenario name or YAML path; several train one policy on all of them, a scenario drawn "
         "per episode (InferenceAllocMix-v0: they must share hardware, variant and model); "
