@@ -495,6 +495,23 @@ def test_a_bad_heft_split_bench_option_is_a_usage_error_before_any_timing(args, 
     assert exit_.value.code == 2 and message in err and out == ""
 
 
+@pytest.mark.parametrize(("devices", "short"), [("3,8", " (measured up to 8 only)"),
+                                               ("3,8,24", ""), ("3,16,32", " (measured up to 16 only)")])
+def test_the_heft_split_benchs_verdict_says_how_far_it_measured(devices, short, monkeypatch,
+                                                                capsys):
+    """`--devices 3,8` printed "up to 24 devices: met" having timed no decision past 8."""
+    module = bench_module("bench_heft_split")
+    monkeypatch.setattr(module, "reference_rate", lambda *_args: 1e6)
+    monkeypatch.setattr(module, "decision_seconds",
+                        lambda policy, observations, repeats: (1e-3, [np.zeros(3)] * len(
+                            observations)))
+    assert module.main(["--devices", devices, "--exhaustive-up-to", "0", "--tasks", "2",
+                        "--repeats", "1"]) == 0
+    verdict = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert verdict == (f"target: heft-split under {module.TARGET_RATIO:g}x the 3-device "
+                       f"decision up to {module.TARGET_UP_TO} devices{short}: met")
+
+
 @pytest.mark.parametrize(("ratio", "code"), [(50.0, 0), (100.0, 1), (150.0, 1)])
 def test_the_heft_split_bench_times_every_subset_up_to_its_bound_and_judges_the_search(
         ratio, code, monkeypatch, capsys):
