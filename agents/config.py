@@ -116,7 +116,8 @@ class TrainConfig:
         "checkpoints a run keeps, the newest, each with the files saved beside it (0: every "
         "one, ~0.18 MB a checkpoint of PPO: 18 MB a million steps at the default interval)"))
     resume: str | None = field(default=None, metadata=_help(
-        "continue the newest run (or the named one) from its last checkpoint",
+        "continue the newest run (or the named one) from the last model it saved (a checkpoint, "
+        "or model.zip)",
         nargs="?", const="latest", path=True))
     hp: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "hyper-parameter overrides key=value (YAML values), e.g. n_steps=64; they apply to "

@@ -34,7 +34,7 @@ import numpy as np
 
 from agents.base import read_policy_file
 from agents.commands import command, program
-from agents.config import ConfigError, EvalConfig, scenario_list
+from agents.config import MIN_ONLINE_SEEDS, ConfigError, EvalConfig, scenario_list
 from agents.evaluation import (
     REFERENCES,
     AgentResult,
@@ -532,6 +532,10 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
         # the baseline a Split model has to beat (README); asked-for baselines are kept as given
         cfg = dataclasses.replace(cfg, baselines=[*cfg.baselines, "heft-split"])
     notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
+    if cfg.online and not cfg.online_seeds and cfg.seeds is not None and cfg.seeds < online_n:
+        # said on screen, where it ran 5 seeds for --seeds 1 without a word
+        notes.append(f"the online study runs at least {MIN_ONLINE_SEEDS} seeds: {online_n} in "
+                     f"place of --seeds {cfg.seeds} (--online-seeds N runs N)")
     if online_agents:       # yours, before the evaluation that comes first
         try:
             check_online_agents(online_agents, make_env(

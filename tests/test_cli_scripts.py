@@ -274,6 +274,37 @@ def test_an_evaluation_into_an_earlier_ones_folder_mixes_no_outputs_unannounced(
         "latency_cdf.png", "stabilization.md", "stabilization.png", "summary.csv", "summary.md"]
 
 
+def test_an_online_study_says_when_it_raises_seeds_to_its_floor(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """`--online --seeds 1` ran 5 seeds and said nothing of it on screen (its help says "at
+    least 5"); --online-seeds 1 is taken as given, and --seeds 6 needs no word."""
+    from types import SimpleNamespace
+
+    from agents import plots, reporting
+    from agents.files import write_text
+
+    seeds: list[int] = []
+
+    def study(agents, study_seeds, *args, **kwargs):
+        seeds.append(len(study_seeds))
+        return SimpleNamespace(curves={})
+
+    monkeypatch.setattr(reporting, "online_study", study)
+    monkeypatch.setattr(reporting, "online_markdown", lambda *a, **k: "study\n")
+    monkeypatch.setattr(plots, "stabilization", lambda curves, target, title: write_text(
+        target, "new"))
+    main = load_main("evaluate.py")
+    said = []
+    for flags in (["--seeds", "1"], ["--online-seeds", "1"], ["--seeds", "6"]):
+        assert main(["--online", "--out", str(tmp_path / "r"), "--no-progress-bar",
+                     *flags]) == 0
+        said.append(" ".join(capsys.readouterr().out.split()))
+    assert seeds == [5, 1, 6]
+    notice = "the online study runs at least 5 seeds: 5 in place of --seeds 1 (--online-seeds N "
+    assert notice in said[0]
+    assert all("at least 5 seeds" not in text for text in said[1:])
+
+
 @pytest.mark.slow
 def test_the_readmes_heft_split_figures_are_what_its_command_measures(tmp_path: Path) -> None:
     # The README quotes the command beside the figures; a cost-model change moved them once
