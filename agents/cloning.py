@@ -149,6 +149,27 @@ def clone_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed if seed is not None else np.random.randint(2**31 - 1))
 
 
+def conservative_samples(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,
+                         seed: int | None) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """What a clone is fitted on (``behaviour_clone`` and ``agents.sequence_cloning``'s): the
+    conservative's rollout (``collect``, seeded apart from the evaluation streams), its actions
+    as the env takes them, and as `agent`'s model stores them."""
+    model = agent.model
+    data = collect(env, conservative, config.clone_samples, float(getattr(model, "gamma", 0.9)),
+                   CLONE_SEED_OFFSET + (seed or 0) * 1000)
+    space = env.unwrapped.action_space
+    targets = as_env_actions(data["actions"], space)           # what the env would receive
+    return data, targets, learner_actions(model, targets, space)
+
+
+def clone_result(agent: SB3Agent, train_agreement: float, heldout_agreement: float,
+                 samples: int) -> dict[str, float]:
+    """A clone's figures, kept as `agent`'s ``clone_stats`` (TensorBoard's ``warmup/``)."""
+    agent.clone_stats = {"train_agreement": train_agreement,
+                         "heldout_agreement": heldout_agreement, "samples": float(samples)}
+    return agent.clone_stats
+
+
 def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: WarmupConfig,
                     seed: int | None = None) -> dict[str, float]:
     """Train `agent`'s network to act like `conservative`; returns train / held-out agreement.
@@ -159,17 +180,12 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
 
         return clone_sequences(agent, env, conservative, config, seed=seed)
     model = agent.model
-    gamma = float(getattr(model, "gamma", 0.9))
-    data = collect(env, conservative, config.clone_samples, gamma,
-                   CLONE_SEED_OFFSET + (seed or 0) * 1000)
-    space = env.unwrapped.action_space
-    targets = as_env_actions(data["actions"], space)           # what the env would receive
+    data, targets, stored = conservative_samples(agent, env, conservative, config, seed)
     n = len(targets)
     rng = clone_rng(seed)
     order = rng.permutation(n)
     held = order[: int(n * HELDOUT_FRACTION)]
     train = order[int(n * HELDOUT_FRACTION):]
-    stored = learner_actions(model, targets, space)
     policy_net = model.q_net if agent.name == "dqn" else model.policy  # type: ignore[attr-defined]
     optimizer = torch.optim.Adam(policy_net.parameters(), lr=CLONE_LR)
     obs_t = torch.as_tensor(data["obs"])
@@ -193,8 +209,5 @@ def behaviour_clone(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
         model.q_net_target.load_state_dict(model.q_net.state_dict())  # type: ignore[attr-defined]
     elif agent.name == "sac":
         model.critic_target.load_state_dict(model.critic.state_dict())  # type: ignore[attr-defined]
-    result = {"train_agreement": _agreement(agent, data["obs"][train], targets[train]),
-              "heldout_agreement": _agreement(agent, data["obs"][held], targets[held]),
-              "samples": float(n)}
-    agent.clone_stats = result
-    return result
+    return clone_result(agent, _agreement(agent, data["obs"][train], targets[train]),
+                        _agreement(agent, data["obs"][held], targets[held]), n)

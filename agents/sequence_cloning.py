@@ -36,14 +36,14 @@ from torch.nn import functional as F
 
 from agents.cloning import (
     CLONE_LR,
-    CLONE_SEED_OFFSET,
     HELDOUT_FRACTION,
+    clone_result,
     clone_rng,
-    collect,
+    conservative_samples,
     same_placements,
 )
 from agents.sb3_factory import unchecked_distributions
-from agents.warmup import WarmupConfig, as_env_actions, learner_actions
+from agents.warmup import WarmupConfig
 
 if TYPE_CHECKING:
     from agents.sb3_factory import SB3Agent
@@ -145,12 +145,8 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
                     seed: int | None = None) -> dict[str, float]:
     """Train `agent`'s LSTM policy to act like `conservative` along its episodes (the module's
     docstring says how); returns train / held-out agreement, as ``behaviour_clone`` does."""
-    model = agent.model
-    policy = model.policy
-    data = collect(env, conservative, config.clone_samples, float(model.gamma),  # type: ignore[attr-defined]
-                   CLONE_SEED_OFFSET + (seed or 0) * 1000)
-    space = env.unwrapped.action_space
-    targets = as_env_actions(data["actions"], space)           # what the env would receive
+    policy = agent.model.policy
+    data, targets, stored = conservative_samples(agent, env, conservative, config, seed)
     n = len(targets)
     cut = n - int(n * HELDOUT_FRACTION)
     bounds = episode_bounds(data["starts"])
@@ -159,7 +155,6 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     chunk = min(CHUNK, longest)                     # CHUNK, or the episodes' own length
     per_batch = BATCH_DECISIONS // chunk
     length = -(-longest // chunk) * chunk
-    stored = learner_actions(model, targets, space)
     obs_t = torch.as_tensor(_padded(data["obs"], train, length))
     act_t = torch.as_tensor(_padded(stored, train, length))
     ret_t = torch.as_tensor(_padded(data["returns"], train, length))
@@ -190,8 +185,4 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
                 optimizer.step()
     policy.set_training_mode(False)
     agreed = same_placements(sequence_predictions(agent, data["obs"], bounds), targets)
-    result = {"train_agreement": float(np.mean(agreed[:cut])),
-              "heldout_agreement": float(np.mean(agreed[cut:])),
-              "samples": float(n)}
-    agent.clone_stats = result
-    return result
+    return clone_result(agent, float(np.mean(agreed[:cut])), float(np.mean(agreed[cut:])), n)

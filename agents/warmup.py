@@ -374,14 +374,20 @@ class _WarmForward:
         if _picks_masked(chosen, kwargs.get("action_masks"), self.action_space):  # type: ignore[attr-defined]
             ctl.last_conservative = False
             return super().forward(obs, deterministic, **kwargs)  # type: ignore[misc]
-        if isinstance(self.action_space, spaces.Box):  # type: ignore[attr-defined]
-            # In the clone's representation (below the edge where the conservative gives no
-            # share): PPO stores this unclipped action and updates towards it, and an action
-            # on the edge pulled the mean back inside, to sliver shares. The env gets it clipped.
-            chosen = box_targets(chosen, self.action_space)  # type: ignore[attr-defined]
-        actions = torch.as_tensor(chosen, device=obs.device)
+        actions = _sent(chosen, self.action_space, obs.device)  # type: ignore[attr-defined]
         values, log_prob, _ = self.evaluate_actions(obs, actions, **kwargs)  # type: ignore[attr-defined]
         return actions, values, log_prob
+
+
+def _sent(chosen: np.ndarray, action_space: spaces.Space, device: torch.device) -> torch.Tensor:
+    """The conservative's actions as a warm policy's forward() returns them, on `device`. A Box
+    action in the clone's representation (``box_targets``: below the edge where the
+    conservative gives no share): PPO stores this unclipped action and updates towards it, and
+    an action on the edge pulled the mean back inside, to sliver shares. The env gets it
+    clipped."""
+    if isinstance(action_space, spaces.Box):
+        chosen = box_targets(chosen, action_space)
+    return torch.as_tensor(chosen, device=device)
 
 
 def _picks_masked(actions: np.ndarray, masks: Any, action_space: spaces.Space) -> bool:
@@ -434,10 +440,7 @@ class WarmRecurrentPolicy(RecurrentActorCriticPolicy):
         ctl = self.warmup
         if ctl is None or not ctl.use_conservative():
             return super().forward(obs, lstm_states, episode_starts, deterministic)
-        chosen = ctl.actions(obs.cpu().numpy())
-        if isinstance(self.action_space, spaces.Box):
-            chosen = box_targets(chosen, self.action_space)    # as _WarmForward's, and why
-        actions = torch.as_tensor(chosen, device=obs.device)
+        actions = _sent(ctl.actions(obs.cpu().numpy()), self.action_space, obs.device)
         # deterministic: no sample drawn (none is sent), so torch's generator moves as little
         _, values, _, states = super().forward(obs, lstm_states, episode_starts, True)
         _, log_prob, _ = self.evaluate_actions(obs, actions, lstm_states, episode_starts)
