@@ -4,6 +4,7 @@ must be those bounds, or it checks versions nobody declared."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -53,4 +54,38 @@ def test_the_floors_run_the_oldest_python_the_project_allows() -> None:
     script = (ROOT / ".ci" / "floors").read_text(encoding="utf-8")
     (oldest,) = re.findall(r'^requires-python = ">=(3\.\d+)"$',
                            (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
-    assert f"python=${{PYTHON:-python{oldest}}}" in script
+    assert f"\noldest={oldest}  #" in script
+    assert "python=${PYTHON:-python$oldest}" in script
+
+
+def _floors_with(python: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": python}
+    return subprocess.run(["bash", str(ROOT / ".ci" / "floors")], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def _fake_python(tmp_path: Path, version: str) -> str:
+    """An "interpreter" that answers the version question and fails anything else (such as
+    making the venv), so a run stops right after the checks."""
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = "-c" ] && echo {version} && exit 0\nexit 7\n')
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_the_floors_refuse_a_python_older_than_the_projects_floor(tmp_path: Path) -> None:
+    run = _floors_with(_fake_python(tmp_path, "3.9"))
+    assert run.returncode == 2
+    assert "is Python 3.9, older than the 3.10 the project allows" in run.stderr
+
+
+def test_the_floors_note_a_newer_python_and_go_on(tmp_path: Path) -> None:
+    run = _floors_with(_fake_python(tmp_path, "3.12"))
+    assert "note: " in run.stderr and "is Python 3.12; the oldest allowed is 3.10" in run.stderr
+    assert run.returncode == 7  # it went on to make the venv
+
+
+def test_the_floors_name_an_interpreter_they_cannot_run(tmp_path: Path) -> None:
+    run = _floors_with(str(tmp_path / "no-such-python"))
+    assert run.returncode == 2
+    assert f"cannot run {tmp_path / 'no-such-python'}" in run.stderr
