@@ -32,6 +32,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -206,6 +207,18 @@ def markdown_text(value: Any) -> str:
     "|" in a label (a model file's name, a scenario file's path) split its cell, a line break
     its row or heading, and a "*", "_", "`", "<" or "[" made emphasis, code, a tag or a link."""
     return _MARKDOWN_MARKS.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def short_name(key: str) -> str:
+    """A preset's name, or a YAML file's name without its folder and suffix."""
+    path = Path(key)
+    return path.stem if path.suffix in (".yaml", ".yml") else key
+
+
+def unique_name(key: str, keys: Iterable[str]) -> str:
+    """`key`'s short name, or `key` itself where another of `keys` has that short name."""
+    name = short_name(key)
+    return key if any(short_name(k) == name and k != key for k in keys) else name
 
 
 def _pooled_runs_note(rows: Sequence[dict[str, Any]]) -> str | None:

@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -45,8 +45,10 @@ from agents.evaluation import (
     online_markdown,
     online_study,
     overload_note,
+    short_name,
     summary_csv,
     summary_markdown,
+    unique_name,
 )
 from agents.files import check_room, model_file, temp_file, write_text
 from agents.locks import FolderBusy, holding
@@ -159,7 +161,7 @@ def _distinct_labels(entries: list[ModelEntry]) -> list[str]:
             continue
         differs = [len({i[k] for i in ids}) > 1 for k in range(len(ids[0]))]
         for entry, ident in zip(group, ids, strict=True):
-            parts = [f"trained on {'+'.join(map(_short_name, entry.trained_on()))}" if k == 2
+            parts = [f"trained on {'+'.join(map(short_name, entry.trained_on()))}" if k == 2
                      else str(v)
                      for k, (v, d) in enumerate(zip(ident, differs, strict=True))
                      if d and v is not None]
@@ -309,18 +311,6 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
     return list(out.values())
 
 
-def _short_name(key: str) -> str:
-    """A preset's name, or a YAML file's name without its folder and suffix."""
-    path = Path(key)
-    return path.stem if path.suffix in (".yaml", ".yml") else key
-
-
-def _unique_name(key: str, keys: Iterable[str]) -> str:
-    """`key`'s short name, or `key` itself where another of `keys` has that short name."""
-    name = _short_name(key)
-    return key if any(_short_name(k) == name and k != key for k in keys) else name
-
-
 def section_of(ctx: Context, others: list[Context] | None = None) -> str:
     """The summary's section: the scenario, and the hardware and variant where they are not
     the scenario's own. A scenario or hardware file goes by its name, or by its path where
@@ -328,7 +318,7 @@ def section_of(ctx: Context, others: list[Context] | None = None) -> str:
     section, and two files of one name were pooled as one scenario."""
     scenario_key, hardware, variant = ctx.key()
     keys = [o.key() for o in others or []]
-    scenario = _unique_name(scenario_key, (k[0] for k in keys))
+    scenario = unique_name(scenario_key, (k[0] for k in keys))
     # --hardware is named too: the summary records nothing else of the options it ran with
     _, own_hardware, own_variant = Context(ctx.scenario, None, None).key()
     hardware_name, _ = setting_names(ctx, others)
@@ -344,7 +334,7 @@ def setting_names(ctx: Context, others: list[Context] | None = None) -> tuple[st
     """The hardware and variant of the setting as its section names them (`section_of`), the
     scenario's own too: summary.csv's hardware and variant columns."""
     _, hardware, variant = ctx.key()
-    return _unique_name(hardware, (o.key()[1] for o in others or [])), variant
+    return unique_name(hardware, (o.key()[1] for o in others or [])), variant
 
 
 def _in_context(cfg: EvalConfig, entry: ModelEntry, ctx: Context) -> bool:

@@ -104,7 +104,7 @@ from agents.callbacks import (
 )
 from agents.commands import command, program
 from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
-from agents.evaluation import episode_latencies, make_env, overload_note
+from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, write_text
 from agents.locks import FolderBusy, holding
@@ -1065,12 +1065,15 @@ def _table_section(cfg: TrainConfig, trained: list[str],
     static = static_latency.mean()
     rows = rows + [(name, baseline_latency(key, name)) for name in baselines]
     # as evaluate.py names its sections: the hardware and variant where not the scenario's own
+    # and a file by its name, as evaluate.py's sections do (its path where two share a name)
     given = [f"{what} {shown(value, quote=False)}" for what, value in
-             (("hardware", cfg.hardware), ("variant", cfg.variant)) if value]
+             (("hardware", cfg.hardware and short_name(cfg.hardware)), ("variant", cfg.variant))
+             if value]
     setting = f" ({', '.join(given)})" if given else ""
     if len(trained) > 1:
-        setting += f" (trained on {', '.join(trained)})"
-    lines = [f"Held-out episode: {cfg.env_id}, scenario {cfg.held_out_scenario()}{setting}, "
+        setting += f" (trained on {', '.join(unique_name(s, trained) for s in trained)})"
+    scenario = shown(unique_name(cfg.held_out_scenario(), trained), quote=False)
+    lines = [f"Held-out episode: {cfg.env_id}, scenario {scenario}{setting}, "
              f"workload seed {cfg.eval_seed}, {len(static_latency)} tasks",
              "",
              "| agent | mean latency (s) | p95 latency (s) | vs best-static |",

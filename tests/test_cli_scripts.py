@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -2571,3 +2572,32 @@ def test_write_text_writes_the_lines_as_given_where_the_platform_ends_them_other
     assert target.read_bytes() == text.encode("utf-8")
     with target.open(newline="", encoding="utf-8") as file:
         assert [row["agent"] for row in csv.DictReader(file)] == ["my\nppo"]
+
+
+def test_train_py_names_a_scenario_or_hardware_file_as_evaluate_py_does(
+        tmp_path: Path, capsys) -> None:
+    """train.py's table heading gave a scenario file's whole path where evaluate.py's section
+    gives its name: a file goes by its name, and by its path only where two trained on share
+    one."""
+    for folder, scenario in (("a", "article"), ("b", "bursty")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(ROOT / "envs" / "scenarios" / f"{scenario}.yaml", tmp_path / folder / "mine.yaml")
+    shutil.copy(ROOT / "inference" / "presets" / "server.yaml", tmp_path / "box.yaml")
+
+    def headings(*scenarios: Path) -> list[str]:
+        args = ["--timesteps", "32", "--warmup", "none", "--log-dir", str(tmp_path / "runs"),
+                "--hardware", str(tmp_path / "box.yaml"), *TINY]
+        for scenario in scenarios:
+            args += ["--scenario", str(scenario)]
+        capsys.readouterr()
+        assert load_main("train.py")(args) == 0
+        return [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("Held-out episode: ")]
+
+    (heading,) = headings(tmp_path / "a" / "mine.yaml")
+    assert heading.startswith("Held-out episode: InferenceAlloc-v0, scenario mine "
+                              "(hardware box), workload seed"), heading
+    both = [tmp_path / "a" / "mine.yaml", tmp_path / "b" / "mine.yaml"]
+    assert [h.split(", workload seed")[0] for h in headings(*both)] == [
+        f"Held-out episode: InferenceAlloc-v0, scenario {s} (hardware box) (trained on "
+        f"{both[0]}, {both[1]})" for s in both]
