@@ -17,7 +17,7 @@ import difflib
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -39,29 +39,38 @@ def shown(value: object, *, quote: bool = True, limit: int = SHOWN_MAX) -> str:
     return short if len(text) > limit and len(short) < len(text) else text
 
 
+#: argparse's refusal of arguments it has no flag for (`unrecognized` words it as argparse does)
+UNRECOGNIZED = "unrecognized arguments: "
+
 #: How alike (difflib's ratio) a valid name must be to a mistyped one to be suggested: 0.75
 #: takes a dropped, added or swapped character in names of 4+ characters (episode_task,
 #: all-gpus, heft_calibrated), not an unrelated name that shares a few letters.
 SUGGEST_CUTOFF = 0.75
 
 
-def did_you_mean(given: Iterable[object], choices: Iterable[str], ignore_case: bool = False
-                 ) -> str:
+def did_you_mean(given: Iterable[object], choices: Iterable[str], ignore_case: bool = False,
+                 prefixes: bool = False) -> str:
     """' (did you mean 'x'?)': for each unknown name in `given` the valid name of `choices`
     nearest to it, when one is near (`SUGGEST_CUTOFF`); '' when none is. Several unknown
     names read " (did you mean 'a' for 'b', 'c' for 'd'?)". Errors list every valid name after
     it: among twenty options the one meant was hard to find. `ignore_case`: names read in any
-    case are compared lower-cased, and the guess is spelt as `choices` spell it."""
+    case are compared lower-cased, and the guess is spelt as `choices` spell it. `prefixes`: a
+    name that begins exactly one choice is given it, however short (``--time``, an abbreviation
+    of ``--timesteps`` too unlike it for difflib)."""
     names = list(given)
 
     def fold(text: str) -> str:
         return text.lower() if ignore_case else text
 
     spelt = {fold(c): c for c in choices if isinstance(c, str)}
+
+    def nearest(name: str) -> list[str]:
+        begun = [c for c in spelt if c.startswith(fold(name))] if prefixes else []
+        return begun if len(begun) == 1 else difflib.get_close_matches(
+            fold(name), list(spelt), n=1, cutoff=SUGGEST_CUTOFF)
+
     pairs = [(name, spelt[near[0]]) for name in names if isinstance(name, str)
-             for near in [difflib.get_close_matches(fold(name), list(spelt), n=1,
-                                                    cutoff=SUGGEST_CUTOFF)]
-             if near]
+             for near in [nearest(name)] if near]
     if not pairs:
         return ""
     if len(names) == 1:
@@ -73,7 +82,7 @@ def unrecognized(extras: Sequence[str]) -> str:
     """argparse's "unrecognized arguments" refusal, the arguments shortened together by `shown`
     (argparse echoed them whole; shortened one by one, fifty long strays still filled the
     screen)."""
-    return f"unrecognized arguments: {shown(' '.join(extras), quote=False)}"
+    return f"{UNRECOGNIZED}{shown(' '.join(extras), quote=False)}"
 
 
 def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:
@@ -94,9 +103,23 @@ def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:
 class ShortErrorParser(argparse.ArgumentParser):
     """An ArgumentParser whose refusals shorten each long word through `shown`: argparse builds
     some messages from the raw argument ("ambiguous option: --cache-=<10000 characters> could
-    match --cache-hit, --cache-miss"), past `argparse_type` and `unrecognized`."""
+    match --cache-hit, --cache-miss"), past `argparse_type` and `unrecognized`.
+
+    It takes no abbreviated flags: argparse's prefix matching ran ``--agent ppo`` as
+    ``--agents ppo``, so a command line or script that worked meant another flag, or failed as
+    ambiguous, once a flag with that prefix was added. A mistyped or shortened flag is refused
+    with the flag it is nearest to."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith(UNRECOGNIZED):
+            given = message.removeprefix(UNRECOGNIZED).split(" ")
+            flags = [word.split("=")[0] for word in given if word.startswith("--")]
+            message += did_you_mean(flags, [flag for action in self._actions
+                                            for flag in action.option_strings], prefixes=True)
         words = message.split(" ")
         super().error(" ".join(shown(word, quote=False) for word in words))
 

@@ -392,6 +392,15 @@ def test_did_you_mean_names_the_nearest_valid_name_only_when_one_is_near():
         " (did you mean 'episode_tasks' for 'episode_task', 'gpu' for 'gpus'?)"
 
 
+def test_did_you_mean_with_prefixes_gives_a_name_the_one_choice_it_begins():
+    flags = ["--timesteps", "--log-dir", "--log-every"]
+    assert did_you_mean(["--time"], flags) == ""                # too unlike for difflib alone
+    assert did_you_mean(["--time"], flags, prefixes=True) == " (did you mean '--timesteps'?)"
+    # beginning two: the nearest by difflib, if any is near
+    assert did_you_mean(["--log"], flags, prefixes=True) == ""
+    assert did_you_mean(["--log-di"], flags, prefixes=True) == " (did you mean '--log-dir'?)"
+
+
 def test_did_you_mean_ignoring_case_guesses_as_the_choices_spell_it():
     """Names read in any case (agent names, all-<device> of a hardware YAML's A100) compare
     lower-cased, and the guess keeps the choice's own spelling."""
@@ -541,3 +550,12 @@ def test_printable_stdout_restores_the_handler_past_an_error_and_stands_a_reader
     monkeypatch.setattr(sys, "stdout", closed)
     with printable_stdout():
         closed.close()
+
+
+def test_python_m_inference_takes_whole_flags_only_and_names_the_one_meant(capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["--batc", "3"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: unrecognized arguments: --batc 3 (did you mean '--batch'?)")
+    assert build_parser().parse_args(["--batch=3"]).batch == 3

@@ -759,6 +759,32 @@ def test_evaluate_seeds_given_as_a_list_says_it_is_a_count(tmp_path, capsys) -> 
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("script, argv, meant", [
+    ("train.py", ["--agent", "ppo"], "'--agents'"),
+    ("train.py", ["--time", "64"], "'--timesteps'"),
+    ("evaluate.py", ["--seed", "3"], "'--seeds'"),
+    ("evaluate.py", ["--onlin"], "'--online'"),
+])
+def test_an_abbreviated_flag_is_refused_naming_the_flag_it_is_nearest_to(
+        script, argv, meant, tmp_path, capsys) -> None:
+    """argparse's prefix matching ran `--agent ppo` as `--agents ppo`: a flag added later
+    with that prefix would have turned a working command line into another flag's or an
+    ambiguous one. Only whole flag names are taken; the refusal names the nearest."""
+    with pytest.raises(SystemExit) as info:
+        load_main(script)([*argv, "--log-dir" if script == "train.py" else "--out",
+                           str(tmp_path / "out")])
+    assert info.value.code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert line.endswith(f"error: unrecognized arguments: {' '.join(argv)} (did you mean "
+                         f"{meant}?)"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_whole_flag_with_its_value_after_an_equals_sign_is_still_taken() -> None:
+    config, given = parse_config(EvalConfig, ["--seeds=3"])
+    assert config.seeds == 3 and given == {"seeds"}
+
+
 def test_many_long_unrecognized_arguments_are_shortened_together(capsys) -> None:
     # each was shortened alone, so fifty 150-character strays still filled the screen
     with pytest.raises(SystemExit):
@@ -2329,17 +2355,18 @@ def test_a_folder_or_device_given_as_a_file_is_named_so(script_name, flag, where
 
 
 @pytest.mark.parametrize("prog", ["train.py", "evaluate.py", "inference"])
-def test_an_ambiguous_long_option_is_shortened(prog: str, capsys) -> None:
-    """argparse builds "ambiguous option: --x=<value> could match ..." from the raw argument
-    itself, so a 10000-character value came back whole."""
+def test_an_unknown_long_option_with_a_long_value_is_shortened(prog: str, capsys) -> None:
+    """argparse built "ambiguous option: --x=<value> could match ..." from the raw argument
+    itself, so a 10000-character value came back whole; abbreviations are refused now, as
+    unrecognized, and that refusal shortens it too."""
     from inference.__main__ import main as inference_main
     main = inference_main if prog == "inference" else load_main(prog)
     option = {"inference": "--cache-", "train.py": "--e", "evaluate.py": "--o"}[prog]
     with pytest.raises(SystemExit) as info:
         main([f"{option}={'x' * 10000}"])
     assert info.value.code == 2
-    (line,) = [x for x in capsys.readouterr().err.splitlines() if "ambiguous option" in x]
-    assert "characters elided" in line and "could match --" in line
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert f"unrecognized arguments: {option}=xxx" in line and "characters elided" in line
     assert len(line) < 400
 
 
