@@ -59,11 +59,18 @@ MEMO_ENTRIES = 4096
 
 def _json_able(value: Any) -> Any:
     """An env argument as plain data that makes the same env: a Scenario as its `to_dict`,
-    a path as a string that stays a path (`path_text`), a numpy scalar as a Python one."""
+    a path as a string that stays a path (`path_text`), a numpy scalar or array as Python
+    ones, and each item of a list or tuple so (InferenceAllocMix-v0's `scenarios`). Any
+    other value is returned as it is, itself."""
     if isinstance(value, Scenario):
         return value.to_dict()
     if isinstance(value, os.PathLike):
         return path_text(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        items = [_json_able(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -255,12 +262,13 @@ class InferenceAllocEnv(gym.Env):
     def spec(self, value: EnvSpec | None) -> None:
         # gymnasium.make sets the spec after __init__, with the kwargs as given. EnvSpec.to_json
         # writes a Scenario among them as dataclasses.asdict (every dist's parameters in each
-        # Distribution: a mapping no scenario reader accepts) and fails on a Path; their plain
-        # forms are what from_json must give back to make the same env.
-        if value is not None and any(isinstance(v, (Scenario, os.PathLike, np.generic))
-                                     for v in value.kwargs.values()):
-            value = dataclasses.replace(value, kwargs={key: _json_able(v)
-                                                       for key, v in value.kwargs.items()})
+        # Distribution: a mapping no scenario reader accepts) and fails on a Path or numpy
+        # value; their plain forms are what from_json must give back to make the same env.
+        # (InferenceAllocMix-v0 takes this property as its own.)
+        if value is not None:
+            kwargs = {key: _json_able(v) for key, v in value.kwargs.items()}
+            if any(kwargs[key] is not v for key, v in value.kwargs.items()):
+                value = dataclasses.replace(value, kwargs=kwargs)
         self._spec = value
 
     @checked_keywords()

@@ -103,6 +103,10 @@ class ScenarioMixEnv(gym.Env):
     """
 
     metadata = InferenceAllocEnv.metadata
+    # The scenario envs' spec property: `env.spec.to_json()` holds a Scenario, a path or numpy
+    # weights in the plain form from which `EnvSpec.from_json` makes the same mix.
+    _spec = InferenceAllocEnv._spec
+    spec = InferenceAllocEnv.spec
 
     # its **kwargs go to each scenario's env, which takes the scenario from `scenarios`
     @checked_keywords(*(name for name in keywords_of(InferenceAllocEnv.__init__)

@@ -347,6 +347,22 @@ def test_weights_may_be_a_numpy_array() -> None:
         mix(weights=np.ones((2, 1)))
 
 
+def test_a_mix_of_scenario_objects_paths_and_numpy_arguments_survives_its_specs_json() -> None:
+    """As InferenceAlloc-v0's spec does: the mix's kept its arguments as given, so
+    `env.spec.to_json()` failed on a Path or a numpy array of weights, and wrote a Scenario as
+    dataclasses.asdict, which the env made from `EnvSpec.from_json` refused."""
+    faster = dataclasses.replace(load_scenario("article"), name="article-fast", workload=dataclasses.
+                                 replace(load_scenario("article").workload, arrival_rate=0.05))
+    bursty = Path(envs.__file__).parent / "scenarios" / "bursty.yaml"
+    env = mix(scenarios=[faster, bursty], weights=np.array([1.0, 3.0]), episode_tasks=np.int64(4))
+    again = gym.make(gym.envs.registration.EnvSpec.from_json(env.spec.to_json()))
+    assert [e.scenario for e in again.unwrapped.envs] == [e.scenario for e in env.unwrapped.envs]
+    assert list(again.unwrapped.weights) == [0.25, 0.75]
+    played = rollout(env, 3, 6)
+    assert played == rollout(again, 3, 6)
+    assert {name for name, _ in played} == {"article-fast", "bursty"}
+
+
 def test_two_scenarios_of_one_name_are_told_apart_from_one_given_twice(tmp_path: Path) -> None:
     """A copy of bursty.yaml with another arrival rate keeps its name: it was refused as
     "'bursty' is given twice", of two scenarios that differ."""
