@@ -49,6 +49,7 @@ from agents.warmup import (
 from envs import ENV_IDS
 from envs.observation import n_devices_of
 from envs.scenario_mix import ScenarioMixEnv
+from inference.messages import shown
 
 
 def env_id_of(env: gym.Env | Any) -> str:
@@ -80,7 +81,17 @@ class FlatDiscreteActions(gym.ActionWrapper):
         self.action_space = spaces.Discrete(int(np.prod(self.nvec)))
 
     def action(self, action: Any) -> np.ndarray:
-        return np.array(np.unravel_index(int(action), self.nvec))
+        """The device ids of a flat action: an integer in 0..D**3 - 1 (Python's, numpy's or a
+        0-d array of one, as SB3's predict gives), or a float that is one, as the env takes
+        device ids. Anything else is one ValueError: int() read 2.7 as 2, True as 1 and "5"
+        as 5, and numpy's refusal of 27 named no action."""
+        arr = np.asarray(action)
+        flat = arr.item() if arr.shape == () and arr.dtype.kind in "iuf" else None
+        n = int(self.action_space.n)  # type: ignore[attr-defined]
+        if flat is None or not 0 <= flat < n or flat != int(flat):   # NaN fails the range
+            raise ValueError(f"action must be an integer in 0..{n - 1} (DQN's Discrete({n}): a "
+                             f"device id per stage, flattened), got {shown(action)}")
+        return np.array(np.unravel_index(int(flat), self.nvec))
 
     def flatten(self, action: Any) -> int:
         return flat_index(action, self.nvec)

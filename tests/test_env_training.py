@@ -6,6 +6,7 @@ import re
 import textwrap
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -375,6 +376,24 @@ def test_dqns_flat_actions_and_device_ids_round_trip() -> None:
     assert wrapped.action_space.n == int(np.prod(wrapped.nvec))
     assert [wrapped.flatten(wrapped.action(k)) for k in range(wrapped.action_space.n)] == list(
         range(wrapped.action_space.n))
+
+
+@pytest.mark.parametrize("action", [2.7, True, "5", 27, -1, np.int64(27), float("nan"),
+                                    np.array([5]), None])
+def test_dqns_flat_actions_refuse_what_is_no_flat_action_in_one_line(action: Any) -> None:
+    """int() read 2.7 as 2, True as 1 and "5" as 5, each placed without a word, and numpy's
+    "index 27 is out of bounds for array with size 27" named no action."""
+    from agents.sb3_factory import FlatDiscreteActions
+
+    wrapped = FlatDiscreteActions(make(V0))
+    wrapped.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^action must be an integer in 0\.\.26 \(DQN's "
+                                         r"Discrete\(27\): a device id per stage, flattened\), "
+                                         r"got "):
+        wrapped.step(action)
+    # what SB3's predict and vector envs hand it, and a float that is one, as the env takes
+    for flat in (5, np.int64(5), np.array(5), np.uint8(5), 5.0):
+        assert wrapped.action(flat).tolist() == [0, 1, 2]
 
 
 def test_an_env_built_from_its_class_gets_its_own_envs_hyperparameters() -> None:
