@@ -43,6 +43,7 @@ if __package__ in (None, ""):   # run as a script: time the code beside it, not 
 
 import envs  # noqa: E402  (registers the ids; gym.make("envs:...") would import it anyway)
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
+from inference.messages import ShortErrorParser  # noqa: E402
 
 # --env choice (the envs' short names) -> (env id, target ratio of its steps/s over CartPole-v1's)
 TARGETS = {"discrete": 0.25, "split": 0.08}
@@ -79,7 +80,7 @@ def profile(env_id: str, steps: int, episode_tasks: int, top: int = 25) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--env", choices=ENV_CHOICES, default="all",
                         help="the env timed: discrete (InferenceAlloc-v0), split "

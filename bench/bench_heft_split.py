@@ -42,6 +42,7 @@ from bench.bench_traces import median_seconds  # noqa: E402
 from envs.inference_alloc_split import InferenceAllocSplitEnv  # noqa: E402
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 from inference.hardware import PRESET_DIR  # noqa: E402
+from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_RATIO = 100.0      # a decision at D <= TARGET_UP_TO devices over one at 3
 TARGET_UP_TO = 24
@@ -104,7 +105,7 @@ def device_counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--devices", type=device_counts, default="3,8,16,24",
                         help="device counts, from 3 (the reference) up")

@@ -28,6 +28,7 @@ from bench.bench_simulator import reference_rate  # noqa: E402
 from bench.bench_traces import median_seconds  # noqa: E402
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 from envs.traces import read_trace  # noqa: E402
+from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_DECISION_S = 2e-3
 TARGET_TRACE_S = 0.5
@@ -53,7 +54,7 @@ def decision_seconds(tasks: int, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tasks", type=int, default=200, help="decisions per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")

@@ -31,6 +31,7 @@ from inference import (  # noqa: E402
     load_hardware,
 )
 from inference.__main__ import parse_placement  # noqa: E402
+from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_TASKS_PER_S = 50_000.0
 ARTICLE_TASK = Task(batch=16, prompt_tokens=5000, output_tokens=256)
@@ -68,7 +69,7 @@ def simulator_rate(variant: str, placement: tuple[str | int, ...], runs: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000,
                         help="bookings per repeat")

@@ -38,6 +38,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 import numpy as np  # noqa: E402
 
 from envs.traces import HEADER, batch_columns, read_trace  # noqa: E402
+from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_TIME_RATIO = 12.0
 TARGET_MEMORY_RATIO = 4.0
@@ -88,7 +89,7 @@ def peak_bytes(work: Callable[[], object]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = ShortErrorParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--rows", type=int, default=300_000, help="rows of the synthetic trace")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each; the median")

@@ -44,6 +44,7 @@ from agents.config import TrainConfig  # noqa: E402
 from agents.sb3_factory import SB3Agent  # noqa: E402
 from agents.warmup import WarmupCallback  # noqa: E402
 from envs.inference_alloc import InferenceAllocEnv  # noqa: E402
+from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_RATIO = 0.05
 LEARN = "SB3 and torch (the rest of learn)"
@@ -103,7 +104,7 @@ def final_row_seconds(result: training.RunResult, cfg: TrainConfig,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--timesteps", type=int, default=2000, help="steps of the PPO run")
     parser.add_argument("--eval-tasks", type=int, default=1000,

@@ -533,3 +533,16 @@ def test_the_heft_split_bench_times_every_subset_up_to_its_bound_and_judges_the_
     out = capsys.readouterr().out
     assert out.rstrip().endswith("met" if code == 0 else "MISSED")
     assert out.count("every subset") == 2 and "2/2" in out
+
+
+@pytest.mark.parametrize("name", ["bench_env", "bench_heft_split", "bench_planning",
+                                  "bench_simulator", "bench_traces", "bench_training"])
+def test_a_bench_takes_whole_flags_only_and_names_the_one_meant(name, capsys):
+    """As train.py and evaluate.py: `--rep 1` ran as `--repeats 1` by argparse's prefix
+    matching, and would mean another flag once one with that prefix came."""
+    with pytest.raises(SystemExit) as exit_:
+        bench_main(name)(["--rep", "1"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == ""
+    assert err.splitlines()[-1].endswith(
+        "error: unrecognized arguments: --rep 1 (did you mean '--repeats'?)")
