@@ -23,8 +23,8 @@ each worker imports the main module afresh.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import gymnasium as gym
@@ -50,27 +50,36 @@ class Float32Rewards(VecEnvWrapper):
     failed with 'EOFError: ', the worker's own traceback far above it)."""
 
     def reset(self) -> Any:
-        with _worker_ends():
+        with _WorkerEnds():
             return self.venv.reset()
 
     def step_async(self, actions: np.ndarray) -> None:
-        with _worker_ends():
+        with _WorkerEnds():
             self.venv.step_async(actions)
 
     def step_wait(self) -> Any:
-        with _worker_ends():
+        with _WorkerEnds():
             obs, rewards, dones, infos = self.venv.step_wait()
         return obs, np.asarray(rewards, dtype=np.float32), dones, infos
 
 
-@contextmanager
-def _worker_ends() -> Iterator[None]:
-    try:
-        yield
-    except _ENDED_PIPE as exc:
-        raise WorkerDied(f"a worker process of --vec-env subproc ended ({type(exc).__name__} on "
-                         f"its pipe): an error in its env, printed above by the worker, or a "
-                         f"stop that reached it") from None
+class _WorkerEnds:
+    """A pipe's error, in its block, raised as ``WorkerDied``. A class, not a @contextmanager:
+    contextlib's ``__exit__`` keeps the error it throws into the generator in a reference cycle
+    with the generator's frame (CPython gh-129280), and with it the frames that hold the send
+    buffer, a memoryview of a ``BytesIO`` (``multiprocessing.reduction.ForkingPickler.dumps``),
+    left to the garbage collector, which then printed 'Exception ignored in: <_io.BytesIO ...>
+    BufferError: Existing exports of data' (CPython gh-111331) wherever it next ran."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if isinstance(value, _ENDED_PIPE):
+            raise WorkerDied(f"a worker process of --vec-env subproc ended ({type(value).__name__} "
+                             f"on its pipe): an error in its env, printed above by the worker, or "
+                             f"a stop that reached it") from None
 
 
 def training_venv(make_env: Callable[[], gym.Env], n_envs: int, seed: int,

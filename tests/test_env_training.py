@@ -1815,9 +1815,17 @@ def test_a_subproc_venv_steps_as_a_dummy_one_and_closes_after_a_worker_died() ->
         training_venv(_tiny_env, 1, seed=0, vec_env="threads")
 
 
-def test_a_worker_that_died_is_named_as_such_not_as_an_empty_eoferror() -> None:
+def test_a_worker_that_died_is_named_as_such_not_as_an_empty_eoferror(monkeypatch) -> None:
     """An env raising in its worker ends the worker (SB3's worker prints its traceback); the
-    trainer then read an empty pipe, and the run failed with 'EOFError: ', naming nothing."""
+    trainer then read an empty pipe, and the run failed with 'EOFError: ', naming nothing.
+    The pipe's error that the WorkerDied stands for is freed with it: translated by a
+    @contextmanager, it stayed in a reference cycle (CPython gh-129280) with the frames that
+    hold the step's send buffer, a memoryview of a BytesIO, whose collection, later and
+    anywhere (a next test, the run's exit), printed 'Exception ignored in: <_io.BytesIO ...>
+    BufferError: Existing exports of data' (CPython gh-111331)."""
+    import gc
+    import sys
+
     from agents.vec_envs import WorkerDied, close_venv, training_venv
 
     venv = training_venv(_tiny_env, 2, seed=0, vec_env="subproc")
@@ -1826,8 +1834,20 @@ def test_a_worker_that_died_is_named_as_such_not_as_an_empty_eoferror() -> None:
         dead = venv.unwrapped.processes[1]
         dead.kill()
         dead.join()
-        with pytest.raises(WorkerDied, match=r"a worker process of --vec-env subproc ended"):
-            venv.step(np.zeros((2, 3), dtype=np.int64))
+        gc.collect()
+        ignored: list = []
+        monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+        gc.disable()
+        try:
+            with pytest.raises(WorkerDied, match=r"a worker process of --vec-env subproc ended "
+                                                 r"\(BrokenPipeError on its pipe\)"):
+                venv.step(np.zeros((2, 3), dtype=np.int64))
+            left = sum(type(o) is BrokenPipeError for o in gc.get_objects())
+        finally:
+            gc.enable()
+        gc.collect()
+        assert left == 0
+        assert [f"{u.exc_type.__name__} in {u.object!r}" for u in ignored] == []
     finally:
         close_venv(venv)
 
