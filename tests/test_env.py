@@ -680,10 +680,13 @@ def test_sb3_make_vec_env_builds_the_env_by_id() -> None:
 def test_an_async_vector_env_steps_as_the_sync_one(env_id: str) -> None:
     """Gymnasium's AsyncVectorEnv (each env pickled into a process of its own) gives the
     trajectories of its SyncVectorEnv, over next-step autoresets too: env i is the env seeded
-    seed + i, each its own stream."""
+    seed + i, each its own stream. Its processes start by forkserver, Python 3.14's default on
+    Linux: under fork (earlier Pythons') nothing is pickled, and Python 3.13 warns of forking
+    the test process's threads."""
     def rollout(mode: str) -> list[np.ndarray]:
-        vec = gym.make_vec(env_id, num_envs=2, vectorization_mode=mode, episode_tasks=4,
-                           reward="relative")
+        start = {"context": "forkserver"} if mode == "async" else {}
+        vec = gym.make_vec(env_id, num_envs=2, vectorization_mode=mode, vector_kwargs=start,
+                           episode_tasks=4, reward="relative")
         steps = [vec.reset(seed=5)[0]]
         vec.action_space.seed(0)
         for _ in range(10):              # episodes of 4 tasks: steps 4 and 9 reset the envs
