@@ -9,6 +9,7 @@ import importlib.util
 import io
 import itertools
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -407,3 +408,31 @@ def test_the_readmes_agents_are_the_ones_train_py_trains_in_the_envs_they_act_in
     for env_id, named in ((ENV_IDS[1], split), (ENV_IDS[0], discrete)):
         classes = {ALGORITHMS[a].__name__ for a in ALGORITHMS if ONLY_ENV.get(a, env_id) == env_id}
         assert set(re.split(r",? and |, ", named)) == classes, env_id
+
+
+def test_the_readme_names_what_of_a_model_zip_differs_from_process_to_process(tmp_path):
+    """Reproducibility lists what a run twice does not write alike. In a model zip, beside the
+    times, SB3 writes each class it names as the text of its attributes, and a function's
+    text is its memory address, another in every process: a zip of the same weights compared
+    entry by entry, the listed ones left out, differed in those classes, unlisted."""
+    import json
+
+    import gymnasium as gym
+
+    from agents.sb3_factory import make_sb3
+    from agents.sb3_hyperparams import ALGORITHMS, ONLY_ENV
+    from envs import ENV_IDS
+
+    section = _text().split("## Reproducibility", 1)[1].split("## Benchmarks", 1)[0]
+    named = set(re.findall(r"`(\w+)`", section))
+    for agent in ALGORITHMS:
+        env = gym.make(f"envs:{ONLY_ENV.get(agent, ENV_IDS[0])}", episode_tasks=10)
+        path = tmp_path / f"{agent}.zip"
+        make_sb3(agent, env, seed=0).model.save(path)
+        with zipfile.ZipFile(path) as saved:
+            data = json.loads(saved.read("data"))
+        placed = {key for key, value in data.items()
+                  if re.search(r" at 0x[0-9a-f]+", json.dumps(value))}
+        assert placed, f"{agent}: no memory address in its zip's data: the test reads nothing"
+        assert placed <= named, (f"{agent}'s zip holds memory addresses in {sorted(placed - named)}"
+                                 f", which README.md's Reproducibility does not name")
