@@ -19,16 +19,43 @@ from inference.messages import shown
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 VALUE_TAG = "tag:yaml.org,2002:value"   # a bare `=` key, which SafeLoader reads as the string
+#: How deep values may nest: every file here nests a handful of levels. PyYAML composes a
+#: document recursively, a few frames a level, and `[[[...` 300 deep was a RecursionError.
+MAX_DEPTH = 100
+#: How many values aliases may add by repeating the nodes they name (a `<<: *base` repeats
+#: a device's few dozen). Nine levels of ten aliases each (a "billion laughs") load at once as
+#: shared objects, but an error message that echoed one (its repr) ran for ever.
+MAX_ALIASED_VALUES = 100_000
 
 
 class NumberFriendlyLoader(yaml.SafeLoader):
     """SafeLoader that also reads exponent-only floats such as ``1e9`` or ``-3E-4``, refuses a
-    key given twice in one mapping, and resolves merge keys (``<<``) itself."""
+    key given twice in one mapping, resolves merge keys (``<<``) itself, and refuses a
+    document nested more than MAX_DEPTH levels deep or whose aliases repeat more than
+    MAX_ALIASED_VALUES values (or are recursive)."""
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
         # Each merge source's pairs with its own merges resolved: {key: (key node, value node)}.
         self._resolved: dict[yaml.Node, dict[Any, tuple[yaml.Node, yaml.Node]]] = {}
+        self._depth = 0     # of the node being composed (MAX_DEPTH)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"values nested more than {MAX_DEPTH} levels deep",
+                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _check_aliases(node)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         # PyYAML's own merge (`flatten_mapping`) rewrites a merge source's node in place and
@@ -94,6 +121,48 @@ class NumberFriendlyLoader(yaml.SafeLoader):
                 "while constructing a mapping", node.start_mark,
                 "found unhashable key", key_node.start_mark) from None
         return key
+
+
+def _children(node: yaml.Node) -> list[tuple[yaml.Node, bool]]:
+    """(child, whether it is a merge key's value) of each node below `node`."""
+    if isinstance(node, yaml.SequenceNode):
+        return [(child, False) for child in node.value]
+    if isinstance(node, yaml.MappingNode):
+        return [part for key, value in node.value
+                for part in ((key, False), (value, key.tag == MERGE_TAG))]
+    return []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a document whose aliases repeat more than MAX_ALIASED_VALUES values, or name a
+    node from inside it (a recursive structure, which the readers here cannot walk; one
+    within a merge key's value is left to `_merged_pairs`, which names a mapping merging
+    itself). An alias is the node it names, so each node's size (its own and its children's)
+    is counted once, in a loop: aliases of nested nodes may nest deeper than recursion goes."""
+    sizes: dict[yaml.Node, int] = {}
+    open_nodes: set[yaml.Node] = set()      # those whose children are being counted
+    stack: list[tuple[yaml.Node, bool, bool]] = [(root, False, False)]   # node, merged, counted
+    while stack:
+        node, merged, counted = stack.pop()
+        if counted:
+            open_nodes.discard(node)
+            sizes[node] = 1 + sum(sizes.get(child, 0) for child, _ in _children(node))
+            continue
+        if node in sizes:
+            continue
+        if node in open_nodes:
+            if merged:
+                continue
+            raise yaml.composer.ComposerError(
+                None, None, "an alias names a node it is part of (a recursive structure)",
+                node.start_mark)
+        open_nodes.add(node)
+        stack.append((node, merged, True))
+        stack.extend((child, merged or merge, False) for child, merge in _children(node))
+    if sizes[root] - len(sizes) > MAX_ALIASED_VALUES:
+        raise yaml.composer.ComposerError(
+            None, None, f"aliases repeat values more than {MAX_ALIASED_VALUES:,} times (an alias "
+                        f"of an alias of ...: a 'billion laughs')", root.start_mark)
 
 
 NumberFriendlyLoader.add_implicit_resolver(

@@ -464,6 +464,55 @@ def test_a_bad_merge_key_names_its_line(text, message):
         safe_load(text)
     assert re.search(message, describe_yaml_error(raised.value))
 
+def laughs(levels: int) -> str:
+    """A "billion laughs": each of `levels` anchored lists holds ten aliases of the one before."""
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # PyYAML composes recursively: a RecursionError traceback out of every YAML reader
+    ("x: " + "[" * 5000 + "]" * 5000 + "\n", "line 1, column 103: values nested more than 100 "
+                                             "levels deep"),
+    ("".join("  " * i + f"k{i}:\n" for i in range(800)), "line 100, column 199: values nested"),
+    # loaded at once as shared lists, but a message echoing one (its repr) ran for ever
+    (laughs(9), "line 1, column 1: aliases repeat values more than 100,000 times"),
+    ("&a [x, *a]\n", "line 1, column 1: an alias names a node it is part of"),
+], ids=["deep-flow", "deep-block", "billion-laughs", "recursive"])
+def test_a_yaml_bomb_is_one_error_naming_where(text, message):
+    from inference.yamlio import describe_yaml_error
+    with pytest.raises(yaml.YAMLError) as raised:
+        safe_load(text)
+    assert describe_yaml_error(raised.value).startswith(message)
+
+
+def test_yaml_nests_and_repeats_as_deep_and_often_as_taken():
+    from inference.yamlio import MAX_ALIASED_VALUES, MAX_DEPTH
+    deepest = safe_load("[" * MAX_DEPTH + "]" * MAX_DEPTH)
+    for _ in range(MAX_DEPTH - 1):
+        deepest = deepest[0]
+    assert deepest == []
+    # `x` given once and repeated by as many aliases as taken; one more is refused
+    def repeated(n: int) -> str:
+        return "a: &a x\nb: [" + "*a, " * n + "]\n"
+
+    assert safe_load(repeated(MAX_ALIASED_VALUES))["b"] == ["x"] * MAX_ALIASED_VALUES
+    with pytest.raises(yaml.YAMLError, match="aliases repeat values more than"):
+        safe_load(repeated(MAX_ALIASED_VALUES + 1))
+    assert safe_load(laughs(4))["l3"][9][9][9] == ["x"] * 10
+
+
+def test_a_hardware_file_nested_too_deep_is_a_value_error_naming_it(tmp_path: Path):
+    path = tmp_path / "deep.yaml"
+    path.write_text((PRESET_DIR / "server.yaml").read_text()
+                    + "source: " + "[" * 300 + "]" * 300 + "\n")
+    with pytest.raises(ValueError, match=f"^hardware file {re.escape(str(path))}: malformed YAML "
+                                         f"at line [0-9]+, column [0-9]+: values nested more "
+                                         f"than 100 levels deep$"):
+        load_hardware(path)
+
+
 def renamed(section: dict, old: str, new: str) -> None:
     section[new] = section.pop(old)
 
