@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from agents.files import atomic_path, model_file, zip_target
+from inference.yamlio import cannot_read
 
 POLICY_FILE = "policy.json"
 
@@ -109,6 +110,8 @@ def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
             data = json.loads(zf.read(POLICY_FILE))
     except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"model file {p} is not a valid policy zip: {exc}") from None
+    except OSError as exc:      # no permission to read it: a traceback out of evaluate.py
+        raise ValueError(f"model file {p} {cannot_read(exc)}") from None
     if not isinstance(data, dict) or "name" not in data:
         raise ValueError(f"model file {p} has no policy name in {POLICY_FILE}")
     return data

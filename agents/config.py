@@ -36,6 +36,7 @@ from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
 from inference.messages import ShortErrorParser, argparse_type, did_you_mean, shown, unrecognized
 from inference.yamlio import (
+    cannot_read,
     describe_yaml_error,
     not_a_file,
     safe_load,
@@ -610,6 +611,8 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{where} is not valid YAML at {describe_yaml_error(exc)}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{where} is not UTF-8 text") from None
+    except OSError as exc:      # no permission to read it: a traceback, exit 1
+        raise ConfigError(f"{where} {cannot_read(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where} must hold a mapping of option: value")
     hints = typing.get_type_hints(cls)

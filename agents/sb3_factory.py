@@ -50,6 +50,7 @@ from envs import ENV_IDS
 from envs.observation import n_devices_of
 from envs.scenario_mix import ScenarioMixEnv
 from inference.messages import shown
+from inference.yamlio import cannot_read
 
 
 def env_id_of(env: gym.Env | Any) -> str:
@@ -257,6 +258,8 @@ def saved_data(path: Path) -> dict[str, Any]:
             data = json.loads(zf.read("data"))
     except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"model file {path} {cannot_read(exc)}") from None
     if not isinstance(data, dict):   # valid JSON, but SB3 always writes an object here
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip "
                          f"(its 'data' entry is a JSON {type(data).__name__}, not an object)")

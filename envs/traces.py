@@ -56,7 +56,7 @@ import numpy as np
 from inference.checks import is_integer, is_number
 from inference.messages import did_you_mean, shown
 from inference.task import Task
-from inference.yamlio import not_a_file, unusable_path
+from inference.yamlio import cannot_read, not_a_file, unusable_path
 
 _DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -256,13 +256,16 @@ def read_trace(name_or_path: str | os.PathLike[str]) -> Trace:
     """
     name, path = _resolve(name_or_path)
     where = shown(path, quote=False)   # the file, as the errors name it
-    with path.open("rb") as file:
-        if file.read(2) == b"\x1f\x8b":  # gzip's magic: it failed as "not UTF-8 text (byte 0x8b)"
-            raise ValueError(f"{where}: a gzip-compressed file; decompress it first (gunzip -k)")
-        file.seek(0)
-        # Row by row from the file, into compact int64 arrays: a week of a 2024 Azure trace is
-        # ~27M rows, which as a list of lines and of Python ints took gigabytes.
-        times_ns, context, generated = _read_rows(where, file)
+    try:
+        with path.open("rb") as file:
+            if file.read(2) == b"\x1f\x8b":  # gzip's magic: it failed as "not UTF-8 text (byte 0x8b)"
+                raise ValueError(f"{where}: a gzip-compressed file; decompress it first (gunzip -k)")
+            file.seek(0)
+            # Row by row from the file, into compact int64 arrays: a week of a 2024 Azure trace
+            # is ~27M rows, which as a list of lines and of Python ints took gigabytes.
+            times_ns, context, generated = _read_rows(where, file)
+    except OSError as exc:   # no permission to read it: a traceback out of train.py
+        raise ValueError(f"{where} {cannot_read(exc)}") from None
     return Trace(name, np.frombuffer(times_ns, dtype=np.int64) / _NS_PER_S,
                  np.frombuffer(context, dtype=np.int64), np.frombuffer(generated, dtype=np.int64))
 

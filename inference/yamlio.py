@@ -209,6 +209,14 @@ def load_yaml_file(path: Path, what: str) -> Any:
                          f"{describe_yaml_error(exc)}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{what} {shown(path, quote=False)} is not UTF-8 text") from None
+    except OSError as exc:   # no permission to read it, an I/O error: a traceback in train.py
+        raise ValueError(f"{what} {shown(path, quote=False)} {cannot_read(exc)}") from None
+
+
+def cannot_read(exc: OSError) -> str:
+    """Why a file could not be read, to follow its name: "cannot be read: Permission denied"
+    (the OS error's own text, not its str, which repeats the path)."""
+    return f"cannot be read: {exc.strerror or exc}"
 
 
 MAX_PATH_DEPTH = 256

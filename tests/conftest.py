@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,3 +67,29 @@ def cpu_npu_hardware(tmp_path: Path) -> str:
     path = tmp_path / "cpu-npu.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return str(path)
+
+
+@pytest.fixture
+def unreadable(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], Path]:
+    """Make a file unreadable: opening it raises PermissionError, as it does for a file the
+    user may not read (a chmod 000 file cannot be made so for root, who runs some CI)."""
+    import builtins
+    import errno
+    import io
+
+    refused: set[str] = set()
+    real_open = io.open
+
+    def guarded_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) in refused:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", guarded_open)
+    monkeypatch.setattr(builtins, "open", guarded_open)
+
+    def refuse(path: Path) -> Path:
+        refused.add(os.path.abspath(path))
+        return path
+
+    return refuse

@@ -6,11 +6,13 @@ import contextlib
 import csv
 import dataclasses
 import importlib.util
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -598,6 +600,44 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
         assert message in err and "Traceback" not in err
         assert err.count("\n") == 1 and str(config) in err      # one line, naming the file
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
+
+
+def test_a_file_that_cannot_be_read_is_one_error_line_naming_it(tmp_path: Path, capsys,
+                                                              unreadable) -> None:
+    """A --config, scenario, hardware, trace or model file without read permission was a
+    PermissionError traceback (exit 1) out of train.py and evaluate.py."""
+    from agents.base import POLICY_FILE
+    from envs.traces import TRACES
+    from inference.hardware import PRESET_DIR
+
+    config = tmp_path / "c.yaml"
+    config.write_text("timesteps: 32\n")
+    hardware = tmp_path / "hw.yaml"
+    hardware.write_text((PRESET_DIR / "server.yaml").read_text())
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text("episode_tasks: 20\n")
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACES["azure-code"].read_text().split("\n", 60)[0])
+    traced = tmp_path / "traced.yaml"
+    traced.write_text(f"workload: {{trace: {trace}}}\n")
+    model = tmp_path / "m.zip"
+    with zipfile.ZipFile(model, "w") as zf:
+        zf.writestr(POLICY_FILE, json.dumps({"name": "all-gpu", "config": {}}))
+    runs, out = tmp_path / "runs", tmp_path / "results"
+    train = ["--timesteps", "32", "--log-dir", str(runs), "--no-progress-bar"]
+    evaluation = ["--no-online", "--seeds", "1", "--out", str(out), "--no-progress-bar"]
+    for script_name, args, path, what in (
+            ("train.py", ["--config", str(config), *train], config, "config file"),
+            ("train.py", ["--scenario", str(scenario), *train], scenario, "scenario file"),
+            ("train.py", ["--hardware", str(hardware), *train], hardware, "hardware file"),
+            ("train.py", ["--scenario", str(traced), *train], trace, ""),
+            ("evaluate.py", ["--models", str(model), *evaluation], model, "model file")):
+        unreadable(path)
+        assert load_main(script_name)(args) == 2
+        err = capsys.readouterr().err
+        assert f"{what} {path}".strip() in err and "cannot be read: Permission denied" in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert not runs.exists() and not out.exists()
 
 
 def test_an_output_folder_that_is_a_broken_link_says_so(tmp_path: Path, capsys) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,15 @@ def test_missing_file_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope.csv"
     with pytest.raises(ValueError, match="nope.csv"):
         read_trace(missing)
+
+
+def test_a_file_that_cannot_be_read_is_a_value_error_naming_it(tmp_path: Path,
+                                                             unreadable) -> None:
+    """Not a PermissionError traceback out of train.py, which reports ValueErrors in one line."""
+    path = unreadable(write_csv(tmp_path, GOOD))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))} cannot be read: "
+                                         f"Permission denied$"):
+        read_trace(path)
 
 
 def test_wrong_header_names_expected_header(tmp_path: Path) -> None:
