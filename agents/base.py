@@ -110,6 +110,9 @@ def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
             data = json.loads(zf.read(POLICY_FILE))
     except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"model file {p} is not a valid policy zip: {exc}") from None
+    except RecursionError:      # json's decoder recurses per level: [[[... 100,000 deep
+        raise ValueError(f"model file {p} is not a valid policy zip: its {POLICY_FILE} is "
+                         f"nested too deeply") from None
     except OSError as exc:      # no permission to read it: a traceback out of evaluate.py
         raise ValueError(f"model file {p} {cannot_read(exc)}") from None
     if not isinstance(data, dict) or "name" not in data:

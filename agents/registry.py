@@ -278,8 +278,14 @@ def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:
     """Rebuild a non-learned policy from its saved name and ``config()``."""
     if name.startswith("gated-"):
         inner = config["inner"]
+        if not (isinstance(inner, dict) and isinstance(inner.get("name"), str)
+                and isinstance(inner.get("config"), dict)):
+            # inner["name"].startswith and inner["config"].get were AttributeError tracebacks
+            raise ValueError(f"'inner' must be a saved policy ({{name: ..., config: {{...}}}}), "
+                             f"got {shown(inner)}")
+        # GatedScheduling checks it: int() made 16.5 a threshold of 16, and inf an OverflowError
         return GatedScheduling(policy_from_config(inner["name"], inner["config"], env),
-                               threshold=int(config["threshold"]))
+                               threshold=config["threshold"])
     if name == "static" or name == "best-static" or name.startswith("all-"):
         return StaticPolicy.from_config(name, config, env)
     if name == "random":

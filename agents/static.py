@@ -32,6 +32,8 @@ from agents.files import write_text
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import best_static_key
 from envs.scenario_mix import ScenarioMixEnv
+from inference.checks import is_integer
+from inference.messages import shown
 
 Placement = tuple[int, int, int]
 
@@ -103,6 +105,12 @@ class StaticPolicy(Policy):
     def __init__(self, placement: Sequence[int], n_devices: int,
                  device_names: Sequence[str] | None = None, name: str | None = None,
                  split: bool = False) -> None:
+        # int() made a saved file's 1.5 device 1 and True device 1, and failed on inf with an
+        # OverflowError traceback out of evaluate.py
+        if isinstance(placement, str) or not isinstance(placement, (Sequence, np.ndarray)) \
+                or not all(map(is_integer, placement)):
+            raise ValueError(f"placement needs a device id (an integer) per stage (load, "
+                             f"prefill, decode), got {shown(placement)}")
         ids = tuple(int(d) for d in placement)
         if len(ids) != 3:
             raise ValueError(f"placement needs one device per stage (load, prefill, decode), "
@@ -151,11 +159,16 @@ class StaticPolicy(Policy):
     @classmethod
     def from_config(cls, name: str, config: dict[str, Any], env: Any) -> StaticPolicy:
         base = unwrap_env(env)
-        names = config.get("device_names")
+        names, n_devices = config.get("device_names"), config["n_devices"]
+        if names is not None and not (isinstance(names, list)
+                                      and all(isinstance(n, str) for n in names)):
+            raise ValueError(f"device_names must be a list of device names, got {shown(names)}")
         if names is not None and tuple(names) != base.device_names:
             raise ValueError(f"saved policy {name!r} was made for devices {names}, the env has "
                              f"{list(base.device_names)}")
-        if int(config["n_devices"]) != base.n_devices:
+        if not is_integer(n_devices):
+            raise ValueError(f"n_devices must be an integer, got {shown(n_devices)}")
+        if n_devices != base.n_devices:
             raise ValueError(f"saved policy {name!r} was made for {config['n_devices']} devices, "
                              f"the env has {base.n_devices}")
         return cls(config["placement"], base.n_devices, base.device_names, name=name,
@@ -270,5 +283,11 @@ class RandomPolicy(Policy):
     def from_config(cls, config: dict[str, Any], env: Any) -> RandomPolicy:
         policy = cls(unwrap_env(env).action_space, config.get("seed", 0))
         if config.get("rng_state") is not None:
-            policy.rng.bit_generator.state = config["rng_state"]
+            try:
+                policy.rng.bit_generator.state = config["rng_state"]
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                # numpy's own errors (an OverflowError for a negative state) named no field
+                raise ValueError(f"rng_state is not a state of numpy's "
+                                 f"{type(policy.rng.bit_generator).__name__} generator "
+                                 f"({exc})") from None
         return policy

@@ -1153,17 +1153,43 @@ def test_unknown_names_and_bad_files_give_clear_errors(tmp_path: Path,
     ({"name": "random", "config": {"seed": "x"}}, "seed must be an integer >= 0, got 'x'"),
     ({"name": "random", "config": {"seed": -1}}, "seed must be an integer >= 0, got -1"),
     ({"name": "gated-heft", "config": {"threshold": [8], "inner": {"name": "heft", "config": {}}}},
-     "argument must be a string"),     # a TypeError from the file, not from the env
+     r"threshold must be a positive integer batch size, got \[8\]"),   # the file's, not the env's
+    # each an OverflowError or AttributeError traceback out of evaluate.py, or a number cut
+    ({"name": "gated-heft", "config": {"threshold": float("inf"),
+                                       "inner": {"name": "heft", "config": {}}}},
+     "threshold must be a positive integer batch size, got inf"),
+    ({"name": "gated-heft", "config": {"threshold": 16.5, "inner": {"name": "heft", "config": {}}}},
+     "threshold must be a positive integer batch size, got 16.5"),
+    ({"name": "gated-heft", "config": {"threshold": 16, "inner": {"name": None, "config": {}}}},
+     "'inner' must be a saved policy"),
+    ({"name": "gated-heft", "config": {"threshold": 16, "inner": {"name": "heft", "config": "x"}}},
+     "'inner' must be a saved policy"),
+    ({"name": "all-gpu", "config": {"placement": [1, float("-inf"), 1], "n_devices": 3}},
+     r"placement needs a device id \(an integer\) per stage .*got \[1, -inf, 1\]"),
+    ({"name": "all-gpu", "config": {"placement": [1.5, 1, 1], "n_devices": 3}},
+     r"placement needs a device id .*got \[1.5, 1, 1\]"),
+    ({"name": "all-gpu", "config": {"placement": [True, 1, 1], "n_devices": 3}},
+     r"placement needs a device id .*got \[True, 1, 1\]"),
+    ({"name": "all-gpu", "config": {"placement": [1, 1, 1], "n_devices": float("inf")}},
+     "n_devices must be an integer, got inf"),
+    ({"name": "all-gpu", "config": {"placement": [1, 1, 1], "n_devices": 3, "device_names": 3}},
+     "device_names must be a list of device names, got 3"),
+    ({"name": "random-state", "config": {"seed": 0, "rng_state": {
+        "bit_generator": "PCG64", "state": {"state": -1, "inc": 1}, "has_uint32": 0,
+        "uinteger": 0}}}, "rng_state is not a state of numpy's PCG64 generator"),
     ({"name": 5, "config": {}}, "malformed policy.json"),
 ])
 def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: InferenceAllocEnv,
                                                   saved: dict[str, Any], message: str) -> None:
     path = tmp_path / "p.zip"
+    if saved["name"] == "random-state":     # a random policy's generator state, saved bad
+        saved = {**saved, "name": "random"}
+        message = f"{message} .*out of bounds"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(POLICY_FILE, json.dumps(saved))
     with pytest.raises(ValueError, match=f"model file {path} .*{message}"):
         load_policy(path, article)
-    if saved["name"] == "random":      # and so does building one
+    if saved["name"] == "random" and "rng_state" not in saved["config"]:   # and building one
         with pytest.raises(ValueError, match=message):
             make_policy("random", article, **saved["config"])
 
@@ -1173,6 +1199,8 @@ def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: Infer
     (b"\x80 not utf-8", "is not a valid policy zip"),
     (b"[1, 2]", "has no policy name in policy.json"),                 # JSON, but no object
     (b'{"config": {}}', "has no policy name in policy.json"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "is not a valid policy zip: its policy.json "
+                 "is nested too deeply", id="nested"),          # a RecursionError traceback
 ])
 def test_a_damaged_policy_json_is_a_value_error_naming_the_file(
         tmp_path: Path, article: InferenceAllocEnv, content: bytes, message: str) -> None:
