@@ -353,6 +353,20 @@ MAX_LAYER_WIDTH = 65_536
 # "failed to unpack the object" on a float.
 # Each agent's policy_kwargs sizes beyond net_arch: key -> the most it takes.
 SIZE_LIMITS = {"recurrent-ppo": {"lstm_hidden_size": 4_096, "n_lstm_layers": 8}}
+# The Gaussian's initial log standard deviation: its std e^x must be a positive float32 (e^-5e5
+# was 0, and torch refused the distribution, a multi-line error once training had started);
+# |x| <= 20 spans stds of 2e-9..5e8, far beyond the -3..0 used here.
+MAX_LOG_STD_INIT = 20.0
+# the arguments of a policy's constructor that SB3 passes itself, never policy_kwargs
+POLICY_ARGUMENTS = ("self", "observation_space", "action_space", "lr_schedule")
+
+
+def policy_kwargs_keys(name: str) -> list[str]:
+    """What the policy_kwargs of agent `name` may set: the keywords of its policy class's
+    constructor (``POLICIES``), but those SB3 passes itself."""
+    policy = ALGORITHMS[name].policy_aliases[POLICIES.get(name, "MlpPolicy")]
+    return [key for key in inspect.signature(policy.__init__).parameters
+            if key not in POLICY_ARGUMENTS]
 
 
 def _check_policy_kwargs(name: str, value: Any) -> None:
@@ -361,18 +375,38 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     qf: [...]}``, both given; DQN takes the list only). SB3 checks neither: [-1, 64] or
     [1e18, 64] was a torch traceback once the net was built, and [0, 64] trained a net with a
     zero-width layer. Its activation_fn, given by name, is one of ``ACTIVATIONS``: checked here,
-    with the rest, so that a typo in a YAML file fails before the first run, not as it starts.
-    An agent's other sizes (recurrent-ppo's LSTM), where given, lie in its ``SIZE_LIMITS``
-    (another agent's policy refuses them, keywords it does not take, as SB3 builds it)."""
+    with the rest, so that a typo in a YAML file fails before the first run, not as it starts;
+    so are its keys, each a keyword of the agent's policy (``policy_kwargs_keys``), and a
+    Gaussian's log_std_init (``MAX_LOG_STD_INIT``). An agent's other sizes (recurrent-ppo's
+    LSTM), where given, lie in its ``SIZE_LIMITS``."""
     if value is None:
         return
     if not isinstance(value, dict):
         raise ValueError(f"hyper-parameter policy_kwargs must be a mapping "
                          f"(e.g. {{net_arch: [64, 64]}}), got {shown(value)}")
+    # a key the policy does not take was a TypeError when SB3 built it: inside the run, for a
+    # typo in a YAML file, after train.py's plan had passed it
+    known = policy_kwargs_keys(name)
+    for key in value:
+        if key not in known:
+            raise ValueError(f"unknown policy_kwargs key {shown(key)}"
+                             f"{did_you_mean([key], known)} for {name}; known: "
+                             f"{', '.join(known)}")
     activation = value.get("activation_fn")
     if isinstance(activation, str) and activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation_fn {shown(activation)}; known: "
                          f"{', '.join(ACTIVATIONS)}")
+    if "activation_fn" in value and not isinstance(activation, str) and not (
+            isinstance(activation, type) and issubclass(activation, torch.nn.Module)):
+        # null or a number was "'NoneType' object is not callable" as the net was built
+        raise ValueError(f"hyper-parameter policy_kwargs.activation_fn must be one of "
+                         f"{', '.join(ACTIVATIONS)}, got {shown(activation)}")
+    if "log_std_init" in value:
+        log_std = value["log_std_init"]
+        if not (is_number(log_std) and abs(log_std) <= MAX_LOG_STD_INIT):
+            raise ValueError(f"hyper-parameter policy_kwargs.log_std_init must be a number in "
+                             f"[-{MAX_LOG_STD_INIT:g}, {MAX_LOG_STD_INIT:g}], got "
+                             f"{shown(log_std)}")
     for key, top in SIZE_LIMITS.get(name, {}).items():
         size = value.get(key)
         if key in value and not (is_integer(size) and 1 <= size <= top):

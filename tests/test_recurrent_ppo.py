@@ -450,8 +450,10 @@ def test_its_lstm_sizes_may_be_the_largest_the_error_names() -> None:
         "lstm_hidden_size": 4096, "n_lstm_layers": 8}})
     assert params["policy_kwargs"]["lstm_hidden_size"] == 4096
     assert params["policy_kwargs"]["n_lstm_layers"] == 8
-    # another agent's policy takes no LSTM sizes: SB3 refuses the keyword, not a range of ours
-    hyperparams_with("ppo", V0, {"policy_kwargs": {"lstm_hidden_size": 100_000}})
+    # another agent's policy takes no LSTM sizes: refused as a keyword it does not take, not
+    # by a range of ours
+    with pytest.raises(ValueError, match="unknown policy_kwargs key 'lstm_hidden_size' for ppo"):
+        hyperparams_with("ppo", V0, {"policy_kwargs": {"lstm_hidden_size": 100_000}})
 
 
 def test_a_recurrent_ppo_run_is_evaluated_and_resumed(tmp_path: Path) -> None:

@@ -990,6 +990,45 @@ def test_an_unknown_activation_is_refused_with_the_hyper_parameters(tmp_path, mo
         hyperparams.check_override_types("ppo", {}, {"policy_kwargs": {"activation_fn": "gelu"}})
 
 
+@pytest.mark.parametrize(("env_id", "policy_kwargs", "message"), [
+    # each a TypeError or a multi-line torch error as SB3 built or first trained the net:
+    # inside the run, after train.py's plan() had passed the YAML
+    ("InferenceAlloc-v0", "{net_arch: [8], activation_fn: null}",
+     r"policy_kwargs\.activation_fn must be one of tanh, relu, elu, got None"),
+    ("InferenceAlloc-v0", "{net_arch: [8], activation_fn: 1}",
+     r"policy_kwargs\.activation_fn must be one of tanh, relu, elu, got 1"),
+    ("InferenceAlloc-v0", "{net_arc: [8]}",
+     r"unknown policy_kwargs key 'net_arc' \(did you mean 'net_arch'\?\) for ppo; known: "
+     r"net_arch, activation_fn, ortho_init"),
+    ("InferenceAllocSplit-v0", "{log_std_init: .nan}",
+     r"policy_kwargs\.log_std_init must be a number in \[-20, 20\], got nan"),
+    ("InferenceAllocSplit-v0", "{log_std_init: -5.0e+5}",
+     r"policy_kwargs\.log_std_init must be a number in \[-20, 20\], got -500000\.0"),
+    ("InferenceAllocSplit-v0", "{log_std_init: true}",
+     r"policy_kwargs\.log_std_init must be a number in \[-20, 20\], got True"),
+])
+def test_policy_kwargs_the_policy_cannot_build_are_refused_with_the_hyper_parameters(
+        tmp_path, monkeypatch, env_id, policy_kwargs, message):
+    import agents.sb3_hyperparams as hyperparams
+
+    (tmp_path / "ppo.yaml").write_text(f"{env_id}:\n  policy_kwargs: {policy_kwargs}\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    with pytest.raises(ValueError, match=rf"ppo\.yaml, {env_id}: (hyper-parameter )?{message}"):
+        hyperparams.load_hyperparams("ppo", env_id)
+
+
+def test_policy_kwargs_as_far_as_taken_build(tmp_path, monkeypatch):
+    """The bounds are closed, and an activation given from code as the torch class is taken."""
+    import agents.sb3_hyperparams as hyperparams
+
+    env = gym.make("InferenceAllocSplit-v0", scenario="article", episode_tasks=20)
+    for log_std in (-hyperparams.MAX_LOG_STD_INIT, hyperparams.MAX_LOG_STD_INIT):
+        agent = make_sb3("ppo", env, seed=0, overrides={"policy_kwargs": {
+            "log_std_init": log_std, "activation_fn": torch.nn.ReLU}})
+        assert agent.model.policy.log_std.detach().tolist() == [log_std] * 9
+        assert isinstance(agent.model.policy.mlp_extractor.policy_net[1], torch.nn.ReLU)
+
+
 def test_a_hyperparameter_file_is_read_once_per_version_and_never_shared(tmp_path, monkeypatch):
     """Planning a run loaded its learner's YAML 3-5 times (the check, the --hp build, the warm
     start's, VecNormalize's gamma, the run's own build); each load now gets its own copy of
