@@ -58,6 +58,8 @@ EVAL_SEEDS = 5                   # evaluate.py's default --seeds
 ARTICLE_SEEDS = 10
 MAX_EVAL_SEEDS = 1000            # evaluate.py's --seeds is a count; more is a seed typed as one
 MAX_SEED = 2**31 - 1            # numpy, gymnasium and torch all accept seeds up to here
+# --metrics-window's tasks, kept in deques: 2**63 was an OverflowError inside the run
+MAX_METRICS_WINDOW = 10**9
 
 
 class ConfigError(ValueError):
@@ -217,10 +219,17 @@ class TrainConfig:
         _require(self.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
         _require_choice("--reward", self.reward, REWARDS)
         _require(self.metrics_window >= 1, "--metrics-window must be >= 1")
+        _require(self.metrics_window <= MAX_METRICS_WINDOW,
+                 f"--metrics-window must be at most {MAX_METRICS_WINDOW}, got "
+                 f"{self.metrics_window}")
         _require(self.per_sample_interval >= 1, "--per-sample-interval must be >= 1")
         _require(self.log_interval is None or self.log_interval >= 1,
                  "--log-interval must be >= 1")
         _require(self.eval_tasks >= 0, "--eval-tasks must be >= 0")
+        # the held-out episode's env refused more, after the run had started: a traceback
+        _require(self.eval_tasks <= MAX_EPISODE_TASKS,
+                 f"--eval-tasks is an episode's tasks, at most {MAX_EPISODE_TASKS}, got "
+                 f"{self.eval_tasks}")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
         # checked even where no warm-up clones: the flag is wrong whichever run it reaches
         _require(self.clone_samples is None or self.clone_samples >= MIN_CLONE_SAMPLES,
@@ -336,6 +345,10 @@ class EvalConfig:
                      f"{flag} 1 --seed-base {count}")
         _require(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
         _require(self.online_samples >= 10, "--online-samples must be >= 10")
+        # each deployment is one episode: the env's refusal named its episode_tasks instead
+        _require(self.online_samples <= MAX_EPISODE_TASKS,
+                 f"--online-samples is an episode's tasks, at most {MAX_EPISODE_TASKS}, got "
+                 f"{self.online_samples}")
         _require(self.episode_tasks is None or 2 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 2..{MAX_EPISODE_TASKS}")
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")

@@ -421,6 +421,11 @@ def test_resume_continues_the_run_in_its_folder(trained, tmp_path: Path, capsys)
     (["--eval-seed", "-1"], "--eval-seed: seeds must lie"),
     (["--n-envs", "2", "--seeds", "2147483647"], "got 2147483647 .. 2147483648"),
     (["--episode-tasks", "1000000000000"], "--episode-tasks must lie in 1..1000000"),  # was numpy's
+    # each failed the run that had started, with a traceback (the env's refusal, an OverflowError)
+    (["--eval-tasks", "1000001"], "--eval-tasks is an episode's tasks, at most 1000000, got "
+                                  "1000001"),
+    (["--metrics-window", str(2**63)], f"--metrics-window must be at most 1000000000, got "
+                                       f"{2**63}"),
     # SB3 took these without a word (n_epochs=0 then failed deep inside its loop)
     (["--hp", "gamma=1.5"], "gamma must be in [0.0, 1.0], got 1.5"),
     (["--hp", "clip_range=-1"], "clip_range must be >= 1e-09, got -1"),
@@ -750,6 +755,9 @@ def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path:
      "--online-reward must be one of latency, relative, normalised, got 'speed'"),
     (["--no-online", "--online-reward", "latency"], "--no-online skips the online study"),
     (["--reproduce-article", "--online-reward", "latency"], "--online-reward is not used there"),
+    # the env's refusal named its episode_tasks, no option of evaluate.py's
+    (["--online", "--online-samples", "1000001"], "--online-samples is an episode's tasks, at "
+                                                  "most 1000000, got 1000001"),
 ])
 def test_evaluate_rejects_options_it_would_ignore_or_fail_on_late(args, expected, tmp_path,
                                                                    capsys) -> None:
