@@ -366,5 +366,7 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     try:
         model = ALGORITHMS[name].load(p, env=wrapped, device="cpu")
     except Exception as exc:  # SB3 raises many kinds on a corrupt zip
-        raise ValueError(f"model file {p} could not be loaded as {name}: {exc}") from None
+        # in one line: torch's state_dict refusal listed every missing key, a line each
+        said = shown(" ".join(str(exc).split()), quote=False)
+        raise ValueError(f"model file {p} could not be loaded as {name}: {said}") from None
     return SB3Agent(name, model, env)

@@ -1406,6 +1406,28 @@ def test_load_sb3_reads_paths_as_load_policy_does(tmp_path: Path) -> None:
     assert load_sb3(tmp_path / "m", env).name == "ppo"
 
 
+def test_an_sb3_zip_sb3_cannot_load_is_one_line_naming_it(tmp_path: Path) -> None:
+    """SB3's and torch's own refusals run over lines (a state_dict's, a key a line), and
+    evaluate.py printed them so after its "error:" line."""
+    from agents.sb3_factory import load_sb3, make_sb3
+
+    env = InferenceAllocEnv("article", episode_tasks=10)
+    saved = make_sb3("dqn", env, seed=0).save(tmp_path / "m.zip")
+    with zipfile.ZipFile(saved) as zf:
+        entries = {name: zf.read(name) for name in zf.namelist()}
+    data = json.loads(entries["data"])
+    data["policy_kwargs"]["net_arch"] = [8]        # the saved weights are of [64, 64]
+    with zipfile.ZipFile(saved, "w") as zf:
+        for name, content in {**entries, "data": json.dumps(data).encode()}.items():
+            zf.writestr(name, content)
+    with pytest.raises(ValueError) as raised:
+        load_sb3(saved, env)
+    message = str(raised.value)
+    assert message.startswith(f"model file {saved} could not be loaded as dqn: Error(s) in "
+                              f"loading state_dict for DQNPolicy")
+    assert "\n" not in message and "characters elided" in message
+
+
 def test_a_saved_best_static_is_read_in_utf8_whatever_the_locale(tmp_path: Path) -> None:
     """The saved result was read back in the locale's encoding (cp1252 on Windows), which
     `python -X warn_default_encoding` flags; written in UTF-8, it is read so."""
