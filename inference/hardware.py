@@ -134,7 +134,8 @@ class Hardware:
             return self.index[name]
         except KeyError:
             raise ValueError(
-                f"unknown device {shown(name)}{did_you_mean([name], self.index)} in hardware "
+                f"unknown device {shown(name)}{did_you_mean([name], self.index, ignore_case=True)} "
+                f"in hardware "
                 f"{shown(self.name)}; devices: {', '.join(self.index)}"
             ) from None
 
@@ -319,7 +320,10 @@ def _hardware(raw: Any, origin: str) -> Hardware:
             raise ValueError(f"{where}.between must name two different devices")
         for end in pair:
             if not isinstance(end, str) or end not in index:   # a list is unhashable
-                raise ValueError(f"{where}.between names unknown device {shown(end)}")
+                # the devices, and the one meant: 'CPU' for cpu named neither
+                raise ValueError(f"{where}.between names unknown device {shown(end)}"
+                                 f"{did_you_mean([end], index, ignore_case=True)}; devices: "
+                                 f"{', '.join(index)}")
         link = Link(
             _figure(link_raw.get("bandwidth"), f"{where}.bandwidth", "bandwidth"),
             _figure(link_raw.get("latency"), f"{where}.latency", "latency"),

@@ -126,6 +126,10 @@ def test_unknown_names_are_refused_with_the_known_ones():
     server = load_hardware("server")
     with pytest.raises(ValueError, match="unknown device 'tpu'.*cpu, gpu, npu"):
         server.device_id("tpu")
+    # a scenario's fault on device NPU: no guess, as difflib compares case
+    with pytest.raises(ValueError, match=r"unknown device 'NPU' \(did you mean 'npu'\?\) in "
+                                         r"hardware 'server'; devices: cpu, gpu, npu$"):
+        server.device_id("NPU")
     sim = Simulator(server, get_model("glm-9b"), build_stages("glm-5.3"))
     with pytest.raises(ValueError, match="tpu"):
         sim.execute(Task(1, 10, 10), ("cpu", "tpu", "gpu"))
@@ -263,7 +267,10 @@ def test_a_preset_name_in_another_case_is_no_preset_on_a_case_blind_file_system(
     (lambda r: device(r, "gpu").update(kind="fpga"), r"devices\[gpu\]\.kind"),
     (lambda r: r.pop("disk_bandwidth"), "disk_bandwidth"),
     (lambda r: r.update(links=r["links"][:2]), "no link between gpu and npu"),
-    (lambda r: r["links"][0].update(between=["cpu", "tpu"]), "unknown device 'tpu'"),
+    (lambda r: r["links"][0].update(between=["cpu", "tpu"]),
+     r"links\[0\]\.between names unknown device 'tpu'; devices: cpu, gpu, npu$"),
+    (lambda r: r["links"][0].update(between=["CPU", "gpu"]),
+     r"unknown device 'CPU' \(did you mean 'cpu'\?\); devices: cpu, gpu, npu$"),
     (lambda r: r.update(devices=[]), "devices"),
     # positive but implausible figures used to give inf/NaN latencies instead of an error
     (lambda r: device(r, "gpu").update(peak_flops=1e-300), r"devices\[gpu\]\.peak_flops must lie in"),
