@@ -258,6 +258,9 @@ def saved_data(path: Path) -> dict[str, Any]:
             data = json.loads(zf.read("data"))
     except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip ({exc})") from None
+    except RecursionError:      # json's decoder recurses per level: [[[... 100,000 deep
+        raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip (its 'data' "
+                         f"entry is nested too deeply)") from None
     except OSError as exc:
         raise ValueError(f"model file {path} {cannot_read(exc)}") from None
     if not isinstance(data, dict):   # valid JSON, but SB3 always writes an object here

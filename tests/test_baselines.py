@@ -1406,6 +1406,18 @@ def test_load_sb3_reads_paths_as_load_policy_does(tmp_path: Path) -> None:
     assert load_sb3(tmp_path / "m", env).name == "ppo"
 
 
+def test_an_sb3_zip_nested_too_deeply_is_a_value_error_naming_it(tmp_path: Path,
+                                                                article: InferenceAllocEnv) -> None:
+    """json's decoder recurses per level: a RecursionError traceback out of evaluate.py."""
+    path = tmp_path / "deep.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} is not a "
+                                         f"Stable-Baselines3 model zip \\(its 'data' entry is "
+                                         f"nested too deeply\\)$"):
+        load_policy(path, article)
+
+
 def test_an_sb3_zip_sb3_cannot_load_is_one_line_naming_it(tmp_path: Path) -> None:
     """SB3's and torch's own refusals run over lines (a state_dict's, a key a line), and
     evaluate.py printed them so after its "error:" line."""
