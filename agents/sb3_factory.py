@@ -38,7 +38,7 @@ from torch.distributions import Distribution
 from agents.base import Policy, flat_index
 from agents.commands import program
 from agents.files import atomic_path, model_file, zip_target
-from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, hyperparams_with
+from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, POLICIES, hyperparams_with
 from agents.warmup import (
     WARM_ALGORITHMS,
     WarmupConfig,
@@ -235,7 +235,9 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     hyperparams = hyperparams_with(name, env_id_of(env), overrides,
                                    warm_start=starts_warm(warmup))
     params = _resolve_kwargs(hyperparams)
-    policy = params.pop("policy", "MlpPolicy")
+    # the one policy the agent takes (a YAML without `policy:` gave recurrent-ppo MlpPolicy,
+    # "Policy MlpPolicy unknown" as the run started)
+    policy = params.pop("policy", POLICIES.get(name, "MlpPolicy"))
     algo = algorithm_class(name, warm=warmup is not None)
     train_env = vec_env if vec_env is not None else wrap_for(name, env)
     if warmup is not None and name not in WARM_ALGORITHMS:

@@ -445,6 +445,18 @@ def test_its_lstm_sizes_are_checked_before_the_net_is_built(kwargs: dict[str, An
         hyperparams_with("recurrent-ppo", V0, {"policy_kwargs": kwargs})
 
 
+def test_hyper_parameters_without_a_policy_build_its_lstm_policy(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """MlpPolicy, every other agent's, was the default: a recurrent-ppo.yaml without `policy:`
+    passed the checks and failed as the run started ("Policy MlpPolicy unknown")."""
+    import agents.sb3_hyperparams as hyperparams
+
+    (tmp_path / "recurrent-ppo.yaml").write_text(f"{V0}:\n  n_steps: 16\n  batch_size: 16\n")
+    monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
+    agent = make_sb3("recurrent-ppo", gym.make(V0, scenario="article", episode_tasks=20), seed=0)
+    assert type(agent.model.policy).__name__ == "RecurrentActorCriticPolicy"
+
+
 def test_its_lstm_sizes_may_be_the_largest_the_error_names() -> None:
     params = hyperparams_with("recurrent-ppo", V0, {"policy_kwargs": {
         "lstm_hidden_size": 4096, "n_lstm_layers": 8}})
