@@ -135,8 +135,7 @@ class Hardware:
         except KeyError:
             raise ValueError(
                 f"unknown device {shown(name)}{did_you_mean([name], self.index, ignore_case=True)} "
-                f"in hardware "
-                f"{shown(self.name)}; devices: {', '.join(self.index)}"
+                f"in hardware {shown(self.name)}; devices: {', '.join(self.index)}"
             ) from None
 
     def link(self, a: int, b: int) -> Link:
