@@ -24,6 +24,16 @@ def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Itera
         os.environ["SB3_LOGDIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(tmp_path_factory: pytest.TempPathFactory,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs in an empty working folder of its own. train.py's and evaluate.py's
+    folders default to runs/ and results/ in it: run from the checkout, a test that evaluated
+    with the default --runs evaluated the models of the user's own main job there too, and
+    one saved under other library versions (numpy 2's pickles under numpy 1.24) failed it."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def events_files_sort_as_made() -> Iterator[None]:
     """The TensorBoard events files this process makes sort by name in the order it made them.
