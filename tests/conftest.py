@@ -97,6 +97,15 @@ def unreadable(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], Path]:
 
     monkeypatch.setattr(io, "open", guarded_open)
     monkeypatch.setattr(builtins, "open", guarded_open)
+    # Python 3.10's Path.open calls the io.open its accessor bound at import, past the patch
+    real_path_open = Path.open
+
+    def guarded_path_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if os.path.abspath(self) in refused:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(self))
+        return real_path_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", guarded_path_open)
 
     def refuse(path: Path) -> Path:
         refused.add(os.path.abspath(path))
