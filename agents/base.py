@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.files import atomic_path, model_file, zip_target
-from inference.yamlio import cannot_read
+from agents.files import BadModelZip, atomic_path, model_file, read_zip_json, zip_target
 
 POLICY_FILE = "policy.json"
 
@@ -104,17 +103,11 @@ def read_policy_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     a folder is a ValueError, a missing file a FileNotFoundError, each naming the path)."""
     p = model_file(path)
     try:
-        with zipfile.ZipFile(p) as zf:
-            if POLICY_FILE not in zf.namelist():
-                return None
-            data = json.loads(zf.read(POLICY_FILE))
-    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = read_zip_json(p, POLICY_FILE, POLICY_FILE)
+    except KeyError:
+        return None
+    except BadModelZip as exc:
         raise ValueError(f"model file {p} is not a valid policy zip: {exc}") from None
-    except RecursionError:      # json's decoder recurses per level: [[[... 100,000 deep
-        raise ValueError(f"model file {p} is not a valid policy zip: its {POLICY_FILE} is "
-                         f"nested too deeply") from None
-    except OSError as exc:      # no permission to read it: a traceback out of evaluate.py
-        raise ValueError(f"model file {p} {cannot_read(exc)}") from None
     if not isinstance(data, dict) or "name" not in data:
         raise ValueError(f"model file {p} has no policy name in {POLICY_FILE}")
     return data

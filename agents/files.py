@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import threading
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from inference.yamlio import not_a_file
+from inference.yamlio import cannot_read, not_a_file
 
 TMP_SUFFIX = ".tmp"
 # what a file system says when it refuses a write: a full disk, a quota, a read-only mount
@@ -116,6 +118,28 @@ def model_file(path: str | os.PathLike[str]) -> Path:
     if not p.is_file():
         raise FileNotFoundError(f"model file {p} does not exist")
     return p
+
+
+class BadModelZip(ValueError):
+    """Why a model zip's JSON entry could not be read, the reason alone: its reader names the
+    file and what it should have been."""
+
+
+def read_zip_json(path: Path, entry: str, label: str) -> Any:
+    """Entry `entry` of the model zip at `path`, parsed as JSON. A KeyError where the zip has
+    no such entry; a BadModelZip where the file is no zip, or the entry no JSON or JSON nested
+    deeper than json's decoder recurses ("its `label` is nested too deeply": ``[[[...``
+    100,000 deep was a RecursionError traceback out of evaluate.py); a ValueError naming the
+    file where it cannot be read (no permission: a PermissionError traceback)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return json.loads(zf.read(entry))
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadModelZip(str(exc)) from None
+    except RecursionError:
+        raise BadModelZip(f"its {label} is nested too deeply") from None
+    except OSError as exc:
+        raise ValueError(f"model file {path} {cannot_read(exc)}") from None
 
 
 def zip_target(path: str | os.PathLike[str]) -> Path:

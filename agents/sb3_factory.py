@@ -18,9 +18,7 @@ through that state (``warmup.WarmRecurrentPolicy``, ``agents.sequence_cloning``)
 
 from __future__ import annotations
 
-import json
 import sys
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +35,7 @@ from torch.distributions import Distribution
 
 from agents.base import Policy, flat_index
 from agents.commands import program
-from agents.files import atomic_path, model_file, zip_target
+from agents.files import BadModelZip, atomic_path, model_file, read_zip_json, zip_target
 from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, POLICIES, hyperparams_with
 from agents.warmup import (
     WARM_ALGORITHMS,
@@ -50,7 +48,6 @@ from envs import ENV_IDS
 from envs.observation import n_devices_of
 from envs.scenario_mix import ScenarioMixEnv
 from inference.messages import shown
-from inference.yamlio import cannot_read
 
 
 def env_id_of(env: gym.Env | Any) -> str:
@@ -256,15 +253,9 @@ def saved_data(path: Path) -> dict[str, Any]:
     """The JSON `data` entry of an SB3 model zip (its settings, step count, spaces): a
     ValueError naming the file when it is no such zip."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            data = json.loads(zf.read("data"))
-    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = read_zip_json(path, "data", "'data' entry")
+    except (KeyError, BadModelZip) as exc:
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip ({exc})") from None
-    except RecursionError:      # json's decoder recurses per level: [[[... 100,000 deep
-        raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip (its 'data' "
-                         f"entry is nested too deeply)") from None
-    except OSError as exc:
-        raise ValueError(f"model file {path} {cannot_read(exc)}") from None
     if not isinstance(data, dict):   # valid JSON, but SB3 always writes an object here
         raise ValueError(f"model file {path} is not a Stable-Baselines3 model zip "
                          f"(its 'data' entry is a JSON {type(data).__name__}, not an object)")
