@@ -52,6 +52,8 @@ from inference.checks import is_integer, is_number
 from inference.messages import did_you_mean, shown
 
 if TYPE_CHECKING:
+    from stable_baselines3.common.distributions import Distribution
+
     from agents.sb3_factory import SB3Agent
 
 
@@ -431,6 +433,8 @@ class WarmRecurrentPolicy(RecurrentActorCriticPolicy):
     """
 
     warmup: WarmupController | None = None
+    # Where the conservative phase's forward() catches the distribution its own pass builds
+    _caught: list[Distribution] | None = None
 
     # sb3-contrib's own signature, which differs from ActorCriticPolicy's as this one does
     def forward(  # type: ignore[override]
@@ -441,10 +445,22 @@ class WarmRecurrentPolicy(RecurrentActorCriticPolicy):
         if ctl is None or not ctl.use_conservative():
             return super().forward(obs, lstm_states, episode_starts, deterministic)
         actions = _sent(ctl.actions(obs.cpu().numpy()), self.action_space, obs.device)
-        # deterministic: no sample drawn (none is sent), so torch's generator moves as little
-        _, values, _, states = super().forward(obs, lstm_states, episode_starts, True)
-        _, log_prob, _ = self.evaluate_actions(obs, actions, lstm_states, episode_starts)
-        return actions, values, log_prob, states
+        # One pass through the LSTMs gives the states, the value and the distribution that
+        # scores the conservative action (evaluate_actions would run them a second time).
+        # Deterministic: no sample drawn (none is sent), so torch's generator moves as little.
+        self._caught = []
+        try:
+            _, values, _, states = super().forward(obs, lstm_states, episode_starts, True)
+            (distribution,) = self._caught
+        finally:
+            self._caught = None
+        return actions, values, distribution.log_prob(actions), states
+
+    def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Distribution:
+        distribution = super()._get_action_dist_from_latent(latent_pi)
+        if self._caught is not None:
+            self._caught.append(distribution)
+        return distribution
 
 
 class _WarmSampleAction:

@@ -320,6 +320,32 @@ def test_the_conservative_acts_first_with_the_learners_own_log_prob_and_lstm_sta
     torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-4)
 
 
+def test_a_conservative_decision_runs_each_lstm_once() -> None:
+    """The conservative phase's forward() scores the conservative action with the
+    distribution of the pass that moves the LSTM states on, not with a second pass (twice the
+    LSTM work for each of the first k decisions)."""
+    env = _env(V0, tasks=30)
+    k = 12
+    agent = make_sb3("recurrent-ppo", env, seed=0, overrides=SMALL, warmup=WarmupConfig(
+        conservative="all-gpu", steps=k, clone=False, guard=False))
+    policy = agent.model.policy
+    passes = {"pi": 0, "vf": 0}
+    for name, lstm in (("pi", policy.lstm_actor), ("vf", policy.lstm_critic)):
+        lstm.register_forward_hook(lambda *_, n=name: passes.__setitem__(n, passes[n] + 1))
+    per_decision, forward = [], policy.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        before = dict(passes)
+        out = forward(*args, **kwargs)
+        if agent.warmup.last_conservative:
+            per_decision.append((passes["pi"] - before["pi"], passes["vf"] - before["vf"]))
+        return out
+
+    policy.forward = counted
+    agent.learn(k)
+    assert per_decision == [(1, 1)] * k
+
+
 def test_the_guard_hands_a_planted_bad_recurrent_learner_back_to_the_conservative() -> None:
     """Past the conservative phase, a learner worse than the conservative by more than the
     margin trips the guard, and the conservative acts again through the LSTM policy's
