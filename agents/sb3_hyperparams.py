@@ -182,6 +182,10 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)   # SB3 turns the numbers into float32 tensors
+# numpy and torch take a Python integer as a 64-bit one: ent_coef=10**20 (or cg_damping,
+# rms_prop_eps, TRPO's target_kl) was "OverflowError: int too big to convert" once training had
+# started, stats_window_size=10**30 "Python int too large to convert to C ssize_t"
+INT64_MAX = int(np.iinfo(np.int64).max)
 # Ranges of the numeric hyper-parameters SB3 does not check itself (None: unbounded).
 HP_RANGES: dict[str, tuple[float | None, float | None]] = {
     "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0),
@@ -269,6 +273,8 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             # nan/inf to NaN weights, or failed converting 1e300 to the float32 tensors it uses
             raise ValueError(f"hyper-parameter {key} must be a finite number of at most "
                              f"{FLOAT32_MAX:.3g} in size, got {shown(value)}")
+        if is_integer(value) and not -INT64_MAX <= value <= INT64_MAX:
+            raise ValueError(_too_large_integer(key, value, isinstance(ref, float)))
         low, high = HP_RANGES.get(key, (None, None))
         if (low is not None and value < low) or (high is not None and value > high):
             # SB3 takes gamma=1.5 or clip_range=-1 without a word, and n_epochs=0 fails deep
@@ -279,6 +285,17 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             # SB3 takes 0 and never trains: the run's "learning" left the network as built
             raise ValueError("hyper-parameter gradient_steps must be -1 (as many as the env "
                              "steps since the last update) or >= 1, got 0")
+
+
+def _too_large_integer(key: str, value: int, takes_float: bool) -> str:
+    """The refusal of an integer beyond ``INT64_MAX`` in size: for a hyper-parameter that takes
+    a float, how to write the number as one (YAML and --hp read 1e+30 as a float)."""
+    if takes_float:
+        return (f"hyper-parameter {key} must be written as a float when it is this large "
+                f"(e.g. {float(value):g}): an integer goes to numpy and torch as a 64-bit "
+                f"one, at most {INT64_MAX:.3g} in size; got {shown(value)}")
+    return (f"hyper-parameter {key} must be an integer of at most {INT64_MAX} (2**63 - 1) in "
+            f"size, got {shown(value)}")
 
 
 def _text_for_number_hint(key: str, value: Any) -> str:

@@ -506,6 +506,8 @@ def test_without_warmup_a_conservative_the_env_cannot_take_is_left_be(tmp_path) 
      "ppo.yaml, InferenceAlloc-v0: unknown ppo hyper-parameter 'learning_rat'"),
     ("warm_start: {learning_rate: abc}",
      "ppo.yaml, InferenceAlloc-v0: hyper-parameter learning_rate must be a number"),
+    ("warm_start: {ent_coef: 1000000000000000000000000000000}",
+     "ppo.yaml, InferenceAlloc-v0: hyper-parameter ent_coef must be written as a float"),
     ("warm_start: 1.0e-4", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),
     ("warm_start: 0", "InferenceAlloc-v0.warm_start must map hyper-parameter names"),  # not none
     ("policy_kwargs: relu",
@@ -2314,6 +2316,36 @@ def test_a_non_finite_hyperparameter_is_refused_before_training(override: str, t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "must be a finite number" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("agent, override, message", [
+    ("ppo", "ent_coef=1000000000000000000000000000000",
+     "hyper-parameter ent_coef must be written as a float when it is this large (e.g. 1e+30)"),
+    ("a2c", "vf_coef=100000000000000000000", "hyper-parameter vf_coef must be written as a float"),
+    ("ppo", "stats_window_size=1000000000000000000000000000000",
+     "hyper-parameter stats_window_size must be an integer of at most 9223372036854775807"),
+])
+def test_an_integer_beyond_64_bits_is_refused_before_training(agent: str, override: str,
+                                                              message: str, tmp_path: Path,
+                                                              capsys) -> None:
+    # below float32's largest, it passed the finite check, and numpy and torch failed on it
+    # once training had started (OverflowError: int too big to convert), a traceback per run
+    main = load_main("train.py")
+    assert main(["--agents", agent, "--hp", override, "--warmup", "none", "--timesteps", "32",
+                 "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_large_number_written_as_a_float_or_within_64_bits_is_still_taken() -> None:
+    from agents.sb3_hyperparams import hyperparams_with, parse_overrides
+
+    # the refusal's own suggestion is taken, as the integers numpy and torch take are
+    taken = hyperparams_with("ppo", "InferenceAlloc-v0", parse_overrides(["ent_coef=1e+30"]))
+    assert taken["ent_coef"] == 1e30 and isinstance(taken["ent_coef"], float)
+    for key in ("ent_coef", "stats_window_size"):
+        assert hyperparams_with("ppo", "InferenceAlloc-v0", {key: 2**63 - 1})[key] == 2**63 - 1
 
 
 @pytest.mark.parametrize("agent, arch", [("ppo", "[-1, 64]"), ("ppo", "[1e18, 64]"),
