@@ -19,7 +19,8 @@ Format
     the environment replays it with (``envs.workload`` keeps the batches of the last 8).
     :func:`read_trace` returns a :class:`Trace` of numpy arrays with times in seconds since the
     first request. Both token counts must be integers >= 1: the real traces contain no zero, so a
-    zero is treated as a corrupt row and rejected rather than silently patched.
+    zero is treated as a corrupt row and rejected rather than silently patched; and at most 10^9
+    (``max_tokens``, the cap a scenario puts on a size).
 
 Batching rule (:func:`batch_requests`)
     The environment's unit of work is a static-shape batch (a :class:`inference.task.Task`), so
@@ -84,8 +85,8 @@ class Trace:
         name: the trace's name, or the path it was read from.
         time_s: arrival times in seconds since the first request (float64, non-decreasing, from 0
             as `read_trace` gives them; a Trace built by hand needs them finite and >= 0).
-        context_tokens: prompt length of each request (int64, >= 1).
-        generated_tokens: tokens generated for each request (int64, >= 1).
+        context_tokens: prompt length of each request (int64, 1..`max_tokens()`).
+        generated_tokens: tokens generated for each request (int64, 1..`max_tokens()`).
     """
 
     name: str
@@ -123,9 +124,13 @@ class Trace:
         if not (np.all(np.isfinite(t)) and t[0] >= 0 and np.all(t[1:] >= t[:-1])):
             raise ValueError(f"trace {shown(self.name)}: time_s must be finite, >= 0 and "
                              "non-decreasing")
+        limit = max_tokens()
         for field in ("context_tokens", "generated_tokens"):
             if getattr(self, field).min() < 1:
                 raise ValueError(f"trace {shown(self.name)}: {field} must all be >= 1")
+            if getattr(self, field).max() > limit:
+                raise ValueError(f"trace {shown(self.name)}: {field} must all be <= {limit} "
+                                 "(the scenarios' cap on a size)")
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -228,22 +233,34 @@ def _offset_ns(offset: str) -> int:
 
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
-_INT64_DIGITS = len(str(_INT64_MAX))
 
 
-def _parse_tokens(text: str) -> int:
-    """A token count: plain ASCII digits, >= 1 (int() alone would also take '+3', ' 3', '1_0')."""
+def max_tokens() -> int:
+    """The most tokens a request of a trace may count: the scenarios' cap on a size
+    (``envs.scenario.MAX_QUANTITY``), far beyond any real request: up to int64's largest
+    (9.2e18) were taken from a trace. Imported when called, as envs.scenario imports this
+    module."""
+    from envs.scenario import MAX_QUANTITY
+    return int(MAX_QUANTITY)
+
+
+def _too_many_tokens(limit: int) -> str:
+    return f"must be an integer <= {limit} (the scenarios' cap on a size)"
+
+
+def _parse_tokens(text: str, limit: int) -> int:
+    """A token count: plain ASCII digits, 1..`limit` (int() alone would also take '+3', ' 3',
+    '1_0')."""
     if not (text.isascii() and text.isdigit()):
         raise ValueError("must be an integer >= 1")
-    # The counts are stored as int64, where a larger one raised a bare OverflowError; the length
-    # test comes first because int() refuses strings of over 4,300 digits with its own message.
-    if len(text) > _INT64_DIGITS and len(text.lstrip("0")) > _INT64_DIGITS:
-        raise ValueError(f"must be an integer <= {_INT64_MAX}")
+    # the length test first: int() refuses strings of over 4,300 digits with its own message
+    if len(text) > len(str(limit)) and len(text.lstrip("0")) > len(str(limit)):
+        raise ValueError(_too_many_tokens(limit))
     value = int(text)
     if value < 1:
         raise ValueError("must be an integer >= 1")
-    if value > _INT64_MAX:
-        raise ValueError(f"must be an integer <= {_INT64_MAX}")
+    if value > limit:
+        raise ValueError(_too_many_tokens(limit))
     return value
 
 
@@ -299,6 +316,7 @@ def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
         raise ValueError(f"{where}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
     times_ns, context, generated = array("q"), array("q"), array("q")
     parse_timestamp = _TimestampParser()
+    limit = max_tokens()
     first_ns = previous_ns = None
     zoned: bool | None = None     # whether the rows give a UTC offset, set by the first row
     for lineno, line in lines:
@@ -318,9 +336,9 @@ def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
                                  f"{'has' if zoned else 'has none'}); give it on every row "
                                  "or on none")
             field = HEADER[1]
-            context.append(_parse_tokens(fields[1].strip()))
+            context.append(_parse_tokens(fields[1].strip(), limit))
             field = HEADER[2]
-            generated.append(_parse_tokens(fields[2].strip()))
+            generated.append(_parse_tokens(fields[2].strip(), limit))
         except ValueError as error:
             got = shown(fields[HEADER.index(field)], limit=40)
             raise ValueError(f"{where}, line {lineno}, {field}: {error}, got {got}") from None

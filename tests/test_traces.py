@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from envs.scenario import MAX_QUANTITY
 from envs.traces import TRACES, Trace, batch_columns, batch_requests, read_trace, trace_percentiles
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -403,18 +404,23 @@ def test_non_utf8_file_names_file_and_line(tmp_path: Path, bom: bytes) -> None:
 
 
 INT64_MAX = 2**63 - 1
+CAP = int(MAX_QUANTITY)   # the scenarios' cap on a size
 
 
 @pytest.mark.parametrize(
     ("row", "field"),
     [
+        # up to int64's largest were taken, where a scenario caps every size at 1e9
+        pytest.param(f"2023-11-16 18:17:04.0,{CAP + 1},10", "ContextTokens", id="cap+1"),
+        pytest.param(f"2023-11-16 18:17:04.0,4808,{CAP + 1}", "GeneratedTokens", id="cap+1-gen"),
+        pytest.param(f"2023-11-16 18:17:04.0,{INT64_MAX},10", "ContextTokens", id="int64-max"),
         pytest.param(f"2023-11-16 18:17:04.0,{INT64_MAX + 1},10", "ContextTokens", id="2**63"),
         pytest.param(f"2023-11-16 18:17:04.0,4808,{10**30}", "GeneratedTokens", id="10**30"),
         # past int()'s limit of 4,300 digits, which raises a ValueError of its own
         pytest.param("2023-11-16 18:17:04.0,4808," + "9" * 5000, "GeneratedTokens", id="5000-digits"),
     ],
 )
-def test_token_count_above_int64_names_file_line_and_field(
+def test_token_count_above_the_scenarios_cap_names_file_line_field_and_cap(
         tmp_path: Path, row: str, field: str) -> None:
     path = write_csv(tmp_path, GOOD, row)
     with pytest.raises(ValueError) as info:
@@ -423,14 +429,22 @@ def test_token_count_above_int64_names_file_line_and_field(
     assert str(path) in message
     assert "line 3" in message
     assert field in message
-    assert f"<= {INT64_MAX}" in message
+    assert f"<= {CAP} (the scenarios' cap on a size)" in message
     assert len(message) < len(str(path)) + 200        # a long value is quoted in part
 
 
-def test_token_count_of_int64_max_is_accepted(tmp_path: Path) -> None:
-    trace = read_trace(write_csv(tmp_path, GOOD, f"2023-11-16 18:17:04.0,{INT64_MAX},0{INT64_MAX}"))
-    assert trace.context_tokens[1] == trace.generated_tokens[1] == INT64_MAX
+def test_token_count_at_the_scenarios_cap_is_accepted(tmp_path: Path) -> None:
+    trace = read_trace(write_csv(tmp_path, GOOD, f"2023-11-16 18:17:04.0,{CAP},000{CAP}"))
+    assert trace.context_tokens[1] == trace.generated_tokens[1] == CAP
 
+
+@pytest.mark.parametrize("field", ["context_tokens", "generated_tokens"])
+def test_a_trace_built_by_hand_is_held_to_the_scenarios_cap_too(field: str) -> None:
+    columns = {"context_tokens": [5, 5], "generated_tokens": [7, 7], field: [5, CAP + 1]}
+    with pytest.raises(ValueError, match=rf"^trace 'mine': {field} must all be <= {CAP} "):
+        Trace("mine", np.array([0.0, 1.0]), **columns)
+    columns[field] = [5, CAP]
+    assert getattr(Trace("mine", np.array([0.0, 1.0]), **columns), field)[1] == CAP
 
 
 def test_env_replays_a_rewritten_trace_as_it_is_now(tmp_path: Path, monkeypatch) -> None:
