@@ -10,7 +10,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from envs import ENV_IDS, canonical_env_id, describe_env_ids
+from envs import ENV_IDS, MIX_ENV_ID, canonical_env_id, describe_env_ids
 from envs.inference_alloc import InferenceAllocEnv, check_no_options
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.keywords import checked_keywords, keywords_of
@@ -21,6 +21,12 @@ from inference.messages import did_you_mean, shown
 # The env each scenario plays in, by the id `env_id` names.
 MIX_CLASSES: dict[str, type[InferenceAllocEnv]] = dict(
     zip(ENV_IDS, (InferenceAllocEnv, InferenceAllocSplitEnv), strict=True))
+
+
+# What a mix's `scenarios` takes, as the refusal of a mix without it says
+SCENARIOS_TAKE = (f"a list of two or more scenarios, one drawn for each episode, each a preset "
+                  f"name, a YAML path, a Scenario or its mapping (e.g. gymnasium.make("
+                  f"'{MIX_ENV_ID}', scenarios=['article', 'bursty']))")
 
 
 class MixRefused(ValueError):
@@ -110,7 +116,7 @@ class ScenarioMixEnv(gym.Env):
 
     # its **kwargs go to each scenario's env, which takes the scenario from `scenarios`
     @checked_keywords(*(name for name in keywords_of(InferenceAllocEnv.__init__)
-                        if name != "scenario"))
+                        if name != "scenario"), needs={"scenarios": SCENARIOS_TAKE})
     def __init__(self, scenarios: Sequence[str | Scenario | Mapping[str, Any]],
                  weights: Sequence[float] | np.ndarray | None = None,
                  env_id: str = "InferenceAlloc-v0", **kwargs: Any) -> None:

@@ -1771,6 +1771,25 @@ def test_a_keyword_an_env_does_not_take_is_named_with_the_nearest_and_all_it_tak
         env_class(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"weights": [1, 2]}, {"env_id": SPLIT}])
+def test_a_mix_without_scenarios_says_what_they_are_with_an_example(kwargs: dict) -> None:
+    """Python's "ScenarioMixEnv.__init__() missing 1 required positional argument:
+    'scenarios'" said neither what they are nor how to give them. Still a TypeError, as for a
+    keyword the env does not take."""
+    expected = (f"ScenarioMixEnv needs the keyword 'scenarios': a list of two or more "
+                f"scenarios, one drawn for each episode, each a preset name, a YAML path, a "
+                f"Scenario or its mapping (e.g. gymnasium.make('{MIX}', scenarios=['article', "
+                f"'bursty']))")
+    with pytest.raises(TypeError) as raised:
+        gym.make(MIX, **kwargs)
+    assert str(raised.value).startswith(expected), raised.value
+    with pytest.raises(TypeError, match=rf"^{re.escape(expected)}$"):     # built directly
+        envs.scenario_mix.ScenarioMixEnv(**kwargs)
+    # given by keyword or by position, the example's scenarios make a mix
+    assert gym.make(MIX, scenarios=TWO, **kwargs).unwrapped.names == tuple(TWO)
+    assert envs.scenario_mix.ScenarioMixEnv(TWO, **kwargs).names == tuple(TWO)
+
+
 def test_the_envs_keywords_are_those_their_signatures_give() -> None:
     """The check knows each keyword the env takes: every one of them still makes the env."""
     assert ", ".join(inspect.signature(envs.InferenceAllocEnv).parameters) == ENV_KEYWORDS
