@@ -33,7 +33,7 @@ from envs.scenario import (
     naming_field,
 )
 from envs.workload import Episode, generate_episode, precomputed_domains
-from inference.checks import is_integer, is_number
+from inference.checks import is_bool, is_integer, is_number
 from inference.hardware import load_hardware, path_text
 from inference.messages import did_you_mean, shown
 from inference.model_config import get_model
@@ -288,7 +288,7 @@ class InferenceAllocEnv(gym.Env):
                 raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
             sc = dataclasses.replace(sc, noise=float(noise))
         for name, flag in (("reference", reference), ("price_static", price_static)):
-            if flag not in (True, False):   # "no" would count as True
+            if not is_bool(flag):   # "no" would count as True, and 1 passed as equal to it
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
         if trace is not None:
             if not isinstance(trace, (str, os.PathLike)):

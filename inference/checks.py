@@ -1,4 +1,4 @@
-"""What counts as an integer and as a number in the project's public inputs.
+"""What counts as an integer, a number and a bool in the project's public inputs.
 
 One definition for every constructor and loader: before it, some accepted numpy's integers and
 others refused them (``Task(np.int64(4), ...)`` was "must be a positive integer, got
@@ -17,6 +17,12 @@ import numpy as np
 
 _BOOLS = (bool, np.bool_)
 _PLAIN_NUMBERS = (int, float)
+
+
+def is_bool(value: Any) -> TypeGuard[bool]:
+    """A bool, Python's or numpy's: a flag's value. Not 1 or 1.0, which ``value in (True,
+    False)`` took (they equal True), nor a text, which ``bool()`` reads as True."""
+    return isinstance(value, _BOOLS)
 
 
 def is_integer(value: Any) -> TypeGuard[int]:

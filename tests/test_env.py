@@ -265,6 +265,11 @@ def test_whole_numbers_of_any_dtype_are_device_ids(action: Any) -> None:
     ({"noise": 1000.0}, r"noise must be a number in \[0, 2.0\]"),  # latency inf, obs off-space
     ({"reference": "no"}, "reference must be True or False"),      # a string counted as True
     ({"price_static": "yes"}, "price_static must be True or False, got .yes."),
+    # 1 and 1.0 passed as equal to True (and 0 to False), where a flag is meant
+    ({"reference": 1}, r"^reference must be True or False, got 1$"),
+    ({"reference": 0}, r"^reference must be True or False, got 0$"),
+    ({"price_static": 1.0}, r"^price_static must be True or False, got 1\.0$"),
+    ({"price_static": np.int64(0)}, r"^price_static must be True or False, got "),
     ({"trace": "no-such-trace"}, "unknown trace 'no-such-trace'"),
     ({"trace": Path("/no/such.csv")}, "trace file not found"),     # a Path is a path
     ({"trace": ""}, "unknown trace ''; known names"),   # was: "trace file . is a folder"
@@ -283,6 +288,12 @@ def test_whole_numbers_of_any_dtype_are_device_ids(action: Any) -> None:
 def test_bad_argument_is_a_value_error(env_id: str, kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make(env_id, **kwargs)
+
+
+@pytest.mark.parametrize("flag", [True, False, np.True_, np.False_])
+def test_a_flag_takes_a_bool_numpys_too(flag: Any) -> None:
+    env = envs.InferenceAllocEnv(reference=flag, price_static=flag)
+    assert env.reference is bool(flag)
 
 
 @pytest.mark.parametrize("kwargs", [
