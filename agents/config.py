@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import tempfile
 import types
 import typing
@@ -692,6 +693,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         _require_usable("--config", config_file)
         values.update(read_yaml_options(cls, config_file))
         _clear_excluded(cls, set(given), values)
+    from_file = set(values) - set(given)    # the options the file alone sets
     if "hp" in given:
         try:
             given["hp"] = parse_overrides(given["hp"])
@@ -702,11 +704,36 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         # --hp policy_kwargs={activation_fn: relu} drop the file's policy_kwargs net_arch
         values[name] = layer_hyperparams(values.get(name, {}), value) if isinstance(value, dict) else value
     config = cls(**values)
-    _require_usable_paths(config)
-    validate = getattr(config, "validate", None)
-    if validate is not None:
-        validate()
+    try:
+        _require_usable_paths(config)
+        validate = getattr(config, "validate", None)
+        if validate is not None:
+            validate()
+    except ConfigError as exc:
+        note = _source_note(cls, str(exc), from_file, set(given), config_file)
+        if not note:
+            raise
+        raise ConfigError(f"{exc}{note}") from None
     return config, set(values)
+
+
+def _source_note(cls: type, message: str, from_file: set[str], given: set[str],
+                 config_file: str | None) -> str:
+    """Where the options a refusal names were set, when the ``--config`` file set one: `` (from
+    c.yaml)``, or `` (--seeds from c.yaml)`` beside a flag given on the command line. A file's
+    bad value was refused in its flag's words alone ("--seeds must be >= 1"), as if typed on a
+    command line that had none. '' where the file set none of them."""
+    flags = {flag: f.name for f in dataclasses.fields(cls)
+             for flag in (flag_of(f.name), *f.metadata.get("flags", ()))}
+    named = {flag: flags[flag] for flag in re.findall(r"--[a-z][a-z0-9-]*", message)
+             if flag in flags}
+    filed = [flag for flag, name in named.items() if name in from_file]
+    if not filed:
+        return ""
+    where = shown(config_file, quote=False)
+    if any(name in given for name in named.values()):
+        return f" ({', '.join(filed)} from {where})"
+    return f" (from {where})"
 
 
 def to_yaml(config: Any) -> str:

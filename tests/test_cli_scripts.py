@@ -1526,6 +1526,35 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
         parse_config(TrainConfig, ["--config", str(path)])
 
 
+def test_a_bad_value_in_a_config_file_is_refused_naming_the_file(tmp_path: Path, capsys,
+                                                                   monkeypatch) -> None:
+    """It was refused in its flag's words alone ("--seeds must be >= 1, got 0"), as if typed
+    on a command line that had no --seeds."""
+    monkeypatch.chdir(tmp_path)
+    Path("c.yaml").write_text("seeds: 0\n")
+    assert load_main("evaluate.py")(["--config", "c.yaml", "--no-progress-bar"]) == 2
+    assert capsys.readouterr().err == "evaluate.py: error: --seeds must be >= 1, got 0 (from c.yaml)\n"
+    # given on the command line, in the words it had, whatever else the file sets
+    Path("c.yaml").write_text("episodes: 1\n")
+    assert load_main("evaluate.py")(["--config", "c.yaml", "--seeds", "0"]) == 2
+    assert capsys.readouterr().err == "evaluate.py: error: --seeds must be >= 1, got 0\n"
+    # a flag given overrides the file's value, and is the one refused
+    Path("c.yaml").write_text("seeds: 3\n")
+    assert load_main("evaluate.py")(["--config", "c.yaml", "--seeds", "0"]) == 2
+    assert capsys.readouterr().err == "evaluate.py: error: --seeds must be >= 1, got 0\n"
+    # a refusal of two options, one from each: the file's is named
+    Path("c.yaml").write_text("eval_seed: 3\n")
+    with pytest.raises(ConfigError, match=r"^--validation-seed 3 is --eval-seed's: .*; give "
+                                          r"another --validation-seed \(--eval-seed from c\.yaml\)$"):
+        parse_config(TrainConfig, ["--config", "c.yaml", "--select-best",
+                                   "--validation-seed", "3"])
+    # a seed range's refusal, its wording kept
+    Path("c.yaml").write_text("seeds: [-1]\n")
+    with pytest.raises(ConfigError, match=r"^--seeds: seeds must lie in .*, got -1 "
+                                          r"\(from c\.yaml\)$"):
+        parse_config(TrainConfig, ["--config", "c.yaml"])
+
+
 @pytest.mark.parametrize("cls", [TrainConfig, EvalConfig])
 def test_every_boolean_a_config_file_sets_a_flag_sets_back(cls, tmp_path: Path) -> None:
     """`online: true` in a file could not be switched off: --online was store_true alone, and
