@@ -436,3 +436,56 @@ def test_the_readme_names_what_of_a_model_zip_differs_from_process_to_process(tm
         assert placed, f"{agent}: no memory address in its zip's data: the test reads nothing"
         assert placed <= named, (f"{agent}'s zip holds memory addresses in {sorted(placed - named)}"
                                  f", which README.md's Reproducibility does not name")
+
+
+def _whole_commands(cls: type) -> list[tuple[str, list[str]]]:
+    """(doc, arguments) of each command of `cls`'s script (train.py or evaluate.py) the docs
+    write in full: not a mention of a flag whose value the sentence gives (`train.py --reward`),
+    nor `--help`; a `...` (arguments left out) is dropped, the ones given stand."""
+    import shlex
+
+    from agents.config import TrainConfig, build_parser
+
+    script = "train.py" if cls is TrainConfig else "evaluate.py"
+    takes_value = {option for action in build_parser(cls)._actions if action.nargs in (None, "+")
+                   and action.option_strings and action.const is None
+                   for option in action.option_strings}
+    found = []
+    for doc in DOCS:
+        for command, rest in _commands(doc.read_text(encoding="utf-8")):
+            argv = [arg for arg in shlex.split(rest) if arg != "..."]
+            if command == script and argv and argv[-1] not in takes_value and "--help" not in argv:
+                found.append((doc.name, argv))
+    return found
+
+
+def test_every_train_command_a_doc_gives_passes_train_pys_checks():
+    """Each `train.py ...` the docs write gets past the checks train.py makes before any run
+    (its options' values, the agents in that env, the warm-up's conservative policy there):
+    CALIBRATION.md gave `--conservative heft-split` twice without the Split env it needs,
+    which train.py refuses at once. A --resume (which needs a run) and a policy or callback of
+    the README's mine.py are parsed alone."""
+    from agents.config import ConfigError, TrainConfig, parse_config
+    from agents.training import plan
+
+    commands = _whole_commands(TrainConfig)
+    assert len(commands) >= 15, f"the docs' train.py commands were not found: {commands}"
+    for doc, argv in commands:
+        try:
+            config, _ = parse_config(TrainConfig, argv)
+            if config.resume is None and not any("mine:" in arg for arg in argv):
+                plan(config)
+        except (ConfigError, SystemExit) as exc:
+            pytest.fail(f"{doc}: `train.py {' '.join(argv)}` is refused: {exc}")
+
+
+def test_every_evaluate_command_a_doc_gives_parses():
+    from agents.config import ConfigError, EvalConfig, parse_config
+
+    commands = _whole_commands(EvalConfig)
+    assert len(commands) >= 10, f"the docs' evaluate.py commands were not found: {commands}"
+    for doc, argv in commands:
+        try:
+            parse_config(EvalConfig, argv)
+        except (ConfigError, SystemExit) as exc:
+            pytest.fail(f"{doc}: `evaluate.py {' '.join(argv)}` is refused: {exc}")
