@@ -117,6 +117,77 @@ def test_the_readmes_scenario_example_gives_every_field_and_the_loaders_defaults
             assert note == value, f"{where}; the loader's default is {value!r}"
 
 
+def _hardware_example() -> tuple[dict, dict[tuple[str, ...], str]]:
+    """The README's hardware example as loaded, and each key's comment, keyed by its path
+    (`disk_bandwidth`, `devices`/`memory_domain`: a device's, `links`/`latency`: a link's)."""
+    from inference.yamlio import safe_load
+
+    lines = _yaml_example("A hardware profile (")
+    comments: dict[tuple[str, ...], str] = {}
+    section: tuple[str, ...] = ()
+    for line in lines:
+        field = re.match(r"(\s*)(?:- )?\{?(\w+):[^#]*#?(.*)", line)
+        if field is None:
+            continue        # a comment's continuation line
+        indent, key, comment = field.groups()
+        if not indent:
+            section = (key,)
+            comments[section] = comment
+        elif line.lstrip().startswith("- {"):                  # a link, one mapping a line
+            comments.update({(*section, k): comment for k in re.findall(r"(\w+):", line)})
+        else:
+            comments[(*section, key)] = comment
+    return safe_load("\n".join(lines)), comments
+
+
+def test_the_readmes_hardware_example_gives_every_field_and_the_loaders_defaults():
+    """CONTRIBUTING.md: "the README's hardware example lists every field", as the scenario
+    example is held to: each key the loader takes is in it; completed with the server's CPU
+    (which its link names, "the other devices"), it loads; each field its comments call
+    optional loads without it, at the default they give, and every other one is required."""
+    import copy
+
+    from inference import hardware
+    from inference.hardware import OP_CLASSES, PATTERNS, hardware_from_dict
+    from inference.yamlio import safe_load
+
+    raw, comments = _hardware_example()
+    device = raw["devices"][0]
+    assert sorted(raw) == sorted(hardware._HARDWARE_KEYS)
+    assert sorted(device) == sorted(hardware._DEVICE_KEYS)
+    assert sorted(raw["links"][0]) == sorted(hardware._LINK_KEYS)
+    assert sorted(device["op_efficiency"]) == sorted(OP_CLASSES)
+    assert sorted(device["pattern_efficiency"]) == sorted(device["cache_hit_rate"]) \
+        == sorted(PATTERNS)
+    true_fields = _quoted(r"`true_figures` may set ((?:`\w+`,? )+and `\w+`)")[0]
+    assert sorted(re.findall(r"`(\w+)`", true_fields)) == sorted(hardware._TRUE_FIELDS)
+    server = safe_load((hardware.PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    raw["devices"].append(next(d for d in server["devices"] if d["name"] == "cpu"))
+    loaded = hardware_from_dict(raw, "two-gpu.yaml")
+    assert loaded.devices[0].memory_domain == device["memory_domain"]
+    for path, comment in comments.items():
+        if path in (("devices",), ("links",)):
+            continue
+        without = copy.deepcopy(raw)
+        parent = without["devices"][0] if path[0] == "devices" else \
+            without["links"][0] if path[0] == "links" else without
+        del parent[path[-1]]
+        where = f"README's hardware example: {'.'.join(path)} ({comment.strip()})"
+        if "optional" not in comment:
+            with pytest.raises(ValueError, match=path[-1]):
+                hardware_from_dict(without, "two-gpu.yaml")
+            continue
+        default = hardware_from_dict(without, "two-gpu.yaml")
+        stated = re.search(r"\(default:? ([^)]*)\)", comment)
+        if stated is None:      # optional, no default stated: true_figures, source
+            continue
+        shipped = default.name if path == ("name",) else getattr(default.devices[0], path[-1])
+        words = {"the path as given": "two-gpu.yaml", "the name": device["name"]}
+        note = stated.group(1)
+        expected = words[note] if note in words else float(note)
+        assert shipped == expected, f"{where}; the loader's default is {shipped!r}"
+
+
 def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
     """train.py passes no `log_interval`, so SB3's defaults set how often the grouped scalars
     are written (the README once said every rollout for all on-policy agents; A2C's is 100)."""
