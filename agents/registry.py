@@ -1,6 +1,6 @@
 """Agent names -> policies, and saved policy files -> policies.
 
-Names (``POLICY_NAMES``, ``SB3_NAMES`` and two patterns):
+Names (``POLICY_NAMES``, ``SPLIT_POLICY_NAMES``, ``SB3_NAMES``, and the patterns written with ``<...>``):
 
 * ``all-cpu``, ``all-gpu``, ``all-npu``: every stage on one device (any device name
   of the hardware works as ``all-<device>``);

@@ -1459,3 +1459,41 @@ def test_a_saved_best_static_is_read_in_utf8_whatever_the_locale(tmp_path: Path)
                           cwd=Path(__file__).parent.parent, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_registry_docstring_lists_every_name_and_its_keywords_defaults(
+        article: InferenceAllocEnv, tmp_path: Path) -> None:
+    """`help(agents.registry)` lists the names make_policy takes: the lists its first line
+    names hold every plain name of its bullets, no more and no fewer (it named two lists and
+    left out SPLIT_POLICY_NAMES, heft-split's); each e.g. it gives builds, and the keywords and
+    defaults it states are the policies'."""
+    import inspect
+
+    from agents import registry
+    from agents.gated import DEFAULT_THRESHOLD
+
+    doc = " ".join((registry.__doc__ or "").split())
+    header = re.search(r"Names \(([^)]*)\):", doc)
+    assert header is not None, "agents.registry's docstring no longer opens its list of names"
+    listed = {name for constant in re.findall(r"``([A-Z][A-Z0-9_]+)``", header.group(1))
+              for name in getattr(registry, constant)}
+    bullets = re.findall(r"\* ((?:``[^`]+``(?:, )?)+)", doc)
+    names = {name for bullet in bullets for name in re.findall(r"``([^`]+)``", bullet)}
+    plain = {name for name in names if "<" not in name}
+    assert plain == listed, f"bullets name {sorted(plain - listed)} beyond the lists, lists " \
+                            f"hold {sorted(listed - plain)} no bullet names"
+    split = InferenceAllocSplitEnv(episode_tasks=5)
+    examples = re.findall(r"e\.g\. ``([^`]+)``", doc)
+    assert len(examples) >= 2, f"the docstring's examples were not found: {examples}"
+    for example in examples:
+        if ":" in example and not example.startswith("static:"):
+            continue        # a module of yours (mine:ShortestQueue)
+        assert make_policy(example, article) is not None, example
+    assert make_policy("heft-split", split) is not None
+    seed = re.search(r"``random``: [^*]*keyword ``seed=``, default (\d+)", doc)
+    threshold = re.search(r"``gated-<name>``: [^*]*keyword ``threshold=``, default (\d+)", doc)
+    assert seed is not None and threshold is not None
+    assert int(seed.group(1)) == inspect.signature(RandomPolicy).parameters["seed"].default
+    assert int(threshold.group(1)) == DEFAULT_THRESHOLD
+    assert make_policy("best-static", article, path=tmp_path / "static.json") is not None
+    assert (tmp_path / "static.json").is_file()
