@@ -89,3 +89,34 @@ def test_the_floors_name_an_interpreter_they_cannot_run(tmp_path: Path) -> None:
     run = _floors_with(str(tmp_path / "no-such-python"))
     assert run.returncode == 2
     assert f"cannot run {tmp_path / 'no-such-python'}" in run.stderr
+
+
+def test_the_docs_name_the_floors_pins_and_ci_s_torch() -> None:
+    """README.md lists some of the floors' pins and the Python they run on, and README.md and
+    CONTRIBUTING.md the CPU torch that .ci/run installs first: each as pinned, so that a moved
+    pin or torch leaves no old version in the set-up the docs give."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    listed = re.search(r"`bash \.ci/floors` installs the oldest version pyproject\.toml allows "
+                       r"of each requirement \(([^)]*)\) together on Python (3\.\d+)", readme)
+    assert listed is not None, "README.md's floors sentence changed: update this test"
+    names = {"stable-baselines3": "Stable-Baselines3"}
+    pinned = _pinned()
+    stated = dict(re.findall(r"([\w-]+) (\d[\w.]*)", listed.group(1)))
+    assert len(stated) >= 4, stated
+    for name, version in stated.items():
+        key = canonicalize_name(next((k for k, v in names.items() if v == name), name))
+        assert Version(version) == pinned[key], f"README.md: {name} {version}; pinned {pinned[key]}"
+    (oldest,) = re.findall(r'^requires-python = ">=(3\.\d+)"$',
+                           (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert listed.group(2) == oldest
+    assert f"on Python {oldest}" in contributing
+    (ci_torch,) = re.findall(r"pip install -q torch==([\d.]+)",
+                             (ROOT / ".ci" / "run").read_text(encoding="utf-8"))
+    for doc, text in (("README.md", readme), ("CONTRIBUTING.md", contributing)):
+        torches = re.findall(r"pip install torch==([\d.]+)", text)
+        assert torches and set(torches) == {ci_torch}, (doc, torches, ci_torch)
+    tested = re.search(r"asks for torch >= ([\d.]+) and is tested with (\d+\.\d+)", readme)
+    assert tested is not None, "README.md's torch sentence changed: update this test"
+    assert Version(tested.group(1)) == _declared()["torch"]
+    assert ci_torch.startswith(f"{tested.group(2)}.")
