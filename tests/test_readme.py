@@ -65,10 +65,10 @@ def _yaml_example(intro: str) -> list[str]:
     return block.group(1).splitlines()
 
 
-def _scenario_defaults() -> dict[tuple[str, ...], str]:
-    """The scenario example's `# (default)` notes, keyed by the field's path (`workload`,
-    `arrival_rate`); a field without a note maps to ''."""
-    notes: dict[tuple[str, ...], str] = {}
+def _scenario_comments() -> dict[tuple[str, ...], str]:
+    """The scenario example's comment on each field's line (after its `#`), keyed by the
+    field's path (`workload`, `arrival_rate`)."""
+    comments: dict[tuple[str, ...], str] = {}
     section: tuple[str, ...] = ()
     for line in _yaml_example("A scenario ("):
         field = re.match(r"(\s*)(\w+):\s*(.*)", line)
@@ -76,11 +76,18 @@ def _scenario_defaults() -> dict[tuple[str, ...], str]:
             continue        # a comment's continuation line, or a fault's list entry
         indent, key, rest = field.groups()
         path = (*section, key) if indent else (key,)
-        note = re.search(r"#\s*\(([^)]*)\)", rest)
-        notes[path] = note.group(1) if note else ""
+        comments[path] = rest.partition("#")[2]
         if not indent:
             section = (key,)
-    return notes
+    return comments
+
+
+def _scenario_defaults() -> dict[tuple[str, ...], str]:
+    """The scenario example's `# (default)` notes, keyed by the field's path; a field without
+    a note maps to ''."""
+    notes = {path: re.match(r"\s*\(([^)]*)\)", comment)
+             for path, comment in _scenario_comments().items()}
+    return {path: note.group(1) if note else "" for path, note in notes.items()}
 
 
 def test_the_readmes_scenario_example_gives_every_field_and_the_loaders_defaults():
@@ -186,6 +193,93 @@ def test_the_readmes_hardware_example_gives_every_field_and_the_loaders_defaults
         note = stated.group(1)
         expected = words[note] if note in words else float(note)
         assert shipped == expected, f"{where}; the loader's default is {shipped!r}"
+
+
+def _range_holds(where: str, build, low: float, high: float, low_open: bool = False,
+                 whole: bool = False) -> None:
+    """`build(value)` takes `low` (or, `low_open`, refuses it) and `high`, and refuses a value
+    just past either (by 1 where the values are `whole`): the range the README states for
+    `where` is the loader's."""
+    below, above = (low - 1, high + 1) if whole else \
+        (low * (1 - 1e-3) if low else -1e-3, high * (1 + 1e-3))
+    for value, taken in ((low, not low_open), (high, True), (below, False), (above, False)):
+        if taken:
+            build(value)
+        else:
+            with pytest.raises(ValueError):
+                build(value)
+                pytest.fail(f"README: {where} in {low:g}..{high:g}; the loader took {value!r}")
+
+
+def test_the_readmes_stated_ranges_are_the_loaders():
+    """The ranges the README gives a hardware profile's and a scenario's figures are the ones
+    their loaders take, bound for bound (each is read from the README)."""
+    import copy
+
+    from envs.scenario import scenario_from_dict
+    from inference.hardware import PRESET_DIR, hardware_from_dict
+    from inference.yamlio import safe_load
+
+    server = safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+
+    def device(key: str, sub: str | None = None):
+        def build(value: float) -> None:
+            raw = copy.deepcopy(server)
+            parent = raw["devices"][0][key] if sub else raw["devices"][0]
+            parent[sub or key] = value
+            hardware_from_dict(raw)
+        return build
+
+    def link_latency(value: float) -> None:
+        raw = copy.deepcopy(server)
+        raw["links"][0]["latency"] = value
+        hardware_from_dict(raw)
+
+    fraction = float(_quoted(r"fractions in \[([\de.-]+), 1\]")[0])
+    _range_holds("op_efficiency", device("op_efficiency", "dense"), fraction, 1.0)
+    _range_holds("cache_hit_rate", device("cache_hit_rate", "random"), fraction, 1.0)
+    low, high = _quoted(r"\(FLOP/s, bytes/s, bytes\) lie in \[([\de.]+), ([\de.]+)\]")
+    for key in ("peak_flops", "mem_bandwidth", "memory"):
+        _range_holds(key, device(key), float(low), float(high))
+    seconds = float(_quoted(r"`launch_overhead` and link `latency` in \(0, (\d+)\] s")[0])
+    _range_holds("launch_overhead", device("launch_overhead"), 0.0, seconds, low_open=True)
+    _range_holds("link latency", link_latency, 0.0, seconds, low_open=True)
+    setup = float(_quoted(r"`setup_s` in \[0, (\d+)\] s")[0])
+    _range_holds("setup_s", device("setup_s"), 0.0, setup)
+
+    def scenario(*path: str, fault: bool = False):
+        def build(value: float) -> None:
+            raw: dict = {}
+            parent = raw
+            for part in path[:-1]:
+                parent = parent.setdefault(part, {})
+            parent[path[-1]] = value
+            if fault:
+                raw = {"faults": [{"device": "gpu", "kind": "throttle", "factor": value,
+                                   "start_task": 0, "end_task": 1}]}
+            scenario_from_dict(raw, "chat.yaml")
+        return build
+
+    notes = {" ".join(path): note for path, note in _scenario_comments().items()}
+    for key, path in (("episode_tasks", ("episode_tasks",)), ("noise", ("noise",)),
+                      ("workload arrival_rate", ("workload", "arrival_rate")),
+                      ("simulator contention", ("simulator", "contention"))):
+        bounds = re.search(r"([\de.-]+)\.\.([\de.]+)", notes[key])
+        assert bounds is not None, f"README's scenario example gives {key} no range"
+        _range_holds(key, scenario(*path), float(bounds.group(1)), float(bounds.group(2)),
+                     whole=key == "episode_tasks")
+    decay = re.search(r"in \[([\de.-]+), 1\]", notes["cache decay"])
+    assert decay is not None
+    _range_holds("cache decay", scenario("cache", "decay"), float(decay.group(1)), 1.0)
+    factor = re.search(r"factor: speed, ([\de.-]+)\.\.1", notes["faults"])
+    assert factor is not None
+    _range_holds("a fault's factor", scenario("factor", fault=True), float(factor.group(1)), 1.0)
+    sigma = float(_quoted(r"`lognormal` \(`median` > 0, `sigma` <= (\d+)\)")[0])
+    _range_holds("sigma", lambda value: scenario("workload", "batch")(
+        {"dist": "lognormal", "median": 8, "sigma": value}), 0.0, sigma)
+    low, high = _quoted(r"clamped to `min`\.\.`max` \(([\de.]+)\.\.([\de.]+) by default")
+    batch = scenario_from_dict({}, "chat.yaml").workload.batch
+    assert (batch.min, batch.max) == (float(low), float(high))
 
 
 def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
