@@ -36,7 +36,14 @@ from torch.distributions import Distribution
 from agents.base import Policy, flat_index
 from agents.commands import program
 from agents.files import BadModelZip, atomic_path, model_file, read_zip_json, zip_target
-from agents.sb3_hyperparams import ACTIVATIONS, ALGORITHMS, POLICIES, hyperparams_with
+from agents.sb3_hyperparams import (
+    ACTIVATIONS,
+    ALGORITHMS,
+    POLICIES,
+    constructor_defaults,
+    hyperparams_with,
+)
+from agents.sb3_memory import check_memory
 from agents.warmup import (
     WARM_ALGORITHMS,
     WarmupConfig,
@@ -239,8 +246,19 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     train_env = vec_env if vec_env is not None else wrap_for(name, env)
     if warmup is not None and name not in WARM_ALGORITHMS:
         policy = warm_policy_class(name)
-    model = algo(policy, train_env, seed=seed, verbose=verbose, device="cpu",
-                 tensorboard_log=tensorboard_log, **params)
+    # a buffer beyond the machine's memory, refused naming its key: numpy's MemoryError or
+    # "array is too big" as the model was built named none (agents.sb3_memory)
+    check_memory(name, hyperparams, train_env.observation_space, train_env.action_space,
+                 getattr(train_env, "num_envs", 1))
+    try:
+        model = algo(policy, train_env, seed=seed, verbose=verbose, device="cpu",
+                     tensorboard_log=tensorboard_log, **params)
+    except MemoryError as exc:      # a buffer the estimate let by (it is a lower bound)
+        defaults = constructor_defaults(name)
+        key = "buffer_size" if "buffer_size" in defaults else "n_steps"
+        size = params.get(key, defaults[key])
+        raise ValueError(f"hyper-parameter {key}={size}: {name}'s buffers do not fit in this "
+                         f"machine's memory ({exc})") from None
     setattr(model, "infer_agent", name)  # noqa: B010  saved with the model: load_sb3 reads it
     agent = SB3Agent(name, model, env)
     agent.hyperparams = hyperparams

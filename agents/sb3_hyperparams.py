@@ -6,7 +6,8 @@ SB3's constructors store what they are given, so a typo'd key, a string where a 
 a NaN or a net it cannot build used to fail deep inside a run, or train on in silence; here
 each is one ValueError naming the file or the override and what it takes. Overrides come from
 code (a dict) or the CLI (``key=value`` strings parsed as YAML scalars, never ``eval``-ed).
-The agents are built from these in ``agents.sb3_factory``.
+The agents are built from these in ``agents.sb3_factory``, which refuses a size whose buffer
+would not fit in the machine's memory (``agents.sb3_memory``).
 """
 
 from __future__ import annotations
@@ -460,19 +461,24 @@ def check_sub_sampling(name: str, params: dict[str, Any], n_envs: int) -> None:
     """TRPO's policy step reads every ``sub_sampling_factor``-th transition of its rollout of
     ``n_steps`` x `n_envs`; with its advantages normalised (``normalize_advantage``, its
     default), a factor that keeps one transition made them NaN (the deviation of one number),
-    every line search failed and the policy never moved, a UserWarning the only sign. A
-    ValueError for such a factor in `params` (the agent's resolved hyper-parameters); the
-    other agents have none."""
+    every line search failed and the policy never moved, a UserWarning the only sign. Without
+    that, a factor beyond the rollout keeps the one transition the rollout's own size does, and
+    torch failed on one near 2**63 inside the run (its step times a row's length overflows
+    int64). A ValueError for such a factor in `params` (the agent's resolved
+    hyper-parameters); the other agents have none."""
     merged = constructor_defaults(name)
     if "sub_sampling_factor" not in merged:
         return
     merged.update(params)
     factor, n_steps = merged["sub_sampling_factor"], merged["n_steps"]
+    rollout = f"the rollout's n_steps x n_envs ({n_steps} x {n_envs} = {n_steps * n_envs})"
     if merged["normalize_advantage"] and factor >= n_steps * n_envs:
-        raise ValueError(f"hyper-parameter sub_sampling_factor must be below the rollout's "
-                         f"n_steps x n_envs ({n_steps} x {n_envs} = {n_steps * n_envs}), got "
+        raise ValueError(f"hyper-parameter sub_sampling_factor must be below {rollout}, got "
                          f"{factor}: it keeps one transition, whose normalised advantage is NaN, "
                          f"and the policy never moves (or set normalize_advantage=false)")
+    if factor > n_steps * n_envs:
+        raise ValueError(f"hyper-parameter sub_sampling_factor must be at most {rollout}, got "
+                         f"{factor}: a larger one keeps the same one transition")
 
 
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,

@@ -137,6 +137,7 @@ from agents.run_folder import (
 )
 from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import check_sub_sampling, hyperparams_with, load_hyperparams
+from agents.sb3_memory import check_memory
 from agents.static import unwrap_env
 from agents.user_callbacks import UserCallbacks, check_callbacks
 from agents.vec_envs import close_venv, first_env, training_venv
@@ -349,16 +350,20 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         try:
+            # the YAML's values too, with or without --hp, and a warm-started run's, layered on
+            # its warm_start ones: an edited trpo.yaml's factor that keeps one transition
+            # trained a policy that never moved, as a --hp one did
+            warm_starts = [False, True] if any(starts_warm(w) for w in warms) else [False]
+            resolved = [hyperparams_with(agent, config.env_id, config.hp, warm_start=warm)
+                        for warm in warm_starts]
+            wrapped = wrap_for(agent, env)
+            for params in resolved:     # against --n-envs, before the trial's one env's
+                check_memory(agent, params, wrapped.observation_space, wrapped.action_space,
+                             config.n_envs)
             if config.hp:   # build once (cheap) so a bad --hp fails before any run starts
                 make_sb3(agent, env, seed=0, overrides=config.hp)
-            # the YAML's values too, with or without --hp: an edited trpo.yaml's factor that
-            # keeps one transition trained a policy that never moved, as a --hp one did
-            check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp),
-                               config.n_envs)   # the trial's one env is not --n-envs
-            # a warm-started run layers them on its warm_start ones, typed apart
-            if any(starts_warm(w) for w in warms):
-                check_sub_sampling(agent, hyperparams_with(agent, config.env_id, config.hp,
-                                                           warm_start=True), config.n_envs)
+            for params in resolved:
+                check_sub_sampling(agent, params, config.n_envs)  # not the trial's one env
         except (TypeError, ValueError, AssertionError) as exc:
             where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
                      else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")

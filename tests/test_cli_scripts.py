@@ -79,6 +79,14 @@ def load_main(name: str):
     return module.main
 
 
+def train_refusal(args: list[str], tmp_path: Path, capsys) -> str:
+    """train.py's error line refusing `args`, made before any run folder (under `tmp_path`)."""
+    assert load_main("train.py")([*args, "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and not (tmp_path / "runs").exists()
+    return err
+
+
 def events(run_dir: Path) -> EventAccumulator:
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
@@ -2365,6 +2373,29 @@ def test_an_integer_beyond_64_bits_is_refused_before_training(agent: str, overri
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("agent, overrides, message", [
+    # numpy's MemoryError traceback as the model was built
+    ("dqn", ["buffer_size=1000000000000"],
+     "hyper-parameter buffer_size=1000000000000 needs a replay buffer of at least "),
+    # numpy's "array is too big" as the model was built, naming no key
+    ("ppo", ["n_steps=1000000000000000000"],
+     "hyper-parameter n_steps=1000000000000000000 needs a rollout buffer of at least "),
+    # a MemoryError inside the run, at its first gradient step
+    ("dqn", ["batch_size=1000000000000", "learning_starts=0"],
+     "hyper-parameter batch_size=1000000000000 needs at least "),
+    ("dqn", ["n_steps=1000000000000", "learning_starts=0"],
+     "hyper-parameters batch_size=32 and n_steps=1000000000000 need at least "),
+    # torch's "IntArrayRef contains an int that cannot be represented as a SymInt" in the run
+    ("trpo", ["sub_sampling_factor=4611686018427387904", "normalize_advantage=false"],
+     "hyper-parameter sub_sampling_factor must be at most the rollout's n_steps x n_envs "
+     "(64 x 1 = 64), got 4611686018427387904: a larger one keeps the same one transition"),
+])
+def test_a_size_beyond_what_the_machine_holds_is_refused_before_training(
+        agent: str, overrides: list[str], message: str, tmp_path: Path, capsys) -> None:
+    assert message in train_refusal(["--agents", agent, "--hp", *overrides, "--warmup", "none",
+                                     "--timesteps", "64"], tmp_path, capsys)
 
 
 def test_a_large_number_written_as_a_float_or_within_64_bits_is_still_taken() -> None:

@@ -1100,6 +1100,11 @@ def test_a_trpo_sub_sampling_that_keeps_one_transition_is_refused_before_any_run
     with pytest.raises(ConfigError, match=r"n_steps x n_envs \(64 x 2 = 128\), got 128:"):
         plan(config(128, n_envs=2))
     assert len(plan(config(64, normalize_advantage=False))) == 2
+    # beyond the rollout it keeps that one transition still (torch failed on one near 2**63)
+    with pytest.raises(ConfigError, match=r"sub_sampling_factor must be at most the rollout's "
+                                          r"n_steps x n_envs \(64 x 1 = 64\), got 65: a larger "
+                                          r"one keeps the same one transition$"):
+        plan(config(65, normalize_advantage=False))
     assert not (tmp_path / "runs").exists()
 
 
