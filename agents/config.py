@@ -670,8 +670,18 @@ def described(doc: str | None, script: str, prog: str) -> str:
     return text if prog == script else text.replace(f"python {script}", prog)
 
 
+class GivenOptions(set[str]):
+    """The names of the options set (by flags or the ``--config`` file), and ``hp_note``: where
+    the file set ``hp`` keys that the command line did not, for their refusal once train.py
+    builds the agents (`` (from c.yaml)``, or `` (n_steps from c.yaml)`` beside ``--hp`` keys
+    of the command line's), as parse_config's own refusals name the file; '' where it set none.
+    The file's hp was refused as if typed on a command line that had no --hp."""
+
+    hp_note: str = ""
+
+
 def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: str | None = None,
-                 prog: str | None = None) -> tuple[C, set[str]]:
+                 prog: str | None = None) -> tuple[C, GivenOptions]:
     """The config from defaults < ``--config`` YAML < flags, and the names of the options set.
 
     Bad values raise ConfigError; argparse itself exits 2 on a malformed command line.
@@ -694,6 +704,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         values.update(read_yaml_options(cls, config_file))
         _clear_excluded(cls, set(given), values)
     from_file = set(values) - set(given)    # the options the file alone sets
+    file_hp = values.get("hp") or {}
     if "hp" in given:
         try:
             given["hp"] = parse_overrides(given["hp"])
@@ -714,7 +725,13 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         if not note:
             raise
         raise ConfigError(f"{exc}{note}") from None
-    return config, set(values)
+    options = GivenOptions(values)
+    flag_hp = given.get("hp", {})
+    filed = [key for key in file_hp if key not in flag_hp]
+    if filed:
+        where = shown(config_file, quote=False)
+        options.hp_note = f" ({', '.join(filed)} from {where})" if flag_hp else f" (from {where})"
+    return config, options
 
 
 def _source_note(cls: type, message: str, from_file: set[str], given: set[str],

@@ -103,7 +103,14 @@ from agents.callbacks import (
     validation_record,
 )
 from agents.commands import command, program
-from agents.config import ConfigError, TrainConfig, flag_of, read_yaml_options, to_yaml
+from agents.config import (
+    ConfigError,
+    GivenOptions,
+    TrainConfig,
+    flag_of,
+    read_yaml_options,
+    to_yaml,
+)
 from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, write_text
@@ -316,8 +323,10 @@ def _mix_refusal(exc: MixRefused) -> str:
             f"(--hardware and --variant set them for all)")
 
 
-def plan(config: TrainConfig) -> list[RunSpec]:
-    """The runs to make, after checking every option that can be checked before training."""
+def plan(config: TrainConfig, hp_note: str = "") -> list[RunSpec]:
+    """The runs to make, after checking every option that can be checked before training.
+    `hp_note` ends a refusal of the hyper-parameters: where a ``--config`` file set them
+    (``agents.config.GivenOptions``)."""
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
@@ -367,7 +376,7 @@ def plan(config: TrainConfig) -> list[RunSpec]:
         except (TypeError, ValueError, AssertionError) as exc:
             where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
                      else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
-            raise ConfigError(f"{where} for {agent}: {exc}") from None
+            raise ConfigError(f"{where} for {agent}: {exc}{hp_note}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
             for w in specs]
@@ -966,7 +975,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
     config = _absolute_files(config)
     results: list[RunResult] = []
     failures: list[RunFailed | FinishedUnrecorded] = []
-    specs = plan(config)
+    specs = plan(config, given.hp_note if isinstance(given, GivenOptions) else "")
     for spec in specs:
         try:
             results.append(train_run(config, spec))

@@ -1563,6 +1563,24 @@ def test_a_bad_value_in_a_config_file_is_refused_naming_the_file(tmp_path: Path,
         parse_config(TrainConfig, ["--config", "c.yaml"])
 
 
+@pytest.mark.parametrize("file_hp, flags, note", [
+    ("{n_epoch: 3}", [], " (from c.yaml)"),
+    ("{n_epoch: 3}", ["--hp", "gamma=0.9"], " (n_epoch from c.yaml)"),   # beside keys of its own
+    ("{gamma: 0.9}", ["--hp", "n_epoch=3"], " (gamma from c.yaml)"),
+    ("{n_epoch: 2}", ["--hp", "n_epoch=3"], ""),     # the command line's, over the file's
+    ("{}", ["--hp", "n_epoch=3"], ""),
+])
+def test_hyperparameters_refused_once_the_agents_are_built_name_the_config_file(
+        file_hp: str, flags: list[str], note: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    """train.py checks --hp as it builds the agents, after parse_config, whose own refusals of
+    the file's values name it: the file's hp was refused as if typed on the command line."""
+    monkeypatch.chdir(tmp_path)
+    Path("c.yaml").write_text(f"hp: {file_hp}\nwarmup: [none]\n")
+    err = train_refusal(["--config", "c.yaml", *flags, "--timesteps", "32"], tmp_path, capsys)
+    assert "for ppo: unknown ppo hyper-parameter 'n_epoch'" in err
+    assert err.endswith(f"{note}\n") if note else "c.yaml" not in err
+
+
 @pytest.mark.parametrize("cls", [TrainConfig, EvalConfig])
 def test_every_boolean_a_config_file_sets_a_flag_sets_back(cls, tmp_path: Path) -> None:
     """`online: true` in a file could not be switched off: --online was store_true alone, and
