@@ -48,7 +48,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from agents.base import flat_index
-from inference.checks import is_integer, is_number
+from inference.checks import is_bool, is_integer, is_number
 from inference.messages import did_you_mean, shown
 
 if TYPE_CHECKING:
@@ -102,9 +102,10 @@ class WarmupConfig:
                              f"{shown(self.conservative)}")
         check_fixed_policy_name(self.conservative, "WarmupConfig.conservative")
         for name in ("clone", "guard"):
-            if not isinstance(getattr(self, name), bool):   # "no" would count as True
+            if not is_bool(getattr(self, name)):    # "no" would count as True; numpy's taken
                 raise ValueError(f"WarmupConfig.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))   # stored plain
         if not is_number(self.guard_margin):
             raise ValueError(f"WarmupConfig.guard_margin must be a number, got {self.guard_margin!r}")
         for name in ("steps", "clone_samples", "clone_epochs", "guard_window", "guard_cooldown"):

@@ -807,6 +807,17 @@ def test_a_warmup_config_stores_numpy_numbers_plain() -> None:
     json.dumps(dataclasses.asdict(config))
 
 
+def test_a_warmup_configs_parts_take_numpys_bools_and_store_them_plain() -> None:
+    """np.True_ was refused ("clone must be True or False, got np.True_"), where the envs'
+    flags take it; 1 and 0 are still refused, as there."""
+    config = WarmupConfig(clone=np.True_, guard=np.False_)
+    assert config == WarmupConfig(clone=True, guard=False)
+    assert type(config.clone) is bool and type(config.guard) is bool
+    for flag in (1, 0, 1.0):
+        with pytest.raises(ValueError, match=r"^WarmupConfig.guard must be True or False"):
+            WarmupConfig(guard=flag)
+
+
 def test_a_warmup_that_does_not_clone_takes_any_number_of_clone_samples() -> None:
     assert WarmupConfig(clone=False, clone_samples=0).clone_samples == 0
 
