@@ -6,14 +6,23 @@ np.int64(4)" while ``episode_tasks=np.int64(4)`` was fine), and each wrote its o
 Bools are refused everywhere a count or a quantity is meant: ``True`` would run as 1 and a
 YAML ``yes`` as a prefetch depth. Callers store ``int(value)`` / ``float(value)``, so numpy
 scalars do not travel on into JSON files or the simulator.
+
+`check_as_loaded` holds a config object built or edited in Python (a Scenario, a Hardware) to
+what its loader builds from the mapping it writes, so that one set of rules, the loader's,
+checks files, mappings and objects alike.
 """
 
 from __future__ import annotations
 
 import numbers
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import fields, is_dataclass
 from typing import Any, TypeGuard
 
 import numpy as np
+
+from inference.messages import shown
 
 _BOOLS = (bool, np.bool_)
 _PLAIN_NUMBERS = (int, float)
@@ -38,3 +47,148 @@ def is_number(value: Any) -> TypeGuard[float]:
     are numbers: a caller that needs a finite one checks ``math.isfinite`` as well."""
     return type(value) in _PLAIN_NUMBERS or (isinstance(value, numbers.Real)
                                              and not isinstance(value, _BOOLS))
+
+
+def compared_fields(obj: Any) -> Iterable[str]:
+    """The fields of dataclass `obj` that its equality compares (a derived index aside)."""
+    return _compared_fields(type(obj))
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _compared_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls) if f.compare)
+    return names
+
+
+def _values_of(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """The values of a dataclass's compared fields, in one call (`_int_pairs`' hot loop)."""
+    get = _GETTERS.get(cls)
+    if get is None:
+        names = _compared_fields(cls)
+        one = operator.attrgetter(*names)
+        get = _GETTERS[cls] = (lambda obj: (one(obj),)) if len(names) == 1 else one
+    return get
+
+
+def check_as_loaded(given: Any, loaded: Any, prefix: str = "",
+                    read: Callable[[Any], Iterable[str]] = compared_fields) -> None:
+    """Refuse `given`, a config object built or edited in Python, unless it holds what its
+    loader built from the mapping `given` writes, `loaded`, in the types the loader gives:
+    one ValueError "<prefix><field path> must be <what>, got <value>" at the first part
+    that differs.
+
+    The loader checks every value of the mapping, so a wrong value (out of range, NaN, an
+    unknown name) is its error already; but it reads a number where a dataclass belongs as a
+    default one (a Scenario's ``batch: 1`` as a constant Distribution) and an integral float
+    as an int, so an object whose mapping it takes may still hold what the code reading it
+    cannot run (the ``dist`` of an int, ``np.full(200.0)``). Here a dataclass must be an
+    instance of the loaded one's class, a tuple a tuple and a dict a mapping, of the same
+    items; an int an integer and a float any real number (numpy's too, as the loader takes
+    them), and the rest equal. `read(obj)`: the fields of a dataclass its mapping writes (a
+    field it does not write, such as a Distribution's parameters of another dist, is never
+    read back, and not compared). A tuple's item is named by its ``name`` where it has one
+    (``devices[gpu]``), else by its index."""
+    if holds_as_loaded(given, loaded):
+        return
+    found = _first_difference(given, loaded, read)
+    if found is not None:
+        path, value, what = found
+        where = "".join(reversed(path)).removeprefix(".")
+        raise ValueError(f"{prefix}{where} must be {what}, got {shown(value)}")
+
+
+def holds_as_loaded(given: Any, loaded: Any, ints: bool = True) -> bool:
+    """Whether `check_as_loaded` passes `given`, for the common case, a valid object, without
+    its walk: `given` equals `loaded` and holds an integer wherever `loaded` holds an int
+    (200.0 == 200 is the one difference equality misses; `ints=False`: `loaded`, as
+    `has_ints` says, holds none)."""
+    return _equal(given, loaded) and (not ints or all(
+        is_integer(part) for part, _ in _int_pairs(given, loaded)))
+
+
+def has_ints(loaded: Any) -> bool:
+    """Whether `loaded` holds an int anywhere (a Hardware holds none)."""
+    return any(True for _ in _int_pairs(loaded, loaded))
+
+
+def _equal(given: Any, loaded: Any) -> bool:
+    """``given == loaded``, False where comparing fails (an array in a field no mapping
+    writes, which the comparison of every field still reaches)."""
+    try:
+        return bool(given == loaded)
+    except (TypeError, ValueError):
+        return False
+
+
+#: Parts `_int_pairs` passes over: no int lies in them.
+_NOT_INT = (float, str, type(None))
+
+
+def _int_pairs(given: Any, loaded: Any) -> Iterator[tuple[Any, int]]:
+    """(the part of `given`, the int of `loaded`) wherever `loaded`, which `given` equals,
+    holds an int. Equal, they hold equal parts in every field, written or not, so every field
+    is looked at; none is named (an env checks its objects each time it is made; a failure is
+    walked again for its path)."""
+    pending = [(given, loaded)]
+    while pending:
+        part, item = pending.pop()
+        kind = type(item)
+        if kind is int:
+            yield part, item
+        elif kind is tuple:
+            pending.extend(pair for pair in zip(part, item, strict=True)
+                           if type(pair[1]) not in _NOT_INT)
+        elif kind is dict:
+            pending.extend((part[key], value) for key, value in item.items()
+                           if type(value) not in _NOT_INT)
+        elif hasattr(kind, "__dataclass_fields__"):
+            values = _values_of(kind)
+            pending.extend(pair for pair in zip(values(part), values(item), strict=True)
+                           if type(pair[1]) not in _NOT_INT)
+
+
+def _first_difference(given: Any, loaded: Any, read: Callable[[Any], Iterable[str]]
+                      ) -> tuple[list[str], Any, str] | None:
+    """(the field path's parts, last first; the value given there; what it must be) at
+    `check_as_loaded`'s first difference, or None. The path is built for a difference only."""
+    kind = type(loaded)
+    if kind is int:
+        return None if is_integer(given) else ([], given, "an integer")
+    if kind is float:
+        return None if is_number(given) else ([], given, "a number")
+    if kind is str:
+        if given is loaded or (type(given) is str and given == loaded):
+            return None
+        return [], given, "a string" if not isinstance(given, str) else shown(loaded)
+    parts: Iterable[tuple[Any, Any, str]]   # (given, loaded, its path part) of each part
+    if kind is tuple:
+        if type(given) is not tuple or len(given) != len(loaded):
+            return [], given, "a tuple"
+        parts = ((given[i], item, f"[{_label(item, i)}]") for i, item in enumerate(loaded))
+    elif kind is dict:
+        if not isinstance(given, Mapping) or given.keys() != loaded.keys():
+            return [], given, f"a mapping with the keys {', '.join(map(str, loaded)) or '(none)'}"
+        parts = ((given[key], item, f".{key}" if isinstance(key, str) else f"[{key!r}]")
+                 for key, item in loaded.items())
+    elif is_dataclass(loaded):
+        if not isinstance(given, kind):
+            return [], given, f"a {kind.__name__}"
+        parts = ((getattr(given, name), getattr(loaded, name), f".{name}") for name in read(loaded))
+    else:
+        return None if given is loaded or _equal(given, loaded) else ([], given, shown(loaded))
+    for part_given, part_loaded, part in parts:
+        found = _first_difference(part_given, part_loaded, read)
+        if found is not None:
+            found[0].append(part)
+            return found
+    return None
+
+
+def _label(item: Any, i: int) -> str:
+    name = getattr(item, "name", None)
+    return name if isinstance(name, str) else str(i)

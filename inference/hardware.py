@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from inference.checks import is_number
+from inference.checks import check_as_loaded, has_ints, holds_as_loaded, is_integer, is_number
 from inference.messages import did_you_mean, shown
 from inference.yamlio import load_yaml_file, not_a_file, unusable_path
 
@@ -117,7 +120,10 @@ class Hardware:
     index: dict[str, int] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "index", {d.name: i for i, d in enumerate(self.devices)})
+        # of the devices there are: what is no device is `check_hardware`'s to name
+        devices = self.devices if isinstance(self.devices, (tuple, list)) else ()
+        object.__setattr__(self, "index", {d.name: i for i, d in enumerate(devices)
+                                           if isinstance(d, DeviceProfile)})
 
     @property
     def device_names(self) -> tuple[str, ...]:
@@ -143,9 +149,14 @@ class Hardware:
 
     def nominal_view(self) -> Hardware:
         """The same hardware as a spec sheet describes it (what heuristics believe)."""
-        return Hardware(
+        view = Hardware(
             self.name, tuple(d.as_nominal() for d in self.devices), self.links, self.disk_bandwidth
         )
+        memo = _PASSED.get(id(self))
+        if memo is not None and memo[0]() is self:
+            # the view of one `check_hardware` passed reads back as its copy's view
+            _remember(view, memo[1].nominal_view(), memo[2])
+        return view
 
     def with_device(self, name: str, **changes: Any) -> Hardware:
         """A copy with one device's figures changed (used by tests and fault injection)."""
@@ -278,9 +289,13 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
     """Build and validate a Hardware from the YAML schema in this module's docstring; errors
     name `origin` (the file it came from) and the offending field."""
     try:
-        return _hardware(raw, origin)
+        hardware = _hardware(raw, origin)
     except ValueError as exc:
         raise ValueError(f"hardware {origin}: {exc}") from None
+    # what it read back as, a copy read alike: `check_hardware` (a simulator's) passes it unread
+    copy = _hardware(raw, origin)
+    _remember(hardware, copy, has_ints(copy))
+    return hardware
 
 
 def _hardware(raw: Any, origin: str) -> Hardware:
@@ -420,9 +435,123 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
                      f"({', '.join(presets)}) and not a path to a YAML file")
 
 
+def hardware_to_dict(hardware: Hardware) -> dict[str, Any]:
+    """`hardware` as the mapping of this module's schema, which `hardware_from_dict` reads
+    back to an equal Hardware: each device's spec-sheet figures (``nominal``) at its top level
+    and the figures in force under ``true_figures``, each link once, between its devices'
+    names. A part the schema has no place for (a device that is no DeviceProfile, a
+    ``nominal`` that is no triple, a link keyed by no pair of device ids, or other than its
+    reverse) is a ValueError naming it; any other part is written as it is, for
+    `hardware_from_dict` to refuse by name."""
+    devices = hardware.devices
+    if not isinstance(devices, (tuple, list)):   # "devices must be a non-empty list"
+        return {"name": hardware.name, "disk_bandwidth": hardware.disk_bandwidth,
+                "devices": devices}
+    return {"name": hardware.name, "disk_bandwidth": hardware.disk_bandwidth,
+            "devices": [_device_to_dict(device, i) for i, device in enumerate(devices)],
+            "links": _links_to_list(hardware.links, [device.name for device in devices])}
+
+
+def _device_to_dict(device: DeviceProfile, i: int) -> dict[str, Any]:
+    if not isinstance(device, DeviceProfile):
+        raise ValueError(f"devices[{i}] must be a DeviceProfile, got {shown(device)}")
+    nominal = device.nominal
+    if not isinstance(nominal, tuple) or len(nominal) != len(_TRUE_FIELDS):
+        name = device.name if isinstance(device.name, str) else i
+        raise ValueError(f"devices[{name}].nominal must be a tuple of the spec sheet's "
+                         f"{', '.join(_TRUE_FIELDS)}, got {shown(nominal)}")
+
+    def plain(fractions: Any) -> Any:
+        return dict(fractions) if isinstance(fractions, Mapping) else fractions
+
+    return {"name": device.name, "kind": device.kind, **dict(zip(_TRUE_FIELDS, nominal, strict=True)),
+            "memory": device.memory, "memory_domain": device.memory_domain,
+            "setup_s": device.setup_s, "op_efficiency": plain(device.op_efficiency),
+            "pattern_efficiency": plain(device.pattern_efficiency),
+            "cache_hit_rate": plain(device.cache_hit_rate),
+            "true_figures": {key: getattr(device, key) for key in _TRUE_FIELDS},
+            "source": device.source}
+
+
+def _links_to_list(links: Any, names: list[str]) -> list[dict[str, Any]]:
+    """A Hardware's links, {(a, b): Link} both ways, as the schema's list: each pair once."""
+    if not isinstance(links, Mapping):
+        raise ValueError(f"links must be a dict of Links keyed by (a, b) pairs of device ids, "
+                         f"got {shown(links)}")
+    out = []
+    for pair, link in links.items():
+        if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] != pair[1]
+                and all(is_integer(end) and 0 <= end < len(names) for end in pair)):
+            raise ValueError(f"links key {shown(pair)} must be a pair (a, b) of two different "
+                             f"device ids in 0..{len(names) - 1}")
+        if not isinstance(link, Link):
+            raise ValueError(f"links[{pair}] must be a Link, got {shown(link)}")
+        a, b = pair
+        back = links.get((b, a))
+        if back is not link and back != link:   # the schema's one link serves both ways
+            raise ValueError(f"links[{(b, a)}] must be links[{pair}], {shown(link)}, as one "
+                             f"link joins two devices both ways; got {shown(back)}")
+        if a < b:
+            out.append({"between": [names[a], names[b]], "bandwidth": link.bandwidth,
+                        "latency": link.latency})
+    return out
+
+
+def check_hardware(hardware: Any) -> Hardware:
+    """`hardware`, a Hardware built or edited in Python (``dataclasses.replace``,
+    ``with_device``), as is, if it is one its YAML could give: a figure out of its range, NaN,
+    an unknown kind, a missing link are each the ValueError the YAML gets (its mapping,
+    `hardware_to_dict`, is read by `hardware_from_dict`), and a part of another type than that
+    reads back as (an int memory is fine, a list nominal is not) one naming the field
+    (`inference.checks.check_as_loaded`)."""
+    if not isinstance(hardware, Hardware):
+        raise ValueError(f"hardware must be a Hardware (inference.load_hardware gives one), "
+                         f"got {shown(hardware)}")
+    if _passed(hardware):
+        return hardware
+    origin = f"{shown(hardware.name)} (an object)"
+    try:
+        loaded = _hardware(hardware_to_dict(hardware), origin)
+        ints = has_ints(loaded)
+        if not holds_as_loaded(hardware, loaded, ints):
+            check_as_loaded(hardware, loaded)
+    except ValueError as exc:
+        # the loader names a link by its place in the mapping's list; the object keys it by
+        # its devices' ids, as `hardware_to_dict` wrote them in order
+        message = re.sub(r"^links\[(\d+)\]", lambda m: f"links[{_written_pairs(hardware)[int(m[1])]}]",
+                         str(exc))
+        raise ValueError(f"hardware {origin}: {message}") from None
+    _remember(hardware, loaded, ints)
+    return hardware
+
+
+def _written_pairs(hardware: Hardware) -> list[tuple[int, int]]:
+    """The keys of `hardware`'s links in the order `hardware_to_dict` lists them."""
+    return [pair for pair in hardware.links if pair[0] < pair[1]]
+
+
+#: The Hardware objects `check_hardware` passed, by id: a weak reference to each, the
+#: Hardware its mapping read back as, and whether that holds an int. One that still equals
+#: that copy passes again unread, in a few microseconds (an env checks its hardware as it
+#: loads it and again in each of its two simulators). The copy shares nothing with it, so a
+#: change made in place since (to a device's dict) is read as any change.
+_PASSED: dict[int, tuple[weakref.ref[Hardware], Hardware, bool]] = {}
+
+
+def _remember(hardware: Hardware, loaded: Hardware, ints: bool) -> None:
+    key = id(hardware)
+    _PASSED[key] = (weakref.ref(hardware, lambda _: _PASSED.pop(key, None)), loaded, ints)
+
+
+def _passed(hardware: Hardware) -> bool:
+    memo = _PASSED.get(id(hardware))
+    return memo is not None and memo[0]() is hardware and holds_as_loaded(hardware, *memo[1:])
+
+
 def load_hardware(spec: str | Path | Hardware) -> Hardware:
-    """A Hardware from a preset name (``server``, ``edge``), a YAML path, or as is."""
+    """A Hardware from a preset name (``server``, ``edge``), a YAML path, or as is (checked:
+    `check_hardware`)."""
     if isinstance(spec, Hardware):
-        return spec
+        return check_hardware(spec)
     raw, origin, _ = load_named_yaml(spec, PRESET_DIR, "hardware")
     return hardware_from_dict(raw, origin)

@@ -38,6 +38,8 @@ class ModelConfig:
     dtype_bytes: int = 2
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:   # what errors and labels show
+            raise ValueError(f"ModelConfig.name must be a non-empty string, got {self.name!r}")
         for field in ("n_layers", "hidden", "ffn", "n_heads", "n_kv_heads", "vocab", "dtype_bytes"):
             value = getattr(self, field)
             if not is_integer(value) or value < 1:

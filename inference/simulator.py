@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from inference.checks import is_integer, is_number
-from inference.hardware import OP_CLASSES, PATTERNS, Hardware, Link
+from inference.hardware import OP_CLASSES, PATTERNS, Hardware, Link, check_hardware
 from inference.messages import shown
 from inference.model_config import ModelConfig
 from inference.task import STAGES, Task
@@ -204,7 +204,16 @@ class Simulator:
 
     def __init__(self, hardware: Hardware, model: ModelConfig, stages: Sequence[Any],
                  config: SimConfig | None = None) -> None:
-        if len(stages) != 3 or [s.stage for s in stages] != list(STAGES):
+        # Each object checked as it comes in, naming what is wrong: a Hardware as its YAML
+        # would be (a NaN memory ran, a str peak_flops was a TypeError deep in the cost model)
+        check_hardware(hardware)
+        if not isinstance(model, ModelConfig):
+            raise ValueError(f"model must be a ModelConfig (inference.get_model gives one), "
+                             f"got {shown(model)}")
+        if config is not None and not isinstance(config, SimConfig):
+            raise ValueError(f"config must be a SimConfig or None, got {shown(config)}")
+        if not isinstance(stages, Sequence) or len(stages) != 3 \
+                or [getattr(s, "stage", None) for s in stages] != list(STAGES):
             raise ValueError(f"stages must be one implementation per stage in order {STAGES}")
         self.hardware = hardware
         self.model = model

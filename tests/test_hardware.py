@@ -16,6 +16,8 @@ from inference.hardware import (
     PRESET_DIR,
     RATE_RANGE,
     SECONDS_MAX,
+    Hardware,
+    Link,
     hardware_from_dict,
     load_hardware,
     preset_names,
@@ -312,6 +314,152 @@ def test_a_bad_profile_names_the_offending_field(change, field):
     assert str(info.value).startswith("hardware test: ")     # and the file it came from
 
 
+SERVER = load_hardware("server")
+NAN = float("nan")
+
+
+def _gpu(**changes):
+    return lambda hw: hw.with_device("gpu", **changes)
+
+
+def _link(pair, link):
+    """`hw` with the link between the devices of ids `pair` replaced, both ways."""
+    def change(hw):
+        links = {**hw.links, pair: link, pair[::-1]: link}
+        return Hardware(hw.name, hw.devices, links, hw.disk_bandwidth)
+    return change
+
+
+def _without_link(hw):
+    links = {pair: link for pair, link in hw.links.items() if set(pair) != {1, 2}}
+    return Hardware(hw.name, hw.devices, links, hw.disk_bandwidth)
+
+
+def _simulator(hw):
+    return Simulator(hw, get_model("glm-9b"), build_stages("glm-5.3"))
+
+
+# A Hardware, DeviceProfile or Link built or edited in Python was taken as it was: a NaN, a
+# negative memory, an unknown kind ran (latencies of NaN, or of a device that could hold no
+# weights), a wrong type was a TypeError deep in the cost model. Each is now the YAML's error
+# for the same mistake, as the object reaches load_hardware or a Simulator.
+@pytest.mark.parametrize(("change", "yaml_change", "message"), [
+    # Hardware
+    (lambda hw: dataclasses.replace(hw, disk_bandwidth=NAN), lambda r: r.update(disk_bandwidth=NAN),
+     "disk_bandwidth must be a finite number > 0, got nan"),
+    (lambda hw: dataclasses.replace(hw, disk_bandwidth=-7e9), lambda r: r.update(disk_bandwidth=-7e9),
+     "disk_bandwidth must be a finite number > 0, got -7000000000.0"),
+    (lambda hw: dataclasses.replace(hw, disk_bandwidth="fast"), lambda r: r.update(disk_bandwidth="fast"),
+     "disk_bandwidth must be a number, got 'fast'"),
+    (_without_link, lambda r: r.update(links=r["links"][:2]),
+     "no link between gpu and npu; every pair of devices needs one"),
+    # DeviceProfile
+    (_gpu(memory=-8e10), lambda r: device(r, "gpu").update(memory=-8e10),
+     r"devices\[gpu\]\.memory must be a finite number > 0, got -80000000000\.0"),
+    (_gpu(memory=NAN), lambda r: device(r, "gpu").update(memory=NAN),
+     r"devices\[gpu\]\.memory must be a finite number > 0, got nan"),
+    (_gpu(kind="tpu"), lambda r: device(r, "gpu").update(kind="tpu"),
+     r"devices\[gpu\]\.kind must be one of cpu, gpu, npu, got 'tpu'"),
+    (_gpu(setup_s="0.5"), lambda r: device(r, "gpu").update(setup_s="0.5"),
+     r"devices\[gpu\]\.setup_s must be a number, got '0\.5'"),
+    (_gpu(op_efficiency={**SERVER.devices[1].op_efficiency, "dynamic": 1.5}),
+     lambda r: device(r, "gpu")["op_efficiency"].update(dynamic=1.5),
+     r"devices\[gpu\]\.op_efficiency\.dynamic must be a fraction in \[1e-12, 1\], got 1\.5"),
+    (_gpu(op_efficiency=[0.6, 0.5, 0.2, 0.02]), lambda r: device(r, "gpu").update(op_efficiency=[0.6]),
+     r"devices\[gpu\]\.op_efficiency must be a mapping with keys dense, attention, dynamic, "
+     r"preprocess"),
+    # Link: named by the pair of device ids the object keys it by
+    (_link((0, 1), Link(NAN, 1e-5)), lambda r: r["links"][0].update(bandwidth=NAN),
+     r"links\[\(0, 1\)\]\.bandwidth must be a finite number > 0, got nan"),
+    (_link((0, 1), Link(6.4e10, -1e-5)), lambda r: r["links"][0].update(latency=-1e-5),
+     r"links\[\(0, 1\)\]\.latency must be a finite number > 0, got -1e-05"),
+    (_link((0, 1), Link("fast", 1e-5)), lambda r: r["links"][0].update(bandwidth="fast"),
+     r"links\[\(0, 1\)\]\.bandwidth must be a number, got 'fast'"),
+])
+@pytest.mark.parametrize("entry", [load_hardware, _simulator])
+def test_a_hardware_objects_mistake_is_the_error_its_yaml_gets(change, yaml_change, message, entry):
+    with pytest.raises(ValueError) as from_object:
+        entry(change(SERVER))
+    assert re.fullmatch(f"hardware 'server' \\(an object\\): {message}", str(from_object.value))
+    with pytest.raises(ValueError) as from_yaml:
+        hardware_from_dict(edited(yaml_change), "server.yaml")
+    yaml_message = str(from_yaml.value).removeprefix("hardware server.yaml: ")
+    assert re.sub(r"^links\[0\]", "links[(0, 1)]", yaml_message) \
+        == str(from_object.value).removeprefix("hardware 'server' (an object): ")
+
+
+def _asymmetric(hw):
+    return Hardware(hw.name, hw.devices, {**hw.links, (1, 0): Link(1.0, 1.0)}, hw.disk_bandwidth)
+
+
+# What no YAML can write: a part of another type than a Hardware holds, a link keyed by no
+# pair of device ids, or one way only
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda hw: dataclasses.replace(hw, devices=list(hw.devices)),
+     r"devices must be a tuple, got \[DeviceProfile\("),
+    (lambda hw: dataclasses.replace(hw, devices=(hw.devices[0], "gpu", hw.devices[2])),
+     r"devices\[1\] must be a DeviceProfile, got 'gpu'"),
+    (_gpu(nominal=[9.89e14, 3.35e12, 5e-6]),
+     r"devices\[gpu\]\.nominal must be a tuple of the spec sheet's peak_flops, mem_bandwidth, "
+     r"launch_overhead, got \[989000000000000\.0, 3350000000000\.0, 5e-06\]"),
+    (lambda hw: dataclasses.replace(hw, links=list(hw.links.values())),
+     r"links must be a dict of Links keyed by \(a, b\) pairs of device ids, got \[Link\("),
+    (lambda hw: dataclasses.replace(hw, links={**hw.links, (0, 5): hw.links[(0, 1)]}),
+     r"links key \(0, 5\) must be a pair \(a, b\) of two different device ids in 0\.\.2"),
+    (_link((0, 1), (6.4e10, 1e-5)), r"links\[\(0, 1\)\] must be a Link, got \(64000000000\.0, 1e-05\)"),
+    (_asymmetric, r"links\[\(1, 0\)\] must be links\[\(0, 1\)\], Link\(bandwidth=31500000000\.0, "
+                  r"latency=1e-05\), as one link joins two devices both ways; got Link\(bandwidth=1\.0, "
+                  r"latency=1\.0\)$"),
+])
+@pytest.mark.parametrize("entry", [load_hardware, _simulator])
+def test_a_hardware_object_no_yaml_could_give_is_refused_naming_the_field(change, message, entry):
+    with pytest.raises(ValueError, match=f"^hardware 'server' \\(an object\\): {message}"):
+        entry(change(SERVER))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"hardware": "server"}, "hardware must be a Hardware .*, got 'server'"),
+    ({"model": "glm-9b"}, "model must be a ModelConfig .*, got 'glm-9b'"),
+    ({"config": {"prefetch_depth": 2}}, r"config must be a SimConfig or None, got \{'prefetch_depth': 2\}"),
+    ({"stages": ("direct", "window", "sequential")}, "stages must be one implementation per stage"),
+])
+def test_a_simulator_refuses_what_is_not_its_config_objects(kwargs, message):
+    # each was an AttributeError from inside ('str' object has no attribute 'devices', ...)
+    args = {"hardware": SERVER, "model": get_model("glm-9b"), "stages": build_stages("glm-5.3"),
+            **kwargs}
+    with pytest.raises(ValueError, match=f"^{message}"):
+        Simulator(**args)
+
+
+def test_a_hardware_changed_in_place_after_its_check_is_checked_again():
+    """A Hardware passed once passes again unread while it equals what its mapping read back
+    as (the env checks it three times): a change made in place since, to a device's dict or a
+    link, is read, in the hardware and in its nominal view."""
+    hw = copy.deepcopy(SERVER)      # its dicts its own
+    _simulator(hw)
+    view = hw.nominal_view()
+    hw.devices[1].op_efficiency["dense"] = NAN
+    for changed in (hw, view, hw.nominal_view()):
+        with pytest.raises(ValueError, match=r"devices\[gpu\]\.op_efficiency\.dense must be"):
+            _simulator(changed)
+    hw.devices[1].op_efficiency["dense"] = SERVER.devices[1].op_efficiency["dense"]
+    _simulator(hw)
+    hw.links[(0, 2)] = Link(1.0, 1.0)
+    with pytest.raises(ValueError, match=r"links\[\(2, 0\)\] must be links\[\(0, 2\)\]"):
+        _simulator(hw)
+
+
+def test_a_valid_hardware_object_passes_as_it_is():
+    # an int or numpy figure where a float is, another mapping of efficiencies, true figures
+    # apart from the nominal ones (what with_device sets)
+    from types import MappingProxyType
+    hw = SERVER.with_device("gpu", memory=80_000_000_000, peak_flops=np.float64(5e14),
+                            op_efficiency=MappingProxyType(dict(SERVER.devices[1].op_efficiency)))
+    assert load_hardware(hw) is hw
+    assert _simulator(hw).hardware is hw
+    assert _simulator(hw.nominal_view()).hardware.devices[1].peak_flops == SERVER.devices[1].nominal[0]
+
+
 def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: broken\ndevices: [\n  {name: cpu, kind: cpu\n")
@@ -606,6 +754,9 @@ def test_true_figures_that_are_no_mapping_are_refused(value):
     ({"dtype_bytes": True}, "dtype_bytes must be a positive integer"),   # not 1 byte, as Task
     ({"hidden": 4100}, r"hidden \(4100\) must be divisible by n_heads \(32\)"),
     ({"n_kv_heads": 3}, r"n_heads \(32\) must be divisible by n_kv_heads \(3\)"),
+    # a name is what errors, labels and a mix's comparison show: 5 passed, None too
+    ({"name": 5}, "ModelConfig.name must be a non-empty string, got 5"),
+    ({"name": ""}, "ModelConfig.name must be a non-empty string, got ''"),
 ])
 def test_a_bad_model_shape_names_the_field(change, message):
     with pytest.raises(ValueError, match=message):
