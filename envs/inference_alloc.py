@@ -215,10 +215,11 @@ class InferenceAllocEnv(gym.Env):
     ## Arguments
 
     - `scenario`: preset name (`article`, `long-context`, `short-text`, `bursty`,
-      `edge`, `faults`), a YAML path, a `Scenario`, or a mapping as `Scenario.to_dict`
-      writes it. Default `article`. The env's `spec` holds a `Scenario` (and a path) in that
+      `edge`, `faults`), a YAML path, a `Scenario` (checked as its YAML would be:
+      `envs.load_scenario`), or a mapping as `Scenario.to_dict` writes it. Default `article`. The env's `spec` holds a `Scenario` (and a path) in that
       plain form, so that `env.spec.to_json()` and `EnvSpec.from_json` make the same env.
-    - `hardware`: preset name (`server`, `edge`) or YAML path; default the scenario's. Some
+    - `hardware`: preset name (`server`, `edge`), YAML path or a `Hardware` (checked as its
+      YAML would be: `inference.hardware.check_hardware`); default the scenario's. Some
       device's `memory` must hold the model's weights (glm-9b: 18.8 GB), else a ValueError.
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.

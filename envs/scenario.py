@@ -52,14 +52,14 @@ working directory (write ``./server`` for such a file; see `inference.hardware.p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envs.traces import TRACES
-from inference.checks import is_number
+from inference.checks import check_as_loaded, compared_fields, is_number
 from inference.hardware import (
     FRACTION_MIN,
     PRESET_DIR,
@@ -140,8 +140,9 @@ class Distribution:
 
     def to_dict(self) -> dict[str, Any]:
         """The mapping `parse` reads back: `dist`, its parameters and the clamps. Only those:
-        `parse` refuses the parameters of other dists, which this one never reads."""
-        needed, optional = DIST_PARAMS[self.dist]
+        `parse` refuses the parameters of other dists, which this one never reads. (A `dist`
+        of none of them is written alone, with the clamps, for `parse` to refuse by name.)"""
+        needed, optional = DIST_PARAMS[self.dist] if self.dist in DISTRIBUTIONS else ((), ())
         out: dict[str, Any] = {"dist": self.dist}
         for key in (*needed, *optional, "min", "max"):
             value = getattr(self, key)
@@ -517,24 +518,40 @@ def naming_field(scenario: Scenario, field: str, given: bool = False) -> Iterato
 MAPPING_ORIGIN = "<scenario mapping>"
 
 
+def _from_mapping(spec: Mapping[str, Any], origin: str) -> Scenario:
+    """The scenario of a mapping as `Scenario.to_dict` writes it, its `source` key kept;
+    errors name `origin`."""
+    raw = dict(spec)
+    source = raw.pop("source", MAPPING_ORIGIN)
+    if not isinstance(source, str):
+        raise ValueError(f"{origin}: scenario field source must be a string, got {source!r}")
+    return replace(scenario_from_dict(raw, origin), source=source)
+
+
+def _written_fields(part: Any) -> Iterable[str]:
+    """The fields of a part of a Scenario that `Scenario.to_dict` writes (`check_as_loaded`)."""
+    return part.to_dict() if isinstance(part, (Distribution, Fault)) else compared_fields(part)
+
+
 def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
     """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, as is, or from a
     mapping: the schema of this module's docstring, as `Scenario.to_dict` writes it (its
     `source` key, where the scenario was first read from, is kept; paths are not rewritten).
     A mapping that is not a valid scenario is a ValueError naming the field, and so is a
-    Scenario whose fields a mapping could not hold (`dataclasses.replace` checks nothing)."""
+    Scenario (`dataclasses.replace` checks nothing) whose mapping is not, or which holds
+    another type than the mapping reads back as (`inference.checks.check_as_loaded`: a
+    number where a Distribution belongs, 200.0 episode tasks); a valid one is returned as it
+    is, itself."""
     if isinstance(spec, Scenario):
-        raw = spec.to_dict()
-        del raw["source"]
-        scenario_from_dict(raw, f"Scenario {spec.name!r} (an object)")
+        origin = f"Scenario {shown(spec.name)} (an object)"
+        loaded = _from_mapping(spec.to_dict(), origin)
+        try:
+            check_as_loaded(spec, loaded, "scenario field ", _written_fields)
+        except ValueError as exc:
+            raise ValueError(f"{origin}: {exc}") from None
         return spec
     if isinstance(spec, Mapping):
-        raw = dict(spec)
-        source = raw.pop("source", MAPPING_ORIGIN)
-        if not isinstance(source, str):
-            raise ValueError(f"{MAPPING_ORIGIN}: scenario field source must be a string, "
-                             f"got {source!r}")
-        return replace(scenario_from_dict(raw, MAPPING_ORIGIN), source=source)
+        return _from_mapping(spec, MAPPING_ORIGIN)
     raw, origin, read = load_named_yaml(spec, SCENARIO_DIR, "scenario")
     # Relative paths in it resolve against the folder of the file read (a preset's: the
     # presets'); absolute, so that they stay right if the working directory changes before

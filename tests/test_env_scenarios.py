@@ -18,12 +18,14 @@ from envs.scenario import (
     MIN_RATE,
     SCENARIO_DIR,
     Burst,
+    Distribution,
+    Fault,
     load_scenario,
     scenario_from_dict,
     scenario_names,
 )
 from envs.traces import batch_requests, read_trace
-from inference.hardware import PRESET_DIR
+from inference.hardware import PRESET_DIR, load_hardware
 
 V0, SPLIT = envs.ENV_IDS
 
@@ -1020,6 +1022,97 @@ def test_a_scenario_object_out_of_its_ranges_is_refused_as_its_mapping_is(
             make(changed)
     within = dataclasses.replace(load_scenario("article"), noise=0.1, episode_tasks=7)
     assert load_scenario(within) is within
+
+
+ARTICLE = load_scenario("article")
+
+
+def _workload(**change: Any) -> dict[str, Any]:
+    return {"workload": dataclasses.replace(ARTICLE.workload, **change)}
+
+
+# Each part of a Scenario with a value of a type its mapping cannot tell from a valid one (the
+# loader reads `batch: 1` as a constant, 200.0 as 200): gym.make ran, and reset() or step()
+# raised from inside (AttributeError "'int' object has no attribute 'dist'", numpy's TypeError
+# on 200.0 tasks) or the simulator's SimConfig refused it naming no scenario field; an
+# unknown dist was a KeyError from Distribution.to_dict.
+@pytest.mark.parametrize("change, message", [
+    ({"episode_tasks": 200.0}, "episode_tasks must be an integer, got 200.0"),
+    ({"workload": None}, "workload must be a Workload, got None"),
+    ({"faults": [Fault("gpu", "offline", 1, 3)]}, r"faults must be a tuple, got \[Fault\("),
+    (_workload(batch=1), "workload.batch must be a Distribution, got 1"),
+    (_workload(domains=64.0), "workload.domains must be an integer, got 64.0"),
+    (_workload(burst={"period": 4, "length": 2}), "workload.burst must be a Burst, got {"),
+    (_workload(burst=Burst(period=4.0, length=2)), "workload.burst.period must be an integer, got 4.0"),
+    (_workload(prompt_tokens=Distribution(dist="poisson")),
+     "workload.prompt_tokens.dist must be one of normal, lognormal, uniform, choice, constant, "
+     "got 'poisson'"),
+    (_workload(batch=Distribution(dist="choice", values=[1, 2])),
+     r"workload.batch.values must be a tuple, got \[1, 2\]"),
+    ({"cache": {"capacity": 4}}, "cache must be a CacheSpec, got {"),
+    ({"cache": dataclasses.replace(ARTICLE.cache, capacity=12.0)},
+     "cache.capacity must be an integer, got 12.0"),
+    ({"simulator": dataclasses.replace(ARTICLE.simulator, prefetch_depth=1.0)},
+     "simulator.prefetch_depth must be an integer, got 1.0"),
+    ({"faults": ({"device": "gpu", "kind": "offline", "start_task": 1, "end_task": 3},)},
+     r"faults\[0\] must be a Fault, got {"),
+    ({"faults": (Fault("gpu", "offline", 1.0, 3),)}, r"faults\[0\].start_task must be an integer"),
+], ids=lambda value: value if isinstance(value, str) else "")
+@pytest.mark.parametrize("env_id", [V0, SPLIT, envs.MIX_ENV_ID])
+def test_a_scenario_object_of_a_wrong_type_is_refused_when_the_env_is_made(
+        env_id: str, change: dict[str, Any], message: str) -> None:
+    changed = dataclasses.replace(ARTICLE, **change)
+    scenario = ({"scenarios": [changed, "bursty"]} if env_id == envs.MIX_ENV_ID
+                else {"scenario": changed})
+    with pytest.raises(ValueError, match=f"^Scenario 'article' \\(an object\\): scenario field "
+                                         f"{message}") as err:
+        gym.make(env_id, **scenario)     # not reset(): it is refused as it comes in
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("env_id", [V0, SPLIT, envs.MIX_ENV_ID])
+def test_a_hardware_object_with_a_mistake_is_refused_when_the_env_is_made(env_id: str) -> None:
+    # a NaN memory ran: no device held the weights, and every placement failed over
+    hardware = load_hardware("server").with_device("gpu", memory=math.nan)
+    scenarios = {"scenarios": ["article", "bursty"]} if env_id == envs.MIX_ENV_ID else {}
+    with pytest.raises(ValueError, match=r"^hardware 'server' \(an object\): devices\[gpu\]\.memory "
+                                         r"must be a finite number > 0, got nan$"):
+        gym.make(env_id, hardware=hardware, **scenarios)
+
+
+@pytest.mark.parametrize("change, yaml_text", [
+    (_workload(batch=Distribution(dist="poisson")), "workload: {batch: {dist: poisson}}"),
+    (_workload(output_tokens=Distribution(dist=5)), "workload: {output_tokens: {dist: 5}}"),
+])
+def test_a_scenario_objects_mistake_is_the_error_its_yaml_gets(
+        tmp_path: Path, change: dict[str, Any], yaml_text: str) -> None:
+    """The object is read by the YAML's own checks: one message, but for where it came from
+    (an unknown dist was a KeyError from Distribution.to_dict; values out of range were the
+    YAML's errors already, test_a_scenario_object_out_of_its_ranges_is_refused_as_its_mapping_is)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml_text + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as from_yaml:
+        load_scenario(path)
+    with pytest.raises(ValueError) as from_object:
+        gym.make(V0, scenario=dataclasses.replace(ARTICLE, **change))
+    assert str(from_yaml.value).removeprefix(f"{path}: ") \
+        == str(from_object.value).removeprefix("Scenario 'article' (an object): ")
+
+
+def test_a_valid_scenario_object_passes_as_it_is() -> None:
+    # a float field given an int or numpy's number, an int field numpy's integer, a variant
+    # given as another mapping, a Distribution with parameters of another dist it never reads
+    from types import MappingProxyType
+    sc = dataclasses.replace(
+        ARTICLE, noise=np.float64(0.1), episode_tasks=np.int64(7), failed_dispatch_s=1,
+        variant=MappingProxyType({"load": "direct", "prefill": "window", "decode": "sequential"}),
+        workload=dataclasses.replace(ARTICLE.workload, arrival_rate=1,
+                                     batch=Distribution(dist="constant", value=4, mean=-5.0)))
+    assert load_scenario(sc) is sc
+    env = gym.make(V0, scenario=sc)
+    assert env.unwrapped.scenario is sc
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
 
 
 @pytest.mark.parametrize("text, field, problem", [
