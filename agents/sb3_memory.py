@@ -98,7 +98,8 @@ def check_memory(name: str, params: dict[str, Any], observation_space: spaces.Sp
     if rows * row > limit:
         raise ValueError(f"hyper-parameter buffer_size={size} needs a replay buffer of at least "
                          f"{size_text(rows * row)} ({rows} transitions of {row} bytes), {beyond}")
-    batch, n_steps = merged["batch_size"], merged["n_steps"]
+    # n-step returns: SB3 2.6 on (before, DQN and SAC took no n_steps, one step each)
+    batch, n_steps = merged["batch_size"], merged.get("n_steps", 1)
     need = batch * (row + INDEX_BYTES) + (batch * n_steps * INDEX_BYTES if n_steps > 1 else 0)
     if need > limit:
         keys = (f"hyper-parameters batch_size={batch} and n_steps={n_steps} need" if n_steps > 1
