@@ -44,6 +44,7 @@ from agents.sb3_hyperparams import (
     MAX_LAYER_WIDTH,
     check_keys,
     check_override_types,
+    constructor_defaults,
     load_hyperparams,
 )
 from envs.scenario import MAX_EPISODE_TASKS
@@ -68,7 +69,9 @@ JOB_TIMEOUT_S = 600
 
 def script(name: str, *args: str, timeout: float = JOB_TIMEOUT_S
            ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / name), *args], cwd=ROOT, text=True,
+    """`name` run in the test's own empty folder (conftest's): run in the checkout, evaluate.py
+    evaluated the checkout's runs/ (a user's, or the main job's beside the tests)."""
+    return subprocess.run([sys.executable, str(ROOT / name), *args], text=True,
                           capture_output=True, timeout=timeout)
 
 
@@ -1022,7 +1025,7 @@ def test_a_reader_of_stdout_that_went_away_ends_evaluate_py_without_a_traceback(
         done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--baselines", "all-gpu",
                                "--no-online", "--seeds", "1", "--episodes", "1",
                                "--episode-tasks", "5", "--out", str(tmp_path / "results"),
-                               "--no-progress-bar"], cwd=ROOT, stdout=write_end,
+                               "--no-progress-bar"], stdout=write_end,
                               stderr=subprocess.PIPE, text=True, timeout=JOB_TIMEOUT_S)
     finally:
         os.close(write_end)
@@ -2403,8 +2406,10 @@ def test_an_integer_beyond_64_bits_is_refused_before_training(agent: str, overri
     # a MemoryError inside the run, at its first gradient step
     ("dqn", ["batch_size=1000000000000", "learning_starts=0"],
      "hyper-parameter batch_size=1000000000000 needs at least "),
-    ("dqn", ["n_steps=1000000000000", "learning_starts=0"],
-     "hyper-parameters batch_size=32 and n_steps=1000000000000 need at least "),
+    pytest.param("dqn", ["n_steps=1000000000000", "learning_starts=0"],
+                 "hyper-parameters batch_size=32 and n_steps=1000000000000 need at least ",
+                 marks=pytest.mark.skipif("n_steps" not in constructor_defaults("dqn"),
+                                          reason="DQN takes n_steps from SB3 2.6 on")),
     # torch's "IntArrayRef contains an int that cannot be represented as a SymInt" in the run
     ("trpo", ["sub_sampling_factor=4611686018427387904", "normalize_advantage=false"],
      "hyper-parameter sub_sampling_factor must be at most the rollout's n_steps x n_envs "
@@ -2710,7 +2715,7 @@ def test_evaluate_py_on_a_cp1252_stdout_writes_every_result_past_a_path_it_canno
     done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--baselines", "all-gpu",
                            "--no-online", "--seeds", "1", "--episodes", "1",
                            "--episode-tasks", "5", "--out", str(out), "--no-progress-bar"],
-                          cwd=ROOT, capture_output=True, timeout=JOB_TIMEOUT_S,
+                          capture_output=True, timeout=JOB_TIMEOUT_S,
                           env={**os.environ, "PYTHONIOENCODING": "cp1252"})
     assert (done.returncode, done.stderr) == (0, b"")
     assert sorted(p.name for p in out.iterdir()) == ["latency_cdf.png", "summary.csv",
