@@ -15,8 +15,7 @@ checks files, mappings and objects alike.
 from __future__ import annotations
 
 import numbers
-import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any, TypeGuard
 
@@ -51,28 +50,7 @@ def is_number(value: Any) -> TypeGuard[float]:
 
 def compared_fields(obj: Any) -> Iterable[str]:
     """The fields of dataclass `obj` that its equality compares (a derived index aside)."""
-    return _compared_fields(type(obj))
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
-
-
-def _compared_fields(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(cls) if f.compare)
-    return names
-
-
-def _values_of(cls: type) -> Callable[[Any], tuple[Any, ...]]:
-    """The values of a dataclass's compared fields, in one call (`_int_pairs`' hot loop)."""
-    get = _GETTERS.get(cls)
-    if get is None:
-        names = _compared_fields(cls)
-        one = operator.attrgetter(*names)
-        get = _GETTERS[cls] = (lambda obj: (one(obj),)) if len(names) == 1 else one
-    return get
+    return [f.name for f in fields(obj) if f.compare]
 
 
 def check_as_loaded(given: Any, loaded: Any, prefix: str = "",
@@ -93,27 +71,11 @@ def check_as_loaded(given: Any, loaded: Any, prefix: str = "",
     field it does not write, such as a Distribution's parameters of another dist, is never
     read back, and not compared). A tuple's item is named by its ``name`` where it has one
     (``devices[gpu]``), else by its index."""
-    if holds_as_loaded(given, loaded):
-        return
     found = _first_difference(given, loaded, read)
     if found is not None:
         path, value, what = found
         where = "".join(reversed(path)).removeprefix(".")
         raise ValueError(f"{prefix}{where} must be {what}, got {shown(value)}")
-
-
-def holds_as_loaded(given: Any, loaded: Any, ints: bool = True) -> bool:
-    """Whether `check_as_loaded` passes `given`, for the common case, a valid object, without
-    its walk: `given` equals `loaded` and holds an integer wherever `loaded` holds an int
-    (200.0 == 200 is the one difference equality misses; `ints=False`: `loaded`, as
-    `has_ints` says, holds none)."""
-    return _equal(given, loaded) and (not ints or all(
-        is_integer(part) for part, _ in _int_pairs(given, loaded)))
-
-
-def has_ints(loaded: Any) -> bool:
-    """Whether `loaded` holds an int anywhere (a Hardware holds none)."""
-    return any(True for _ in _int_pairs(loaded, loaded))
 
 
 def _equal(given: Any, loaded: Any) -> bool:
@@ -123,33 +85,6 @@ def _equal(given: Any, loaded: Any) -> bool:
         return bool(given == loaded)
     except (TypeError, ValueError):
         return False
-
-
-#: Parts `_int_pairs` passes over: no int lies in them.
-_NOT_INT = (float, str, type(None))
-
-
-def _int_pairs(given: Any, loaded: Any) -> Iterator[tuple[Any, int]]:
-    """(the part of `given`, the int of `loaded`) wherever `loaded`, which `given` equals,
-    holds an int. Equal, they hold equal parts in every field, written or not, so every field
-    is looked at; none is named (an env checks its objects each time it is made; a failure is
-    walked again for its path)."""
-    pending = [(given, loaded)]
-    while pending:
-        part, item = pending.pop()
-        kind = type(item)
-        if kind is int:
-            yield part, item
-        elif kind is tuple:
-            pending.extend(pair for pair in zip(part, item, strict=True)
-                           if type(pair[1]) not in _NOT_INT)
-        elif kind is dict:
-            pending.extend((part[key], value) for key, value in item.items()
-                           if type(value) not in _NOT_INT)
-        elif hasattr(kind, "__dataclass_fields__"):
-            values = _values_of(kind)
-            pending.extend(pair for pair in zip(values(part), values(item), strict=True)
-                           if type(pair[1]) not in _NOT_INT)
 
 
 def _first_difference(given: Any, loaded: Any, read: Callable[[Any], Iterable[str]]

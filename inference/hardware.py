@@ -39,13 +39,12 @@ from __future__ import annotations
 import math
 import os
 import re
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from inference.checks import check_as_loaded, has_ints, holds_as_loaded, is_integer, is_number
+from inference.checks import check_as_loaded, is_integer, is_number
 from inference.messages import did_you_mean, shown
 from inference.yamlio import load_yaml_file, not_a_file, unusable_path
 
@@ -149,14 +148,9 @@ class Hardware:
 
     def nominal_view(self) -> Hardware:
         """The same hardware as a spec sheet describes it (what heuristics believe)."""
-        view = Hardware(
+        return Hardware(
             self.name, tuple(d.as_nominal() for d in self.devices), self.links, self.disk_bandwidth
         )
-        memo = _PASSED.get(id(self))
-        if memo is not None and memo[0]() is self:
-            # the view of one `check_hardware` passed reads back as its copy's view
-            _remember(view, memo[1].nominal_view(), memo[2])
-        return view
 
     def with_device(self, name: str, **changes: Any) -> Hardware:
         """A copy with one device's figures changed (used by tests and fault injection)."""
@@ -289,13 +283,9 @@ def hardware_from_dict(raw: Any, origin: str = "<dict>") -> Hardware:
     """Build and validate a Hardware from the YAML schema in this module's docstring; errors
     name `origin` (the file it came from) and the offending field."""
     try:
-        hardware = _hardware(raw, origin)
+        return _hardware(raw, origin)
     except ValueError as exc:
         raise ValueError(f"hardware {origin}: {exc}") from None
-    # what it read back as, a copy read alike: `check_hardware` (a simulator's) passes it unread
-    copy = _hardware(raw, origin)
-    _remember(hardware, copy, has_ints(copy))
-    return hardware
 
 
 def _hardware(raw: Any, origin: str) -> Hardware:
@@ -507,45 +497,21 @@ def check_hardware(hardware: Any) -> Hardware:
     if not isinstance(hardware, Hardware):
         raise ValueError(f"hardware must be a Hardware (inference.load_hardware gives one), "
                          f"got {shown(hardware)}")
-    if _passed(hardware):
-        return hardware
     origin = f"{shown(hardware.name)} (an object)"
     try:
-        loaded = _hardware(hardware_to_dict(hardware), origin)
-        ints = has_ints(loaded)
-        if not holds_as_loaded(hardware, loaded, ints):
-            check_as_loaded(hardware, loaded)
+        check_as_loaded(hardware, _hardware(hardware_to_dict(hardware), origin))
     except ValueError as exc:
         # the loader names a link by its place in the mapping's list; the object keys it by
         # its devices' ids, as `hardware_to_dict` wrote them in order
         message = re.sub(r"^links\[(\d+)\]", lambda m: f"links[{_written_pairs(hardware)[int(m[1])]}]",
                          str(exc))
         raise ValueError(f"hardware {origin}: {message}") from None
-    _remember(hardware, loaded, ints)
     return hardware
 
 
 def _written_pairs(hardware: Hardware) -> list[tuple[int, int]]:
     """The keys of `hardware`'s links in the order `hardware_to_dict` lists them."""
     return [pair for pair in hardware.links if pair[0] < pair[1]]
-
-
-#: The Hardware objects `check_hardware` passed, by id: a weak reference to each, the
-#: Hardware its mapping read back as, and whether that holds an int. One that still equals
-#: that copy passes again unread, in a few microseconds (an env checks its hardware as it
-#: loads it and again in each of its two simulators). The copy shares nothing with it, so a
-#: change made in place since (to a device's dict) is read as any change.
-_PASSED: dict[int, tuple[weakref.ref[Hardware], Hardware, bool]] = {}
-
-
-def _remember(hardware: Hardware, loaded: Hardware, ints: bool) -> None:
-    key = id(hardware)
-    _PASSED[key] = (weakref.ref(hardware, lambda _: _PASSED.pop(key, None)), loaded, ints)
-
-
-def _passed(hardware: Hardware) -> bool:
-    memo = _PASSED.get(id(hardware))
-    return memo is not None and memo[0]() is hardware and holds_as_loaded(hardware, *memo[1:])
 
 
 def load_hardware(spec: str | Path | Hardware) -> Hardware:
