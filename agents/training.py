@@ -366,13 +366,12 @@ def plan(config: TrainConfig, hp_note: str = "") -> list[RunSpec]:
             resolved = [hyperparams_with(agent, config.env_id, config.hp, warm_start=warm)
                         for warm in warm_starts]
             wrapped = wrap_for(agent, env)
-            for params in resolved:     # against --n-envs, before the trial's one env's
+            for params in resolved:     # against --n-envs, not the trial's one env
                 check_memory(agent, params, wrapped.observation_space, wrapped.action_space,
                              config.n_envs)
+                check_sub_sampling(agent, params, config.n_envs)
             if config.hp:   # build once (cheap) so a bad --hp fails before any run starts
                 make_sb3(agent, env, seed=0, overrides=config.hp)
-            for params in resolved:
-                check_sub_sampling(agent, params, config.n_envs)  # not the trial's one env
         except (TypeError, ValueError, AssertionError) as exc:
             where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
                      else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
