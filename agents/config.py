@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agents.commands import named, program
+from agents.commands import Job, named, program
 from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
 from agents.vec_envs import VEC_ENVS
 from agents.warmup import MIN_CLONE_SAMPLES, WarmupConfig
@@ -414,6 +414,34 @@ class EvalConfig:
         return unused
 
 
+# the job each CLI config is, for a refusal of one's option given to the other
+JOB_OF: dict[type, Job] = {TrainConfig: "train", EvalConfig: "evaluate"}
+
+
+def _other_job_note(cls: type, names: Sequence[str], spelt: str = "--") -> str:
+    """' (--eval-tasks is train.py's option, not evaluate.py's)': for the `names` (flags, or a
+    config file's keys with `spelt` '') that `cls` lacks and the other CLI has. The two share
+    most names, so evaluate.py's "unrecognized arguments: --eval-tasks" read as a typo, and a
+    run's config.yaml given to it as a file of unknown options."""
+    job = JOB_OF.get(cls)
+    if job is None:
+        return ""
+    own = _spellings(cls, spelt)
+    for other, other_job in JOB_OF.items():
+        theirs = [name for name in names if name in _spellings(other, spelt) and name not in own]
+        if other is not cls and theirs:
+            whose = "options" if len(theirs) > 1 else "option"
+            return (f" ({', '.join(theirs)} {'are' if len(theirs) > 1 else 'is'} "
+                    f"{program(other_job)}'s {whose}, not {program(job)}'s)")
+    return ""
+
+
+def _spellings(cls: type, spelt: str) -> set[str]:
+    """`cls`'s options as flags (`spelt` '--') or as a config file's keys ('')."""
+    names = _option_names(cls)
+    return set(names) if not spelt else {flag_of(name) for name in names}
+
+
 def scenario_list(scenario: str | Sequence[str] | None) -> list[str]:
     """A ``--scenario`` value as a list: one scenario, the several of a mix, or none (None: a
     model saved without its run's config)."""
@@ -637,8 +665,8 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
         option = str(key).replace("-", "_")
         name = names.get(option)
         if name is None:
-            raise ConfigError(f"{where}: unknown option {shown(key)}"
-                              f"{did_you_mean([option], names)}; options: "
+            hint = _other_job_note(cls, [option], spelt="") or did_you_mean([option], names)
+            raise ConfigError(f"{where}: unknown option {shown(key)}{hint}; options: "
                               f"{', '.join(sorted(names))}")
         if name in out:
             # episode-tasks and episode_tasks (env and env_id) are one option: the YAML loader's
@@ -671,13 +699,14 @@ def described(doc: str | None, script: str, prog: str) -> str:
 
 
 class GivenOptions(set[str]):
-    """The names of the options set (by flags or the ``--config`` file), and ``hp_note``: where
-    the file set ``hp`` keys that the command line did not, for their refusal once train.py
-    builds the agents (`` (from c.yaml)``, or `` (n_steps from c.yaml)`` beside ``--hp`` keys
-    of the command line's), as parse_config's own refusals name the file; '' where it set none.
-    The file's hp was refused as if typed on a command line that had no --hp."""
+    """The names of the options set (by flags or the ``--config`` file), and ``hp_source``:
+    where the hyper-parameters came from, for their refusal once train.py builds the agents,
+    when the file set some that the command line did not: ``hp {'n_epoch': 3} in c.yaml``, or
+    ``--hp {'gamma': 0.9} and hp {'n_epoch': 3} in c.yaml``; '' where it set none. The file's
+    hp was refused as ``--hp {...}``, as if typed on a command line that had no --hp, and a
+    policy_kwargs in both was shown merged, as the command line's."""
 
-    hp_note: str = ""
+    hp_source: str = ""
 
 
 def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: str | None = None,
@@ -695,7 +724,8 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         if counts_seeds and all(x.isdigit() for x in extras):
             # train.py's --seeds is a list; evaluate.py's is a count: "--seeds 0 1 2" lands here
             hint = " (--seeds is a count here: N held-out seeds from --seed-base, not a list)"
-        parser.error(f"{unrecognized(extras)}{hint}")
+        flags = [word.split("=")[0] for word in extras if word.startswith("--")]
+        parser.error(f"{unrecognized(extras)}{hint}{_other_job_note(cls, flags)}")
     given = vars(namespace)
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)
@@ -727,11 +757,27 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         raise ConfigError(f"{exc}{note}") from None
     options = GivenOptions(values)
     flag_hp = given.get("hp", {})
-    filed = [key for key in file_hp if key not in flag_hp]
-    if filed:
-        where = shown(config_file, quote=False)
-        options.hp_note = f" ({', '.join(filed)} from {where})" if flag_hp else f" (from {where})"
+    filed = _not_overridden(file_hp, flag_hp)
+    if file_hp:     # else plan's own "--hp {...}" (config.hp) is the command line's
+        parts = [f"--hp {shown(flag_hp, quote=False)}"] if flag_hp else []
+        if filed:
+            parts.append(f"hp {shown(filed, quote=False)} in {shown(config_file, quote=False)}")
+        options.hp_source = " and ".join(parts)
     return config, options
+
+
+def _not_overridden(below: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `below` that `top` leaves in place when layered over it
+    (``layer_hyperparams``): those of a policy_kwargs in both that `top`'s does not set."""
+    out = {}
+    for key, value in below.items():
+        if key not in top:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(top[key], dict):
+            kept = _not_overridden(value, top[key])
+            if kept:
+                out[key] = kept
+    return out
 
 
 def _source_note(cls: type, message: str, from_file: set[str], given: set[str],

@@ -323,10 +323,10 @@ def _mix_refusal(exc: MixRefused) -> str:
             f"(--hardware and --variant set them for all)")
 
 
-def plan(config: TrainConfig, hp_note: str = "") -> list[RunSpec]:
+def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
     """The runs to make, after checking every option that can be checked before training.
-    `hp_note` ends a refusal of the hyper-parameters: where a ``--config`` file set them
-    (``agents.config.GivenOptions``)."""
+    `hp_source` begins a refusal of the hyper-parameters: where a ``--config`` file set some
+    (``agents.config.GivenOptions``); '' for ``--hp {...}``."""
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
@@ -373,9 +373,9 @@ def plan(config: TrainConfig, hp_note: str = "") -> list[RunSpec]:
             if config.hp:   # build once (cheap) so a bad --hp fails before any run starts
                 make_sb3(agent, env, seed=0, overrides=config.hp)
         except (TypeError, ValueError, AssertionError) as exc:
-            where = (f"--hp {shown(config.hp, quote=False)}" if config.hp
-                     else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
-            raise ConfigError(f"{where} for {agent}: {exc}{hp_note}") from None
+            where = hp_source or (f"--hp {shown(config.hp, quote=False)}" if config.hp
+                                  else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
+            raise ConfigError(f"{where} for {agent}: {exc}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
             for w in specs]
@@ -974,7 +974,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
     config = _absolute_files(config)
     results: list[RunResult] = []
     failures: list[RunFailed | FinishedUnrecorded] = []
-    specs = plan(config, given.hp_note if isinstance(given, GivenOptions) else "")
+    specs = plan(config, given.hp_source if isinstance(given, GivenOptions) else "")
     for spec in specs:
         try:
             results.append(train_run(config, spec))

@@ -1537,6 +1537,45 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
         parse_config(TrainConfig, ["--config", str(path)])
 
 
+@pytest.mark.parametrize("script, args, note", [
+    ("evaluate.py", ["--eval-tasks", "5"], "--eval-tasks is train.py's option, not evaluate.py's"),
+    ("evaluate.py", ["--eval-tasks", "5", "--timesteps=3"],
+     "--eval-tasks, --timesteps are train.py's options, not evaluate.py's"),
+    ("train.py", ["--out", "x"], "--out is evaluate.py's option, not train.py's"),
+    ("train.py", ["--no-such-flag"], None),        # neither's: no note
+])
+def test_an_option_of_the_other_script_is_refused_naming_whose_it_is(
+        script: str, args: list[str], note: str | None, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The two share most options: evaluate.py's "unrecognized arguments: --eval-tasks 5"
+    read as a typo of an option it has."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        load_main(script)(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{script}: error: unrecognized arguments: " in err
+    assert (f"({note})" in err) if note else "option, not" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("cls, key, note", [
+    (EvalConfig, "agents", "agents is train.py's option, not evaluate.py's"),   # a run's config.yaml
+    (TrainConfig, "episodes", "episodes is evaluate.py's option, not train.py's"),
+    (TrainConfig, "timestep", None),               # neither's: a typo, its guess kept
+])
+def test_a_config_file_option_of_the_other_script_is_refused_naming_whose_it_is(
+        cls: type, key: str, note: str | None, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{key}: [ppo]\n" if key == "agents" else f"{key}: 3\n")
+    if note is None:
+        with pytest.raises(ConfigError, match=r"unknown option 'timestep' \(did you mean "
+                                              r"'timesteps'\?\); options: "):
+            parse_config(cls, ["--config", str(path)])
+        return
+    with pytest.raises(ConfigError, match=rf"unknown option '{key}' \({note}\); options: "):
+        parse_config(cls, ["--config", str(path)])
+
+
 def test_a_bad_value_in_a_config_file_is_refused_naming_the_file(tmp_path: Path, capsys,
                                                                    monkeypatch) -> None:
     """It was refused in its flag's words alone ("--seeds must be >= 1, got 0"), as if typed
@@ -1566,22 +1605,32 @@ def test_a_bad_value_in_a_config_file_is_refused_naming_the_file(tmp_path: Path,
         parse_config(TrainConfig, ["--config", "c.yaml"])
 
 
-@pytest.mark.parametrize("file_hp, flags, note", [
-    ("{n_epoch: 3}", [], " (from c.yaml)"),
-    ("{n_epoch: 3}", ["--hp", "gamma=0.9"], " (n_epoch from c.yaml)"),   # beside keys of its own
-    ("{gamma: 0.9}", ["--hp", "n_epoch=3"], " (gamma from c.yaml)"),
-    ("{n_epoch: 2}", ["--hp", "n_epoch=3"], ""),     # the command line's, over the file's
-    ("{}", ["--hp", "n_epoch=3"], ""),
+@pytest.mark.parametrize("file_hp, flags, source", [
+    ("{n_epoch: 3}", [], "hp {'n_epoch': 3} in c.yaml"),
+    # beside keys of its own: each part where it was set
+    ("{n_epoch: 3}", ["--hp", "gamma=0.9"], "--hp {'gamma': 0.9} and hp {'n_epoch': 3} in c.yaml"),
+    ("{gamma: 0.9}", ["--hp", "n_epoch=3"], "--hp {'n_epoch': 3} and hp {'gamma': 0.9} in c.yaml"),
+    ("{n_epoch: 2}", ["--hp", "n_epoch=3"], "--hp {'n_epoch': 3}"),   # the command line's, over the file's
+    ("{}", ["--hp", "n_epoch=3"], "--hp {'n_epoch': 3}"),
+    # policy_kwargs merges: the file's keys that the command line's leaves
+    ("{policy_kwargs: {net_arch: [8], activation_fn: tanh}}",
+     ["--hp", "n_epoch=3", "policy_kwargs={activation_fn: relu}"],
+     "--hp {'n_epoch': 3, 'policy_kwargs': {'activation_fn': 'relu'}} and "
+     "hp {'policy_kwargs': {'net_arch': [8]}} in c.yaml"),
+    ("{policy_kwargs: {activation_fn: tanh}}", ["--hp", "n_epoch=3", "policy_kwargs={activation_fn: relu}"],
+     "--hp {'n_epoch': 3, 'policy_kwargs': {'activation_fn': 'relu'}}"),
 ])
-def test_hyperparameters_refused_once_the_agents_are_built_name_the_config_file(
-        file_hp: str, flags: list[str], note: str, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_hyperparameters_refused_once_the_agents_are_built_name_where_each_was_set(
+        file_hp: str, flags: list[str], source: str, tmp_path: Path, capsys, monkeypatch) -> None:
     """train.py checks --hp as it builds the agents, after parse_config, whose own refusals of
-    the file's values name it: the file's hp was refused as if typed on the command line."""
+    the file's values name it. The file's hp was refused as "--hp {...}", as if typed on the
+    command line, and a policy_kwargs set in both places was shown merged, as the command
+    line's."""
     monkeypatch.chdir(tmp_path)
     Path("c.yaml").write_text(f"hp: {file_hp}\nwarmup: [none]\n")
     err = train_refusal(["--config", "c.yaml", *flags, "--timesteps", "32"], tmp_path, capsys)
-    assert "for ppo: unknown ppo hyper-parameter 'n_epoch'" in err
-    assert err.endswith(f"{note}\n") if note else "c.yaml" not in err
+    assert err.startswith(f"train.py: error: {source} for ppo: unknown ppo hyper-parameter 'n_epoch'")
+    assert err.count("c.yaml") == ("c.yaml" in source)
 
 
 @pytest.mark.parametrize("cls", [TrainConfig, EvalConfig])
