@@ -68,7 +68,7 @@ from inference.hardware import (
     unusable_spec,
 )
 from inference.messages import did_you_mean, shown
-from inference.simulator import MIN_CACHE_DECAY
+from inference.simulator import MAX_CONTENTION, MAX_OVERHEAD_S, MAX_PREFETCH_DEPTH, MIN_CACHE_DECAY
 from inference.yamlio import unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -97,8 +97,7 @@ MAX_DOMAINS = 1_000_000
 MIN_RATE = 1e-6             # requests/s, burst multiplier, trace time scale
 MAX_SIGMA = 10.0            # a log-normal's sigma: e^(4 sigma) ~ 2e17x the median at most
 MAX_NOISE = 2.0             # sigma of log-normal noise: e^(4 sigma) = 3000x at most
-MAX_SECONDS = 3600.0        # a dispatch penalty or replacement overhead
-MAX_CONTENTION = 10.0       # bandwidth share a peer takes: 1 = doubles memory time per peer
+MAX_SECONDS = MAX_OVERHEAD_S  # a dispatch penalty or replacement overhead
 # A throttle's speed factor, a fraction of the device's speed as an efficiency is: a stage's
 # time is divided by it, and 5e-324 made that inf (step() then raised a RuntimeError).
 MIN_THROTTLE = FRACTION_MIN
@@ -430,7 +429,7 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     s = SimulatorSpec()
     sim = SimulatorSpec(
         prefetch_depth=_int(s_raw.get("prefetch_depth", s.prefetch_depth), "simulator.prefetch_depth", strict=False,
-                            high=MAX_EPISODE_TASKS),   # loads ahead: more than an episode's tasks is none
+                            high=MAX_PREFETCH_DEPTH),
         replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", s.replacement_overhead_s),
                                        "simulator.replacement_overhead_s", strict=False,
                                        high=MAX_SECONDS),

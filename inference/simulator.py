@@ -71,6 +71,12 @@ _span_end = itemgetter(1)    # a booked (start, end) span's end
 # must stay a finite float: below ~5.6e-309 it is inf, the counts turn NaN and the cache froze
 # on its first entries. Any decay near this one forgets all but the newest request.
 MIN_CACHE_DECAY = 1e-300
+# Plausible bounds, far beyond any real server, that keep every latency finite: an overhead of
+# 1e308 s made latencies inf, and a prefetch depth past C's ssize_t an OverflowError in
+# Simulator(). A scenario's simulator section has the same ones.
+MAX_PREFETCH_DEPTH = 1_000_000     # loads ahead: more than a run's tasks is no limit at all
+MAX_OVERHEAD_S = 3600.0            # set-up seconds per re-placement
+MAX_CONTENTION = 10.0              # bandwidth share a peer takes: 1 = doubles memory time per peer
 
 
 @dataclass(frozen=True)
@@ -105,12 +111,13 @@ class SimConfig:
         # Bools are refused where a number is meant (True ran as a prefetch depth of 1), and a
         # value of the wrong type is a ValueError naming the field, not a TypeError from inside
         # a comparison.
-        if not is_integer(self.prefetch_depth) or self.prefetch_depth < 0:
-            raise ValueError(f"SimConfig.prefetch_depth must be an integer >= 0, got {self.prefetch_depth!r}")
-        for name in ("replacement_overhead_s", "contention"):
+        if not is_integer(self.prefetch_depth) or not 0 <= self.prefetch_depth <= MAX_PREFETCH_DEPTH:
+            raise ValueError(f"SimConfig.prefetch_depth must be an integer in 0..{MAX_PREFETCH_DEPTH}, "
+                             f"got {self.prefetch_depth!r}")
+        for name, high in (("replacement_overhead_s", MAX_OVERHEAD_S), ("contention", MAX_CONTENTION)):
             value = getattr(self, name)
-            if not is_number(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"SimConfig.{name} must be finite and >= 0, got {value!r}")
+            if not is_number(value) or not 0 <= value <= high:   # NaN compares false
+                raise ValueError(f"SimConfig.{name} must be in [0, {high:g}], got {value!r}")
         if not is_integer(self.cache_capacity) or self.cache_capacity < 1:
             raise ValueError(f"SimConfig.cache_capacity must be an integer >= 1, got {self.cache_capacity!r}")
         if not is_number(self.cache_decay) or not MIN_CACHE_DECAY <= self.cache_decay <= 1:

@@ -499,6 +499,12 @@ def test_a_bad_placement_is_refused(placement, message):
     # 1 / 5e-324 is inf: the decayed counts turned NaN and the cache froze on its first entries
     ({"cache_decay": 5e-324}, r"cache_decay must be in \[1e-300, 1\]"),
     ({"precomputed_domains": (-3,)}, "precomputed_domains"),
+    # the scenario loader's bounds: beyond them an overhead made every latency inf, and a
+    # depth past ssize_t an OverflowError in Simulator()
+    ({"replacement_overhead_s": 1e308}, r"replacement_overhead_s must be in \[0, 3600\]"),
+    ({"contention": 11.0}, r"contention must be in \[0, 10\]"),
+    ({"contention": float("nan")}, "contention"),
+    ({"prefetch_depth": 10**30}, r"prefetch_depth must be an integer in 0\.\.1000000"),
 ])
 def test_a_bad_sim_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
