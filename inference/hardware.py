@@ -501,12 +501,26 @@ def check_hardware(hardware: Any) -> Hardware:
     try:
         check_as_loaded(hardware, _hardware(hardware_to_dict(hardware), origin))
     except ValueError as exc:
-        # the loader names a link by its place in the mapping's list; the object keys it by
-        # its devices' ids, as `hardware_to_dict` wrote them in order
-        message = re.sub(r"^links\[(\d+)\]", lambda m: f"links[{_written_pairs(hardware)[int(m[1])]}]",
-                         str(exc))
-        raise ValueError(f"hardware {origin}: {message}") from None
+        raise ValueError(f"hardware {origin}: {_object_path(str(exc), hardware)}") from None
     return hardware
+
+
+def _object_path(message: str, hardware: Hardware) -> str:
+    """The loader's refusal of `hardware`'s mapping, its field named as the object names it.
+    The loader names a link by its place in the mapping's list, where the object keys it by
+    its devices' ids (as `hardware_to_dict` wrote them, in order); and a device's figures in
+    force by ``true_figures.peak_flops``, its spec sheet's by ``peak_flops``, where the object
+    holds them in ``peak_flops`` and ``nominal``. An edited ``peak_flops=-1`` was refused as
+    ``true_figures.peak_flops``, and a bad ``nominal`` as ``mem_bandwidth``."""
+    message = re.sub(r"^links\[(\d+)\]", lambda m: f"links[{_written_pairs(hardware)[int(m[1])]}]",
+                     message)
+    found = re.match(rf"^(devices\[[^\]]+\])\.(true_figures\.)?({'|'.join(_TRUE_FIELDS)})\b", message)
+    if found is None:
+        return message
+    device, in_force, field = found.groups()
+    named = (f"{device}.{field}" if in_force
+             else f"{device}.nominal[{_TRUE_FIELDS.index(field)}] (the spec sheet's {field})")
+    return named + message[found.end():]
 
 
 def _written_pairs(hardware: Hardware) -> list[tuple[int, int]]:

@@ -388,6 +388,23 @@ def test_a_hardware_objects_mistake_is_the_error_its_yaml_gets(change, yaml_chan
         == str(from_object.value).removeprefix("hardware 'server' (an object): ")
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    # the figure in force is the object's peak_flops; the YAML holds it under true_figures
+    (_gpu(peak_flops=-1.0), r"devices\[gpu\]\.peak_flops must be a finite number > 0, got -1\.0"),
+    (_gpu(launch_overhead=NAN), r"devices\[gpu\]\.launch_overhead must be a finite number > 0, got nan"),
+    # the spec sheet's is in nominal; the YAML holds it at the device's top level
+    (_gpu(nominal=(3.12e14, -2.0, 5e-6)),
+     r"devices\[gpu\]\.nominal\[1\] \(the spec sheet's mem_bandwidth\) must be a finite number "
+     r"> 0, got -2\.0"),
+])
+@pytest.mark.parametrize("entry", [load_hardware, _simulator])
+def test_a_hardware_objects_bad_figure_is_named_as_the_object_holds_it(change, message, entry):
+    """An edited peak_flops=-1 was refused as "true_figures.peak_flops", and a bad nominal as
+    "mem_bandwidth": the YAML's names for the two, which the object has neither of."""
+    with pytest.raises(ValueError, match=f"^hardware 'server' \\(an object\\): {message}$"):
+        entry(change(SERVER))
+
+
 def _asymmetric(hw):
     return Hardware(hw.name, hw.devices, {**hw.links, (1, 0): Link(1.0, 1.0)}, hw.disk_bandwidth)
 
