@@ -60,6 +60,11 @@ def make_env(env_id: str = "InferenceAlloc-v0", scenario: str | list[str] = "art
     A list of several scenarios makes a mix of them (``InferenceAllocMix-v0``) playing in
     `env_id`, drawn by `weights` (default: equally often); a list of one, that scenario's env."""
     env_id = envs.canonical_env_id(env_id) if isinstance(env_id, str) else env_id
+    if env_id == envs.MIX_ENV_ID:
+        # the mix is made, not named: it plays its scenarios in one of the two envs
+        raise ValueError(f"{envs.MIX_ENV_ID} is made by giving several scenarios "
+                         f"(--scenario article bursty), each episode played in the env id given; "
+                         f"valid env ids: {envs.describe_env_ids()}")
     if env_id not in envs.ENV_IDS:
         raise ValueError(f"unknown env id {shown(env_id)}"
                          f"{did_you_mean([env_id], (*envs.ENV_IDS, *envs.ENV_ALIASES))}; "

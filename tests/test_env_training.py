@@ -1754,6 +1754,11 @@ def test_an_unknown_env_names_the_ids_and_short_names():
                                          r"valid: InferenceAlloc-v0 "
                                          r"\(discrete\), InferenceAllocSplit-v0 \(split\)"):
         make_env("Split")
+    # the mix's id is registered, but the mix is made from several scenarios, not named
+    for name in ("InferenceAllocMix-v0", "envs:InferenceAllocMix-v0"):
+        with pytest.raises(ValueError, match=r"^InferenceAllocMix-v0 is made by giving several "
+                                             r"scenarios \(--scenario article bursty\)"):
+            make_env(name)
 
 
 def test_the_held_out_baselines_follow_a_scenario_file_rewritten_at_its_path(tmp_path) -> None:
