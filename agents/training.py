@@ -113,7 +113,7 @@ from agents.config import (
 )
 from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
 from agents.event_files import logged_at, mark_events
-from agents.files import REFUSED_WRITES, WriteFailed, write_text
+from agents.files import REFUSED_WRITES, WriteFailed, check_room, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     SB3_NAMES,
@@ -377,8 +377,15 @@ def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
                                   else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
             raise ConfigError(f"{where} for {agent}: {exc}") from None
     # a seed given twice would train the same run twice, and evaluate.py count it as two
-    return [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
+    runs = [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
             for w in specs]
+    # each run's longest path, before any run starts (new_run_dir checks it again as it makes
+    # the folder): a warm run cloned for half a minute before a --log-dir too long for its
+    # files was refused, and a later run's longer name stopped a plan whose first had trained
+    for spec in runs:
+        check_room(Path(config.log_dir) / run_name(config, spec), run_files(config.timesteps),
+                   "--log-dir")
+    return runs
 
 
 def check_conservative(config: TrainConfig, policy: Any, env: Any,

@@ -1379,25 +1379,35 @@ def folder_of_length(root: Path, length: int) -> Path:
 
 
 @pytest.mark.skipif(os.name != "posix", reason="PATH_MAX: POSIX")
-@pytest.mark.parametrize("room", [-1, len("/.train.lock") - 1, 20])
-def test_a_log_dir_just_short_of_the_path_limit_says_to_shorten_it(room: int, tmp_path: Path,
-                                                                   capsys) -> None:
+@pytest.mark.parametrize("room", [-1, len("/.train.lock") - 1, 20, "warm"])
+def test_a_log_dir_just_short_of_the_path_limit_says_to_shorten_it(room: int | str, tmp_path: Path,
+                                                                   capsys, monkeypatch) -> None:
     """The run folder fits the path limit and its files do not: train.py said only "File name
     too long" for its lock (`room` 11), and, past it, TensorBoard's events file (`room` 20)
     died in a thread with a traceback, and a checkpoint after the training before it, the run
     then removed and the plan gone on to the next. Refused before the run folder is made, as
-    one over the limit itself is (`room` -1)."""
+    one over the limit itself is (`room` -1). A run with warm-up was refused after cloning,
+    and a plan's later run of a longer name after the earlier ones had trained: now every
+    run's paths are checked before any starts."""
+    from agents.run_folder import run_files
+
     limit = os.pathconf(tmp_path, "PC_PATH_MAX") - 1          # its count includes the NUL
     name = f"InferenceAlloc-v0__ppo__0__{'9' * 10}"             # the run's name, as long
+    warm = room == "warm"       # room for the cold run's files, not for the warm run's longer name
+    room = max(len(f"/{f}") for f in run_files(32)) + 2 if warm else room
     runs = folder_of_length(tmp_path, limit - len(f"/{name}") - room)
-    code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--log-dir",
+    calls: list[str] = []
+    monkeypatch.setattr("agents.training.train_run", lambda *args: calls.append("trained"))
+    # the cold run's name fits; the warm one's (-warm) is the longer
+    code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "all", "--log-dir",
                                   str(runs), *TINY])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"train.py: error: cannot write in {runs}/InferenceAlloc-v0__ppo__0__")
+    label = "ppo-warm" if warm else "ppo"
+    assert err.startswith(f"train.py: error: cannot write in {runs}/InferenceAlloc-v0__{label}__0__")
     assert err.endswith(f" characters, past the system's limit of {limit}; give a shorter "
                         f"--log-dir\n")
-    assert list(runs.iterdir()) == []       # no run folder made
+    assert calls == [] and not runs.exists()        # no run started, no folder made
 
 
 def test_a_thread_dying_of_a_refused_write_alone_goes_unprinted(monkeypatch) -> None:
