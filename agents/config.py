@@ -61,6 +61,9 @@ MAX_EVAL_SEEDS = 1000            # evaluate.py's --seeds is a count; more is a s
 MAX_SEED = 2**31 - 1            # numpy, gymnasium and torch all accept seeds up to here
 # --metrics-window's tasks, kept in deques: 2**63 was an OverflowError inside the run
 MAX_METRICS_WINDOW = 10**9
+# a run's steps: ~60 years at 500 steps/s. --timesteps 1e300 was taken, and its checkpoints'
+# names (their step counts) were then refused as paths too long for --log-dir
+MAX_TIMESTEPS = 10**12
 
 
 class ConfigError(ValueError):
@@ -213,7 +216,9 @@ class TrainConfig:
         _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)
         _require_folder("--log-dir", self.log_dir)
-        _require(self.timesteps >= 1, f"--timesteps must be >= 1, got {self.timesteps}")
+        _require(1 <= self.timesteps <= MAX_TIMESTEPS,
+                 f"--timesteps must lie in 1 .. {MAX_TIMESTEPS:.0e}".replace("e+", "e")
+                 + f", got {shown(self.timesteps)}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
         _require_choice("--vec-env", self.vec_env, VEC_ENVS)
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
@@ -582,7 +587,25 @@ def _one_or_list(tp: Any) -> Any:
 
 def _cli_type(tp: Any) -> Any:
     """A field's argparse ``type``: a number's refusal shows the value through `shown`."""
-    return argparse_type(tp) if tp in (int, float) else tp
+    if tp is int:
+        return argparse_type(_whole_number)
+    return argparse_type(tp) if tp is float else tp
+
+
+def _whole_number(text: str) -> int:
+    """An integer option's value as typed: an integer, or one in float notation (``1e5``,
+    ``60000.0``), as step counts are often written; 1e5 was an "invalid int value", though
+    a scenario file takes ``episode_tasks: 200.0``. A fraction, inf or NaN is a ValueError."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError(f"not a whole number: {text}") from None
+        return int(value)
+
+
+_whole_number.__name__ = "int"      # argparse_type's refusal: "invalid int value: '1.5'"
 
 
 def _coerce(name: str, value: Any, tp: Any) -> Any:
@@ -615,7 +638,8 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"option {name} must be true or false, got {shown(value)}")
         return value
     if base is int:
-        if not is_integer(value):
+        # YAML reads 1e5 and 60000.0 as floats: taken where whole, as the command line takes them
+        if not is_integer(value) and not (is_number(value) and float(value).is_integer()):
             raise ConfigError(f"option {name} must be an integer, got {shown(value)}")
         return int(value)
     if base is float:

@@ -1801,10 +1801,33 @@ def test_an_unwritable_output_folder_is_refused_first(tmp_path: Path, monkeypatc
                                                     "writable")):
         EvalConfig(out=str(tmp_path / "r")).validate()
 
+@pytest.mark.parametrize("typed", ["1e5", "100000.0", "100_000", "1.0e+5"])
+def test_an_integer_option_takes_a_whole_number_in_float_notation(typed: str, tmp_path: Path) -> None:
+    """Step counts are often written 1e5: it was argparse's "invalid int value", and in a
+    config file (which YAML reads as a float) "must be an integer", though a scenario file
+    takes episode_tasks: 200.0. A fraction is still refused (the test below, and here)."""
+    config, _ = parse_config(TrainConfig, ["--timesteps", typed, "--seeds", typed])
+    assert config.timesteps == 100_000 and config.seeds == [100_000]
+    assert type(config.timesteps) is int
+    path = tmp_path / "c.yaml"
+    path.write_text(f"timesteps: {typed}\n")
+    config, _ = parse_config(TrainConfig, ["--config", str(path)])
+    assert config.timesteps == 100_000 and type(config.timesteps) is int
+    for fraction in ("1.5e0", "inf", "nan", "1e400"):
+        with pytest.raises(SystemExit):
+            parse_config(TrainConfig, ["--timesteps", fraction])
+    # 1e300 was taken, and its checkpoints' names then refused as too long for --log-dir
+    path.write_text("timesteps: 1e300\n")
+    with pytest.raises(ConfigError, match=r"^--timesteps must lie in 1 \.\. 1e12, got 10000000"):
+        parse_config(TrainConfig, ["--config", str(path)])
+    assert parse_config(TrainConfig, ["--timesteps", "1e12"])[0].timesteps == 10**12
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("progress_bar: 'no'\n", "option progress_bar must be true or false, got 'no'"),
     ("timesteps: true\n", "option timesteps must be an integer, got True"),
     ("timesteps: 1.5\n", "option timesteps must be an integer, got 1.5"),
+    ("timesteps: .inf\n", "option timesteps must be an integer, got inf"),
     ("seeds: [0, x]\n", "option seeds must be an integer, got 'x'"),
     ("hp: 5\n", "option hp must be a mapping of key: value, got 5"),
     ("scenario:\n", "option scenario must not be empty"),
