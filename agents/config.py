@@ -35,7 +35,14 @@ from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.checks import is_integer, is_number
-from inference.messages import ShortErrorParser, argparse_type, did_you_mean, shown, unrecognized
+from inference.messages import (
+    ShortErrorParser,
+    argparse_type,
+    did_you_mean,
+    shown,
+    unrecognized,
+    whole_number,
+)
 from inference.yamlio import (
     cannot_read,
     describe_yaml_error,
@@ -588,24 +595,8 @@ def _one_or_list(tp: Any) -> Any:
 def _cli_type(tp: Any) -> Any:
     """A field's argparse ``type``: a number's refusal shows the value through `shown`."""
     if tp is int:
-        return argparse_type(_whole_number)
+        return argparse_type(whole_number)
     return argparse_type(tp) if tp is float else tp
-
-
-def _whole_number(text: str) -> int:
-    """An integer option's value as typed: an integer, or one in float notation (``1e5``,
-    ``60000.0``), as step counts are often written; 1e5 was an "invalid int value", though
-    a scenario file takes ``episode_tasks: 200.0``. A fraction, inf or NaN is a ValueError."""
-    try:
-        return int(text)
-    except ValueError:
-        value = float(text)
-        if not value.is_integer():
-            raise ValueError(f"not a whole number: {text}") from None
-        return int(value)
-
-
-_whole_number.__name__ = "int"      # argparse_type's refusal: "invalid int value: '1.5'"
 
 
 def _coerce(name: str, value: Any, tp: Any) -> Any:

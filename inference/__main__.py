@@ -28,6 +28,7 @@ from inference.messages import (
     printable_stdout,
     shown,
     unrecognized,
+    whole_number,
 )
 from inference.model_config import MODELS, get_model
 from inference.simulator import Simulator, TaskResult
@@ -81,13 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Simulate one task under each variant and compare the latencies.",
     )
     task = parser.add_argument_group("the task")
-    task.add_argument("--batch", type=argparse_type(int), default=16, metavar="N",
+    task.add_argument("--batch", type=argparse_type(whole_number), default=16, metavar="N",
                       help="sequences in the batch (default: %(default)s)")
-    task.add_argument("--prompt-tokens", type=argparse_type(int), default=5000, metavar="N",
+    task.add_argument("--prompt-tokens", type=argparse_type(whole_number), default=5000, metavar="N",
                       help="prompt tokens per sequence (default: %(default)s)")
-    task.add_argument("--output-tokens", type=argparse_type(int), default=256, metavar="N",
+    task.add_argument("--output-tokens", type=argparse_type(whole_number), default=256, metavar="N",
                       help="generated tokens per sequence (default: %(default)s)")
-    task.add_argument("--domain", type=argparse_type(int), default=0, metavar="D",
+    task.add_argument("--domain", type=argparse_type(whole_number), default=0, metavar="D",
                       help="data domain, what the loading cache keys on (default: %(default)s)")
     where = parser.add_argument_group("where and how it runs")
     where.add_argument("--hardware", default="server", metavar="PRESET|PATH",

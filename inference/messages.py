@@ -85,6 +85,22 @@ def unrecognized(extras: Sequence[str]) -> str:
     return f"{UNRECOGNIZED}{shown(' '.join(extras), quote=False)}"
 
 
+def whole_number(text: str) -> int:
+    """An integer option's value as typed: an integer, or one in float notation (``1e5``,
+    ``60000.0``), as step and token counts are often written; 1e5 was an "invalid int value",
+    though a scenario file takes ``episode_tasks: 200.0``. A fraction, inf or NaN is a
+    ValueError (through `argparse_type`: "invalid int value: '1.5'")."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError(f"not a whole number: {text}") from None
+        return int(value)
+
+
+whole_number.__name__ = "int"
+
 def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:
     """`convert` (int, float) as an argparse ``type``: argparse's own refusal, "invalid int
     value: 'x'", echoed the value whole; this one says the same through `shown`."""

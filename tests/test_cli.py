@@ -128,6 +128,15 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_count_takes_a_whole_number_in_float_notation():
+    """--prompt-tokens 1e4 was an "invalid int value", as train.py's --timesteps 1e5 was."""
+    args = build_parser().parse_args(["--prompt-tokens", "1e4", "--batch", "16.0"])
+    assert (args.prompt_tokens, args.batch) == (10_000, 16)
+    assert type(args.prompt_tokens) is int and type(args.batch) is int
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--batch", "2.5"])
+
+
 def test_the_default_placement_on_hardware_without_its_devices_says_to_give_placement(
         cpu_npu_hardware, capsys):
     """The default cpu,gpu,gpu on a profile without a device named gpu was 'unknown device
