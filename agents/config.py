@@ -224,8 +224,7 @@ class TrainConfig:
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)
         _require_folder("--log-dir", self.log_dir)
         _require(1 <= self.timesteps <= MAX_TIMESTEPS,
-                 f"--timesteps must lie in 1 .. {MAX_TIMESTEPS:.0e}".replace("e+", "e")
-                 + f", got {shown(self.timesteps)}")
+                 f"--timesteps must lie in 1 .. {MAX_TIMESTEPS:,}, got {shown(self.timesteps)}")
         _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
         _require_choice("--vec-env", self.vec_env, VEC_ENVS)
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
@@ -439,9 +438,10 @@ def _other_job_note(cls: type, names: Sequence[str], spelt: str = "--") -> str:
     if job is None:
         return ""
     own = _spellings(cls, spelt)
-    for other, other_job in JOB_OF.items():
-        theirs = [name for name in names if name in _spellings(other, spelt) and name not in own]
-        if other is not cls and theirs:
+    for other, other_job in JOB_OF.items():     # cls itself finds none: its options are own
+        options = _spellings(other, spelt)
+        theirs = [name for name in names if name not in own and name in options]
+        if theirs:
             whose = "options" if len(theirs) > 1 else "option"
             return (f" ({', '.join(theirs)} {'are' if len(theirs) > 1 else 'is'} "
                     f"{program(other_job)}'s {whose}, not {program(job)}'s)")

@@ -1818,7 +1818,7 @@ def test_an_integer_option_takes_a_whole_number_in_float_notation(typed: str, tm
             parse_config(TrainConfig, ["--timesteps", fraction])
     # 1e300 was taken, and its checkpoints' names then refused as too long for --log-dir
     path.write_text("timesteps: 1e300\n")
-    with pytest.raises(ConfigError, match=r"^--timesteps must lie in 1 \.\. 1e12, got 10000000"):
+    with pytest.raises(ConfigError, match=r"^--timesteps must lie in 1 \.\. 1,000,000,000,000, got 10000000"):
         parse_config(TrainConfig, ["--config", str(path)])
     assert parse_config(TrainConfig, ["--timesteps", "1e12"])[0].timesteps == 10**12
 
