@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,9 @@ def load_hyperparams(agent: str, env_id: str, warm_start: bool = False) -> dict[
     # the wrong type (gamma: abc) failed only once training had started
     try:
         check_keys(agent, params)
-        check_override_types(agent, {}, params)
+        params = check_override_types(agent, {}, params)
         check_keys(agent, warm)
-        check_override_types(agent, params, warm)
+        warm = check_override_types(agent, params, warm)
     except ValueError as exc:
         raise ValueError(f"{path}, {env_id}: {exc}") from None
     return layer_hyperparams(params, warm) if warm_start else params
@@ -223,8 +224,11 @@ AUTO_FORMS = {"ent_coef": "auto, auto_<initial value > 0> (e.g. auto_0.1) or a n
               "target_entropy": "auto or a number (e.g. -9.0)"}
 
 
-def check_override_types(name: str, params: dict[str, Any], overrides: dict[str, Any]) -> None:
-    """A number where the agent takes a number, an integer where it takes an integer.
+def check_override_types(name: str, params: dict[str, Any], overrides: dict[str, Any]
+                         ) -> dict[str, Any]:
+    """A number where the agent takes a number, an integer where it takes an integer: returns
+    `overrides` with each whole float where an integer goes made one (``n_steps=1e3``, which
+    YAML reads as 1000.0, as train.py's ``--timesteps 1e3`` is taken).
 
     SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
     would otherwise fail deep inside training. The expected type is that of `params` (the
@@ -237,6 +241,7 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     """
     defaults = constructor_defaults(name)
     expected = {**defaults, **params}
+    checked = dict(overrides)
     for key, value in overrides.items():
         if key == "train_freq":
             _check_train_freq(value)
@@ -261,6 +266,9 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         if isinstance(ref, bool):
             ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(ref, int):
+            if is_number(value) and not is_integer(value) and math.isfinite(value) \
+                    and float(value).is_integer():
+                value = checked[key] = int(value)
             ok, kind = is_integer(value), "an integer"
         elif isinstance(ref, float):
             ok, kind = is_number(value), "a number"
@@ -286,6 +294,7 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             # SB3 takes 0 and never trains: the run's "learning" left the network as built
             raise ValueError("hyper-parameter gradient_steps must be -1 (as many as the env "
                              "steps since the last update) or >= 1, got 0")
+    return checked
 
 
 def _too_large_integer(key: str, value: int, takes_float: bool) -> str:
@@ -488,8 +497,7 @@ def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
     params = load_hyperparams(name, env_id, warm_start)
     if overrides:
         check_keys(name, overrides)
-        check_override_types(name, params, overrides)
-        params = layer_hyperparams(params, overrides)
+        params = layer_hyperparams(params, check_override_types(name, params, overrides))
     check_not_ignored(name, env_id, params)
     return params
 

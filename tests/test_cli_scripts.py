@@ -693,6 +693,22 @@ def test_the_output_folder_check_leaves_a_folder_another_process_makes_be(
     assert [p.name for p in tmp_path.iterdir()] in ([], ["runs"])    # nothing of the check's
 
 
+def test_a_whole_float_where_an_integer_hyper_parameter_goes_is_made_one() -> None:
+    """--hp n_steps=1e3 (YAML's 1000.0) was refused as "must be an integer", where train.py's
+    --timesteps 1e3 is taken; SB3 itself needs the int (a float n_steps sized no buffer). A
+    fraction stays refused, and a float where a float goes stays a float."""
+    from agents.sb3_hyperparams import hyperparams_with
+
+    params = hyperparams_with("ppo", "InferenceAlloc-v0",
+                              {"n_steps": 1e3, "batch_size": 50.0, "learning_rate": 1.0})
+    assert (params["n_steps"], params["batch_size"]) == (1000, 50)
+    assert type(params["n_steps"]) is int and type(params["batch_size"]) is int
+    assert type(params["learning_rate"]) is float
+    for bad in (1000.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="n_steps must be an integer"):
+            hyperparams_with("ppo", "InferenceAlloc-v0", {"n_steps": bad})
+
+
 def test_none_turns_off_what_sb3_lets_be_none_and_a_warm_starts_overrides_fail_up_front(
         tmp_path, capsys):
     # the Split env's warm_start sets target_kl 0.03: null (SB3's default, "no limit") must
