@@ -99,7 +99,8 @@ def whole_number(text: str) -> int:
         return int(value)
 
 
-whole_number.__name__ = "int"
+whole_number.__name__ = "int"      # argparse_type's refusal names it: "invalid int value"
+
 
 def argparse_type(convert: Callable[[str], T]) -> Callable[[str], T]:
     """`convert` (int, float) as an argparse ``type``: argparse's own refusal, "invalid int

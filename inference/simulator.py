@@ -113,7 +113,7 @@ class SimConfig:
         # a comparison.
         if not is_integer(self.prefetch_depth) or not 0 <= self.prefetch_depth <= MAX_PREFETCH_DEPTH:
             raise ValueError(f"SimConfig.prefetch_depth must be an integer in 0..{MAX_PREFETCH_DEPTH}, "
-                             f"got {self.prefetch_depth!r}")
+                             f"got {shown(self.prefetch_depth)}")
         for name, high in (("replacement_overhead_s", MAX_OVERHEAD_S), ("contention", MAX_CONTENTION)):
             value = getattr(self, name)
             if not is_number(value) or not 0 <= value <= high:   # NaN compares false
