@@ -28,9 +28,8 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.commands import Job, named, program
-from agents.sb3_hyperparams import layer_hyperparams, parse_overrides
-from agents.vec_envs import VEC_ENVS
-from agents.warmup import MIN_CLONE_SAMPLES, WarmupConfig
+from agents.overrides import layer_hyperparams, parse_overrides
+from agents.warmup_config import MIN_CLONE_SAMPLES, WarmupConfig
 from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
 from envs.scenario import MAX_EPISODE_TASKS
@@ -71,6 +70,7 @@ MAX_METRICS_WINDOW = 10**9
 # a run's steps: ~60 years at 500 steps/s. --timesteps 1e300 was taken, and its checkpoints'
 # names (their step counts) were then refused as paths too long for --log-dir
 MAX_TIMESTEPS = 10**12
+VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVecEnv (agents.vec_envs)
 
 
 class ConfigError(ValueError):

@@ -42,11 +42,13 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config import ConfigError, EvalConfig, described, parse_config
     from agents.files import WriteFailed
-    from agents.reporting import reproduce_article, run
 
     try:
         config, _ = parse_config(EvalConfig, argv, description=described(__doc__, SCRIPT, prog),
                                  prog=prog)
+        # torch and SB3 load only now: --help and a refused option answer at once
+        from agents.reporting import reproduce_article, run
+
         # each says the files it writes as it writes them
         (reproduce_article if config.reproduce_article else run)(config)
     except ConfigError as exc:

@@ -21,16 +21,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from sb3_contrib import TRPO, MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from agents.commands import named, program
+from agents.overrides import layer_hyperparams as layer_hyperparams
+from agents.overrides import parse_overrides as parse_overrides
 from envs import ENV_IDS, canonical_env_id
 from inference.checks import is_integer, is_number
 from inference.messages import did_you_mean, shown
-from inference.yamlio import describe_yaml_error, load_yaml_file, path_version, safe_load
+from inference.yamlio import load_yaml_file, path_version
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN,
                                               "maskable-ppo": MaskablePPO, "sac": SAC,
@@ -114,17 +115,6 @@ def check_agent_env(agent: str, env_id: str) -> None:
                      f"{only}), not {env_id}; for {env_id} use {', '.join(others)}")
 
 
-def layer_hyperparams(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """`top` over `params` (a warm start's values, or overrides): a policy_kwargs in `top`
-    merges into the one below. Replacing it, {net_arch: [8]} used to drop activation_fn (and
-    log_std_init), so the net trained with ReLU unannounced."""
-    out = {**params, **top}
-    if isinstance(top.get("policy_kwargs"), dict) and isinstance(
-            params.get("policy_kwargs") or {}, dict):
-        out["policy_kwargs"] = {**(params.get("policy_kwargs") or {}), **top["policy_kwargs"]}
-    return out
-
-
 # set by make_sb3 itself (train.py's --seeds and the CPU device), never by hyper-parameters
 RESERVED = ("env", "seed", "device", "verbose", "tensorboard_log", "_init_setup_model")
 
@@ -163,24 +153,6 @@ def check_keys(name: str, params: dict[str, Any]) -> None:
         if key not in known:
             raise ValueError(f"unknown {name} hyper-parameter {shown(key)}"
                              f"{did_you_mean([key], known)}; known: {', '.join(known)}")
-
-
-def parse_overrides(items: list[str] | None) -> dict[str, Any]:
-    """``["learning_rate=3e-4", "policy_kwargs={net_arch: [32, 32]}"]`` -> dict (YAML scalars)."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"hyper-parameter override {shown(item)} must look like key=value")
-        try:
-            parsed = safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"hyper-parameter override {shown(item)}: value is not valid YAML "
-                             f"({describe_yaml_error(exc)})") from None
-        # layered as a warm start's values are: "--hp policy_kwargs={net_arch: [8]} --hp
-        # policy_kwargs={activation_fn: relu}" kept only the second, net_arch dropped
-        out = layer_hyperparams(out, {key.strip(): parsed})
-    return out
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)   # SB3 turns the numbers into float32 tensors

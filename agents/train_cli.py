@@ -43,11 +43,17 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config import ConfigError, TrainConfig, described, parse_config
     from agents.files import WriteFailed
-    from agents.training import RunFailed, RunsFailed, comparison_table, print_cause, train
 
     try:
         config, given = parse_config(TrainConfig, argv, prog=prog,
                                      description=described(__doc__, SCRIPT, prog))
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    # torch and SB3 load only now: --help and a refused option answer at once
+    from agents.training import RunFailed, RunsFailed, comparison_table, print_cause, train
+
+    try:
         try:
             results, failed = train(config, given), None
         except RunsFailed as exc:   # each failure was reported as it happened (PlanStopped:
@@ -60,7 +66,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
         if failed is not None:
             print(f"{prog}: error: {failed}", file=sys.stderr)
             return 1
-    except ConfigError as exc:
+    except ConfigError as exc:      # what only the plan can check (the agents, --hp)
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except RunFailed as exc:   # --resume's one run

@@ -32,7 +32,7 @@ import numpy as np
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecEnvWrapper
 
-VEC_ENVS = ("dummy", "subproc")
+from agents.config import VEC_ENVS as VEC_ENVS
 
 
 class WorkerDied(RuntimeError):

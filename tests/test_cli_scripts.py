@@ -1384,6 +1384,24 @@ def test_a_plan_stopped_by_a_refused_write_still_shows_the_runs_finished_before_
                             f"denied; the plan stopped at run 2 of 2: 1 finished before it\n")
 
 
+@pytest.mark.parametrize("job, args, code", [
+    ("train", ["--help"], 0), ("train", ["--seeds", "-1"], 2), ("train", ["--timesteps", "x"], 2),
+    ("evaluate", ["--help"], 0), ("evaluate", ["--seeds", "0"], 2),
+    ("evaluate", ["--eval-tasks", "3"], 2),
+])
+def test_help_and_a_refused_option_answer_without_loading_torch(job: str, args: list[str],
+                                                                  code: int, tmp_path: Path) -> None:
+    """Each took 2.5-3 s, most of it importing torch and SB3 before the options were read."""
+    probe = (f"import sys\nfrom agents.{job}_cli import main\n"
+             f"try:\n    code = main({args!r}, prog='{job}.py')\n"
+             f"except SystemExit as exc:\n    code = exc.code\n"
+             f"print(code, sorted(m for m in ('torch', 'stable_baselines3', 'sb3_contrib') "
+             f"if m in sys.modules), file=sys.stderr)")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.stderr.splitlines()[-1] == f"{code} []", run.stderr
+
+
 def folder_of_length(root: Path, length: int) -> Path:
     """A folder under `root` whose path is `length` characters long, made of 200-character
     names (each under NAME_MAX), for paths just short of the system's PATH_MAX."""
