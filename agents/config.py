@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agents.commands import Job, named, program
-from agents.overrides import layer_hyperparams, parse_overrides
+from agents.overrides import kept_below, layer_hyperparams, parse_overrides
 from agents.warmup_config import MIN_CLONE_SAMPLES, WarmupConfig
 from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
@@ -772,27 +772,13 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         raise ConfigError(f"{exc}{note}") from None
     options = GivenOptions(values)
     flag_hp = given.get("hp", {})
-    filed = _not_overridden(file_hp, flag_hp)
+    filed = kept_below(file_hp, flag_hp)
     if file_hp:     # else plan's own "--hp {...}" (config.hp) is the command line's
         parts = [f"--hp {shown(flag_hp, quote=False)}"] if flag_hp else []
         if filed:
             parts.append(f"hp {shown(filed, quote=False)} in {shown(config_file, quote=False)}")
         options.hp_source = " and ".join(parts)
     return config, options
-
-
-def _not_overridden(below: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """The entries of `below` that `top` leaves in place when layered over it
-    (``layer_hyperparams``): those of a policy_kwargs in both that `top`'s does not set."""
-    out = {}
-    for key, value in below.items():
-        if key not in top:
-            out[key] = value
-        elif isinstance(value, dict) and isinstance(top[key], dict):
-            kept = _not_overridden(value, top[key])
-            if kept:
-                out[key] = kept
-    return out
 
 
 def _source_note(cls: type, message: str, from_file: set[str], given: set[str],

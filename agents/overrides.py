@@ -23,6 +23,21 @@ def layer_hyperparams(params: dict[str, Any], top: dict[str, Any]) -> dict[str, 
     return out
 
 
+def kept_below(params: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `params` that ``layer_hyperparams(params, top)`` keeps: those `top` does
+    not set, and of a policy_kwargs in both (which merges), the keys `top`'s does not set.
+    Another mapping (replay_buffer_kwargs) in `top` replaces the one below whole."""
+    out = {}
+    for key, value in params.items():
+        if key not in top:
+            out[key] = value
+        elif key == "policy_kwargs" and isinstance(value, dict) and isinstance(top[key], dict):
+            kept = {k: v for k, v in value.items() if k not in top[key]}
+            if kept:
+                out[key] = kept
+    return out
+
+
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     """``["learning_rate=3e-4", "policy_kwargs={net_arch: [32, 32]}"]`` -> dict (YAML scalars)."""
     out: dict[str, Any] = {}

@@ -1663,6 +1663,9 @@ def test_a_bad_value_in_a_config_file_is_refused_naming_the_file(tmp_path: Path,
      "hp {'policy_kwargs': {'net_arch': [8]}} in c.yaml"),
     ("{policy_kwargs: {activation_fn: tanh}}", ["--hp", "n_epoch=3", "policy_kwargs={activation_fn: relu}"],
      "--hp {'n_epoch': 3, 'policy_kwargs': {'activation_fn': 'relu'}}"),
+    # another mapping is replaced whole, not merged: the file's is not in force
+    ("{rollout_buffer_kwargs: {gamma: 0.5}}", ["--hp", "n_epoch=3", "rollout_buffer_kwargs={}"],
+     "--hp {'n_epoch': 3, 'rollout_buffer_kwargs': {}}"),
 ])
 def test_hyperparameters_refused_once_the_agents_are_built_name_where_each_was_set(
         file_hp: str, flags: list[str], source: str, tmp_path: Path, capsys, monkeypatch) -> None:
