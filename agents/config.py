@@ -33,7 +33,7 @@ from agents.warmup_config import MIN_CLONE_SAMPLES, WarmupConfig
 from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
 from envs.scenario import MAX_EPISODE_TASKS
-from inference.checks import is_integer, is_number
+from inference.checks import is_number, is_whole
 from inference.messages import (
     ShortErrorParser,
     argparse_type,
@@ -630,7 +630,7 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         return value
     if base is int:
         # YAML reads 1e5 and 60000.0 as floats: taken where whole, as the command line takes them
-        if not is_integer(value) and not (is_number(value) and float(value).is_integer()):
+        if not is_whole(value):
             raise ConfigError(f"option {name} must be an integer, got {shown(value)}")
         return int(value)
     if base is float:

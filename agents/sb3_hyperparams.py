@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from agents.commands import named, program
 from agents.overrides import layer_hyperparams as layer_hyperparams
 from agents.overrides import parse_overrides as parse_overrides
 from envs import ENV_IDS, canonical_env_id
-from inference.checks import is_integer, is_number
+from inference.checks import is_integer, is_number, is_whole
 from inference.messages import did_you_mean, shown
 from inference.yamlio import load_yaml_file, path_version
 
@@ -238,8 +237,7 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
         if isinstance(ref, bool):
             ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(ref, int):
-            if is_number(value) and not is_integer(value) and math.isfinite(value) \
-                    and float(value).is_integer():
+            if is_whole(value) and not is_integer(value):
                 value = checked[key] = int(value)
             ok, kind = is_integer(value), "an integer"
         elif isinstance(ref, float):

@@ -41,6 +41,13 @@ def is_integer(value: Any) -> TypeGuard[int]:
                                    and not isinstance(value, _BOOLS))
 
 
+def is_whole(value: Any) -> bool:
+    """An integer, or a float of one (1e5, 200.0; numpy's too), and not a bool: what a count
+    given in YAML or on a command line may be written as (YAML reads 1e5 as a float). Not
+    inf or NaN. A caller that takes it stores ``int(value)``."""
+    return is_integer(value) or (is_number(value) and float(value).is_integer())
+
+
 def is_number(value: Any) -> TypeGuard[float]:
     """A real number (an integer or a float, Python's or numpy's), and not a bool. NaN and inf
     are numbers: a caller that needs a finite one checks ``math.isfinite`` as well."""

@@ -568,3 +568,15 @@ def test_python_m_inference_takes_whole_flags_only_and_names_the_one_meant(capsy
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "error: unrecognized arguments: --batc 3 (did you mean '--batch'?)")
     assert build_parser().parse_args(["--batch=3"]).batch == 3
+
+
+def test_a_whole_number_is_an_integer_or_a_float_of_one_and_never_a_bool():
+    """inference.checks.is_whole: what config files and --hp take for a count (YAML reads 1e5
+    as a float)."""
+    import numpy as np
+
+    from inference.checks import is_whole
+
+    assert all(is_whole(v) for v in (3, 1e5, 200.0, np.int64(4), np.float32(8.0), 0))
+    assert not any(is_whole(v) for v in (1.5, float("inf"), float("nan"), True, np.bool_(True),
+                                         "3", None))
