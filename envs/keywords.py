@@ -44,8 +44,8 @@ def checked_keywords(*handed_on: str,
     keyword -> what it takes, with an example).
     `handed_on`: the keywords its ``**kwargs`` hand on (a mix's, to its scenarios' envs)."""
     def decorate(init: Init) -> Init:
-        valid = (*keywords_of(init), *handed_on)
         positional = keywords_of(init)
+        valid = (*positional, *handed_on)
         required = required_keywords(init)
 
         @functools.wraps(init)
