@@ -541,7 +541,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 
 
 def build_parser(cls: type, description: str | None = None,
-                 prog: str | None = None) -> argparse.ArgumentParser:
+                 prog: str | None = None) -> ShortErrorParser:
     """An argparse parser with a flag per field of `cls` (defaults shown, values SUPPRESSed);
     `prog` (argparse's default: sys.argv[0]'s name) heads its usage and errors."""
     parser = ShortErrorParser(
@@ -740,6 +740,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
             # train.py's --seeds is a list; evaluate.py's is a count: "--seeds 0 1 2" lands here
             hint = " (--seeds is a count here: N held-out seeds from --seed-base, not a list)"
         flags = [word.split("=")[0] for word in extras if word.startswith("--")]
+        parser.explained = {flag for flag in flags if _other_job_note(cls, [flag])}
         parser.error(f"{unrecognized(extras)}{hint}{_other_job_note(cls, flags)}")
     given = vars(namespace)
     values: dict[str, Any] = {}

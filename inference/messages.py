@@ -130,11 +130,16 @@ class ShortErrorParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # unrecognized flags whose refusal already says what they are (another script's
+        # option): "did you mean '--episode-tasks'?" after "--episodes is evaluate.py's
+        # option" pointed at a flag that means something else
+        self.explained: set[str] = set()
 
     def error(self, message: str) -> NoReturn:
         if message.startswith(UNRECOGNIZED):
             given = message.removeprefix(UNRECOGNIZED).split(" ")
-            flags = [word.split("=")[0] for word in given if word.startswith("--")]
+            flags = [word.split("=")[0] for word in given
+                     if word.startswith("--") and word.split("=")[0] not in self.explained]
             message += did_you_mean(flags, [flag for action in self._actions
                                             for flag in action.option_strings], prefixes=True)
         words = message.split(" ")

@@ -1586,12 +1586,16 @@ def test_config_file_and_flags_resolve_in_order(tmp_path: Path) -> None:
     ("evaluate.py", ["--eval-tasks", "5", "--timesteps=3"],
      "--eval-tasks, --timesteps are train.py's options, not evaluate.py's"),
     ("train.py", ["--out", "x"], "--out is evaluate.py's option, not train.py's"),
+    # --episodes is also near train.py's --episode-tasks, which means something else
+    ("train.py", ["--episodes", "5"], "--episodes is evaluate.py's option, not train.py's"),
     ("train.py", ["--no-such-flag"], None),        # neither's: no note
 ])
 def test_an_option_of_the_other_script_is_refused_naming_whose_it_is(
         script: str, args: list[str], note: str | None, tmp_path: Path, monkeypatch, capsys) -> None:
     """The two share most options: evaluate.py's "unrecognized arguments: --eval-tasks 5"
-    read as a typo of an option it has."""
+    read as a typo of an option it has. Such a flag gets no guess at a flag of this script
+    besides: "(did you mean '--episode-tasks'?)" after the note sent train.py's user to an
+    option of another meaning."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
         load_main(script)(args)
@@ -1599,7 +1603,16 @@ def test_an_option_of_the_other_script_is_refused_naming_whose_it_is(
     err = capsys.readouterr().err
     assert f"{script}: error: unrecognized arguments: " in err
     assert (f"({note})" in err) if note else "option, not" not in err
+    assert ("did you mean" not in err) if note else True
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_typo_beside_an_option_of_the_other_script_still_gets_its_guess(capsys) -> None:
+    with pytest.raises(SystemExit):
+        load_main("train.py")(["--episodes", "5", "--timestep", "3"])
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("(--episodes is evaluate.py's option, not train.py's) "
+                                 "(did you mean '--timesteps'?)")
 
 
 @pytest.mark.parametrize("cls, key, note", [
