@@ -218,7 +218,7 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
             _check_train_freq(value)
             continue
         if key == "policy_kwargs":
-            _check_policy_kwargs(name, value)
+            checked[key] = _check_policy_kwargs(name, value)
             continue
         if key == "policy":
             _check_policy(name, value)
@@ -366,7 +366,7 @@ def policy_kwargs_keys(name: str) -> list[str]:
             if key not in POLICY_ARGUMENTS]
 
 
-def _check_policy_kwargs(name: str, value: Any) -> None:
+def _check_policy_kwargs(name: str, value: Any) -> Any:
     """policy_kwargs is a mapping (or null), and its net_arch one SB3 builds: a list of layer
     widths, or for the actor-critic agents ``{pi: [...], vf: [...]}`` (SAC: ``{pi: [...],
     qf: [...]}``, both given; DQN takes the list only). SB3 checks neither: [-1, 64] or
@@ -375,9 +375,12 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
     with the rest, so that a typo in a YAML file fails before the first run, not as it starts;
     so are its keys, each a keyword of the agent's policy (``policy_kwargs_keys``), and a
     Gaussian's log_std_init (``MAX_LOG_STD_INIT``). An agent's other sizes (recurrent-ppo's
-    LSTM), where given, lie in its ``SIZE_LIMITS``."""
+    LSTM), where given, lie in its ``SIZE_LIMITS``.
+
+    Returns `value` with each size written as a whole float (``[64.0, 64]``, ``1e3``) made an
+    integer, as the scalar counts are: 64.0 was refused as a width."""
     if value is None:
-        return
+        return None
     if not isinstance(value, dict):
         raise ValueError(f"hyper-parameter policy_kwargs must be a mapping "
                          f"(e.g. {{net_arch: [64, 64]}}), got {shown(value)}")
@@ -404,18 +407,21 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
             raise ValueError(f"hyper-parameter policy_kwargs.log_std_init must be a number in "
                              f"[-{MAX_LOG_STD_INIT:g}, {MAX_LOG_STD_INIT:g}], got "
                              f"{shown(log_std)}")
+    value = dict(value)
     for key, top in SIZE_LIMITS.get(name, {}).items():
         size = value.get(key)
-        if key in value and not (is_integer(size) and 1 <= size <= top):
+        if key in value and not (is_whole(size) and 1 <= size <= top):
             raise ValueError(f"hyper-parameter policy_kwargs.{key} must be an integer in "
                              f"1..{top} for {name}, got {shown(size)}")
+        if key in value:
+            value[key] = int(size)
     arch = value.get("net_arch")
     if arch is None:
-        return      # SB3's default net
+        return value      # SB3's default net
 
     def widths(layers: Any) -> bool:
         return isinstance(layers, list) and all(
-            is_integer(n) and 1 <= n <= MAX_LAYER_WIDTH
+            is_whole(n) and 1 <= n <= MAX_LAYER_WIDTH
             for n in layers)
 
     if name == "dqn":
@@ -434,6 +440,9 @@ def _check_policy_kwargs(name: str, value: Any) -> None:
         raise ValueError(f"hyper-parameter policy_kwargs.net_arch must be {form} for {name}, "
                          f"each width an integer in 1..{MAX_LAYER_WIDTH} (e.g. [64, 64]), "
                          f"got {shown(arch)}")
+    value["net_arch"] = ({part: [int(n) for n in layers] for part, layers in arch.items()}
+                         if isinstance(arch, dict) else [int(n) for n in arch])
+    return value
 
 
 def check_sub_sampling(name: str, params: dict[str, Any], n_envs: int) -> None:

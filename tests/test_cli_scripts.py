@@ -709,6 +709,34 @@ def test_a_whole_float_where_an_integer_hyper_parameter_goes_is_made_one() -> No
             hyperparams_with("ppo", "InferenceAlloc-v0", {"n_steps": bad})
 
 
+def _ints_only(value) -> bool:
+    """Every number in `value` (nested lists and mappings) is an int, none a float."""
+    if isinstance(value, dict):
+        return all(map(_ints_only, value.values()))
+    if isinstance(value, list):
+        return all(map(_ints_only, value))
+    return not isinstance(value, float)
+
+
+@pytest.mark.parametrize("agent, kwargs, built", [
+    ("ppo", {"net_arch": [64.0, 1e2]}, {"net_arch": [64, 100]}),
+    ("ppo", {"net_arch": {"pi": [32.0], "vf": [16]}, "activation_fn": "relu"},
+     {"net_arch": {"pi": [32], "vf": [16]}, "activation_fn": "relu"}),
+    ("recurrent-ppo", {"lstm_hidden_size": 32.0, "n_lstm_layers": 1.0},
+     {"lstm_hidden_size": 32, "n_lstm_layers": 1}),
+])
+def test_a_whole_float_among_the_policys_sizes_is_made_an_integer(agent, kwargs, built) -> None:
+    """A width written 64.0 was refused, where n_steps=1e3 is taken; a fraction stays refused.
+    The sizes reach SB3 as ints (a float width fails inside torch as the net is built)."""
+    from agents.sb3_hyperparams import hyperparams_with
+
+    sizes = hyperparams_with(agent, "InferenceAlloc-v0", {"policy_kwargs": kwargs})["policy_kwargs"]
+    assert {key: sizes[key] for key in built} == built and _ints_only(sizes)
+    fraction = ({"net_arch": [64.5]} if agent == "ppo" else {"lstm_hidden_size": 32.5})
+    with pytest.raises(ValueError, match="must be"):
+        hyperparams_with(agent, "InferenceAlloc-v0", {"policy_kwargs": {**kwargs, **fraction}})
+
+
 def test_none_turns_off_what_sb3_lets_be_none_and_a_warm_starts_overrides_fail_up_front(
         tmp_path, capsys):
     # the Split env's warm_start sets target_kl 0.03: null (SB3's default, "no limit") must
