@@ -48,10 +48,15 @@ class Policy:
         return {}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write `path` (a .zip) atomically: a temp file in the same folder, then rename."""
+        """Write `path` (a .zip) atomically: a temp file in the same folder, then rename. Its
+        policy.json holds the name, the config and the class as ``<module>:<class>``: only
+        ours load back by name, and a refusal of a class of yours names it (``load_policy``)."""
         target = zip_target(path)
+        cls = type(self)
+        saved = {"name": self.name, "config": self.config(),
+                 "class": f"{cls.__module__}:{cls.__qualname__}"}
         with atomic_path(target) as tmp, zipfile.ZipFile(tmp, "w") as zf:
-            zf.writestr(POLICY_FILE, json.dumps({"name": self.name, "config": self.config()}))
+            zf.writestr(POLICY_FILE, json.dumps(saved))
         return target
 
 

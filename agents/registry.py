@@ -44,6 +44,7 @@ from agents.imported import (
     imported_env_id,
     imported_policy_maker,
     is_import_name,
+    is_module_attribute,
 )
 from agents.oracle import OraclePolicy
 from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
@@ -86,6 +87,11 @@ def policy_env_id(name: str) -> str:
 
 class UnknownPolicyName(ValueError):
     """A name that is no policy; the message lists the valid ones."""
+
+
+class UnknownSavedPolicy(ValueError):
+    """A saved policy's name that none of ours has: a ``Policy`` subclass of yours saves, but
+    only ours are rebuilt from their name and config."""
 
 
 def valid_names(learners: bool = True) -> str:
@@ -296,7 +302,7 @@ def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:
         return HeftSplitPolicy.from_config(config, env)
     if name == "oracle":
         return OraclePolicy.from_config(config, env)
-    raise ValueError(f"unknown saved policy {name!r}")
+    raise UnknownSavedPolicy(f"unknown saved policy {name!r}")
 
 
 def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
@@ -318,5 +324,23 @@ def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
         if isinstance(exc, TypeError) and "InferenceAlloc" in str(exc):
             raise       # the env is wrong, not the file
         reason = f"its config has no {exc.args[0]!r} entry" if isinstance(exc, KeyError) else exc
+        if isinstance(exc, UnknownSavedPolicy):
+            reason = f"{exc}{_own_class_hint(saved.get('class'))}"
         raise ValueError(f"model file {p} does not hold a loadable policy ({name!r}): "
                          f"{reason}") from None
+
+
+def _own_class_hint(saved_class: Any) -> str:
+    """What to do with the zip of a policy class of yours (`saved_class`, ``Policy.save``'s
+    ``<module>:<class>``; absent from zips saved before it was recorded): only our fixed
+    policies and SB3 models load from a zip, so name the class instead, as evaluate.py's
+    --baselines and train.py's --conservative take it."""
+    known = isinstance(saved_class, str) and is_module_attribute(saved_class)
+    script = known and saved_class.startswith("__main__:")
+    name = shown(saved_class, quote=False) if known and not script else IMPORT_PATTERN
+    hint = (f"; only our fixed policies and SB3 models load from a zip: evaluate a policy of "
+            f"yours by its class, as --baselines {name}")
+    if script:
+        # a class of a script run as `python mine.py`: "__main__:Mine" imports nothing
+        hint += " (it was saved from a script run as __main__: name the class by its module)"
+    return hint

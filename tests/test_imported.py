@@ -6,9 +6,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import importlib
+import json
 import re
 import sys
 import textwrap
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -542,6 +545,44 @@ def test_evaluate_refuses_a_missing_policy_before_writing_anything(tmp_path: Pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "baseline: policy 'heft:calibrated': no module named" in err
     assert err.endswith("(did you mean 'heft-calibrated'?)\n")
+
+
+def test_the_zip_of_a_policy_class_of_yours_is_refused_naming_the_class_to_evaluate(
+        user_module: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A Policy subclass of yours saves, but only ours load back by name: --models said
+    "unknown saved policy 'policy'", the base class's name, and not what to do instead. The
+    class the zip records is what --baselines then takes."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(user_module)
+    path = module.StreamSeeded().save(tmp_path / "mine.zip")
+    main = load_main("evaluate.py")
+    assert main(["--models", str(path), "--out", "results", "--no-online",
+                 "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown saved policy 'policy'" in err
+    assert err.rstrip().endswith(f"evaluate a policy of yours by its class, as --baselines "
+                                 f"{user_module}:StreamSeeded")
+    assert not (tmp_path / "results").exists()
+    assert main(["--baselines", f"{user_module}:StreamSeeded", "--out", "results", "--seeds",
+                 "1", "--episode-tasks", "5", "--no-online", "--no-progress-bar"]) == 0
+
+
+def test_a_zip_without_an_importable_class_is_told_the_pattern(tmp_path: Path) -> None:
+    """A class of a script run as __main__ (or a zip saved before the class was recorded)
+    names no module to import: the hint gives the pattern."""
+    from agents.registry import load_policy
+
+    env = gym.make("envs:InferenceAlloc-v0", scenario="article", episode_tasks=5)
+    for saved, said in [({"name": "mine", "config": {}, "class": "__main__:Mine"},
+                         "as --baselines <module>:<attribute> (it was saved from a script "
+                         "run as __main__: name the class by its module)"),
+                        ({"name": "mine", "config": {}}, "as --baselines <module>:<attribute>")]:
+        path = tmp_path / "m.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("policy.json", json.dumps(saved))
+        with pytest.raises(ValueError) as info:
+            load_policy(path, env)
+        assert str(info.value).endswith(said)
 
 
 def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
