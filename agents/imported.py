@@ -74,8 +74,9 @@ class ImportNameError(ValueError):
 
 def import_target(name: str, what: str = "policy") -> Any:
     """The object `name` (``<module>:<attribute>``) names. Raises ImportNameError naming
-    what is missing: the module (a module the named one imports, missing, is its own error),
-    or the attribute, with the module's nearest names. `what` heads each message: what the
+    what is missing: the module (a module the named one imports, missing, is told as what
+    importing it raised, as anything else its code raises), or the attribute, with the
+    module's nearest names. `what` heads each message: what the
     name is read as (``policy``, or ``--callbacks`` for ``agents.user_callbacks``)."""
     module_name, _, attribute = name.strip().partition(":")
     cwd = os.getcwd()
@@ -86,16 +87,17 @@ def import_target(name: str, what: str = "policy") -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-            raise   # the module exists, and one it imports does not: that is its own error
+            # the module exists, and one it imports does not: its own error, not "no module"
+            raise _import_raised(what, name, module_name, exc) from exc
         stem = module_name.removesuffix(".py")
         hint = f"; name the module, {stem}, not its file" if stem != module_name else ""
         raise ImportNameError(f"{what} {shown(name)}: no module named {shown(module_name)} in the "
                               f"working directory ({cwd}) or on sys.path{hint}",
                               missing_module=True) from None
-    except (ValueError, TypeError) as exc:
-        # the CLIs print these as one line: name the name, and where its code raised
-        raise ImportNameError(f"{what} {shown(name)}: importing {module_name} raised "
-                              f"{type(exc).__name__}: {exc}{raised_at(exc)}") from exc
+    except Exception as exc:    # the module's code, whatever it raises (not Ctrl-C's)
+        # the CLIs print these as one line, as a factory's own errors: a SyntaxError, an
+        # ImportError or a RuntimeError as the module ran was a traceback
+        raise _import_raised(what, name, module_name, exc) from exc
     finally:
         if added:
             sys.path.remove(cwd)
@@ -112,6 +114,18 @@ def import_target(name: str, what: str = "policy") -> Any:
                                   f"{did_you_mean([part], public)}")
         target = getattr(target, part)
     return target
+
+
+def _import_raised(what: str, name: str, module_name: str, exc: Exception) -> ImportNameError:
+    """The one-line refusal of `name` whose module raised `exc` as it was imported: what and
+    where (a SyntaxError's own file and line: its traceback ends in the import machinery)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}, line {exc.lineno})"
+        text = exc.msg
+    else:
+        where, text = raised_at(exc), str(exc)
+    return ImportNameError(f"{what} {shown(name)}: importing {module_name} raised "
+                           f"{type(exc).__name__}: {text}{where}")
 
 
 def imported_env_id(name: str) -> str:

@@ -489,10 +489,22 @@ def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, 
                                          r"typeerror_xyz raised TypeError: .* "
                                          r"\(.*typeerror_xyz\.py, line 1\)"):
         make_fixed_policy("typeerror_xyz:P", env, "baseline")
-    # a module that exists and imports one that does not: its own error, not "no module"
+    # a module that exists and imports one that does not: what importing it raised, not "no
+    # module named broken_xyz"; so is whatever else a module's code raises, and a syntax
+    # error, each at its line (they were tracebacks)
     (tmp_path / "broken_xyz.py").write_text("import missing_dependency_xyz\n")
-    with pytest.raises(ModuleNotFoundError, match="missing_dependency_xyz"):
+    with pytest.raises(ValueError, match=r"^policy 'broken_xyz:Policy': importing broken_xyz "
+                                         r"raised ModuleNotFoundError: No module named "
+                                         r"'missing_dependency_xyz' \(.*broken_xyz\.py, line 1\)$"):
         make_policy("broken_xyz:Policy", env)
+    (tmp_path / "runtime_xyz.py").write_text("\nraise RuntimeError('no GPU here')\n")
+    with pytest.raises(ValueError, match=r"importing runtime_xyz raised RuntimeError: no GPU "
+                                         r"here \(.*runtime_xyz\.py, line 2\)$"):
+        make_policy("runtime_xyz:Policy", env)
+    (tmp_path / "syntax_xyz.py").write_text("x = 1\ndef f(:\n    pass\n")
+    with pytest.raises(ValueError, match=r"importing syntax_xyz raised SyntaxError: .* "
+                                         r"\(.*syntax_xyz\.py, line 2\)$"):
+        make_policy("syntax_xyz:Policy", env)
     assert str(tmp_path) not in sys.path        # the import's own path entry is taken back
 
 
