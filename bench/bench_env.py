@@ -42,6 +42,7 @@ if __package__ in (None, ""):   # run as a script: time the code beside it, not 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import envs  # noqa: E402  (registers the ids; gym.make("envs:...") would import it anyway)
+from agents.interrupts import run_stoppable  # noqa: E402
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 from inference.messages import ShortErrorParser  # noqa: E402
 
@@ -130,4 +131,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ctrl-C and SIGTERM end it in one line, a temporary folder removed on the way out
+    sys.exit(run_stoppable(Path(__file__).name, main))

@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from agents.heft_split import HeftSplitPolicy  # noqa: E402
+from agents.interrupts import run_stoppable  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
 from bench.bench_traces import median_seconds  # noqa: E402
 from envs.inference_alloc_split import InferenceAllocSplitEnv  # noqa: E402
@@ -152,4 +153,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ctrl-C and SIGTERM end it in one line, a temporary folder removed on the way out
+    sys.exit(run_stoppable(Path(__file__).name, main))

@@ -24,6 +24,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 import gymnasium as gym  # noqa: E402
 
 from agents.heft import HeftPolicy  # noqa: E402
+from agents.interrupts import run_stoppable  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
 from bench.bench_traces import median_seconds  # noqa: E402
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
@@ -80,4 +81,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ctrl-C and SIGTERM end it in one line, a temporary folder removed on the way out
+    sys.exit(run_stoppable(Path(__file__).name, main))

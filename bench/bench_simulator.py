@@ -22,6 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):   # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents.interrupts import run_stoppable  # noqa: E402
 from inference import (  # noqa: E402
     VARIANTS,
     Simulator,
@@ -105,4 +106,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ctrl-C and SIGTERM end it in one line, a temporary folder removed on the way out
+    sys.exit(run_stoppable(Path(__file__).name, main))

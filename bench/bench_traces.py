@@ -37,12 +37,18 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 
 import numpy as np  # noqa: E402
 
+from agents.interrupts import run_stoppable  # noqa: E402
 from envs.traces import HEADER, batch_columns, read_trace  # noqa: E402
 from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_TIME_RATIO = 12.0
 TARGET_MEMORY_RATIO = 4.0
 RESULT_BYTES_PER_ROW = 24   # time_s float64 + two int64 token columns
+
+
+# The most rows timed: a week of the real trace and more, about 3 GB at the peak (the generated
+# columns and the reader's ~57 B a row).
+MAX_ROWS = 30_000_000
 
 
 def write_trace(path: Path, rows: int, seed: int = 0) -> None:
@@ -96,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rows < 1 or args.repeats < 1:
         parser.error("--rows and --repeats must be >= 1")
+    if args.rows > MAX_ROWS:
+        # 1e12 rows was numpy's memory error, a traceback, as the trace was generated
+        parser.error(f"--rows must be at most {MAX_ROWS:,} (a week of the 2024 trace is 17-27 "
+                     f"million rows), got {args.rows:,}")
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.csv"
@@ -119,4 +129,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ctrl-C and SIGTERM end it in one line, a temporary folder removed on the way out
+    sys.exit(run_stoppable(Path(__file__).name, main))

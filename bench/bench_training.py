@@ -41,6 +41,7 @@ from stable_baselines3.common.logger import Logger  # noqa: E402
 import agents.training as training  # noqa: E402
 from agents.callbacks import BestModelSelection, HeldOutEval, LatencyMetrics  # noqa: E402
 from agents.config import TrainConfig  # noqa: E402
+from agents.interrupts import run_stoppable  # noqa: E402
 from agents.sb3_factory import SB3Agent  # noqa: E402
 from agents.warmup import WarmupCallback  # noqa: E402
 from envs.inference_alloc import InferenceAllocEnv  # noqa: E402
@@ -153,4 +154,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ctrl-C and SIGTERM end it in one line, a temporary folder removed on the way out
+    sys.exit(run_stoppable(Path(__file__).name, main))

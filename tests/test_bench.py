@@ -546,3 +546,39 @@ def test_a_bench_takes_whole_flags_only_and_names_the_one_meant(name, capsys):
     assert exit_.value.code == 2 and out == ""
     assert err.splitlines()[-1].endswith(
         "error: unrecognized arguments: --rep 1 (did you mean '--repeats'?)")
+
+
+def test_the_trace_bench_refuses_more_rows_than_it_can_hold_before_writing(monkeypatch, capsys):
+    """1e12 rows was numpy's memory error, a traceback, as the trace was being generated."""
+    module = bench_module("bench_traces")
+    monkeypatch.setattr(module, "write_trace", not_timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--rows", str(module.MAX_ROWS + 1)])
+    assert exit_.value.code == 2
+    assert f"--rows must be at most {module.MAX_ROWS:,}" in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="timed something"):    # the top is taken
+        module.main(["--rows", str(module.MAX_ROWS)])
+
+
+def test_a_bench_stopped_by_sigterm_says_so_and_removes_its_temporary_folder(tmp_path):
+    """A scheduler's SIGTERM killed the script where it stood: its temporary trace (80 MB at
+    3 million rows) stayed in the temp folder, and Ctrl-C was a traceback."""
+    import os
+    import signal
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    bench = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_traces.py"),
+                              "--rows", str(20_000_000), "--repeats", "1"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("*/trace.csv")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.glob("*/trace.csv")), "the bench wrote no trace in time"
+        bench.send_signal(signal.SIGTERM)
+        out, err = bench.communicate(timeout=60)
+    finally:
+        bench.kill()
+    assert bench.returncode == 143 and err == "bench_traces.py: terminated (SIGTERM)\n"
+    assert out == "" and list(tmp_path.iterdir()) == []
