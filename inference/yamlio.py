@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,8 +66,15 @@ class NumberFriendlyLoader(yaml.SafeLoader):
         # spec). So the merge is done here, on nodes left as written, and never calls it.
         if not isinstance(node, yaml.MappingNode):
             return super().construct_mapping(node, deep=deep)   # the base class says what is wrong
-        return {key: self.construct_object(value_node, deep=deep)
-                for key, (_, value_node) in self._merged_pairs(node, ()).items()}
+        out = {}
+        for key, (_, value_node) in self._merged_pairs(node, ()).items():
+            try:
+                out[key] = self.construct_object(value_node, deep=deep)
+            except yaml.constructor.ConstructorError as exc:
+                if exc.problem_mark is value_node.start_mark:   # a value refused: name its key
+                    exc.problem = f"{shown(key, quote=False)}: {exc.problem}"
+                raise
+        return out
 
     def _merged_pairs(self, node: yaml.MappingNode, merging: tuple[yaml.Node, ...]
                       ) -> dict[Any, tuple[yaml.Node, yaml.Node]]:
@@ -164,6 +173,31 @@ def _check_aliases(root: yaml.Node) -> None:
             None, None, f"aliases repeat values more than {MAX_ALIASED_VALUES:,} times (an alias "
                         f"of an alias of ...: a 'billion laughs')", root.start_mark)
 
+
+def _checked_scalar(construct: Callable[[Any, yaml.ScalarNode], Any]
+                    ) -> Callable[[Any, yaml.ScalarNode], Any]:
+    """`construct` (PyYAML's int, float, bool or timestamp constructor), refusing a value it
+    cannot read with a ConstructorError, which every reader here names its file by. PyYAML's
+    own refusals were bare: ``timesteps: 1000...0`` past Python's 4300-digit limit on int()
+    of a string was a ValueError out of train.py (a traceback), ``!!int abc`` too, ``!!bool
+    abc`` a KeyError."""
+    def checked(loader: Any, node: yaml.ScalarNode) -> Any:
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, AttributeError):
+            limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+            digits = sum(c.isdigit() for c in str(node.value))
+            problem = (f"a number of more than {limit} digits" if limit and digits > limit
+                       else f"{shown(node.value)} is not a valid {node.tag.rpartition(':')[2]}")
+            raise yaml.constructor.ConstructorError(None, None, problem,
+                                                    node.start_mark) from None
+    return checked
+
+
+for _kind in ("int", "float", "bool", "timestamp"):
+    NumberFriendlyLoader.add_constructor(
+        f"tag:yaml.org,2002:{_kind}",
+        _checked_scalar(getattr(yaml.constructor.SafeConstructor, f"construct_yaml_{_kind}")))
 
 NumberFriendlyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",

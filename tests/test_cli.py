@@ -580,3 +580,43 @@ def test_a_whole_number_is_an_integer_or_a_float_of_one_and_never_a_bool():
     assert all(is_whole(v) for v in (3, 1e5, 200.0, np.int64(4), np.float32(8.0), 0))
     assert not any(is_whole(v) for v in (1.5, float("inf"), float("nan"), True, np.bool_(True),
                                          "3", None))
+
+
+def _huge_int_file(tmp_path: Path, key: str, text: str = "") -> tuple[Path, int]:
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if not limit:
+        pytest.skip("this Python puts no limit on int() of a string")
+    path = tmp_path / "huge.yaml"
+    path.write_text(f"{text}{key}: 1{'0' * limit}\n", encoding="utf-8")
+    return path, limit
+
+
+@pytest.mark.parametrize("job", ["train", "evaluate"])
+def test_a_config_number_past_the_digit_limit_exits_2_naming_file_and_option(
+        job, tmp_path, capsys):
+    """`timesteps: 1000...0` (4401 digits) in a --config file was a traceback, exit 1: PyYAML's
+    int() of it raised a ValueError no reader caught."""
+    from agents import evaluate_cli, train_cli
+    path, limit = _huge_int_file(tmp_path, "timesteps" if job == "train" else "episodes")
+    cli = train_cli if job == "train" else evaluate_cli
+    assert cli.main(["--config", str(path)], prog=f"{job}.py") == 2
+    err = capsys.readouterr().err.strip()
+    key = "timesteps" if job == "train" else "episodes"
+    assert err == (f"{job}.py: error: config file {path} is not valid YAML at line 1, column "
+                   f"{len(key) + 3}: {key}: a number of more than {limit} digits"), err
+
+
+def test_a_scenario_or_override_number_past_the_digit_limit_names_where(tmp_path, capsys):
+    """Int()'s own refusal ("Exceeds the limit (4300 digits) for integer string conversion ...
+    use sys.set_int_max_str_digits()") named neither the file nor the field."""
+    from agents import train_cli
+    path, limit = _huge_int_file(tmp_path, "  prompt_tokens", "name: huge\nworkload:\n")
+    assert train_cli.main(["--scenario", str(path)], prog="train.py") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"train.py: error: scenario file {path}: malformed YAML at line 3, column "
+                   f"18: prompt_tokens: a number of more than {limit} digits"), err
+    assert train_cli.main(["--hp", f"n_steps=1{'0' * limit}"], prog="train.py") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "hyper-parameter override 'n_steps=" in err
+    assert err.endswith(f"value is not valid YAML (line 1, column 1: a number of more than "
+                        f"{limit} digits)"), err

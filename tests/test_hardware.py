@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -586,6 +587,37 @@ def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path):
                                          r"found duplicate key 'workload'"):
         load_scenario(str(scenario))
 
+
+
+def test_a_value_pyyaml_cannot_read_is_a_yaml_error_naming_its_key_and_place(tmp_path: Path):
+    """PyYAML's int() of a number past Python's 4300-digit limit raised a bare ValueError (a
+    traceback out of train.py --config, a line naming neither file nor field elsewhere), as
+    its constructors did for an explicit tag they cannot read (KeyError for !!bool)."""
+    from inference.yamlio import describe_yaml_error
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if limit:
+        huge = "1" + "0" * limit
+        with pytest.raises(yaml.YAMLError, match=rf"a: a number of more than {limit} digits"):
+            safe_load(f"a: {huge}\n")
+        with pytest.raises(yaml.YAMLError, match=rf"^a number of more than {limit} digits"):
+            safe_load(f"[1, {huge}]\n")        # in a list: no key to name
+        path = tmp_path / "huge.yaml"
+        path.write_text((PRESET_DIR / "server.yaml").read_text(encoding="utf-8")
+                        .replace("disk_bandwidth: 6.9e9", f"disk_bandwidth: {huge}"))
+        with pytest.raises(ValueError, match=r"^hardware file .*huge\.yaml: malformed YAML at "
+                                             r"line 10, column 17: disk_bandwidth: a number of "
+                                             rf"more than {limit} digits$"):
+            load_hardware(path)
+        assert safe_load(f"a: {huge[:limit]}\n") == {"a": int(huge[:limit])}   # at the limit
+    for value, problem in [("!!int abc", "'abc' is not a valid int"),
+                           ("!!int 1e3", "'1e3' is not a valid int"),
+                           ("!!float x", "'x' is not a valid float"),
+                           ("!!bool maybe", "'maybe' is not a valid bool"),
+                           ("!!timestamp soon", "'soon' is not a valid timestamp")]:
+        with pytest.raises(yaml.YAMLError) as info:
+            safe_load(f"key: {value}\n")
+        assert describe_yaml_error(info.value) == f"line 1, column 6: key: {problem}"
+    assert safe_load("a: !!int '12'\nb: 0x1F\nc: !!bool yes\n") == {"a": 12, "b": 31, "c": True}
 
 
 def test_the_duplicate_key_check_sees_aliased_keys_and_not_merged_ones():
