@@ -254,4 +254,10 @@ def _probabilities(weights: Sequence[float] | np.ndarray | None, n: int) -> np.n
     total = sum(values)
     if total <= 0:
         raise ValueError(f"weights must not all be 0, got {shown(weights)}")
+    if math.isinf(total):
+        # finite weights past the float range together (1e308 twice): each divided by an
+        # infinite sum was 0, and reset() failed ("probabilities do not sum to 1")
+        peak = max(values)
+        values = [v / peak for v in values]
+        total = sum(values)
     return np.array(values) / total

@@ -310,10 +310,18 @@ class Simulator:
             raise ValueError(f"fraction placement must have shape (3, {self.n_devices}), got {fractions.shape}")
         if not np.all(np.isfinite(fractions)) or np.any(fractions < 0):
             raise ValueError("fraction placement entries must be finite and >= 0")
-        sums = fractions.sum(axis=1)
+        with np.errstate(over="ignore"):    # an infinite sum is dealt with below
+            sums = fractions.sum(axis=1)
         for stage, total in zip(STAGES, sums, strict=True):
             if total <= 0:
                 raise ValueError(f"fraction placement for stage {stage!r} is all zero")
+        past = np.isinf(sums)
+        if past.any():
+            # a row of finite entries past the float range together (1e308 twice): divided by
+            # an infinite sum each was 0, and the stage ran on no device, priced at nothing
+            fractions = np.where(past[:, None], fractions / fractions.max(axis=1, keepdims=True),
+                                 fractions)
+            sums = fractions.sum(axis=1)
         fractions = fractions / sums[:, None]
         return tuple(tuple((d, float(f)) for d, f in enumerate(row) if f > 0) for row in fractions)
 

@@ -347,6 +347,15 @@ def test_weights_may_be_a_numpy_array() -> None:
         mix(weights=np.ones((2, 1)))
 
 
+def test_weights_past_the_float_range_together_weigh_as_their_proportions() -> None:
+    """Finite weights summing to inf (1e308 twice) were accepted, each divided by that sum
+    to 0, and reset() failed: "probabilities do not sum to 1"."""
+    env = mix(weights=[1e308, 1e308])
+    assert list(env.unwrapped.weights) == [0.5, 0.5]
+    assert rollout(env, 4, 6) == rollout(mix(weights=[1, 1]), 4, 6)
+    assert list(mix(weights=[1e308, 0.5e308]).unwrapped.weights) == pytest.approx([2 / 3, 1 / 3])
+
+
 def test_a_mix_of_scenario_objects_paths_and_numpy_arguments_survives_its_specs_json() -> None:
     """As InferenceAlloc-v0's spec does: the mix's kept its arguments as given, so
     `env.spec.to_json()` failed on a Path or a numpy array of weights, and wrote a Scenario as
@@ -431,6 +440,29 @@ def test_bad_scenario_weights_are_refused_before_any_run(options, message, tmp_p
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("weights", [["1e308", "1e308"], ["5e-324", "0"], ["0", "0"],
+                                     ["1", "-1"], ["1", "nan"], ["1", "inf"]])
+def test_train_py_takes_the_scenario_weights_the_mix_takes(weights) -> None:
+    """--scenario-weights is checked as the env's weights are, before anything is written:
+    1e308 1e308 passed it, and the run (and a resume, which writes config.yaml first) failed
+    at the mix's reset."""
+    from agents.config import ConfigError, TrainConfig, parse_config
+    from envs.scenario_mix import _probabilities
+
+    try:
+        _probabilities([float(w) for w in weights], 2)
+    except ValueError:
+        with pytest.raises(ConfigError, match="--scenario-weights"):
+            parse_config(TrainConfig, ["--scenario", "article", "bursty",
+                                       "--scenario-weights", *weights])
+        return
+    config, _ = parse_config(TrainConfig, ["--scenario", "article", "bursty",
+                                           "--scenario-weights", *weights])
+    env = mix(weights=config.scenario_weights)
+    env.reset(seed=0)
+    assert sum(env.unwrapped.weights) == pytest.approx(1.0)
 
 
 def scalar_points(run_dir: Path) -> dict[str, dict[int, float]]:

@@ -938,6 +938,20 @@ def test_a_fraction_placement_is_read_as_each_stages_proportions():
         ARTICLE, proportions).latency
 
 
+def test_a_fraction_row_past_the_float_range_together_is_its_proportions_still():
+    """Finite fractions whose sum overflows (1e308 twice) were each divided by inf: the load
+    stage had no share at all, and was priced at 0 without a word."""
+    huge = [[1e308, 1e308, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    even = [[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    assert simulator().shares(huge) == simulator().shares(even) == (
+        ((0, 0.5), (1, 0.5)), ((1, 1.0),), ((2, 1.0),))
+    result = simulator().execute(ARTICLE, huge)
+    assert result.load > 0 and result.latency == simulator().execute(ARTICLE, even).latency
+    given = np.array(huge)
+    simulator().shares(given)
+    assert given.tolist() == huge       # the caller's array is not scaled in place
+
+
 # ---------------------------------------------------------------- metamorphic relations
 # Relations between two runs that the model implies whatever its calibrated figures: each
 # test runs a task stream twice, changing one thing, and compares. Derandomized, so a CI run
