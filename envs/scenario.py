@@ -69,6 +69,7 @@ from inference.hardware import (
 )
 from inference.messages import did_you_mean, shown
 from inference.simulator import MAX_CONTENTION, MAX_OVERHEAD_S, MAX_PREFETCH_DEPTH, MIN_CACHE_DECAY
+from inference.task import MAX_SIZE
 from inference.yamlio import unusable_path
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -91,7 +92,7 @@ def scenario_names() -> list[str]:
 # Plausible bounds, far beyond any real workload, that keep every drawn size inside int64 and
 # every interval and latency finite (beyond them numpy overflowed and reset() failed naming
 # no field), and an episode's arrays in memory.
-MAX_QUANTITY = 1e9          # tokens, batch size: any distribution parameter
+MAX_QUANTITY = MAX_SIZE     # tokens, batch size: any distribution parameter
 MAX_EPISODE_TASKS = 1_000_000
 MAX_DOMAINS = 1_000_000
 MIN_RATE = 1e-6             # requests/s, burst multiplier, trace time scale

@@ -32,7 +32,7 @@ from inference.messages import (
 )
 from inference.model_config import MODELS, get_model
 from inference.simulator import Simulator, TaskResult
-from inference.task import STAGES, Task
+from inference.task import MAX_SIZE, STAGES, Task
 from inference.variants import VARIANTS, build_stages, resolve_variant, variant_label
 
 PROG = "python -m inference"
@@ -77,16 +77,30 @@ def model_name(text: str) -> str:
     return text
 
 
+def size(text: str) -> int:
+    """--batch's and the token counts' argparse type: a whole number of at most MAX_SIZE, the
+    scenarios' and traces' cap on a size (--batch 1e300 printed "latency inf s", "queue nan
+    ns"). One below 1 is left to Task, whose refusal names the field."""
+    value = argparse_type(whole_number)(text)
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SIZE:,.0f} (the scenarios' and "
+                                         f"traces' cap on a size), got {shown(text)}")
+    return value
+
+
+size.__name__ = "int"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ShortErrorParser(
         prog=PROG, description="Simulate one task under each variant and compare the latencies.",
     )
     task = parser.add_argument_group("the task")
-    task.add_argument("--batch", type=argparse_type(whole_number), default=16, metavar="N",
+    task.add_argument("--batch", type=size, default=16, metavar="N",
                       help="sequences in the batch (default: %(default)s)")
-    task.add_argument("--prompt-tokens", type=argparse_type(whole_number), default=5000, metavar="N",
+    task.add_argument("--prompt-tokens", type=size, default=5000, metavar="N",
                       help="prompt tokens per sequence (default: %(default)s)")
-    task.add_argument("--output-tokens", type=argparse_type(whole_number), default=256, metavar="N",
+    task.add_argument("--output-tokens", type=size, default=256, metavar="N",
                       help="generated tokens per sequence (default: %(default)s)")
     task.add_argument("--domain", type=argparse_type(whole_number), default=0, metavar="D",
                       help="data domain, what the loading cache keys on (default: %(default)s)")
