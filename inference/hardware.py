@@ -10,7 +10,7 @@ YAML schema (see ``inference/presets/server.yaml`` for a full example)::
     name: server
     disk_bandwidth: 7.0e9            # bytes/s, sequential read of the data disk
     devices:
-      - name: gpu                    # unique, no comma; a placement names devices by it
+      - name: gpu                    # unique, no comma, not all digits; placements name it
         kind: gpu                    # cpu | gpu | npu
         peak_flops: 9.89e14          # dense bf16 FLOP/s
         mem_bandwidth: 3.35e12       # bytes/s
@@ -242,6 +242,11 @@ def _device(raw: Any, i: int) -> DeviceProfile:
         # and their parsers strip each entry: such a device could not be named in one
         raise ValueError(f"{where}.name must hold no comma and no surrounding spaces (placements "
                          f"list devices by name, comma-separated), got {shown(name)}")
+    if name.isdecimal():
+        # `python -m inference --placement 2,gpu,gpu` reads a number as a device id (another
+        # device than one named '2'), evaluate.py's static:2,gpu,gpu as a name
+        raise ValueError(f"{where}.name must not be all digits: a placement takes a device's id "
+                         f"(its index) as well as its name, got {shown(name)}")
     where = f"devices[{name}]"
     _known_keys(raw, _DEVICE_KEYS, where)
     kind = raw.get("kind")

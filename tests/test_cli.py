@@ -599,6 +599,19 @@ def test_a_size_past_the_scenarios_cap_is_refused_naming_the_option(flag, capsys
     assert getattr(args, flag[2:].replace("-", "_")) == int(MAX_QUANTITY)
 
 
+def test_a_placement_cannot_mean_a_device_named_by_digits(tmp_path, capsys):
+    """A device named '2' loaded; --placement 2,gpu,gpu then ran on device id 2 (the npu),
+    while evaluate.py's static:2,gpu,gpu read the name: the hardware refuses such a name."""
+    path = tmp_path / "digits.yaml"
+    path.write_text((ROOT / "inference" / "presets" / "server.yaml").read_text(encoding="utf-8")
+                    .replace("name: cpu", "name: '2'").replace("[cpu,", "['2',"),
+                    encoding="utf-8")
+    assert main(["--hardware", str(path), "--placement", "2,gpu,gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "digits.yaml: devices[0].name must not be all digits" \
+        in err, err
+
+
 def _huge_int_file(tmp_path: Path, key: str, text: str = "") -> tuple[Path, int]:
     limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
     if not limit:

@@ -294,6 +294,10 @@ def test_a_preset_name_in_another_case_is_no_preset_on_a_case_blind_file_system(
     # static:cpu,gpu,0,gpu,0 was 'a static placement names three devices'
     (lambda r: device(r, "gpu").update(name="gpu,0"), r"devices\[1\]\.name .*comma.*'gpu,0'"),
     (lambda r: device(r, "gpu").update(name=" gpu"), r"devices\[1\]\.name .*spaces.*' gpu'"),
+    # a number: python -m inference --placement 2,gpu,gpu read it as device id 2 (the npu),
+    # evaluate.py's static:2,gpu,gpu as the name
+    (lambda r: device(r, "gpu").update(name="2"),
+     r"devices\[1\]\.name must not be all digits: a placement takes a device's id .*'2'$"),
     # a repeated name: 'device names must be unique, got [...]' named no field
     (lambda r: device(r, "npu").update(name="gpu"),
      r"devices\[2\]\.name 'gpu' is devices\[1\]'s already; device names must be unique$"),
