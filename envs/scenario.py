@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.traces import TRACES
-from inference.checks import check_as_loaded, compared_fields, is_number
+from inference.checks import check_as_loaded, check_utf8, compared_fields, is_number
 from inference.hardware import (
     FRACTION_MIN,
     PRESET_DIR,
@@ -380,6 +380,8 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     if not top and not isinstance(raw, dict):
         raise ValueError("scenario top level must be a mapping")
     d = Scenario(name=str(top.get("name", Path(origin).stem)))
+    if isinstance(top.get("name"), str):    # it names the scenario in logs and summaries
+        check_utf8(top["name"], "scenario field name")
     w_raw = _section(top.get("workload"), "workload", {f.name for f in fields(Workload)})
     w = Workload()
     burst = None

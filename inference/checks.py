@@ -1,4 +1,4 @@
-"""What counts as an integer, a number and a bool in the project's public inputs.
+"""What counts as an integer, a number, a bool and a name in the project's public inputs.
 
 One definition for every constructor and loader: before it, some accepted numpy's integers and
 others refused them (``Task(np.int64(4), ...)`` was "must be a positive integer, got
@@ -53,6 +53,18 @@ def is_number(value: Any) -> TypeGuard[float]:
     are numbers: a caller that needs a finite one checks ``math.isfinite`` as well."""
     return type(value) in _PLAIN_NUMBERS or (isinstance(value, numbers.Real)
                                              and not isinstance(value, _BOOLS))
+
+
+def check_utf8(value: str, where: str) -> None:
+    """Refuse a name that has no UTF-8 form: one holding a lone surrogate such as "\\ud800"
+    (which a YAML escape gives). A device or scenario so named loaded, and the run failed as
+    it wrote the name to a file or a log, with a UnicodeEncodeError naming neither."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where} must be UTF-8 text, got {shown(value)}: "
+                         f"{value[exc.start]!r} is a lone surrogate, which has no UTF-8 "
+                         f"form") from None
 
 
 def compared_fields(obj: Any) -> Iterable[str]:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from inference.checks import check_as_loaded, is_integer, is_number
+from inference.checks import check_as_loaded, check_utf8, is_integer, is_number
 from inference.messages import did_you_mean, shown
 from inference.yamlio import load_yaml_file, not_a_file, unusable_path
 
@@ -237,6 +237,7 @@ def _device(raw: Any, i: int) -> DeviceProfile:
     if not isinstance(name, str) or not name:
         _known_keys(raw, _DEVICE_KEYS, where)   # first, so that a misspelt `name` is named
         raise ValueError(f"{where}.name must be a non-empty string")
+    check_utf8(name, f"{where}.name")
     if "," in name or name != name.strip():
         # placements list devices by name, comma-separated (static:cpu,gpu,gpu, --placement),
         # and their parsers strip each entry: such a device could not be named in one

@@ -275,6 +275,8 @@ def unusable_path(path: str | os.PathLike[str]) -> str | None:
         os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except UnicodeEncodeError:   # a ValueError too: "\ud800" in a YAML file was "a NUL byte"
+        return "it holds a lone surrogate (such as \\ud800), which a file name cannot"
     except ValueError:
         return "it holds a NUL byte"
     except OSError as exc:

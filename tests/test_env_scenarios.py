@@ -512,6 +512,23 @@ def test_a_scenario_file_that_is_not_utf8_names_the_file(tmp_path: Any) -> None:
         load_scenario(str(path))
 
 
+def test_a_scenario_name_with_no_utf8_form_names_the_file_and_the_field(tmp_path: Any) -> None:
+    """A lone surrogate ("\\ud800", a YAML escape) in the name loaded; a path field holding
+    one was said to hold "a NUL byte"."""
+    path = tmp_path / "surrogate.yaml"
+    path.write_text('name: "a\\ud800"\n', encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        load_scenario(str(path))
+    assert str(info.value) == (f"{path}: scenario field name must be UTF-8 text, got "
+                               f"'a\\ud800': '\\ud800' is a lone surrogate, which has no UTF-8 "
+                               f"form")
+    with pytest.raises(ValueError, match=r"^<scenario mapping>: scenario field name must be UTF-8"):
+        load_scenario({"name": "a\ud800"})
+    path.write_text('hardware: "server\\ud800"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"hardware 'server\\ud800' is neither a preset nor a usable "
+                                         r"path: it holds a lone surrogate"):
+        load_scenario(str(path))
+
 
 def test_a_bad_scenario_file_value_names_the_file_and_the_field(tmp_path: Any) -> None:
     path = tmp_path / "mine.yaml"

@@ -298,6 +298,10 @@ def test_a_preset_name_in_another_case_is_no_preset_on_a_case_blind_file_system(
     # evaluate.py's static:2,gpu,gpu as the name
     (lambda r: device(r, "gpu").update(name="2"),
      r"devices\[1\]\.name must not be all digits: a placement takes a device's id .*'2'$"),
+    # a lone surrogate (a YAML escape "\ud800"): it loaded, and a run failed writing it out
+    (lambda r: device(r, "gpu").update(name="g\ud800"),
+     r"devices\[1\]\.name must be UTF-8 text, got 'g\\ud800': '\\ud800' is a lone "
+     r"surrogate, which has no UTF-8 form$"),
     # a repeated name: 'device names must be unique, got [...]' named no field
     (lambda r: device(r, "npu").update(name="gpu"),
      r"devices\[2\]\.name 'gpu' is devices\[1\]'s already; device names must be unique$"),
@@ -565,6 +569,14 @@ def test_a_path_as_deep_as_taken_is_usable_and_one_deeper_is_not(tmp_path: Path)
     assert f"more than the {MAX_PATH_DEPTH} taken" in unusable_path(deepest / "d")
 
 
+def test_a_path_with_no_utf8_form_is_unusable_as_such_not_for_a_nul_byte():
+    """os.stat's UnicodeEncodeError is a ValueError: '\\ud800' (a scenario's hardware: or
+    workload.trace: escape) was said to hold a NUL byte."""
+    from inference.yamlio import unusable_path
+    assert "lone surrogate" in unusable_path("server\ud800.yaml")
+    assert unusable_path("a\0b") == "it holds a NUL byte"
+
+
 def test_why_a_name_is_unusable_does_not_repeat_the_name(tmp_path: Path):
     """The reason follows the name, which the caller shows shortened: the OS error's own text
     ("File name too long") and not its str, which quotes the whole 300-character name again."""
@@ -622,6 +634,16 @@ def test_a_value_pyyaml_cannot_read_is_a_yaml_error_naming_its_key_and_place(tmp
             safe_load(f"key: {value}\n")
         assert describe_yaml_error(info.value) == f"line 1, column 6: key: {problem}"
     assert safe_load("a: !!int '12'\nb: 0x1F\nc: !!bool yes\n") == {"a": 12, "b": 31, "c": True}
+
+
+def test_a_device_name_in_a_yaml_file_with_no_utf8_form_names_the_file(tmp_path: Path):
+    path = tmp_path / "surrogate.yaml"
+    path.write_text((PRESET_DIR / "server.yaml").read_text(encoding="utf-8")
+                    .replace("name: cpu", 'name: "c\\ud800"').replace("[cpu,", '["c\\ud800",'),
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^hardware .*surrogate\.yaml: devices\[0\]\.name must "
+                                         r"be UTF-8 text"):
+        load_hardware(path)
 
 
 def test_the_duplicate_key_check_sees_aliased_keys_and_not_merged_ones():
