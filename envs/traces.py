@@ -20,7 +20,7 @@ Format
     :func:`read_trace` returns a :class:`Trace` of numpy arrays with times in seconds since the
     first request. Both token counts must be integers >= 1: the real traces contain no zero, so a
     zero is treated as a corrupt row and rejected rather than silently patched; and at most 10^9
-    (``max_tokens``, the cap a scenario puts on a size).
+    (``MAX_TOKENS``, the cap a scenario puts on a size).
 
 Batching rule (:func:`batch_requests`)
     The environment's unit of work is a static-shape batch (a :class:`inference.task.Task`), so
@@ -56,7 +56,7 @@ import numpy as np
 
 from inference.checks import is_integer, is_number
 from inference.messages import did_you_mean, shown
-from inference.task import Task
+from inference.task import MAX_SIZE, Task
 from inference.yamlio import cannot_read, not_a_file, unusable_path
 
 _DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -85,8 +85,8 @@ class Trace:
         name: the trace's name, or the path it was read from.
         time_s: arrival times in seconds since the first request (float64, non-decreasing, from 0
             as `read_trace` gives them; a Trace built by hand needs them finite and >= 0).
-        context_tokens: prompt length of each request (int64, 1..`max_tokens()`).
-        generated_tokens: tokens generated for each request (int64, 1..`max_tokens()`).
+        context_tokens: prompt length of each request (int64, 1..`MAX_TOKENS`).
+        generated_tokens: tokens generated for each request (int64, 1..`MAX_TOKENS`).
     """
 
     name: str
@@ -124,7 +124,7 @@ class Trace:
         if not (np.all(np.isfinite(t)) and t[0] >= 0 and np.all(t[1:] >= t[:-1])):
             raise ValueError(f"trace {shown(self.name)}: time_s must be finite, >= 0 and "
                              "non-decreasing")
-        limit = max_tokens()
+        limit = MAX_TOKENS
         for field in ("context_tokens", "generated_tokens"):
             if getattr(self, field).min() < 1:
                 raise ValueError(f"trace {shown(self.name)}: {field} must all be >= 1")
@@ -235,13 +235,9 @@ def _offset_ns(offset: str) -> int:
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
-def max_tokens() -> int:
-    """The most tokens a request of a trace may count: the scenarios' cap on a size
-    (``envs.scenario.MAX_QUANTITY``), far beyond any real request: up to int64's largest
-    (9.2e18) were taken from a trace. Imported when called, as envs.scenario imports this
-    module."""
-    from envs.scenario import MAX_QUANTITY
-    return int(MAX_QUANTITY)
+# The most tokens a request of a trace may count: the scenarios' cap on a size, far beyond any
+# real request (up to int64's largest, 9.2e18, were taken from a trace).
+MAX_TOKENS = int(MAX_SIZE)
 
 
 def _too_many_tokens(limit: int) -> str:
@@ -316,7 +312,7 @@ def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
         raise ValueError(f"{where}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
     times_ns, context, generated = array("q"), array("q"), array("q")
     parse_timestamp = _TimestampParser()
-    limit = max_tokens()
+    limit = MAX_TOKENS
     first_ns = previous_ns = None
     zoned: bool | None = None     # whether the rows give a UTC offset, set by the first row
     for lineno, line in lines:
