@@ -129,13 +129,18 @@ def read_zip_json(path: Path, entry: str, label: str) -> Any:
     """Entry `entry` of the model zip at `path`, parsed as JSON. A KeyError where the zip has
     no such entry; a BadModelZip where the file is no zip, or the entry no JSON or JSON nested
     deeper than json's decoder recurses ("its `label` is nested too deeply": ``[[[...``
-    100,000 deep was a RecursionError traceback out of evaluate.py); a ValueError naming the
+    100,000 deep was a RecursionError traceback out of evaluate.py) or with an integer too long
+    for int(); a ValueError naming the
     file where it cannot be read (no permission: a PermissionError traceback)."""
     try:
         with zipfile.ZipFile(path) as zf:
             return json.loads(zf.read(entry))
     except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadModelZip(str(exc)) from None
+    except ValueError:
+        # json's one other refusal: an integer past int()'s 4300-digit limit, whose own
+        # message named no file and advised sys.set_int_max_str_digits()
+        raise BadModelZip(f"its {label} holds a number of more than 4300 digits") from None
     except RecursionError:
         raise BadModelZip(f"its {label} is nested too deeply") from None
     except OSError as exc:

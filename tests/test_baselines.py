@@ -1201,6 +1201,9 @@ def test_a_saved_policy_with_a_bad_value_names_it(tmp_path: Path, article: Infer
     (b'{"config": {}}', "has no policy name in policy.json"),
     pytest.param(b"[" * 100_000 + b"]" * 100_000, "is not a valid policy zip: its policy.json "
                  "is nested too deeply", id="nested"),          # a RecursionError traceback
+    pytest.param(b'{"name": "heft", "config": {"n": ' + b"9" * 5000 + b"}}",
+                 "is not a valid policy zip: its policy.json holds a number of more than 4300 "
+                 "digits", id="long-int"),      # int()'s own ValueError, naming no file
 ])
 def test_a_damaged_policy_json_is_a_value_error_naming_the_file(
         tmp_path: Path, article: InferenceAllocEnv, content: bytes, message: str) -> None:
