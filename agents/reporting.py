@@ -114,7 +114,7 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     config_file = _run_config_of(path, run_dir)
     if config_file is None:
         # A bare zip: the env it acts in follows from what it saved.
-        env_id = _zip_env_id(path)
+        env_id = _zip_info(path)[1]
         return ModelEntry(path.stem if path.stem != "model" else path.parent.name, path,
                           env_id, run_dir=run_dir)
     try:
@@ -122,6 +122,12 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     except ConfigError as exc:
         raise ConfigError(f"run config {config_file} is unreadable: {exc}") from None
     spec = run_spec(cfg)
+    agent = _zip_info(path)[0]
+    if agent != spec.agent:
+        # another agent's zip copied into a run folder was scored under the run's label
+        raise ConfigError(f"model file {path} holds a {agent} model, but its run's config "
+                          f"{config_file} trains {spec.agent}: put the run's own model back, "
+                          f"or move that file out of the run folder to evaluate it alone")
     label = spec.label
     steps = re.fullmatch(r".*_(\d+)_steps", path.stem)
     if path.parent.name == "checkpoints" and steps:   # not the final model: say which step
@@ -185,15 +191,16 @@ def _distinct_labels(entries: list[ModelEntry]) -> list[str]:
     return notes
 
 
-def _zip_env_id(path: Path) -> str:
-    """The env a bare model zip acts in: a saved policy's own, or an SB3 model's action space's."""
+def _zip_info(path: Path) -> tuple[str, str]:
+    """The agent a model zip holds and the env it acts in: a saved policy's name and env, or
+    an SB3 model's algorithm and its action space's env."""
     from agents.sb3_factory import saved_model_info
 
     try:
         saved = read_policy_file(path)
         if saved is not None:
-            return policy_env_id(str(saved["name"]))
-        return saved_model_info(path)[1]
+            return str(saved["name"]), policy_env_id(str(saved["name"]))
+        return saved_model_info(path)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -336,7 +336,12 @@ def _model_info(p: Path, data: dict[str, Any]) -> tuple[str, str]:
 
 
 class OtherDeviceCount(ValueError):
-    """A model zip whose observations were built for another device count than the env's."""
+    """A model zip whose observations were built for another device count than the env's;
+    `fact` says so without the advice that follows it (a resume has its own)."""
+
+    def __init__(self, fact: str, advice: str) -> None:
+        super().__init__(f"{fact}: {advice}")
+        self.fact = fact
 
 
 def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -> None:
@@ -358,8 +363,8 @@ def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -
         raise OtherDeviceCount(
             f"model file {path} was trained on hardware of {saved} devices (its observations "
             f"have {shape[0]} entries); this env's hardware has {here} "
-            f"({', '.join(base.device_names)}): load it with hardware of {saved} devices, such "
-            f"as the one it was trained on")
+            f"({', '.join(base.device_names)})",
+            f"load it with hardware of {saved} devices, such as the one it was trained on")
 
 
 def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
@@ -376,11 +381,34 @@ def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
                          f"{env_id} env")
     _check_device_count(p, data, env)
     wrapped = wrap_for(name, env) if env is not None else None
+    return SB3Agent(name, _loaded(ALGORITHMS[name], p, name, wrapped), env)
+
+
+def load_to_train(path: Path, agent: str, algo: type[BaseAlgorithm], env: gym.Env,
+                  venv: Any) -> BaseAlgorithm:
+    """The model zip at `path` loaded as `algo` to train on `venv` (``train.py --resume``),
+    `env` its first sub-env. One ValueError naming the file, as ``load_sb3`` gives, where it
+    holds a model of another agent than `agent` or of another env than `env`'s, one of another
+    device count (an OtherDeviceCount), or one SB3 cannot load (a truncated policy.pth): each
+    was SB3's traceback ("Action spaces do not match", "Observation spaces do not match",
+    "PytorchStreamReader failed")."""
+    data = saved_data(path)
+    name, env_id = _model_info(path, data)
+    here = env_id_of(env)
+    if (name, env_id) != (agent, here):
+        raise ValueError(f"model file {path} holds a {name} model of {env_id}, not a {agent} "
+                         f"model of {here}")
+    _check_device_count(path, data, env)
+    return _loaded(algo, path, name, venv)
+
+
+def _loaded(algo: type[BaseAlgorithm], path: Path, name: str, env: Any) -> BaseAlgorithm:
+    """SB3's load of the zip at `path` as `algo` (agent `name`) onto `env`, whatever fails in
+    it one ValueError naming the file."""
     torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:
-        model = ALGORITHMS[name].load(p, env=wrapped, device="cpu")
+        return algo.load(path, env=env, device="cpu")
     except Exception as exc:  # SB3 raises many kinds on a corrupt zip
         # in one line: torch's state_dict refusal listed every missing key, a line each
         said = shown(" ".join(str(exc).split()), quote=False)
-        raise ValueError(f"model file {p} could not be loaded as {name}: {said}") from None
-    return SB3Agent(name, model, env)
+        raise ValueError(f"model file {path} could not be loaded as {name}: {said}") from None

@@ -83,7 +83,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -142,7 +141,15 @@ from agents.run_folder import (
     save_model_files,
     saved_steps,
 )
-from agents.sb3_factory import SB3Agent, algorithm_class, make_sb3, starts_warm, wrap_for
+from agents.sb3_factory import (
+    OtherDeviceCount,
+    SB3Agent,
+    algorithm_class,
+    load_to_train,
+    make_sb3,
+    starts_warm,
+    wrap_for,
+)
 from agents.sb3_hyperparams import check_sub_sampling, hyperparams_with, load_hyperparams
 from agents.sb3_memory import check_memory
 from agents.static import unwrap_env
@@ -593,8 +600,19 @@ def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: i
             venv: Any, first: Any, warm: WarmupConfig | None) -> RunResult:
     """`resume_run`'s model, loaded from the checkpoint at `path` onto `venv`, trained on."""
     algo = algorithm_class(spec.agent, warm=warm is not None)
-    torch.set_num_threads(1)   # as make_sb3 does: a resumed DQN ran 10x slower on two threads
-    model = algo.load(path, env=venv, device="cpu")
+    try:    # evaluate.py's checks and one-line refusals of the same zip
+        model = load_to_train(path, spec.agent, algo, first, venv)
+    except OtherDeviceCount as exc:     # its hardware file edited since, say
+        hardware = (f"hardware {cfg.hardware}" if cfg.hardware else
+                    f"scenario {cfg.held_out_scenario()}'s hardware")
+        raise ConfigError(f"cannot resume {run_dir.name}: {exc.fact}: its {hardware} is not "
+                          f"the hardware the run was trained on; restore it as it was, or "
+                          f"train a new run on it ({command('train')} without --resume)"
+                          ) from None
+    except ValueError as exc:
+        raise ConfigError(f"cannot resume {run_dir.name} ({spec.agent} in {cfg.env_id}, as its "
+                          f"config.yaml says): {exc}; restore the run's own file, or train a "
+                          f"new run ({command('train')} without --resume)") from None
     # SB3's load seeds everything (the envs' next resets too) with the model's saved seed, the
     # run's own: the resumed envs replayed the task streams the run began on. Seeded again
     # here; the model keeps the run's seed, from which a later resume derives its own.

@@ -2347,6 +2347,76 @@ def test_a_resume_changing_both_held_out_options_and_more_names_eval_seed(
     assert "--eval-tasks" not in err and "may change" not in err
 
 
+def tiny_run(log_dir: Path, *args: str) -> Path:
+    """A run of 32 steps (its model.zip and checkpoint alike) under `log_dir`, trained here."""
+    assert load_main("train.py")([
+        "--warmup", "none", "--timesteps", "32", "--checkpoint-interval", "32",
+        "--episode-tasks", "20", "--eval-tasks", "0", "--hp", "n_steps=16", "batch_size=16",
+        "n_epochs=1", "--log-dir", str(log_dir), "--no-progress-bar", *args]) == 0
+    (run,) = log_dir.iterdir()
+    return run
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` and its content: what a refused resume must leave as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def rewrite_zip(path: Path, change) -> None:
+    """`path`'s zip written again with each entry's bytes as `change(name, data)` gives them
+    (None drops the entry)."""
+    with zipfile.ZipFile(path) as zf:
+        entries = {name: zf.read(name) for name in zf.namelist()}
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in entries.items():
+            if (kept := change(name, data)) is not None:
+                zf.writestr(name, kept)
+
+
+@pytest.mark.parametrize("case", ["other hardware", "other agent", "truncated policy.pth",
+                                  "no policy.pth"])
+def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
+        case: str, tmp_path: Path, cpu_npu_hardware: str, capsys) -> None:
+    """SB3's load of the run's model was a traceback out of --resume: its hardware file
+    edited since ("Observation spaces do not match"), another agent's zip in its place
+    ("Action spaces do not match"), a damaged zip ("PytorchStreamReader failed", "Names of
+    parameters do not match"). Now one line naming the file, exit 2, the folder untouched."""
+    from agents.sb3_factory import make_sb3
+    from agents.training import env_for
+    from inference.hardware import PRESET_DIR
+
+    runs = tmp_path / "runs"
+    run = tiny_run(runs, "--hardware", cpu_npu_hardware)
+    model = run / "model.zip"
+    shutil.rmtree(run / "checkpoints")     # model.zip the one model to resume from
+    if case == "other hardware":           # the run's hardware file, three devices now
+        Path(cpu_npu_hardware).write_text((PRESET_DIR / "edge.yaml").read_text())
+        expected = (f"model file {model} was trained on hardware of 2 devices",
+                    f"its hardware {cpu_npu_hardware} is not the hardware the run was trained "
+                    f"on; restore it as it was, or train a new run")
+    elif case == "other agent":
+        make_sb3("dqn", env_for(TrainConfig(hardware=cpu_npu_hardware)), seed=0).save(model)
+        expected = (f"model file {model} holds a dqn model of InferenceAlloc-v0, not a ppo "
+                    f"model", "restore the run's own file")
+    elif case == "truncated policy.pth":
+        rewrite_zip(model, lambda name, data: data[:len(data) // 2] if name == "policy.pth"
+                    else data)
+        expected = (f"model file {model} could not be loaded as ppo: PytorchStreamReader",
+                    "restore the run's own file")
+    else:
+        rewrite_zip(model, lambda name, data: None if name == "policy.pth" else data)
+        expected = (f"model file {model} could not be loaded as ppo", "restore the run's own file")
+    before = folder_state(run)
+    capsys.readouterr()
+    assert load_main("train.py")(["--resume", "--log-dir", str(runs), "--timesteps", "64",
+                                  "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"train.py: error: cannot resume {run.name}")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert all(part in err for part in expected), err
+    assert folder_state(run) == before
+
+
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
     from agents.training import plan

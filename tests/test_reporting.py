@@ -276,6 +276,18 @@ def test_a_config_yaml_that_is_no_runs_is_named_not_taken_for_one(text: str, exp
         resume_run(TrainConfig(resume="a", log_dir=str(tmp_path / "runs")), {"resume"})
 
 
+def test_another_agents_model_in_a_run_folder_is_refused_naming_both(tmp_path: Path) -> None:
+    """A DQN's model.zip copied into a PPO run's folder was scored as "ppo", without a word."""
+    run = fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    make_sb3("dqn", env_for(TrainConfig(), episode_tasks=10), seed=0).save(run / "model.zip")
+    for cfg in (cfg_for(runs=str(tmp_path / "runs")), cfg_for(models=[str(run)])):
+        with pytest.raises(ConfigError) as err:
+            discover_models(cfg)
+        assert str(err.value).startswith(
+            f"model file {run / 'model.zip'} holds a dqn model, but its run's config "
+            f"{run / 'config.yaml'} trains ppo"), err.value
+
+
 def test_a_model_of_other_hardware_gets_a_section_with_baselines_on_it(tmp_path: Path) -> None:
     """Models ran on their own hardware, the baselines on the scenario's, in one table."""
     two = two_device_hardware(tmp_path)
