@@ -106,16 +106,34 @@ def quiet_refused_writes_in_threads() -> Iterator[None]:
         threading.excepthook = previous
 
 
+def unreadable_folder(folder: Path) -> str | None:
+    """Why the entries of `folder` cannot be listed or looked at, to follow its name: "cannot be
+    read: Permission denied" for a folder without read permission (``chmod 311``: pathlib's
+    iterdir raised) or without search permission (``chmod 644``: every is_file under it
+    raised, naming a file in it rather than the folder). None where both work."""
+    try:
+        with os.scandir(folder):
+            pass
+        os.stat(os.path.join(folder, "."))   # a look-up in it: its search permission
+    except OSError as exc:
+        return cannot_read(exc)
+    return None
+
+
 def model_file(path: str | os.PathLike[str]) -> Path:
     """The model zip to read for `path`: `path`, or `path` + ".zip" where `path` is absent (as
     SB3's load finds "x" saved as "x.zip"). A FileNotFoundError naming `path` where neither
     exists; a ValueError where it is a folder or not a regular file (/dev/null)."""
     p = Path(path)
-    if not p.exists() and p.suffix != ".zip" and p.with_name(p.name + ".zip").is_file():
-        p = p.with_name(p.name + ".zip")
-    if p.exists() and not p.is_file():
-        raise ValueError(f"model file {p} {not_a_file(p, 'a model zip')}")
-    if not p.is_file():
+    try:
+        if not p.exists() and p.suffix != ".zip" and p.with_name(p.name + ".zip").is_file():
+            p = p.with_name(p.name + ".zip")
+        if p.exists() and not p.is_file():
+            raise ValueError(f"model file {p} {not_a_file(p, 'a model zip')}")
+        found = p.is_file()
+    except OSError as exc:  # its folder without search permission: a PermissionError traceback
+        raise ValueError(f"model file {p} {cannot_read(exc)}") from None
+    if not found:
         raise FileNotFoundError(f"model file {p} does not exist")
     return p
 

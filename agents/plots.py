@@ -26,6 +26,7 @@ from matplotlib.colors import to_rgba  # noqa: E402
 
 from agents.files import save_figure  # noqa: E402
 from agents.stats import t95  # noqa: E402
+from inference.yamlio import cannot_read, not_a_file  # noqa: E402
 
 STABILIZATION_LINE = 200
 
@@ -105,6 +106,7 @@ def read_scalar_tags(run_dir: str | os.PathLike[str], tags: Sequence[str]
     a 200,000-step PPO run, about 45 s per million steps), and one read per tag doubled it."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    check_events(Path(run_dir))
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 10_000, "tensors": 1,
                                                          "histograms": 1, "images": 1})
     acc.Reload()
@@ -122,6 +124,25 @@ def read_scalar_tags(run_dir: str | os.PathLike[str], tags: Sequence[str]
             kept.append(event)
         found[tag] = (np.array([e.step for e in kept]), np.array([e.value for e in kept]))
     return found
+
+
+def check_events(run_dir: Path) -> None:
+    """A ValueError naming the first of `run_dir`'s TensorBoard events files (every name with
+    "tfevents" in it, as TensorBoard's reader takes them) that cannot be read: one without
+    read permission, or a folder of that name, was a PermissionError or IsADirectoryError
+    traceback out of the reader, after evaluate.py had written its summary."""
+    if not run_dir.is_dir():        # a file given itself is read as it is, none as no events
+        return
+    for path in sorted(run_dir.iterdir()):
+        if "tfevents" not in path.name or path.name.endswith(".profile-empty"):
+            continue
+        if not path.is_file():
+            raise ValueError(f"TensorBoard events file {path} {not_a_file(path, 'an events file')}")
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"TensorBoard events file {path} {cannot_read(exc)}") from None
 
 
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:

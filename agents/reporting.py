@@ -50,7 +50,7 @@ from agents.evaluation import (
     summary_markdown,
     unique_name,
 )
-from agents.files import check_room, model_file, temp_file, write_text
+from agents.files import check_room, model_file, temp_file, unreadable_folder, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     check_first_action,
@@ -213,6 +213,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         for item in cfg.models:
             p = Path(item)
             if p.is_dir():
+                _check_run_folder(p)
                 if not (p / "model.zip").is_file() and (any(p.glob("*/model.zip"))
                                                         or any(p.glob("*/config.yaml"))):
                     raise ConfigError(f"{p} is a folder of run folders, not a run: pass "
@@ -240,6 +241,9 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         notes += _distinct_labels(entries)
         return entries, notes
     root = Path(cfg.runs)
+    problem = unreadable_folder(root) if root.is_dir() else None
+    if problem is not None:     # chmod 311 runs: a PermissionError traceback
+        raise ConfigError(f"--runs {root} {problem}")
     if (root / "config.yaml").is_file():
         # its subfolders (checkpoints/) hold no run: it evaluated the baselines alone, saying
         # there were no trained models, and wrote over --out's summary with them
@@ -247,6 +251,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                           f"{root} (that run), or --runs {root.parent} (every run beside it)")
     runs = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     for d in runs:
+        _check_run_folder(d)
         if (d / "model.zip").is_file():
             entries.append(_entry(d / "model.zip", d))
             notes += _stale_model_notes(d)
@@ -259,6 +264,13 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         notes.append(f"no trained models under {root}/: train some with `{command('train')}` "
                      f"(or pass --models); evaluating the baselines alone")
     return entries, notes
+
+
+def _check_run_folder(run_dir: Path) -> None:
+    """`training.check_run_folder` (its model.zip's is_file raised PermissionError)."""
+    from agents.training import check_run_folder
+
+    check_run_folder(run_dir)
 
 
 @dataclass(frozen=True)
@@ -529,6 +541,11 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
         # the baseline a Split model has to beat (README); asked-for baselines are kept as given
         cfg = dataclasses.replace(cfg, baselines=[*cfg.baselines, "heft-split"])
     notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
+    for _, run_dir in curve_runs(entries):      # read once the summary is written
+        try:
+            plots.check_events(run_dir)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if cfg.online and not cfg.online_seeds and cfg.seeds is not None and cfg.seeds < online_n:
         # said on screen, where it ran 5 seeds for --seeds 1 without a word
         notes.append(f"the online study runs at least {MIN_ONLINE_SEEDS} seeds: {online_n} in "

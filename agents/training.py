@@ -112,7 +112,13 @@ from agents.config import (
 )
 from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
 from agents.event_files import logged_at, mark_events
-from agents.files import REFUSED_WRITES, WriteFailed, check_room, write_text
+from agents.files import (
+    REFUSED_WRITES,
+    WriteFailed,
+    check_room,
+    unreadable_folder,
+    write_text,
+)
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     SB3_NAMES,
@@ -166,6 +172,7 @@ from envs.scenario import SCENARIO_DIR
 from envs.scenario_mix import MixRefused
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
+from inference.yamlio import cannot_read
 
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
@@ -950,18 +957,51 @@ def run_spec(cfg: TrainConfig) -> RunSpec:
 
 
 def find_run(log_dir: str | Path, name: str) -> Path:
-    """The run folder to resume: the newest under log_dir for "latest", else the named one."""
+    """The run folder to resume: the newest under log_dir for "latest", else the named one.
+    A folder it cannot read (no read or search permission) is a ConfigError naming it."""
     root = Path(log_dir)
-    runs = [d for d in root.iterdir() if (d / "config.yaml").is_file()] if root.is_dir() else []
+    if name != "latest":    # looked up, not listed: a folder of runs it may not list is fine
+        candidates = []
+        for path in (Path(name), root / name):
+            try:
+                if path.is_dir():
+                    candidates.append(path)
+            except OSError as exc:  # its folder without search permission (chmod 644 runs)
+                raise ConfigError(f"--resume {name}: {path.parent} {cannot_read(exc)}") from None
+        for path in candidates:
+            check_run_folder(path)
+            if (path / "config.yaml").is_file():
+                return path
+    folders = _folders_in(root, "--log-dir")
+    for folder in folders:
+        check_run_folder(folder)
+    runs = [d for d in folders if (d / "config.yaml").is_file()]
     if name == "latest":
         if not runs:
             raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
         return max(runs, key=lambda d: (_run_time(d), d.stat().st_mtime))
-    for path in (Path(name), root / name):
-        if (path / "config.yaml").is_file():
-            return path
     known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
     raise ConfigError(f"no run {shown(name)} under {shown(root, quote=False)}/ (runs there: {known})")
+
+
+def _folders_in(root: Path, option: str) -> list[Path]:
+    """The folders in `root` (none where it is no folder); a ConfigError naming `option` where
+    it cannot be read (``chmod 311 runs``: a PermissionError traceback)."""
+    if not root.is_dir():
+        return []
+    problem = unreadable_folder(root)
+    if problem is not None:
+        raise ConfigError(f"{option} {root} {problem}")
+    return [d for d in root.iterdir() if d.is_dir()]
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """A ConfigError naming `run_dir` where its files cannot be looked at (no read or search
+    permission, ``chmod 644``: pathlib's is_file raised PermissionError on a file in it, a
+    traceback out of --resume and evaluate.py)."""
+    problem = unreadable_folder(run_dir)
+    if problem is not None:
+        raise ConfigError(f"run folder {run_dir} {problem}")
 
 
 def _run_time(run_dir: Path) -> int:

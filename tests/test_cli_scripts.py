@@ -2417,6 +2417,91 @@ def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
     assert folder_state(run) == before
 
 
+def refused_in(monkeypatch, folder: Path, *, listing: bool) -> None:
+    """`folder` as a user meets it without read permission (`listing`: chmod 311, it cannot be
+    listed) or without search permission (chmod 644, nothing in it can be looked at): the
+    system calls raise PermissionError. Root, who runs the tests in CI, ignores the bits."""
+    import errno
+
+    real_stat, real_scandir, real_listdir = os.stat, os.scandir, os.listdir
+    real_path_stat, real_iterdir = Path.stat, Path.iterdir
+    base = os.fspath(folder.absolute())
+
+    def where(path) -> str | None:
+        path = os.fspath(path)
+        return None if isinstance(path, bytes) else os.path.join(os.getcwd(), path)
+
+    def refuse(path, inside: bool) -> None:
+        full = where(path)
+        if full is None:
+            return
+        if (full.startswith(base + os.sep) if inside else os.path.normpath(full) == base):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+
+    def stat(path, *args, **kwargs):
+        if not listing:
+            refuse(path, inside=True)
+        return real_stat(path, *args, **kwargs)
+
+    def lister(real):
+        def listed(path=".", *args, **kwargs):
+            if listing:
+                refuse(path, inside=False)
+            return real(path, *args, **kwargs)
+        return listed
+
+    def path_stat(self, *args, **kwargs):    # Python 3.10's Path.stat bound os.stat at import
+        stat(self)
+        return real_path_stat(self, *args, **kwargs)
+
+    def iterdir(self):
+        lister(lambda path: None)(self)
+        return real_iterdir(self)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "scandir", lister(real_scandir))
+    monkeypatch.setattr(os, "listdir", lister(real_listdir))
+    monkeypatch.setattr(Path, "stat", path_stat)
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+
+
+@pytest.mark.parametrize("listing", [True, False], ids=["chmod 311", "chmod 644"])
+@pytest.mark.parametrize("where", ["runs", "run folder"])
+def test_a_folder_that_cannot_be_read_is_one_line_naming_it(where: str, listing: bool,
+                                                            tmp_path: Path, monkeypatch,
+                                                            capsys) -> None:
+    """evaluate.py --runs and train.py --resume in a folder of runs, or at a run folder, the
+    user may not read: a PermissionError traceback out of pathlib's iterdir or is_file."""
+    runs = tmp_path / "runs"
+    run = tiny_run(runs)
+    folder = runs if where == "runs" else run
+    name = f"--log-dir {runs}" if where == "runs" else f"run folder {run}"
+    with monkeypatch.context() as patched:
+        refused_in(patched, folder, listing=listing)
+        capsys.readouterr()
+        assert load_main("train.py")(["--resume", "--log-dir", str(runs), "--timesteps", "64",
+                                      "--no-progress-bar"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"train.py: error: {name} cannot be read: Permission denied\n", err
+        assert load_main("evaluate.py")(["--runs", str(runs), "--out", str(tmp_path / "r"),
+                                         "--no-online", "--no-progress-bar"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"evaluate.py: error: {name.replace('--log-dir', '--runs')} cannot be "
+                       f"read: Permission denied\n"), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_named_run_resumes_from_a_folder_of_runs_that_cannot_be_listed(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """A run named is looked up, not listed: chmod 311 runs (search, no read) resumes it."""
+    runs = tmp_path / "runs"
+    run = tiny_run(runs)
+    refused_in(monkeypatch, runs, listing=True)
+    assert load_main("train.py")(["--resume", run.name, "--log-dir", str(runs),
+                                  "--timesteps", "64", "--no-progress-bar"]) == 0
+    assert "64 steps (32 new)" in capsys.readouterr().out
+
+
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
     from agents.training import plan

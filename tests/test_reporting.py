@@ -683,6 +683,40 @@ def test_a_resumed_runs_scalars_keep_the_newer_of_each_step(tmp_path: Path) -> N
     assert [len(a) for a in read_scalars(tmp_path, "no/such_tag")] == [0, 0]
 
 
+def test_an_events_file_that_cannot_be_read_is_named(tmp_path: Path, unreadable) -> None:
+    """One without read permission, or a folder of that name, was a PermissionError or
+    IsADirectoryError traceback out of TensorBoard's reader."""
+    from agents.plots import read_scalars
+
+    write_scalars(tmp_path, "latency/vs_static", {0: 1.0})
+    (events,) = tmp_path.glob("events.out.tfevents.*")
+    folder = tmp_path / f"{events.name}.x"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=re.escape(
+            f"TensorBoard events file {folder} is a folder, not an events file")):
+        read_scalars(tmp_path, "latency/vs_static")
+    folder.rmdir()
+    unreadable(events)
+    with pytest.raises(ValueError, match=re.escape(
+            f"TensorBoard events file {events} cannot be read: Permission denied")):
+        read_scalars(tmp_path, "latency/vs_static")
+
+
+def test_an_events_file_that_cannot_be_read_is_refused_before_any_output(
+        tmp_path: Path, monkeypatch) -> None:
+    """It was read for learning_curves.png after summary.csv, summary.md and latency_cdf.png
+    were written: the evaluation then ended in a traceback beside them."""
+    from agents import reporting
+
+    run = fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    (run / "events.out.tfevents.1.host").mkdir()
+    out = tmp_path / "results"
+    with pytest.raises(ConfigError, match="events.out.tfevents.1.host is a folder"):
+        reporting.run(cfg_for(runs=str(tmp_path / "runs"), out=str(out), no_online=True,
+                              progress_bar=False), report=lambda line: None)
+    assert not out.exists()
+
+
 def test_the_latency_cdf_steps_to_1_per_agent_on_a_log_axis(tmp_path: Path, drawn: list) -> None:
     from agents import plots
 
