@@ -22,7 +22,15 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
 from agents.event_files import mark_events
-from agents.files import WriteFailed, atomic_path, check_room, temp_file, write_text
+from agents.files import (
+    WriteFailed,
+    atomic_path,
+    check_room,
+    temp_file,
+    unreadable_folder,
+    write_text,
+)
+from inference.messages import shown
 
 if TYPE_CHECKING:
     from agents.warmup import WarmupController
@@ -180,12 +188,38 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(steps, path) of the readable model checkpoints and final model of a run, by steps."""
     found = []
-    candidates = [*sorted((run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}_*_steps.zip")),
-                  run_dir / "model.zip"]
-    for path in candidates:
+    for path in _model_files(run_dir):
         if path.is_file() and (steps := saved_steps(path)) is not None:
             found.append((steps, path))
     return sorted(found, key=lambda sp: (sp[0], sp[1].name != "model.zip"))
+
+
+def _model_files(run_dir: Path) -> list[Path]:
+    """Where a run's checkpoints and final model are (a path of them may hold none)."""
+    return [*sorted((run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}_*_steps.zip")),
+            run_dir / "model.zip"]
+
+
+def unreadable_models(run_dir: Path) -> list[str]:
+    """Why each model file of a run that ``checkpoints`` passes over cannot be read, each
+    naming its file (and its checkpoints folder, where that cannot be read): a resume of a
+    run with none readable said only that it had "no checkpoint or model" beside a model.zip."""
+    from agents.sb3_factory import saved_data
+
+    folder = run_dir / "checkpoints"
+    problem = unreadable_folder(folder) if folder.is_dir() else None
+    reasons = [] if problem is None else [f"its checkpoints folder {folder} {problem}"]
+    for path in _model_files(run_dir):
+        if not path.is_file() or saved_steps(path) is not None:
+            continue
+        try:
+            steps = saved_data(path).get("num_timesteps")
+        except ValueError as exc:       # no zip, no SB3 'data' entry: says which
+            reasons.append(str(exc))
+            continue
+        reasons.append(f"model file {path} records no step count (num_timesteps: "
+                       f"{shown(steps)})")
+    return reasons
 
 
 def companion(model_path: Path, kind: str, steps: int, extension: str = "pkl") -> Path:

@@ -146,6 +146,7 @@ from agents.run_folder import (
     save_best_record,
     save_model_files,
     saved_steps,
+    unreadable_models,
 )
 from agents.sb3_factory import (
     OtherDeviceCount,
@@ -574,6 +575,11 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
     spec = run_spec(cfg)
     found = checkpoints(run_dir)
     if not found:
+        unreadable = unreadable_models(run_dir)     # each naming its file, and why
+        if unreadable:
+            raise ConfigError(f"run {run_dir} has no readable checkpoint or model to resume "
+                              f"from: {'; '.join(unreadable)}; restore the run's files, or "
+                              f"train a new run ({command('train')} without --resume)")
         raise ConfigError(f"run {run_dir} has no checkpoint or model to resume from")
     steps, path = found[-1]
     if steps >= cfg.timesteps:
@@ -937,16 +943,22 @@ def read_run_config(path: Path) -> TrainConfig:
     model) is a ConfigError naming the file: its first agent and seed were taken for the run's
     (a DQN beside ``agents: [ppo, dqn]`` was evaluated as "ppo"), and ``agents: []`` or an
     unknown agent was a traceback."""
+    options = read_yaml_options(TrainConfig, path)
+    if not options:     # read as the defaults', and refused as a run of two warm-up specs
+        raise ConfigError(f"{path} is empty: a run folder's config.yaml holds the options "
+                          f"{program('train')} ran it with; restore it as the run wrote it")
     try:
-        cfg = TrainConfig(**read_yaml_options(TrainConfig, path))
+        cfg = TrainConfig(**options)
     except TypeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     if (len(cfg.agents) != 1 or len(cfg.warmup) != 1 or len(cfg.seeds) != 1
             or cfg.agents[0] not in SB3_NAMES):
+        # what the file gives: a default it does not give was shown as if it did
+        has = ", ".join(f"{key} {getattr(cfg, key)}" if key in options else f"no {key}"
+                        for key in ("agents", "warmup", "seeds"))
         raise ConfigError(f"{path} is not a run's config: a run folder's names one agent "
                           f"({', '.join(SB3_NAMES)}), one warm-up spec and one seed, as "
-                          f"{program('train')} writes it; this one has agents {cfg.agents}, warmup "
-                          f"{cfg.warmup}, seeds {cfg.seeds}")
+                          f"{program('train')} writes it; this one has {has}")
     run_spec(cfg)       # ConfigError naming the warm-up spec
     return cfg
 
@@ -958,7 +970,8 @@ def run_spec(cfg: TrainConfig) -> RunSpec:
 
 def find_run(log_dir: str | Path, name: str) -> Path:
     """The run folder to resume: the newest under log_dir for "latest", else the named one.
-    A folder it cannot read (no read or search permission) is a ConfigError naming it."""
+    A folder it cannot read (no read or search permission) is a ConfigError naming it, as is
+    a run folder without its config.yaml (it was "no run ... (runs there: none)")."""
     root = Path(log_dir)
     if name != "latest":    # looked up, not listed: a folder of runs it may not list is fine
         candidates = []
@@ -972,12 +985,18 @@ def find_run(log_dir: str | Path, name: str) -> Path:
             check_run_folder(path)
             if (path / "config.yaml").is_file():
                 return path
+        if candidates:
+            raise ConfigError(_without_config(candidates[0]))
     folders = _folders_in(root, "--log-dir")
     for folder in folders:
         check_run_folder(folder)
     runs = [d for d in folders if (d / "config.yaml").is_file()]
     if name == "latest":
         if not runs:
+            # a run's folder whose config.yaml is gone was "no run to resume"
+            lost = [d for d in folders if checkpoints(d)]
+            if lost:
+                raise ConfigError(_without_config(max(lost, key=_run_time)))
             raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
         return max(runs, key=lambda d: (_run_time(d), d.stat().st_mtime))
     known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
@@ -1002,6 +1021,17 @@ def check_run_folder(run_dir: Path) -> None:
     problem = unreadable_folder(run_dir)
     if problem is not None:
         raise ConfigError(f"run folder {run_dir} {problem}")
+
+
+def _without_config(run_dir: Path) -> str:
+    """The refusal of `run_dir`, a folder without config.yaml, named as a run to resume."""
+    kept = checkpoints(run_dir)
+    if not kept:
+        return (f"{run_dir} is not a run folder: it has no config.yaml, which "
+                f"{program('train')} writes in each run's folder and --resume reads")
+    return (f"run folder {run_dir} has no config.yaml: its model at {kept[-1][0]} steps is "
+            f"there, but --resume reads the run's options from its config.yaml; restore it "
+            f"as the run wrote it, or train a new run ({command('train')} without --resume)")
 
 
 def _run_time(run_dir: Path) -> int:

@@ -2502,6 +2502,56 @@ def test_a_named_run_resumes_from_a_folder_of_runs_that_cannot_be_listed(
     assert "64 steps (32 new)" in capsys.readouterr().out
 
 
+def test_a_run_folder_without_its_config_yaml_is_named_so(tmp_path: Path, capsys) -> None:
+    """--resume of a run folder whose config.yaml is gone said "no run ... (runs there: none)"
+    though the folder and its checkpoints were there."""
+    runs = tmp_path / "runs"
+    run = tiny_run(runs)
+    (run / "config.yaml").unlink()
+    main = load_main("train.py")
+    for name in ("latest", run.name):
+        capsys.readouterr()
+        assert main(["--resume", name, "--log-dir", str(runs), "--timesteps", "64"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"train.py: error: run folder {run} has no config.yaml: its model "
+                              f"at 32 steps is there"), err
+        assert "restore it as the run wrote it" in err and err.count("\n") == 1
+    (runs / "other").mkdir()        # a folder of no run, named
+    assert main(["--resume", "other", "--log-dir", str(runs), "--timesteps", "64"]) == 2
+    assert f"{runs / 'other'} is not a run folder: it has no config.yaml" in \
+        capsys.readouterr().err
+
+
+def test_a_run_whose_models_cannot_be_read_says_why(tmp_path: Path, capsys) -> None:
+    """A truncated model.zip and no checkpoint: "has no checkpoint or model to resume from",
+    beside the model.zip."""
+    runs = tmp_path / "runs"
+    run = tiny_run(runs)
+    shutil.rmtree(run / "checkpoints")
+    model = run / "model.zip"
+    model.write_bytes(model.read_bytes()[:1000])
+    assert load_main("train.py")(["--resume", "--log-dir", str(runs), "--timesteps", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"train.py: error: run {run} has no readable checkpoint or model to "
+                          f"resume from: model file {model} is not a Stable-Baselines3 model "
+                          f"zip (File is not a zip file); restore the run's files"), err
+
+
+def test_an_empty_run_config_is_refused_as_such(tmp_path: Path, capsys) -> None:
+    """An empty config.yaml was read as the defaults, and refused as a run of warm-up specs
+    ['none', 'all'] that the file never named."""
+    runs = tmp_path / "runs"
+    run = tiny_run(runs)
+    (run / "config.yaml").write_text("")
+    expected = f"{run / 'config.yaml'} is empty: a run folder's config.yaml holds the options"
+    assert load_main("train.py")(["--resume", "--log-dir", str(runs), "--timesteps", "64"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "warmup" not in err, err
+    assert load_main("evaluate.py")(["--runs", str(runs), "--out", str(tmp_path / "r"),
+                                     "--no-online", "--no-progress-bar"]) == 2
+    assert expected in capsys.readouterr().err
+
+
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
     from agents.training import plan
