@@ -624,7 +624,8 @@ def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: i
                           ) from None
     except ValueError as exc:
         raise ConfigError(f"cannot resume {run_dir.name} ({spec.agent} in {cfg.env_id}, as its "
-                          f"config.yaml says): {exc}; restore the run's own file, or train a "
+                          f"config.yaml says): {str(exc).rstrip('.')}; restore the run's own "
+                          f"file, or train a "
                           f"new run ({command('train')} without --resume)") from None
     # SB3's load seeds everything (the envs' next resets too) with the model's saved seed, the
     # run's own: the resumed envs replayed the task streams the run began on. Seeded again
