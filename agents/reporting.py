@@ -207,13 +207,15 @@ def _zip_info(path: Path) -> tuple[str, str]:
 
 def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
     """The models to evaluate (``--models`` or every finished run under ``--runs``) and notes."""
+    from agents.run_folder import check_run_folder
+
     notes: list[str] = []
     entries = []
     if cfg.models:
         for item in cfg.models:
             p = Path(item)
             if p.is_dir():
-                _check_run_folder(p)
+                check_run_folder(p)
                 if not (p / "model.zip").is_file() and (any(p.glob("*/model.zip"))
                                                         or any(p.glob("*/config.yaml"))):
                     raise ConfigError(f"{p} is a folder of run folders, not a run: pass "
@@ -251,7 +253,7 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                           f"{root} (that run), or --runs {root.parent} (every run beside it)")
     runs = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     for d in runs:
-        _check_run_folder(d)
+        check_run_folder(d)
         if (d / "model.zip").is_file():
             entries.append(_entry(d / "model.zip", d))
             notes += _stale_model_notes(d)
@@ -264,13 +266,6 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         notes.append(f"no trained models under {root}/: train some with `{command('train')}` "
                      f"(or pass --models); evaluating the baselines alone")
     return entries, notes
-
-
-def _check_run_folder(run_dir: Path) -> None:
-    """`training.check_run_folder` (its model.zip's is_file raised PermissionError)."""
-    from agents.training import check_run_folder
-
-    check_run_folder(run_dir)
 
 
 @dataclass(frozen=True)

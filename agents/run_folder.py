@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
+from agents.config import ConfigError
 from agents.event_files import mark_events
 from agents.files import (
     WriteFailed,
@@ -307,3 +308,12 @@ def saved_steps(path: Path) -> int | None:
         return int(saved_data(path)["num_timesteps"])
     except (OSError, KeyError, ValueError, TypeError):
         return None
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """A ConfigError naming `run_dir` where its files cannot be looked at (no read or search
+    permission, ``chmod 644``: pathlib's is_file raised PermissionError on a file in it, a
+    traceback out of --resume and evaluate.py)."""
+    problem = unreadable_folder(run_dir)
+    if problem is not None:
+        raise ConfigError(f"run folder {run_dir} {problem}")

@@ -137,6 +137,7 @@ from agents.run_folder import (
     CHECKPOINT_PREFIX,
     AtomicCheckpoint,
     BestModel,
+    check_run_folder,
     checkpoints,
     companion,
     new_run_dir,
@@ -1013,15 +1014,6 @@ def _folders_in(root: Path, option: str) -> list[Path]:
     if problem is not None:
         raise ConfigError(f"{option} {root} {problem}")
     return [d for d in root.iterdir() if d.is_dir()]
-
-
-def check_run_folder(run_dir: Path) -> None:
-    """A ConfigError naming `run_dir` where its files cannot be looked at (no read or search
-    permission, ``chmod 644``: pathlib's is_file raised PermissionError on a file in it, a
-    traceback out of --resume and evaluate.py)."""
-    problem = unreadable_folder(run_dir)
-    if problem is not None:
-        raise ConfigError(f"run folder {run_dir} {problem}")
 
 
 def _without_config(run_dir: Path) -> str:
