@@ -91,8 +91,8 @@ def scenario_names() -> list[str]:
 
 # Plausible bounds, far beyond any real workload, that keep every drawn size inside int64 and
 # every interval and latency finite (beyond them numpy overflowed and reset() failed naming
-# no field), and an episode's arrays in memory.
-MAX_QUANTITY = MAX_SIZE     # tokens, batch size: any distribution parameter
+# no field), and an episode's arrays in memory. (A size, tokens or a batch, is capped at
+# inference.task.MAX_SIZE.)
 MAX_EPISODE_TASKS = 1_000_000
 MAX_DOMAINS = 1_000_000
 MIN_RATE = 1e-6             # requests/s, burst multiplier, trace time scale
@@ -181,14 +181,14 @@ class Distribution:
                     raise ValueError(f"scenario field {where}.{key} must be a non-empty list")
                 # a value is a size (>= 1: 0.2 drew as 0, clipped to 1); a weight may be 0
                 args[key] = tuple(_number(v, f"{where}.{key}", low=0.0,
-                                          strict=False, high=MAX_QUANTITY,
+                                          strict=False, high=MAX_SIZE,
                                           integer=key == "values") for v in value)
             else:
                 # a size given outright is a whole one: 2.5 (a constant or a choice's value)
                 # drew as 2 without a word; a continuous dist's parameters are not sizes
                 # a log-normal's median scales every draw: at 0 each one was 0, clipped to min
                 args[key] = _number(value, f"{where}.{key}", low=1.0 if key == "value" else 0.0,
-                                    strict=key == "median", high=MAX_QUANTITY,
+                                    strict=key == "median", high=MAX_SIZE,
                                     integer=key in ("value", "min", "max"))   # 1.5..1.7 drew 1
         out = cls(**args)
         if kind == "choice" and out.weights and (len(out.weights) != len(out.values) or sum(out.weights) <= 0):

@@ -12,8 +12,7 @@ from inference.messages import shown
 STAGES: tuple[str, str, str] = ("load", "prefill", "decode")
 #: The largest size (sequences in a batch, tokens of a sequence) that a scenario, a trace and
 #: `python -m inference` take, far beyond any real workload: a batch of 1e300 priced at
-#: "latency inf s", "queue nan ns". (`envs.scenario.MAX_QUANTITY`, its name there; a Task
-#: built in Python is not held to it.)
+#: "latency inf s", "queue nan ns". (A Task built in Python is not held to it.)
 MAX_SIZE = 1e9
 
 

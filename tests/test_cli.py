@@ -586,17 +586,17 @@ def test_a_whole_number_is_an_integer_or_a_float_of_one_and_never_a_bool():
 def test_a_size_past_the_scenarios_cap_is_refused_naming_the_option(flag, capsys):
     """The counts had no upper limit: --batch 1e300 exited 0, printing "latency inf s" and
     "queue nan ns". The cap is the one scenarios and traces put on a size."""
-    from envs.scenario import MAX_QUANTITY
+    from inference.task import MAX_SIZE
     with pytest.raises(SystemExit) as exc:
         main([flag, "1e300"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == (f"python -m inference: error: argument {flag}: must be at most "
-                   f"{MAX_QUANTITY:,.0f} (the scenarios' and traces' cap on a size), got '1e300'")
+                   f"{MAX_SIZE:,.0f} (the scenarios' and traces' cap on a size), got '1e300'")
     with pytest.raises(SystemExit):
-        main([flag, str(int(MAX_QUANTITY) + 1)])
+        main([flag, str(int(MAX_SIZE) + 1)])
     args = build_parser().parse_args([flag, "1e9"])   # the cap itself is taken
-    assert getattr(args, flag[2:].replace("-", "_")) == int(MAX_QUANTITY)
+    assert getattr(args, flag[2:].replace("-", "_")) == int(MAX_SIZE)
 
 
 def test_a_placement_cannot_mean_a_device_named_by_digits(tmp_path, capsys):

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.scenario import MAX_QUANTITY
 from envs.traces import TRACES, Trace, batch_columns, batch_requests, read_trace, trace_percentiles
+from inference.task import MAX_SIZE
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 SHARED = Path("/work/shared/data/azure-llm-2023")
@@ -404,7 +404,7 @@ def test_non_utf8_file_names_file_and_line(tmp_path: Path, bom: bytes) -> None:
 
 
 INT64_MAX = 2**63 - 1
-CAP = int(MAX_QUANTITY)   # the scenarios' cap on a size
+CAP = int(MAX_SIZE)   # the scenarios' cap on a size
 
 
 @pytest.mark.parametrize(
