@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from inference.yamlio import cannot_read, not_a_file
+from inference.yamlio import cannot_read, int_digit_limit, not_a_file
 
 TMP_SUFFIX = ".tmp"
 # what a file system says when it refuses a write: a full disk, a quota, a read-only mount
@@ -148,17 +148,16 @@ def read_zip_json(path: Path, entry: str, label: str) -> Any:
     no such entry; a BadModelZip where the file is no zip, or the entry no JSON or JSON nested
     deeper than json's decoder recurses ("its `label` is nested too deeply": ``[[[...``
     100,000 deep was a RecursionError traceback out of evaluate.py) or with an integer too long
-    for int(); a ValueError naming the
-    file where it cannot be read (no permission: a PermissionError traceback)."""
+    for int(); a ValueError naming the file where it cannot be read (no permission: a
+    PermissionError traceback)."""
     try:
         with zipfile.ZipFile(path) as zf:
             return json.loads(zf.read(entry))
     except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadModelZip(str(exc)) from None
-    except ValueError:
-        # json's one other refusal: an integer past int()'s 4300-digit limit, whose own
-        # message named no file and advised sys.set_int_max_str_digits()
-        raise BadModelZip(f"its {label} holds a number of more than 4300 digits") from None
+    except ValueError:      # json's one other refusal: an integer past int()'s digit limit
+        raise BadModelZip(f"its {label} holds a number of more than {int_digit_limit()} "
+                          f"digits") from None
     except RecursionError:
         raise BadModelZip(f"its {label} is nested too deeply") from None
     except OSError as exc:

@@ -174,6 +174,13 @@ def _check_aliases(root: yaml.Node) -> None:
                         f"of an alias of ...: a 'billion laughs')", root.start_mark)
 
 
+def int_digit_limit() -> int:
+    """The most digits Python's int() reads from text (``sys.get_int_max_str_digits``: 4300 by
+    default; 0, no limit, before Python 3.10.7). A number past it was int()'s own ValueError,
+    naming no file and advising ``sys.set_int_max_str_digits()``."""
+    return int(getattr(sys, "get_int_max_str_digits", lambda: 0)())
+
+
 def _checked_scalar(construct: Callable[[Any, yaml.ScalarNode], Any]
                     ) -> Callable[[Any, yaml.ScalarNode], Any]:
     """`construct` (PyYAML's int, float, bool or timestamp constructor), refusing a value it
@@ -185,7 +192,7 @@ def _checked_scalar(construct: Callable[[Any, yaml.ScalarNode], Any]
         try:
             return construct(loader, node)
         except (ValueError, KeyError, AttributeError):
-            limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+            limit = int_digit_limit()
             digits = sum(c.isdigit() for c in str(node.value))
             problem = (f"a number of more than {limit} digits" if limit and digits > limit
                        else f"{shown(node.value)} is not a valid {node.tag.rpartition(':')[2]}")
