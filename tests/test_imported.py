@@ -477,34 +477,30 @@ def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, 
     with pytest.raises(ValueError, match=r"no module named 'mine_xyz.py' .*; name the module, "
                                          r"mine_xyz, not its file"):
         make_policy("mine_xyz.py:Policy", env)
-    # a ValueError or TypeError its code raises as it is imported: named with where (the CLIs'
-    # one line read "baseline: invalid literal for int() with base 10: 'x'", naming nothing)
-    (tmp_path / "valueerror_xyz.py").write_text("\n\nN = int('x')\n")
-    with pytest.raises(ValueError, match=r"baseline: policy 'valueerror_xyz:P': importing "
-                                         r"valueerror_xyz raised ValueError: invalid literal .* "
-                                         r"\(.*valueerror_xyz\.py, line 3\)"):
-        make_fixed_policy("valueerror_xyz:P", env, "baseline")
-    (tmp_path / "typeerror_xyz.py").write_text("N = len(None)\n")
-    with pytest.raises(ValueError, match=r"baseline: policy 'typeerror_xyz:P': importing "
-                                         r"typeerror_xyz raised TypeError: .* "
-                                         r"\(.*typeerror_xyz\.py, line 1\)"):
-        make_fixed_policy("typeerror_xyz:P", env, "baseline")
-    # a module that exists and imports one that does not: what importing it raised, not "no
-    # module named broken_xyz"; so is whatever else a module's code raises, and a syntax
-    # error, each at its line (they were tracebacks)
-    (tmp_path / "broken_xyz.py").write_text("import missing_dependency_xyz\n")
-    with pytest.raises(ValueError, match=r"^policy 'broken_xyz:Policy': importing broken_xyz "
-                                         r"raised ModuleNotFoundError: No module named "
-                                         r"'missing_dependency_xyz' \(.*broken_xyz\.py, line 1\)$"):
-        make_policy("broken_xyz:Policy", env)
-    (tmp_path / "runtime_xyz.py").write_text("\nraise RuntimeError('no GPU here')\n")
-    with pytest.raises(ValueError, match=r"importing runtime_xyz raised RuntimeError: no GPU "
-                                         r"here \(.*runtime_xyz\.py, line 2\)$"):
-        make_policy("runtime_xyz:Policy", env)
-    (tmp_path / "syntax_xyz.py").write_text("x = 1\ndef f(:\n    pass\n")
-    with pytest.raises(ValueError, match=r"importing syntax_xyz raised SyntaxError: .* "
-                                         r"\(.*syntax_xyz\.py, line 2\)$"):
-        make_policy("syntax_xyz:Policy", env)
+    # whatever a module's code raises as it is imported: one line naming what and where. A
+    # ValueError or TypeError read "baseline: invalid literal for int() with base 10: 'x'",
+    # naming nothing; a module that imports one that does not exist is what importing it
+    # raised, not "no module named broken_xyz"; the others, a syntax error too, were tracebacks
+    raising = [
+        ("valueerror_xyz", "\n\nN = int('x')\n", r"baseline: policy 'valueerror_xyz:P': importing "
+         r"valueerror_xyz raised ValueError: invalid literal .* \(.*valueerror_xyz\.py, line 3\)"),
+        ("typeerror_xyz", "N = len(None)\n", r"baseline: policy 'typeerror_xyz:P': importing "
+         r"typeerror_xyz raised TypeError: .* \(.*typeerror_xyz\.py, line 1\)"),
+        ("broken_xyz", "import missing_dependency_xyz\n", r"^policy 'broken_xyz:P': importing "
+         r"broken_xyz raised ModuleNotFoundError: No module named 'missing_dependency_xyz' "
+         r"\(.*broken_xyz\.py, line 1\)$"),
+        ("runtime_xyz", "\nraise RuntimeError('no GPU here')\n", r"importing runtime_xyz raised "
+         r"RuntimeError: no GPU here \(.*runtime_xyz\.py, line 2\)$"),
+        ("syntax_xyz", "x = 1\ndef f(:\n    pass\n", r"importing syntax_xyz raised SyntaxError: "
+         r".* \(.*syntax_xyz\.py, line 2\)$"),
+    ]
+    for module, source, message in raising:
+        (tmp_path / f"{module}.py").write_text(source)
+        with pytest.raises(ValueError, match=message):
+            if message.startswith("baseline"):
+                make_fixed_policy(f"{module}:P", env, "baseline")
+            else:
+                make_policy(f"{module}:P", env)
     assert str(tmp_path) not in sys.path        # the import's own path entry is taken back
 
 
