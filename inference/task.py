@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -14,6 +13,11 @@ STAGES: tuple[str, str, str] = ("load", "prefill", "decode")
 #: `python -m inference` take, far beyond any real workload: a batch of 1e300 priced at
 #: "latency inf s", "queue nan ns". (A Task built in Python is not held to it.)
 MAX_SIZE = 1e9
+#: The latest arrival a `Task` takes, in seconds (about 32 years). Times are float64 seconds,
+#: and a latency is a difference of two of them: near 1e9 s they are resolved to about 1e-7 s,
+#: near 1e308 not at all (any task priced as "latency 0 s"). Streams the envs generate are not
+#: held to it; their rates and time scales are bounded instead (envs.scenario.MIN_RATE).
+MAX_ARRIVAL = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +29,7 @@ class Task:
         prompt_tokens: prompt length per sequence, in tokens (>= 1).
         output_tokens: generated tokens per sequence (>= 1).
         domain: data-domain key; what the loading cache is keyed on (>= 0).
-        arrival: arrival time in seconds (>= 0).
+        arrival: arrival time in seconds (>= 0, <= MAX_ARRIVAL).
     """
 
     batch: int
@@ -43,8 +47,9 @@ class Task:
         if not is_integer(self.domain) or self.domain < 0:
             raise ValueError(f"Task.domain must be a non-negative integer, got {shown(self.domain)}")
         object.__setattr__(self, "domain", int(self.domain))
-        if not (is_number(self.arrival) and math.isfinite(self.arrival)) or self.arrival < 0:
-            raise ValueError(f"Task.arrival must be a finite time >= 0, got {shown(self.arrival)}")
+        if not (is_number(self.arrival) and 0 <= self.arrival <= MAX_ARRIVAL):   # nan fails too
+            raise ValueError(f"Task.arrival must be a time in seconds from 0 to {MAX_ARRIVAL:g}, "
+                             f"got {shown(self.arrival)}")
         object.__setattr__(self, "arrival", float(self.arrival))
 
     @classmethod

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from inference.hardware import Hardware, Link, load_hardware
 from inference.model_config import get_model
 from inference.simulator import MIN_CACHE_DECAY, SimConfig, Simulator, TaskResult
-from inference.task import Task
+from inference.task import MAX_ARRIVAL, Task
 from inference.variants import VARIANTS, build_stages
 
 SERVER = load_hardware("server")
@@ -448,6 +448,19 @@ def test_an_idle_cluster_prices_a_task_the_same_whenever_it_arrives(variant, har
     assert late.latency == pytest.approx(early.latency, rel=1e-6)
     for part, seconds in early.breakdown().items():
         assert late.breakdown()[part] == pytest.approx(seconds, rel=1e-6, abs=1e-9), part
+
+
+def test_the_latest_arrival_a_task_takes_is_still_priced_as_at_time_zero():
+    # float64 times far from zero resolve a latency coarsely (at 1e308 every task took "0 s"),
+    # so Task refuses arrivals past MAX_ARRIVAL, and at it a task prices as it does at 0.
+    task = Task(1, 16, 4)
+    early = simulator().execute(task, (GPU, GPU, GPU))
+    late = simulator().execute(dataclasses.replace(task, arrival=MAX_ARRIVAL), (GPU, GPU, GPU))
+    assert 0 < early.latency < 1
+    assert late.latency == pytest.approx(early.latency, rel=1e-4)
+    for bad in (np.nextafter(MAX_ARRIVAL, np.inf), 1e308, float("inf"), float("nan"), -1.0):
+        with pytest.raises(ValueError, match=r"^Task.arrival must be a time in seconds from 0 to 1e\+09, got "):
+            Task(1, 16, 4, arrival=bad)
 
 
 @FEW
