@@ -990,17 +990,23 @@ def find_run(log_dir: str | Path, name: str) -> Path:
         if candidates:
             raise ConfigError(_without_config(candidates[0]))
     folders = _folders_in(root, "--log-dir")
+    if name == "latest":
+        # Newest first (by the time in its name, then its own time), and only up to the newest
+        # run: a folder that cannot be read might be that run, so it is refused, but an older
+        # one (another user's, chmod 700) refused every --resume latest.
+        newest_first = sorted(folders, key=lambda d: (_run_time(d), d.stat().st_mtime), reverse=True)
+        for folder in newest_first:
+            check_run_folder(folder)
+            if (folder / "config.yaml").is_file():
+                return folder
+        # a run's folder whose config.yaml is gone was "no run to resume"
+        lost = [d for d in newest_first if checkpoints(d)]
+        if lost:
+            raise ConfigError(_without_config(lost[0]))
+        raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
     for folder in folders:
         check_run_folder(folder)
     runs = [d for d in folders if (d / "config.yaml").is_file()]
-    if name == "latest":
-        if not runs:
-            # a run's folder whose config.yaml is gone was "no run to resume"
-            lost = [d for d in folders if checkpoints(d)]
-            if lost:
-                raise ConfigError(_without_config(max(lost, key=_run_time)))
-            raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
-        return max(runs, key=lambda d: (_run_time(d), d.stat().st_mtime))
     known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
     raise ConfigError(f"no run {shown(name)} under {shown(root, quote=False)}/ (runs there: {known})")
 

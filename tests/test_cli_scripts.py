@@ -2505,6 +2505,29 @@ def test_a_named_run_resumes_from_a_folder_of_runs_that_cannot_be_listed(
     assert "64 steps (32 new)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("unreadable", ["older", "newer"])
+def test_resume_latest_reads_the_folders_only_down_to_the_newest_run(
+        unreadable: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """An older folder that cannot be read (another user's run, chmod 700) refused every
+    --resume latest; the newest one is still refused, as it may be the run meant."""
+    runs = tmp_path / "runs"
+    newer = tiny_run(runs)
+    time = re.search(r"__(\d+)$", newer.name).group(1)
+    older = runs / newer.name.replace(time, str(int(time) - 100))
+    shutil.copytree(newer, older)
+    refused_in(monkeypatch, older if unreadable == "older" else newer, listing=False)
+    capsys.readouterr()
+    code = load_main("train.py")(["--resume", "--log-dir", str(runs), "--timesteps", "64",
+                                  "--no-progress-bar"])
+    out, err = capsys.readouterr()
+    if unreadable == "older":
+        assert code == 0 and "64 steps (32 new)" in out, err
+        assert newer.name in out
+    else:
+        assert (code, err) == (2, f"train.py: error: run folder {newer} cannot be read: "
+                                  f"Permission denied\n")
+
+
 def test_a_run_folder_without_its_config_yaml_is_named_so(tmp_path: Path, capsys) -> None:
     """--resume of a run folder whose config.yaml is gone said "no run ... (runs there: none)"
     though the folder and its checkpoints were there."""
