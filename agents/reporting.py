@@ -428,14 +428,21 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
 
 
 def _hardware_hint(cfg: EvalConfig, entry: ModelEntry, exc: Exception) -> str:
-    """How to evaluate a model zip without a run folder on the hardware it was trained on:
-    nothing in the zip names it, so the scenario's ran, and the refusal named no option."""
+    """How to evaluate a model on the hardware it was trained on, in evaluate.py's options:
+    the refusal's "load it with hardware of N devices" named none."""
     from agents.sb3_factory import OtherDeviceCount
 
-    if not isinstance(exc, OtherDeviceCount) or entry.run_dir is not None or cfg.hardware:
+    if not isinstance(exc, OtherDeviceCount) or cfg.hardware:
         return ""
-    return ("; a zip without its run folder records no hardware: give the one it was trained "
-            f"on with {program('evaluate')} --hardware FILE")
+    option = f"{program('evaluate')} --hardware FILE"
+    if entry.run_dir is None:   # nothing in the zip names its hardware, so the scenario's ran
+        return f"; a zip without its run folder records no hardware: give the one it was trained on with {option}"
+    if entry.hardware is not None:
+        return (f"; its run was trained with --hardware {entry.hardware}, which has changed "
+                f"since: restore that file, or give the hardware it was trained on with {option}")
+    trained = " ".join(entry.trained_on())
+    return (f"; its run was trained on the hardware of --scenarios {trained}: evaluate it on "
+            f"those, or give hardware of as many devices with {option}")
 
 
 def _model_env(cfg: EvalConfig, entry: ModelEntry, scenario: str) -> Any:

@@ -316,8 +316,28 @@ def test_every_scenario_is_checked_before_any_is_evaluated(tmp_path: Path) -> No
                   baselines=["best-static"])
     entries, _ = discover_models(cfg)
     with pytest.raises(ConfigError, match=r"trained on hardware of 3 devices.*has 2 \(cpu, gpu\)"
-                                          r".*\(scenario .*small.yaml\)"):
+                                          r".*\(scenario .*small.yaml\); its run was trained on "
+                                          r"the hardware of --scenarios article: evaluate it on "
+                                          r"those, or give hardware of as many devices with "
+                                          r"evaluate.py --hardware FILE$"):
         check_inputs(cfg, entries, cfg.scenarios)
+
+
+def test_a_run_whose_hardware_file_changed_since_is_told_to_restore_it(tmp_path: Path) -> None:
+    """A run trained with --hardware FILE, the file edited since to another device count: the
+    refusal said "load it with hardware of 3 devices", naming no option of evaluate.py."""
+    hardware = tmp_path / "mine.yaml"
+    hardware.write_text((PRESET_DIR / "server.yaml").read_text())
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"], hardware=str(hardware))
+    hardware.write_text(two_device_hardware(tmp_path).read_text())
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    with pytest.raises(ConfigError, match=rf"trained on hardware of 3 devices.*has 2 \(cpu, gpu\)"
+                                          rf".*; its run was trained with --hardware {re.escape(str(hardware))}, "
+                                          rf"which has changed since: restore that file, or give "
+                                          rf"the hardware it was trained on with evaluate.py "
+                                          rf"--hardware FILE$"):
+        check_inputs(cfg, entries, ["article"])
 
 
 def test_a_bare_zip_of_other_hardware_is_told_to_give_it_with_hardware(tmp_path: Path) -> None:
