@@ -1,6 +1,7 @@
 """A run folder's files: the folder itself, its checkpoints and what is saved beside each
 model (VecNormalize statistics, the replay buffer, the warm-up's state), so that ``train.py
---resume`` and ``evaluate.py`` find them. Every file is written whole (``agents.files``).
+--resume`` and ``evaluate.py`` find them, and which folder a ``--resume`` means (``find_run``).
+Every file is written whole (``agents.files``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback
 
+from agents.commands import command, program
 from agents.config import ConfigError
 from agents.event_files import mark_events
 from agents.files import (
@@ -32,6 +34,7 @@ from agents.files import (
     write_text,
 )
 from inference.messages import shown
+from inference.yamlio import cannot_read
 
 if TYPE_CHECKING:
     from agents.warmup import WarmupController
@@ -317,3 +320,71 @@ def check_run_folder(run_dir: Path) -> None:
     problem = unreadable_folder(run_dir)
     if problem is not None:
         raise ConfigError(f"run folder {run_dir} {problem}")
+
+
+def find_run(log_dir: str | Path, name: str) -> Path:
+    """The run folder to resume: the newest under log_dir for "latest", else the named one.
+    A folder it cannot read (no read or search permission) is a ConfigError naming it, as is
+    a run folder without its config.yaml (it was "no run ... (runs there: none)")."""
+    root = Path(log_dir)
+    if name != "latest":    # looked up, not listed: a folder of runs it may not list is fine
+        candidates = []
+        for path in (Path(name), root / name):
+            try:
+                if path.is_dir():
+                    candidates.append(path)
+            except OSError as exc:  # its folder without search permission (chmod 644 runs)
+                raise ConfigError(f"--resume {name}: {path.parent} {cannot_read(exc)}") from None
+        for path in candidates:
+            check_run_folder(path)
+            if (path / "config.yaml").is_file():
+                return path
+        if candidates:
+            raise ConfigError(_without_config(candidates[0]))
+    folders = _folders_in(root, "--log-dir")
+    if name == "latest":
+        # Newest first (by the time in its name, then its own time), and only up to the newest
+        # run: a folder that cannot be read might be that run, so it is refused, but an older
+        # one (another user's, chmod 700) refused every --resume latest.
+        newest_first = sorted(folders, key=lambda d: (_run_time(d), d.stat().st_mtime), reverse=True)
+        for folder in newest_first:
+            check_run_folder(folder)
+            if (folder / "config.yaml").is_file():
+                return folder
+        # a run's folder whose config.yaml is gone was "no run to resume"
+        lost = [d for d in newest_first if checkpoints(d)]
+        if lost:
+            raise ConfigError(_without_config(lost[0]))
+        raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
+    for folder in folders:
+        check_run_folder(folder)
+    runs = [d for d in folders if (d / "config.yaml").is_file()]
+    known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
+    raise ConfigError(f"no run {shown(name)} under {shown(root, quote=False)}/ (runs there: {known})")
+
+
+def _folders_in(root: Path, option: str) -> list[Path]:
+    """The folders in `root` (none where it is no folder); a ConfigError naming `option` where
+    it cannot be read (``chmod 311 runs``: a PermissionError traceback)."""
+    if not root.is_dir():
+        return []
+    problem = unreadable_folder(root)
+    if problem is not None:
+        raise ConfigError(f"{option} {root} {problem}")
+    return [d for d in root.iterdir() if d.is_dir()]
+
+
+def _without_config(run_dir: Path) -> str:
+    """The refusal of `run_dir`, a folder without config.yaml, named as a run to resume."""
+    kept = checkpoints(run_dir)
+    if not kept:
+        return (f"{run_dir} is not a run folder: it has no config.yaml, which "
+                f"{program('train')} writes in each run's folder and --resume reads")
+    return (f"run folder {run_dir} has no config.yaml: its model at {kept[-1][0]} steps is "
+            f"there, but --resume reads the run's options from its config.yaml; restore it "
+            f"as the run wrote it, or train a new run ({command('train')} without --resume)")
+
+
+def _run_time(run_dir: Path) -> int:
+    match = re.search(r"__(\d+)(?:-\d+)?$", run_dir.name)
+    return int(match.group(1)) if match else 0

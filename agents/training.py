@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import shutil
 import sys
 import time
@@ -116,7 +115,6 @@ from agents.files import (
     REFUSED_WRITES,
     WriteFailed,
     check_room,
-    unreadable_folder,
     write_text,
 )
 from agents.locks import FolderBusy, holding
@@ -137,9 +135,9 @@ from agents.run_folder import (
     CHECKPOINT_PREFIX,
     AtomicCheckpoint,
     BestModel,
-    check_run_folder,
     checkpoints,
     companion,
+    find_run,
     new_run_dir,
     read_best_record,
     restore_warmup_state,
@@ -174,7 +172,6 @@ from envs.scenario import SCENARIO_DIR
 from envs.scenario_mix import MixRefused
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
-from inference.yamlio import cannot_read
 
 TABLE_BASELINES = ("best-static", "all-gpu", "heft", "heft-calibrated")
 RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
@@ -968,74 +965,6 @@ def read_run_config(path: Path) -> TrainConfig:
 def run_spec(cfg: TrainConfig) -> RunSpec:
     """The one run of a run folder's config (``read_run_config``)."""
     return RunSpec(cfg.agents[0], canonical_warmup(cfg.warmup[0]), cfg.seeds[0])
-
-
-def find_run(log_dir: str | Path, name: str) -> Path:
-    """The run folder to resume: the newest under log_dir for "latest", else the named one.
-    A folder it cannot read (no read or search permission) is a ConfigError naming it, as is
-    a run folder without its config.yaml (it was "no run ... (runs there: none)")."""
-    root = Path(log_dir)
-    if name != "latest":    # looked up, not listed: a folder of runs it may not list is fine
-        candidates = []
-        for path in (Path(name), root / name):
-            try:
-                if path.is_dir():
-                    candidates.append(path)
-            except OSError as exc:  # its folder without search permission (chmod 644 runs)
-                raise ConfigError(f"--resume {name}: {path.parent} {cannot_read(exc)}") from None
-        for path in candidates:
-            check_run_folder(path)
-            if (path / "config.yaml").is_file():
-                return path
-        if candidates:
-            raise ConfigError(_without_config(candidates[0]))
-    folders = _folders_in(root, "--log-dir")
-    if name == "latest":
-        # Newest first (by the time in its name, then its own time), and only up to the newest
-        # run: a folder that cannot be read might be that run, so it is refused, but an older
-        # one (another user's, chmod 700) refused every --resume latest.
-        newest_first = sorted(folders, key=lambda d: (_run_time(d), d.stat().st_mtime), reverse=True)
-        for folder in newest_first:
-            check_run_folder(folder)
-            if (folder / "config.yaml").is_file():
-                return folder
-        # a run's folder whose config.yaml is gone was "no run to resume"
-        lost = [d for d in newest_first if checkpoints(d)]
-        if lost:
-            raise ConfigError(_without_config(lost[0]))
-        raise ConfigError(f"no run to resume under {root}/ (train one with: {command('train')})")
-    for folder in folders:
-        check_run_folder(folder)
-    runs = [d for d in folders if (d / "config.yaml").is_file()]
-    known = ", ".join(sorted(d.name for d in runs)[-10:]) or "none"
-    raise ConfigError(f"no run {shown(name)} under {shown(root, quote=False)}/ (runs there: {known})")
-
-
-def _folders_in(root: Path, option: str) -> list[Path]:
-    """The folders in `root` (none where it is no folder); a ConfigError naming `option` where
-    it cannot be read (``chmod 311 runs``: a PermissionError traceback)."""
-    if not root.is_dir():
-        return []
-    problem = unreadable_folder(root)
-    if problem is not None:
-        raise ConfigError(f"{option} {root} {problem}")
-    return [d for d in root.iterdir() if d.is_dir()]
-
-
-def _without_config(run_dir: Path) -> str:
-    """The refusal of `run_dir`, a folder without config.yaml, named as a run to resume."""
-    kept = checkpoints(run_dir)
-    if not kept:
-        return (f"{run_dir} is not a run folder: it has no config.yaml, which "
-                f"{program('train')} writes in each run's folder and --resume reads")
-    return (f"run folder {run_dir} has no config.yaml: its model at {kept[-1][0]} steps is "
-            f"there, but --resume reads the run's options from its config.yaml; restore it "
-            f"as the run wrote it, or train a new run ({command('train')} without --resume)")
-
-
-def _run_time(run_dir: Path) -> int:
-    match = re.search(r"__(\d+)(?:-\d+)?$", run_dir.name)
-    return int(match.group(1)) if match else 0
 
 
 def _absolute_files(config: TrainConfig) -> TrainConfig:
