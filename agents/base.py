@@ -84,16 +84,22 @@ class StreamActor:
     counts or estimates through it) acted on every task as on an episode's first. Ours return
     the state they are given (None), and act as before."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Any, env: Any = None) -> None:
         self.policy = policy
         self.state: Any = None
         self.starting = True
+        # A policy that acts on action masks (maskable-ppo) is handed those of `env`, the env
+        # stepped: left to itself it reads the env it was built on, which may be another
+        # (or one never reset: "call reset() before action_masks()").
+        self._masks = (env.unwrapped.action_masks
+                       if env is not None and getattr(policy, "acts_on_masks", False) else None)
 
     def act(self, observation: Any) -> Any:
         """The policy's deterministic action on `observation`, the next of the stream."""
+        masks = {} if self._masks is None else {"action_masks": self._masks()}
         action, self.state = self.policy.predict(observation, state=self.state,
                                                  episode_start=np.array([self.starting]),
-                                                 deterministic=True)
+                                                 deterministic=True, **masks)
         self.starting = False
         return action
 

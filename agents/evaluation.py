@@ -92,7 +92,7 @@ def episode_latencies(policy: Any, env: gym.Env, seed: int, episodes: int = 1) -
     base = env.unwrapped
     out: list[float] = []
     start_stream_of(policy, seed)
-    actor = StreamActor(policy)
+    actor = StreamActor(policy, base)
     obs, _ = base.reset(seed=seed)
     for episode in range(episodes):
         if episode:

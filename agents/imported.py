@@ -254,7 +254,7 @@ class OneAtATime:
 
     def __getattr__(self, name: str) -> Any:
         # the policy's own attributes (its env_id, a threshold, its config) read through
-        if name == "policy":
+        if name in ("policy", "acts_on_masks"):   # this predict() takes no action_masks
             raise AttributeError(name)
         return getattr(self.policy, name)
 

@@ -157,7 +157,7 @@ def rollout(policy: Any, env: Any, n_samples: int, seed: int,
     a TimeLimit) act as they do when the policy learns on it.
     """
     start_stream_of(policy, seed)
-    actor = StreamActor(policy)
+    actor = StreamActor(policy, env)
     obs, _ = env.reset(seed=seed)
     infos = []
     for i in range(n_samples):

@@ -80,9 +80,16 @@ class FlatDiscreteActions(gym.ActionWrapper):
     """MultiDiscrete([D, D, D]) <-> Discrete(D**3) for DQN."""
 
     def __init__(self, env: gym.Env) -> None:
+        space = env.action_space
+        if not isinstance(space, spaces.MultiDiscrete):    # it read space.nvec: AttributeError
+            wrapped = isinstance(env.unwrapped.action_space, spaces.MultiDiscrete)
+            raise ValueError(
+                f"FlatDiscreteActions flattens the device ids of InferenceAlloc-v0 (a "
+                f"MultiDiscrete action space), got an env of {space}"
+                + ("; a wrapper has flattened them already (make_sb3('dqn', env) adds "
+                   "FlatDiscreteActions itself: pass it the env without it)" if wrapped else ""))
         super().__init__(env)
-        nvec = env.action_space.nvec  # type: ignore[attr-defined]
-        self.nvec = np.asarray(nvec)
+        self.nvec = np.asarray(space.nvec)
         self.action_space = spaces.Discrete(int(np.prod(self.nvec)))
 
     def action(self, action: Any) -> np.ndarray:
@@ -167,6 +174,12 @@ class SB3Agent(Policy):
         # overrides applied), which a run's config.yaml records.
         self.hyperparams: dict[str, Any] = {}
 
+    @property
+    def acts_on_masks(self) -> bool:
+        """Does `predict` take ``action_masks`` (``agents.base.StreamActor`` passes the stepped
+        env's)?"""
+        return self.name == "maskable-ppo"
+
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True, action_masks: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
         """The model's action in the env's own action space: device ids in InferenceAlloc-v0
@@ -178,7 +191,7 @@ class SB3Agent(Policy):
         would mask with the wrong task's).
         """
         kwargs: dict[str, Any] = {}
-        if self.name == "maskable-ppo":
+        if self.acts_on_masks:
             obs = np.asarray(observation)
             # the env's masks are the current task's: for one observation, or a batch of one
             # (what a DummyVecEnv hands over)

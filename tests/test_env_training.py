@@ -337,6 +337,42 @@ def test_maskable_ppo_masks_a_batch_of_one_too() -> None:
     assert masked_steps > 10
 
 
+def test_a_maskable_agent_evaluated_on_another_env_is_masked_by_that_env() -> None:
+    """episode_latencies and the online rollout let a maskable-ppo agent read the masks of the
+    env it was built on, not of the env stepped: 40 failed dispatches in a faults episode, and
+    "call reset() before action_masks()" where its own env was never reset."""
+    from agents.evaluation import episode_latencies
+    from agents.online import rollout
+    from agents.sb3_factory import make_sb3
+
+    def faults() -> gym.Env:
+        return gym.make("envs:InferenceAlloc-v0", scenario="faults", episode_tasks=100)
+
+    agent = make_sb3("maskable-ppo", faults(), seed=0)     # its own env, never reset
+    stepped = faults()
+    failed = []
+    real_step = stepped.unwrapped.step
+
+    def step(action):
+        out = real_step(action)
+        failed.append(out[-1]["failed_dispatch"])
+        return out
+
+    stepped.unwrapped.step = step
+    assert len(episode_latencies(agent, stepped, seed=10000)) == 100
+    masked = faults().unwrapped
+    masked.reset(seed=10000)
+    masked_steps = 0
+    for _ in range(100):                        # the episode does mask devices
+        masked_steps += not masked.stage_masks().all()
+        masked.step(np.array([1, 1, 1]))
+    assert masked_steps > 10
+    assert sum(failed) == 0
+    failed.clear()
+    rollout(agent, stepped, 100, seed=10000)
+    assert sum(failed) == 0
+
+
 def test_a_dqn_loaded_without_an_env_answers_in_device_ids(tmp_path: Path) -> None:
     from agents.sb3_factory import make_sb3
 
@@ -376,6 +412,20 @@ def test_dqns_flat_actions_and_device_ids_round_trip() -> None:
     assert wrapped.action_space.n == int(np.prod(wrapped.nvec))
     assert [wrapped.flatten(wrapped.action(k)) for k in range(wrapped.action_space.n)] == list(
         range(wrapped.action_space.n))
+
+
+def test_dqns_flat_actions_refuse_an_env_without_device_id_actions() -> None:
+    """The README's "build it on FlatDiscreteActions(env)" read into make_sb3("dqn", ...),
+    which wraps its env itself, and the Split env: "AttributeError: 'Discrete' object has no
+    attribute 'nvec'"."""
+    from agents.sb3_factory import FlatDiscreteActions, make_sb3
+
+    start = r"^FlatDiscreteActions flattens the device ids of InferenceAlloc-v0 \(a MultiDiscrete action space\), got an env of "
+    with pytest.raises(ValueError, match=start + r"Discrete\(27\); a wrapper has flattened them already "
+                                               r"\(make_sb3\('dqn', env\) adds FlatDiscreteActions itself"):
+        make_sb3("dqn", FlatDiscreteActions(make(V0)), seed=0)
+    with pytest.raises(ValueError, match=start + r"Box\(-1\.0, 1\.0, \(9,\), float32\)$"):
+        FlatDiscreteActions(make(SPLIT))
 
 
 @pytest.mark.parametrize("action", [2.7, True, "5", 27, -1, np.int64(27), float("nan"),
