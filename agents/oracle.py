@@ -60,7 +60,11 @@ class OraclePolicy(Policy):
     def placement(self, obs: Any = None) -> tuple[int, int, int]:
         """The latency-minimising placement for the env's current task (checks `obs` if given)."""
         env = self.env
-        env._require_reset()    # RuntimeError before reset() or after the episode's end
+        if env._episode is None:    # its "call reset() before step()" named no call made
+            raise RuntimeError("the oracle decides the current task of the env it was built on, "
+                               "which has not been reset: step that env (reset() it first), or "
+                               "build the oracle on the env you step")
+        env._require_reset()    # RuntimeError after the episode's end
         task = env._current_task()
         if obs is not None:
             self._check(np.asarray(obs, dtype=np.float32).reshape(-1), task)

@@ -671,7 +671,9 @@ def test_oracle_needs_the_live_single_env() -> None:
         OraclePolicy(DummyVecEnv([lambda: InferenceAllocEnv("article", episode_tasks=5)]))
     env = InferenceAllocEnv("article", episode_tasks=5)
     oracle = OraclePolicy(env)
-    with pytest.raises(RuntimeError, match="reset"):
+    # it said "call reset() before step()", a call nobody made, where its env was another's
+    with pytest.raises(RuntimeError, match=r"^the oracle decides the current task of the env "
+                                           r"it was built on, which has not been reset: "):
         oracle.predict(np.zeros(env.observation_space.shape, np.float32))
     obs, _ = env.reset(seed=0)
     stale = obs.copy()
