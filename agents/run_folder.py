@@ -204,10 +204,12 @@ def _model_files(run_dir: Path) -> list[Path]:
             run_dir / "model.zip"]
 
 
-def unreadable_models(run_dir: Path) -> list[str]:
+def unreadable_models(run_dir: Path, newer_than: int | None = None) -> list[str]:
     """Why each model file of a run that ``checkpoints`` passes over cannot be read, each
     naming its file (and its checkpoints folder, where that cannot be read): a resume of a
-    run with none readable said only that it had "no checkpoint or model" beside a model.zip."""
+    run with none readable said only that it had "no checkpoint or model" beside a model.zip.
+    `newer_than`: only the files that may be newer than a save of that many steps (model.zip,
+    saved last, and the checkpoints whose names say more steps)."""
     from agents.sb3_factory import saved_data
 
     folder = run_dir / "checkpoints"
@@ -215,6 +217,9 @@ def unreadable_models(run_dir: Path) -> list[str]:
     reasons = [] if problem is None else [f"its checkpoints folder {folder} {problem}"]
     for path in _model_files(run_dir):
         if not path.is_file() or saved_steps(path) is not None:
+            continue
+        named = re.fullmatch(rf"{CHECKPOINT_PREFIX}_(\d+)_steps\.zip", path.name)
+        if newer_than is not None and named and int(named.group(1)) <= newer_than:
             continue
         try:
             steps = saved_data(path).get("num_timesteps")

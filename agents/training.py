@@ -580,6 +580,11 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
                               f"train a new run ({command('train')} without --resume)")
         raise ConfigError(f"run {run_dir} has no checkpoint or model to resume from")
     steps, path = found[-1]
+    newer = unreadable_models(run_dir, newer_than=steps)
+    if newer:   # the run went back to an older save without a word (DQN's buffer emptied)
+        raise ConfigError(f"cannot resume {run_dir.name} from its newest save: "
+                          f"{'; '.join(newer)}; restore it, or move it out of the run folder "
+                          f"to resume from {path} at {steps} steps")
     if steps >= cfg.timesteps:
         raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
                           f"above that (the new total) to continue it")
@@ -630,8 +635,12 @@ def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: i
     # here; the model keeps the run's seed, from which a later resume derives its own.
     model.set_random_seed(seed)
     buffer = companion(path, "replay_buffer", steps)
-    if hasattr(model, "load_replay_buffer") and buffer.is_file():
-        model.load_replay_buffer(buffer)
+    if hasattr(model, "load_replay_buffer"):
+        if buffer.is_file():
+            model.load_replay_buffer(buffer)
+        else:   # an older checkpoint's (only the newest's is kept): it was an unnamed restart
+            print(f"note: no replay buffer was saved with {path} (a run keeps the newest "
+                  f"checkpoint's alone): {spec.agent} goes on from an empty one", file=sys.stderr)
     agent = SB3Agent(spec.agent, model, first)
     if warm is not None:
         controller = attach_warmup(agent, first, warm, seed=spec.seed,

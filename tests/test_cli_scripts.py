@@ -2182,6 +2182,13 @@ def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
     out = capsys.readouterr().out
     assert "128 steps (32 new)" in out and "| agent |" not in out
     assert load_from_pkl(run / "replay_buffer.pkl").size() == 128    # 96 kept + 32 new
+    # a model saved without its buffer goes on from an empty one, as before, but says so
+    (run / "replay_buffer.pkl").unlink()
+    assert main(["--resume", "--timesteps", "160", *args]) == 0
+    assert capsys.readouterr().err == (f"note: no replay buffer was saved with {run / 'model.zip'} "
+                                       f"(a run keeps the newest checkpoint's alone): dqn goes on "
+                                       f"from an empty one\n")
+    assert load_from_pkl(run / "replay_buffer.pkl").size() == 32
     # agents/training.py's docstring (where train.py --help sends a reader) names every file
     import agents.training
     for f in run.iterdir():
@@ -2561,6 +2568,29 @@ def test_a_run_whose_models_cannot_be_read_says_why(tmp_path: Path, capsys) -> N
     assert err.startswith(f"train.py: error: run {run} has no readable checkpoint or model to "
                           f"resume from: model file {model} is not a Stable-Baselines3 model "
                           f"zip (File is not a zip file); restore the run's files"), err
+
+
+def test_a_newest_save_that_cannot_be_read_is_not_passed_over(tmp_path: Path, capsys) -> None:
+    """A truncated model.zip beside an older checkpoint: --resume went back to the checkpoint
+    without a word (for DQN, from an empty replay buffer). It is refused, naming the file; moved
+    aside, the run resumes from the checkpoint."""
+    runs = tmp_path / "runs"
+    run = tiny_run(runs, "--timesteps", "48", "--checkpoint-interval", "32")
+    model = run / "model.zip"
+    model.write_bytes(model.read_bytes()[:1000])
+    main = load_main("train.py")
+    capsys.readouterr()
+    assert main(["--resume", "--log-dir", str(runs), "--timesteps", "64",
+                 "--no-progress-bar"]) == 2
+    checkpoint = run / "checkpoints" / "model_32_steps.zip"
+    assert capsys.readouterr().err == (
+        f"train.py: error: cannot resume {run.name} from its newest save: model file {model} "
+        f"is not a Stable-Baselines3 model zip (File is not a zip file); restore it, or move it "
+        f"out of the run folder to resume from {checkpoint} at 32 steps\n")
+    model.rename(tmp_path / "damaged.zip")
+    assert main(["--resume", "--log-dir", str(runs), "--timesteps", "64",
+                 "--no-progress-bar"]) == 0
+    assert "64 steps (32 new)" in capsys.readouterr().out
 
 
 def test_an_empty_run_config_is_refused_as_such(tmp_path: Path, capsys) -> None:
