@@ -1435,7 +1435,11 @@ def folder_of_length(root: Path, length: int) -> Path:
     names (each under NAME_MAX), for paths just short of the system's PATH_MAX."""
     folder = root
     while len(str(folder)) < length:
-        folder = folder / ("d" * min(200, length - len(str(folder)) - 1))
+        left = length - len(str(folder)) - 1     # characters for the next name, after its "/"
+        name = min(200, left)
+        if left - name == 1:    # a "/" alone would be left: it looped on folder / "" forever
+            name -= 1
+        folder = folder / ("d" * name)
     assert len(str(folder)) == length
     return folder
 
