@@ -11,7 +11,7 @@ Library code run from Python outside the CLIs names the checkout's form.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -66,3 +66,21 @@ def named(text: str) -> str:
     for job in CONSOLE_SCRIPTS:
         text = text.replace(f"python {job}.py", command(job)).replace(f"{job}.py", program(job))
     return text
+
+
+def run_job(job: Job, prog: str, body: Callable[[], int], kept: str = "") -> int:
+    """`body`, the job `prog` runs, as a CLI runs it: SIGTERM (a scheduler's stop) ends it as
+    Ctrl-C does, either in one line (``agents.interrupts.run_stoppable``; `kept`: what it says
+    is kept) from the start, while the modules load too (a quarter second of Ctrl-C was a
+    traceback, and of SIGTERM a silent exit); its hints name the form the user ran; a path it
+    prints in a character the console cannot show is escaped, not the end of the job."""
+    from agents.interrupts import run_stoppable
+
+    def in_context() -> int:
+        from agents.files import quiet_refused_writes_in_threads
+        from inference.messages import printable_stdout
+
+        with invoked_as(form_of(job, prog)), printable_stdout(), quiet_refused_writes_in_threads():
+            return body()
+
+    return run_stoppable(prog, in_context, kept)

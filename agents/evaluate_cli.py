@@ -25,18 +25,9 @@ SCRIPT = "evaluate.py"            # the repo's script, a shim over main
 def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
     """The evaluation `prog` runs; `prog` heads its error lines and its usage (evaluate.py's
     shim passes its own name, ``python -m agents.evaluate_cli`` its command)."""
-    from agents.commands import form_of, invoked_as
-    from agents.files import quiet_refused_writes_in_threads
-    from agents.interrupts import run_stoppable
-    from inference.messages import printable_stdout
+    from agents.commands import run_job
 
-    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does; its hints name what the user ran;
-    # a path it prints in a character the console cannot show is escaped, not the end of the
-    # evaluation
-    with invoked_as(form_of("evaluate", prog)), printable_stdout(), \
-            quiet_refused_writes_in_threads():
-        return run_stoppable(prog, lambda: _main(argv, prog),
-                             " (files already written are complete)")
+    return run_job("evaluate", prog, lambda: _main(argv, prog), " (files already written are complete)")
 
 
 def _main(argv: list[str] | None, prog: str) -> int:

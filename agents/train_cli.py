@@ -27,17 +27,9 @@ SCRIPT = "train.py"               # the repo's script, a shim over main
 def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
     """The job `prog` runs; `prog` heads its error lines and its usage (train.py's shim
     passes its own name, ``python -m agents.train_cli`` its command)."""
-    from agents.commands import form_of, invoked_as
-    from agents.files import quiet_refused_writes_in_threads
-    from agents.interrupts import run_stoppable
-    from inference.messages import printable_stdout
+    from agents.commands import run_job
 
-    # SIGTERM (a scheduler's stop) ends it as Ctrl-C does; its hints name what the user ran;
-    # a path it prints in a character the console cannot show is escaped, not the end of the
-    # job
-    with invoked_as(form_of("train", prog)), printable_stdout(), \
-            quiet_refused_writes_in_threads():
-        return run_stoppable(prog, lambda: _main(argv, prog))
+    return run_job("train", prog, lambda: _main(argv, prog))
 
 
 def _main(argv: list[str] | None, prog: str) -> int:

@@ -8,6 +8,8 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -1502,3 +1504,29 @@ def test_the_registry_docstring_lists_every_name_and_its_keywords_defaults(
     assert int(threshold.group(1)) == DEFAULT_THRESHOLD
     assert make_policy("best-static", article, path=tmp_path / "static.json") is not None
     assert (tmp_path / "static.json").is_file()
+
+
+def test_the_agents_package_exports_each_name_from_its_module_when_read() -> None:
+    """`import agents` imports no policy (train.py's Ctrl-C handler comes first); each name of
+    its __all__ is the object of the module `_EXPORTS` names, and the type checkers' imports
+    list the same names."""
+    import ast
+    import importlib
+    import inspect
+
+    import agents
+
+    assert sorted(agents.__all__) == sorted(agents._EXPORTS)
+    for name, module in agents._EXPORTS.items():
+        assert getattr(agents, name) is getattr(importlib.import_module(module), name), name
+    tree = ast.parse(inspect.getsource(agents))
+    checked = {alias.name: node.module for block in tree.body if isinstance(block, ast.If)
+               for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert checked == agents._EXPORTS
+    with pytest.raises(AttributeError, match="module 'agents' has no attribute 'nope'"):
+        agents.nope  # noqa: B018
+    probe = ("import sys, agents.interrupts; print(sorted(m for m in ('numpy', 'gymnasium', "
+             "'agents.static', 'inference') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, cwd=Path(agents.__file__).parent.parent)
+    assert run.stdout.strip() == "[]", run.stderr

@@ -1430,6 +1430,31 @@ def test_help_and_a_refused_option_answer_without_loading_torch(job: str, args: 
     assert run.stderr.splitlines()[-1] == f"{code} []", run.stderr
 
 
+@pytest.mark.parametrize("job", ["train", "evaluate"])
+@pytest.mark.parametrize("stop, line, code", [
+    ("raise KeyboardInterrupt", "interrupted", 130),
+    ("os.kill(os.getpid(), signal.SIGTERM)", "terminated (SIGTERM)", 143),
+])
+def test_a_stop_while_the_modules_load_is_one_line(job: str, stop: str, line: str, code: int,
+                                                   tmp_path: Path) -> None:
+    """Ctrl-C in the job's first quarter second, while `import agents` loaded every policy,
+    gymnasium and numpy, was a traceback, and SIGTERM a silent exit: here each stops the job
+    as numpy is imported."""
+    probe = (f"import os, signal, sys\n"
+             f"class Stop:\n"
+             f"    def find_spec(self, name, path=None, target=None):\n"
+             f"        if name == 'numpy':\n"
+             f"            {stop}\n"
+             f"sys.meta_path.insert(0, Stop())\n"
+             f"sys.path.insert(0, {str(ROOT)!r})\n"
+             f"from {job} import main\n"
+             f"sys.exit(main(['--help']))\n")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    kept = " (files already written are complete)" if job == "evaluate" else ""
+    assert (run.returncode, run.stderr) == (code, f"{job}.py: {line}{kept}\n")
+
+
 def folder_of_length(root: Path, length: int) -> Path:
     """A folder under `root` whose path is `length` characters long, made of 200-character
     names (each under NAME_MAX), for paths just short of the system's PATH_MAX."""
