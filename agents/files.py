@@ -14,10 +14,11 @@ import json
 import os
 import threading
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.interrupts import stops_held
 from inference.yamlio import cannot_read, int_digit_limit, not_a_file
 
 TMP_SUFFIX = ".tmp"
@@ -35,21 +36,37 @@ class WriteFailed(OSError):
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path to write; on success it replaces `target`, on failure it is removed
     (an OSError as WriteFailed, naming `target`)."""
-    target = Path(target)
-    tmp = temp_file(target)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_paths([Path(target)]) as (tmp,):
         yield tmp
-        os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
+    """`atomic_path` for files that belong together: a temp path each, to write; once every
+    one is written they replace their targets in order, Ctrl-C and SIGTERM held until all
+    have (``agents.interrupts.stops_held``); on a failure before, each is removed and no
+    target changes. A resume stopped between a model's files saved the new replay buffer
+    beside the old model, and a later resume trained on the pair."""
+    temps = [temp_file(Path(target)) for target in targets]
+    try:
+        for target in targets:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        yield temps
+        with stops_held():
+            for tmp, target in zip(temps, targets, strict=True):
+                os.replace(tmp, target)
     except WriteFailed:
         raise
     except OSError as exc:
+        # the target whose temp file was refused, where the error names it (torch's does not)
+        target = dict(zip(map(str, temps), targets, strict=True)).get(str(exc.filename), targets[-1])
         raise WriteFailed(f"cannot write {target}: {exc.strerror or exc}") from exc
     finally:
         # suppressed: a read-only folder refuses even to remove a temp file it never let be
         # made, and that error (on the temp file's name) replaced the one naming the target
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
 
 def temp_file(target: Path) -> Path:

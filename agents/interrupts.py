@@ -59,3 +59,32 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
             # second traceback, so what is left of stdout goes nowhere
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Within it, Ctrl-C and SIGTERM wait: each is raised (or, where no Python handler is set,
+    delivered) as the block ends, as it would have been where it came. For a few renames that
+    must land together, a model and the files a resume reads beside it. Outside the main
+    thread, where Python runs no signal handler, it holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[signal.Signals] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        came.append(signal.Signals(signum))
+
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, hold) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if came:
+            handler = previous[came[0]]
+            if callable(handler):
+                handler(came[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(came[0])

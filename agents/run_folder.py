@@ -14,8 +14,9 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from agents.config import ConfigError
 from agents.event_files import mark_events
 from agents.files import (
     WriteFailed,
-    atomic_path,
+    atomic_paths,
     check_room,
     temp_file,
     unreadable_folder,
@@ -114,7 +115,7 @@ def _folder_refused(folder: Path, exc: OSError) -> WriteFailed:
 
 class AtomicCheckpoint(CheckpointCallback):
     """SB3's CheckpointCallback, each file written via temp + rename; one replay buffer kept.
-    `warmup`: the controller whose state (``save_warmup_state``) a resume continues from.
+    `warmup`: the controller whose state (saved by ``save_model_files``) a resume continues from.
     `keep`: the checkpoints kept, the newest (``prune_checkpoints``); 0 keeps every one.
     `run_dir`: the run folder, whose events are marked before each save
     (``agents.event_files.mark_events``: a resume reads them from there)."""
@@ -165,24 +166,29 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
                      warmup: WarmupController | None = None, *, replay_buffer: bool = True,
                      vecnormalize: bool = True) -> None:
     """`model` at `steps` steps saved to `model_path` (a checkpoint's or the run's model.zip)
-    with what a resume needs beside it, each named by `companion` and written whole: the
-    warm-up's state, the replay buffer and the VecNormalize statistics first, the model zip
-    last, so that a zip a resume finds always has them (one interrupted after its zip, before
-    its buffer, was resumed from an empty buffer); of the checkpoints' buffers only the newest
-    is kept, the older ones removed once its model is saved."""
+    with what a resume needs beside it, each named by `companion`: the warm-up's state, the
+    replay buffer and the VecNormalize statistics. All are written, then all replace the
+    files before them at once (``agents.files.atomic_paths``), the model zip last: a zip a
+    resume finds always has its own (one interrupted after its zip, before its buffer, was
+    resumed from an empty buffer; one interrupted before its zip left the old zip beside the
+    new buffer). Of the checkpoints' buffers only the newest is kept, the older ones removed
+    once its model is saved."""
+    writers: dict[Path, Callable[[Path], Any]] = {}
     if warmup is not None:
-        save_warmup_state(warmup, companion(model_path, "warmup", steps, "json"), steps)
+        state = json.dumps({"num_timesteps": steps, **warmup.state()}) + "\n"
+        writers[companion(model_path, "warmup", steps, "json")] = partial(
+            Path.write_text, data=state, encoding="utf-8", newline="")
     buffer = None
     if replay_buffer and getattr(model, "replay_buffer", None) is not None:
         buffer = companion(model_path, "replay_buffer", steps)
-        with atomic_path(buffer) as tmp:
-            model.save_replay_buffer(tmp)  # type: ignore[attr-defined]
+        writers[buffer] = model.save_replay_buffer  # type: ignore[attr-defined]
     vecnorm = model.get_vec_normalize_env() if vecnormalize else None
     if vecnorm is not None:
-        with atomic_path(companion(model_path, "vecnormalize", steps)) as tmp:
-            vecnorm.save(str(tmp))
-    with atomic_path(model_path) as tmp:
-        model.save(tmp)
+        writers[companion(model_path, "vecnormalize", steps)] = lambda tmp: vecnorm.save(str(tmp))
+    writers[model_path] = model.save
+    with atomic_paths(list(writers)) as temps:
+        for write, tmp in zip(writers.values(), temps, strict=True):
+            write(tmp)
     if buffer is not None and model_path.name != "model.zip":
         for old in buffer.parent.glob(f"{CHECKPOINT_PREFIX}_replay_buffer_*_steps.pkl"):
             if old != buffer:
@@ -237,11 +243,6 @@ def companion(model_path: Path, kind: str, steps: int, extension: str = "pkl") -
     if model_path.name == "model.zip":
         return model_path.with_name(f"{kind}.{extension}")
     return model_path.with_name(f"{CHECKPOINT_PREFIX}_{kind}_{steps}_steps.{extension}")
-
-
-def save_warmup_state(controller: WarmupController, path: Path, steps: int) -> None:
-    """The warm-up's state at `steps` (``WarmupController.state``), as JSON, atomically."""
-    write_text(path, json.dumps({"num_timesteps": steps, **controller.state()}) + "\n")
 
 
 def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1594,6 +1595,44 @@ def test_a_write_to_a_read_only_folder_names_the_target(tmp_path: Path, monkeypa
         tmp.write_text("complete")
 
 
+def test_files_that_belong_together_replace_theirs_all_or_none(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """A model and the files a resume reads beside it: a failure while writing one leaves
+    every target as it was, and Ctrl-C or SIGTERM during the renames waits for the last."""
+    import os
+    import signal
+
+    from agents.files import WriteFailed, atomic_paths
+    from agents.interrupts import Terminated, sigterm_as_interrupt
+
+    targets = [tmp_path / "replay_buffer.pkl", tmp_path / "sub" / "model.zip"]
+    with atomic_paths(targets) as temps:
+        for tmp in temps:
+            tmp.write_text("old")
+    with pytest.raises(WriteFailed, match=re.escape(f"cannot write {targets[1]}: disk full")), \
+            atomic_paths(targets) as temps:
+        temps[0].write_text("new")
+        raise OSError(28, "disk full", str(temps[1]))
+    assert [t.read_text() for t in targets] == ["old", "old"]
+    assert leftover_temp_files(tmp_path) == []
+    real_replace = os.replace
+    for signum, stopped in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)):
+        renamed = []
+
+        def replace(src, dst, signum=signum, renamed=renamed):
+            if not renamed:
+                signal.raise_signal(signum)     # as the first file lands
+            real_replace(src, dst)
+            renamed.append(dst)
+
+        monkeypatch.setattr(os, "replace", replace)
+        with sigterm_as_interrupt(), pytest.raises(stopped), atomic_paths(targets) as temps:
+            for tmp in temps:
+                tmp.write_text(f"after {signum.name}")
+        assert [t.read_text() for t in targets] == [f"after {signum.name}"] * 2
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_leftover_temp_files_finds_every_temp_form_at_any_depth(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     temps = [tmp_path / "run" / ".config.yaml.7.tmp",                    # atomic_path's
@@ -2192,19 +2231,25 @@ def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monke
     assert seeds[:2] == [first, first + 1], seeds
 
 
+def dqn_run(runs: Path) -> tuple[Any, Path, list[str]]:
+    """train.py's main, a DQN run of 96 steps under `runs` saved as model.zip alone (no
+    checkpoint) with its replay buffer, and the options a resume of it takes."""
+    main = load_main("train.py")
+    args = ["--log-dir", str(runs), "--no-progress-bar"]
+    assert main(["--agents", "dqn", "--warmup", "none", "--timesteps", "96",
+                 "--checkpoint-interval", "0", "--episode-tasks", "30", "--eval-tasks", "0",
+                 *args]) == 0
+    (run,) = runs.iterdir()
+    return main, run, args
+
+
 def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
         tmp_path: Path, capsys) -> None:
     """Resuming from model.zip used to start DQN from an empty buffer (only checkpoints saved
     one), and a run trained with --eval-tasks 0 crashed after resuming, building the table."""
     from stable_baselines3.common.save_util import load_from_pkl
 
-    main = load_main("train.py")
-    runs = tmp_path / "runs"
-    args = ["--log-dir", str(runs), "--no-progress-bar"]
-    assert main(["--agents", "dqn", "--warmup", "none", "--timesteps", "96",
-                 "--checkpoint-interval", "0", "--episode-tasks", "30", "--eval-tasks", "0",
-                 *args]) == 0
-    (run,) = runs.iterdir()
+    main, run, args = dqn_run(tmp_path / "runs")
     assert load_from_pkl(run / "replay_buffer.pkl").size() == 96
     capsys.readouterr()
     assert main(["--resume", "--timesteps", "128", *args]) == 0     # --eval-tasks 0 is saved
@@ -2223,6 +2268,34 @@ def test_a_resumed_dqn_keeps_its_replay_buffer_and_no_eval_means_no_table(
     for f in run.iterdir():
         name = "events.out.tfevents.*" if f.name.startswith("events.out.tfevents.") else f.name
         assert f"``{name}``" in agents.training.__doc__, name
+
+
+def test_a_resume_stopped_as_its_model_is_saved_keeps_the_old_models_files(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """The replay buffer was saved, then Ctrl-C came as model.zip was written: the old
+    model.zip stayed beside the new buffer, and a later resume trained on the pair."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.save_util import load_from_pkl
+
+    main, run, args = dqn_run(tmp_path / "runs")
+    before = folder_state(run)
+    real_save = BaseAlgorithm.save
+
+    def stopped(self, path, *rest, **kwargs):
+        if ".model.zip." in Path(path).name:
+            raise KeyboardInterrupt
+        return real_save(self, path, *rest, **kwargs)
+
+    monkeypatch.setattr(BaseAlgorithm, "save", stopped)
+    assert main(["--resume", "--timesteps", "128", *args]) == 130
+    assert load_from_pkl(run / "replay_buffer.pkl").size() == 96
+    # the model's files as they were; the logs (events, and tensorboard.json, whose record
+    # of 128 steps a resume from 96 passes over) and config.yaml (rewritten alike) moved on
+    logs = ("events.out", "tensorboard.json", "config.yaml")
+    after = folder_state(run)
+    assert {k: v for k, v in after.items() if not k.startswith(logs)} == {
+        k: v for k, v in before.items() if not k.startswith(logs)}
+    assert leftover_temp_files(run) == []
 
 
 def test_a_resumed_warm_runs_guard_trips_continue_from_its_checkpoint(tmp_path: Path) -> None:
