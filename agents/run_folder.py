@@ -330,8 +330,9 @@ def check_run_folder(run_dir: Path) -> None:
 
 def find_run(log_dir: str | Path, name: str) -> Path:
     """The run folder to resume: the newest under log_dir for "latest", else the named one.
-    A folder it cannot read (no read or search permission) is a ConfigError naming it, as is
-    a run folder without its config.yaml (it was "no run ... (runs there: none)")."""
+    A folder it cannot read (no read or search permission; for "latest", one not older than
+    the newest run) is a ConfigError naming it, as is a run folder without its config.yaml
+    (it was "no run ... (runs there: none)")."""
     root = Path(log_dir)
     if name != "latest":    # looked up, not listed: a folder of runs it may not list is fine
         candidates = []
