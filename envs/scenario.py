@@ -1,6 +1,8 @@
 """Scenarios: named YAML files that fix the workload, hardware, pipeline and faults.
 
-Schema (every field optional except where noted; see ``envs/scenarios/article.yaml``)::
+Schema (every field optional except where noted), with the values of
+``envs/scenarios/article.yaml`` where it sets them (the others are the optional parts it
+leaves out: clients, bursts, a trace, faults)::
 
     name: article
     description: "..."
@@ -11,12 +13,12 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
     noise: 0.05                      # sigma of the multiplicative log-normal stage noise (median 1)
     failed_dispatch_s: 0.5           # charged when an action picks a masked device
     workload:
-      arrival_rate: 0.12             # tasks per second (Poisson)
+      arrival_rate: 0.022            # tasks per second (Poisson)
       clients: 0                     # > 0: closed loop, K clients (see Workload)
       burst: {period: 40, length: 12, rate_multiplier: 6.0}   # optional: bursts of arrivals
-      batch: {dist: choice, values: [4, 8, 16, 32], weights: [.1, .2, .4, .3]}
-      prompt_tokens: {dist: normal, mean: 5000, std: 900, min: 1024, max: 8192}
-      output_tokens: {dist: lognormal, median: 160, sigma: 0.6, min: 16, max: 1024}
+      batch: {dist: choice, values: [4, 8, 12, 16, 24, 32], weights: [0.08, 0.12, 0.10, 0.25, 0.25, 0.20]}
+      prompt_tokens: {dist: normal, mean: 5000, std: 800, min: 2048, max: 8192}
+      output_tokens: {dist: lognormal, median: 160, sigma: 0.9, min: 16, max: 2048}
       domains: 64                    # data domains the requests come from
       zipf: 1.1                      # skew of the live domain popularity
       trace: null                    # azure-code | azure-conv | CSV path: replaces the synthetic sizes
@@ -28,7 +30,7 @@ Schema (every field optional except where noted; see ``envs/scenarios/article.ya
       train_shift: 24                # ... taken from a training mix shifted this many ranks
       capacity: 12                   # adaptive cache entries
       decay: 0.98
-    simulator: {prefetch_depth: 1, replacement_overhead_s: 0.1, contention: 1.0}
+    simulator: {prefetch_depth: 1, replacement_overhead_s: 0.2, contention: 1.0}
     faults:                          # each needs device, kind, start_task, end_task (excluded)
       - {device: npu, kind: offline, start_task: 60, end_task: 120}
       - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}   # factor in [1e-12, 1]

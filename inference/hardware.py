@@ -5,26 +5,27 @@ and *true* figures (what the simulator charges). A YAML profile gives the
 nominal figures and, under ``true_figures:``, only the fields that differ; the
 difference is the article's "underestimated NPU utilization by 15%".
 
-YAML schema (see ``inference/presets/server.yaml`` for a full example)::
+YAML schema, with the figures of ``inference/presets/server.yaml`` (its GPU and one link;
+the file is the full example)::
 
     name: server
-    disk_bandwidth: 7.0e9            # bytes/s, sequential read of the data disk
+    disk_bandwidth: 6.9e9            # bytes/s, sequential read of the data disk
     devices:
       - name: gpu                    # unique, no comma, not all digits; placements name it
         kind: gpu                    # cpu | gpu | npu
-        peak_flops: 9.89e14          # dense bf16 FLOP/s
-        mem_bandwidth: 3.35e12       # bytes/s
+        peak_flops: 3.12e14          # dense bf16 FLOP/s
+        mem_bandwidth: 2.039e12      # bytes/s
         memory: 8.0e10               # bytes
         memory_domain: gpu-hbm       # devices sharing a domain contend for bandwidth
         launch_overhead: 5.0e-6      # seconds per kernel launch
         setup_s: 0.5                 # optional: set-up for a stage the device did not just run
-        op_efficiency: {dense: .6, attention: .5, dynamic: .2, preprocess: .02}
-        pattern_efficiency: {sequential: .85, strided: .55, random: .3}
-        cache_hit_rate: {sequential: .97, strided: .8, random: .5}
+        op_efficiency: {dense: 0.60, attention: 0.09, dynamic: 0.04, preprocess: 1.0e-6}
+        pattern_efficiency: {sequential: 0.85, strided: 0.60, random: 0.44}
+        cache_hit_rate: {sequential: 0.97, strided: 0.85, random: 0.62}
         true_figures: {peak_flops: ...}  # optional: true figures that differ
         source: "..."                # where the figures come from
     links:
-      - {between: [cpu, gpu], bandwidth: 6.4e10, latency: 1.0e-5}   # bytes/s, seconds
+      - {between: [cpu, gpu], bandwidth: 3.15e10, latency: 1.0e-5}   # bytes/s, seconds
 
 A key the schema does not list, at any level, is an error (ValueError naming it).
 

@@ -473,3 +473,45 @@ def test_a_figure_that_differs_fails_naming_the_row_and_the_file():
         assert_states("x", "0.5", 4.0, "npu's setup_s", "s")
     with pytest.raises(AssertionError, match="ships 2.039 TB/s"):
         assert_states("x", "2.03", 2.039e12, "gpu's mem_bandwidth", "TB/s", rounded=True)
+
+
+def _schema_example(doc: str) -> dict:
+    """The YAML block of a module docstring's "schema ... ::" example, parsed."""
+    import textwrap
+
+    from inference.yamlio import safe_load
+
+    block = doc.split("::\n\n", 1)[1].split("\n\n", 1)[0]
+    return safe_load(textwrap.dedent(block))     # as the loaders read YAML: 6.9e9 a number
+
+
+def test_the_schema_examples_state_the_figures_of_the_presets_they_name():
+    """envs.scenario's example said `name: article` with another arrival rate (0.12, the
+    preset's 0.022), batch mix and replacement overhead; inference.hardware's said `name:
+    server` with an H100's figures beside the server's A100."""
+    import envs.scenario
+    import inference.hardware
+    from inference.yamlio import safe_load
+
+    example = _schema_example(envs.scenario.__doc__)
+    preset = safe_load((Path(envs.scenario.__file__).parent / "scenarios" / "article.yaml").read_text())
+
+    def same(shown: dict, real: dict, where: str) -> None:
+        for key, value in real.items():
+            if key == "description":
+                continue
+            assert key in shown, f"{where}{key}"
+            if isinstance(value, dict):
+                same(shown[key], value, f"{where}{key}.")
+            else:
+                assert shown[key] == value, f"{where}{key}: {shown[key]} != {value}"
+
+    same(example, preset, "")
+    example = _schema_example(inference.hardware.__doc__)
+    server = safe_load((Path(inference.hardware.__file__).parent / "presets" / "server.yaml").read_text())
+    assert (example["name"], example["disk_bandwidth"]) == (server["name"], server["disk_bandwidth"])
+    (shown,) = example["devices"]
+    real = next(d for d in server["devices"] if d["name"] == shown["name"])
+    same(shown, {k: v for k, v in real.items() if k != "source"}, "devices[gpu].")
+    (link,) = example["links"]
+    assert link in server["links"]
