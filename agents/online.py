@@ -48,7 +48,11 @@ def unsettled(stabilise: Sequence[float], n_samples: int, window: int = WINDOW) 
 
 @dataclass
 class OnlineResult:
-    """Per-sample latencies of an agent and of its references on one task stream."""
+    """Per-sample latencies of an agent and of its references on one task stream.
+
+    `conservative_acting`: per sample, whether the warm-up's conservative policy placed it
+    (`deploy` of a learner with a warm-up; None otherwise); `static_here`: best-static's
+    latency in the agent's own state, each sample (what the stabilisation is measured on)."""
 
     latency: np.ndarray
     static: np.ndarray

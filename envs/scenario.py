@@ -457,19 +457,19 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         if f.get("kind") not in ("offline", "throttle"):
             raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {shown(f.get('kind'))}")
         if not isinstance(f.get("device"), str):
-            raise ValueError(f"scenario field {where}.device must name a device")
+            raise ValueError(f"scenario field {where}.device must name a device, got {shown(f.get('device'))}")
         fault = Fault(
             device=f["device"], kind=f["kind"],
             start_task=_int(f.get("start_task"), f"{where}.start_task", strict=False),
             end_task=_int(f.get("end_task"), f"{where}.end_task"),
             factor=_number(f.get("factor", 1.0), f"{where}.factor"),
         )
-        if fault.end_task <= fault.start_task or fault.factor > 1:
-            raise ValueError(f"scenario field {where}: need start_task < end_task and "
-                             f"{MIN_THROTTLE:g} <= factor <= 1")
-        if fault.factor < MIN_THROTTLE:
-            raise ValueError(f"scenario field {where}.factor must be >= {MIN_THROTTLE:g}, got "
-                             f"{shown(f['factor'])}")
+        if fault.end_task <= fault.start_task:
+            raise ValueError(f"scenario field {where}: need start_task < end_task (end_task is "
+                             f"excluded), got {fault.start_task}..{fault.end_task}")
+        if not MIN_THROTTLE <= fault.factor <= 1:
+            raise ValueError(f"scenario field {where}.factor must be in {MIN_THROTTLE:g}..1 (the "
+                             f"share of its speed a throttled device keeps), got {shown(f['factor'])}")
         if fault.kind == "offline" and "factor" in f:
             raise ValueError(f"scenario field {where}.factor is for kind: throttle; an offline "
                              f"device runs nothing")
@@ -487,7 +487,7 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     hardware = _near(hardware, base_dir, preset=preset_file(hardware, PRESET_DIR) is not None)
     variant = top.get("variant", d.variant)
     if not isinstance(variant, (str, dict)):
-        raise ValueError("scenario field variant must be a recipe name or a mapping")
+        raise ValueError(f"scenario field variant must be a recipe name or a mapping, got {shown(variant)}")
     return Scenario(
         name=d.name,
         description=str(top.get("description", "")),

@@ -242,7 +242,8 @@ class Simulator:
         free = Link(math.inf, 0.0)
         self._link = [[hardware.links.get((a, b), free) for b in range(self.n_devices)]
                       for a in range(self.n_devices)]
-        # ... and its two figures as plain matrices, for the stage-to-stage transfer in `run`.
+        # ... and its two figures as plain matrices, for the stage-to-stage transfers
+        # (`_book_single`, `_book_shares`).
         self._link_latency = [[link.latency for link in row] for row in self._link]
         self._link_bandwidth = [[link.bandwidth for link in row] for row in self._link]
         # Devices whose bandwidth the memory-domain peers can take (see `_stage_time`).
@@ -308,8 +309,12 @@ class Simulator:
         fractions = np.asarray(placement, dtype=float)
         if fractions.shape != (3, self.n_devices):
             raise ValueError(f"fraction placement must have shape (3, {self.n_devices}), got {fractions.shape}")
-        if not np.all(np.isfinite(fractions)) or np.any(fractions < 0):
-            raise ValueError("fraction placement entries must be finite and >= 0")
+        bad = ~np.isfinite(fractions) | (fractions < 0)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"fraction placement entries must be finite and >= 0, got "
+                             f"{fractions[row, col]} for stage {STAGES[row]!r} on device "
+                             f"{self.hardware.devices[col].name!r}")
         with np.errstate(over="ignore"):    # an infinite sum is dealt with below
             sums = fractions.sum(axis=1)
         for stage, total in zip(STAGES, sums, strict=True):

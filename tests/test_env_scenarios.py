@@ -394,7 +394,7 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"workload": {"burst": {"period": 4, "length": 5, "rate_multiplier": 2}}},
      "burst.length must be <= workload.burst.period"),
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 5, "end_task": 5}]},
-     "need start_task < end_task"),
+     "faults[0]: need start_task < end_task (end_task is excluded), got 5..5"),
     ({"faults": {"device": "npu", "kind": "offline"}}, "scenario field faults must be a list"),
     # an absent key read as None: "faults[0].start_task must be ..., got None"
     ({"faults": [{"device": "npu", "kind": "offline", "end_task": 5}]},
@@ -413,11 +413,11 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
      "workload.batch.dist must be one of normal, lognormal, uniform, choice, constant, got 'poisson'"),
     ({"workload": {"batch": {"value": 5, "min": 0}}}, "workload.batch: need 1 <= min <= max, got 0.0.."),
     ({"workload": {"trace": 5}}, "workload.trace must be a trace name or path, got 5"),
-    ({"variant": 5}, "scenario field variant must be a recipe name or a mapping"),
+    ({"variant": 5}, "scenario field variant must be a recipe name or a mapping, got 5"),
     ({"faults": [{"device": "gpu", "kind": "reboot", "start_task": 0, "end_task": 5}]},
      "faults[0].kind must be offline or throttle, got 'reboot'"),
     ({"faults": [{"device": 5, "kind": "offline", "start_task": 0, "end_task": 5}]},
-     "faults[0].device must name a device"),
+     "faults[0].device must name a device, got 5"),
     ({"workload": {"batch": {"dist": "choice", "values": []}}},
      "workload.batch.values must be a non-empty list"),
     ({"workload": {"batch": {"dist": "choice", "values": [4, 8], "weights": [1.0]}}},
@@ -425,10 +425,12 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     # a count of tasks, the episode's or a fault's window, is at least one
     ({"episode_tasks": 0}, "episode_tasks must be >= 1, got 0"),
     ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
-                  "factor": 1.5}]}, "need start_task < end_task and 1e-12 <= factor <= 1"),
+                  "factor": 1.5}]}, "faults[0].factor must be in 1e-12..1 (the share of its speed "
+                                    "a throttled device keeps), got 1.5"),
     # a stage's time is divided by the factor: 5e-324 made it inf, and step() a RuntimeError
     ({"faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 5,
-                  "factor": 5e-324}]}, "faults[0].factor must be >= 1e-12, got 5e-324"),
+                  "factor": 5e-324}]}, "faults[0].factor must be in 1e-12..1 (the share of its "
+                                      "speed a throttled device keeps), got 5e-324"),
 ])
 def test_an_implausible_scenario_value_names_the_field(raw: dict[Any, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:

@@ -509,7 +509,8 @@ def test_a_malformed_or_incomplete_yaml_file_is_a_value_error(tmp_path: Path):
     ((0, 1, 1.5), "device id or name"),
     (np.ones((3, 2)), "shape"),
     (np.array([[1, 0, 0], [0, 0, 0], [0, 1, 0]]), "'prefill' is all zero"),
-    (np.array([[1, 0, 0], [0, -1, 2], [0, 1, 0]]), ">= 0"),
+    (np.array([[1, 0, 0], [0, -1, 2], [0, 1, 0]]), ">= 0, got -1.0 for stage 'prefill' on device 'gpu'"),
+    (np.array([[1, 0, 0], [0, 1, 0], [0, 1, np.nan]]), "got nan for stage 'decode' on device 'npu'"),
 ])
 def test_a_bad_placement_is_refused(placement, message):
     sim = Simulator(load_hardware("server"), get_model("glm-9b"), build_stages("glm-5.3"))
