@@ -279,7 +279,9 @@ class Simulator:
         return self.model.weight_bytes + footprint <= self.hardware.devices[device].memory
 
     def cache_would_hit(self, task: Task) -> bool | None:
-        if getattr(self.stages[0], "cache_kind", None) is None:
+        """Would the loader's cache hold `task`'s domain now, as `run` looks it up (None: the
+        loader has no cache)?"""
+        if self.stages[0].cache_kind is None:
             return None
         return task.domain in self.state.cache_entries
 
