@@ -266,7 +266,7 @@ class RunResult:
     # which step, and how to continue (``UserCallbacks.stopped``)
     stopped: str | None = None
     # a mix's scenarios after the first: the final model's latencies on each one's held-out
-    # episode (``final_metrics``), the comparison table's other sections
+    # episode (``score_final_model``), the comparison table's other sections
     other_scenarios: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
@@ -743,7 +743,7 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                 # yours), at the stop; final/ follows at the same step
                 logger.dump(result.steps)
             if cfg.eval_tasks:
-                final_metrics(result, cfg, logger)
+                score_final_model(result, cfg, logger)
             if selection is not None and selection.best is not None:
                 # saved by this run at its last point: the model of model.zip, already scored
                 final = (selection.best is not best
@@ -894,7 +894,7 @@ def selected_model(result: RunResult, cfg: TrainConfig, record: BestModel,
     return SelectedModel(record, latency, float(latency.mean() / static.mean()), others)
 
 
-def final_metrics(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
+def score_final_model(result: RunResult, cfg: TrainConfig, logger: Any) -> None:
     """Held-out episode of the saved model: `result`'s latency and vs_best_static, the
     comparison row, and the HPARAMS metrics, which `logger` records at the run's last step;
     on a mix, its latencies on the other scenarios' held-out episodes too (`other_scenarios`).

@@ -11,7 +11,7 @@ env steps (SB3 predicts, one per held-out task); with ``--select-best``, the val
 too (``BestModelSelection``: predicts, and best_model.zip saved where the mean improves). Each
 part's time excludes the parts it calls.
 
-Then it times the run's final held-out row (``agents.training.final_metrics``) both ways in
+Then it times the run's final held-out row (``agents.training.score_final_model``) both ways in
 this process, ``--repeats`` times each, alternately: the reference loads model.zip and runs the
 held-out episode again, as the trainer did before; ours takes the eval/ curve's last point,
 the same model's run of the same episode. Target: ours at most 0.05 of the reference's median
@@ -98,7 +98,7 @@ def final_row_seconds(result: training.RunResult, cfg: TrainConfig,
     """Seconds of the run's final row, and its latencies (None: the reference's re-run)."""
     row = dataclasses.replace(result, latency=None, evaluated=evaluated)
     start = time.perf_counter()
-    training.final_metrics(row, cfg, Logger(None, []))
+    training.score_final_model(row, cfg, Logger(None, []))
     seconds = time.perf_counter() - start
     assert row.latency is not None
     return seconds, row.latency

@@ -1021,7 +1021,7 @@ def test_an_interrupt_after_the_model_is_saved_says_the_run_is_complete(
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "final_metrics", interrupted)
+    monkeypatch.setattr(training, "score_final_model", interrupted)
     runs = tmp_path / "runs"
     main = console_main if console else load_main("train.py")
     assert main(["--timesteps", "64", "--warmup", "none", "--checkpoint-interval", "0",
@@ -1278,10 +1278,10 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
 
         monkeypatch.setattr(gfile.LocalFileSystem, "append", fills_up)
     else:
-        def final_metrics(*args, **kwargs):
+        def score_final_model(*args, **kwargs):
             raise refused
 
-        monkeypatch.setattr(training, "final_metrics", final_metrics)
+        monkeypatch.setattr(training, "score_final_model", score_final_model)
     runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "64", "--warmup", "none",
                                   "--checkpoint-interval", "0", "--log-dir", str(runs), *TINY])
@@ -1310,7 +1310,7 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
 
     import agents.training as training
 
-    original, calls = training.final_metrics, []
+    original, calls = training.score_final_model, []
 
     def refused_once(*args, **kwargs):
         calls.append(1)
@@ -1318,7 +1318,7 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(training, "final_metrics", refused_once)
+    monkeypatch.setattr(training, "score_final_model", refused_once)
     runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
                                   "--checkpoint-interval", "0", "--eval-tasks", "10",
