@@ -384,96 +384,10 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     d = Scenario(name=str(top.get("name", Path(origin).stem)))
     if isinstance(top.get("name"), str):    # it names the scenario in logs and summaries
         check_utf8(top["name"], "scenario field name")
-    w_raw = _section(top.get("workload"), "workload", {f.name for f in fields(Workload)})
-    w = Workload()
-    burst = None
-    if w_raw.get("burst") is not None:
-        db = Burst()
-        b = _section(w_raw["burst"], "workload.burst", {"period", "length", "rate_multiplier"})
-        burst = Burst(
-            _int(b.get("period", db.period), "workload.burst.period", high=MAX_EPISODE_TASKS),
-            _int(b.get("length", db.length), "workload.burst.length"),
-            _number(b.get("rate_multiplier", db.rate_multiplier), "workload.burst.rate_multiplier",
-                    low=MIN_RATE, strict=False, high=1 / MIN_RATE),
-        )
-        if burst.length > burst.period:
-            raise ValueError("scenario field workload.burst.length must be <= workload.burst.period")
-    trace = w_raw.get("trace")
-    if trace is not None and not isinstance(trace, str):
-        raise ValueError(f"scenario field workload.trace must be a trace name or path, got {shown(trace)}")
-    if trace is not None:
-        trace = _near(trace, base_dir, preset=trace in TRACES)
-    workload = Workload(
-        arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate",
-                             low=MIN_RATE, strict=False, high=1 / MIN_RATE),
-        clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
-        burst=burst,
-        batch=_distribution(w_raw, "batch", w.batch),
-        prompt_tokens=_distribution(w_raw, "prompt_tokens", w.prompt_tokens),
-        output_tokens=_distribution(w_raw, "output_tokens", w.output_tokens),
-        domains=_int(w_raw.get("domains", w.domains), "workload.domains", high=MAX_DOMAINS),
-        zipf=_number(w_raw.get("zipf", w.zipf), "workload.zipf", strict=False),
-        trace=trace,
-        trace_time_scale=_number(w_raw.get("trace_time_scale", w.trace_time_scale), "workload.trace_time_scale",
-                                 low=MIN_RATE, strict=False, high=1 / MIN_RATE),
-        trace_window_s=_number(w_raw.get("trace_window_s", w.trace_window_s), "workload.trace_window_s", strict=False),
-        trace_max_batch=_int(w_raw.get("trace_max_batch", w.trace_max_batch), "workload.trace_max_batch"),
-    )
-    c_raw = _section(top.get("cache"), "cache", {f.name for f in fields(CacheSpec)})
-    c = CacheSpec()
-    cache = CacheSpec(
-        precomputed_size=_int(c_raw.get("precomputed_size", c.precomputed_size), "cache.precomputed_size", strict=False),
-        train_shift=_int(c_raw.get("train_shift", c.train_shift), "cache.train_shift", strict=False),
-        capacity=_int(c_raw.get("capacity", c.capacity), "cache.capacity"),
-        decay=_number(c_raw.get("decay", c.decay), "cache.decay"),
-    )
-    if not MIN_CACHE_DECAY <= cache.decay <= 1:
-        raise ValueError(f"scenario field cache.decay must be in [{MIN_CACHE_DECAY:g}, 1], got "
-                         f"{shown(c_raw.get('decay', c.decay))}")
-    s_raw = _section(top.get("simulator"), "simulator", {f.name for f in fields(SimulatorSpec)})
-    s = SimulatorSpec()
-    sim = SimulatorSpec(
-        prefetch_depth=_int(s_raw.get("prefetch_depth", s.prefetch_depth), "simulator.prefetch_depth", strict=False,
-                            high=MAX_PREFETCH_DEPTH),
-        replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", s.replacement_overhead_s),
-                                       "simulator.replacement_overhead_s", strict=False,
-                                       high=MAX_SECONDS),
-        contention=_number(s_raw.get("contention", s.contention), "simulator.contention", strict=False,
-                           high=MAX_CONTENTION),
-    )
-    faults = []
-    faults_raw = top.get("faults")
-    if faults_raw is None:      # absent or null: none (`or []` read faults: 0 as none too)
-        faults_raw = []
-    if not isinstance(faults_raw, list):
-        raise ValueError(f"scenario field faults must be a list, got {shown(faults_raw)}")
-    for i, f_raw in enumerate(faults_raw):
-        where = f"faults[{i}]"
-        f = _section(f_raw, where, {"device", "kind", "start_task", "end_task", "factor"})
-        missing = [key for key in FAULT_NEEDS if key not in f]
-        if missing:   # each check below would read the absent key as None: "got None"
-            raise ValueError(f"scenario field {where} is missing {', '.join(missing)} (a fault "
-                             f"needs {', '.join(FAULT_NEEDS)})")
-        if f.get("kind") not in ("offline", "throttle"):
-            raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {shown(f.get('kind'))}")
-        if not isinstance(f.get("device"), str):
-            raise ValueError(f"scenario field {where}.device must name a device, got {shown(f.get('device'))}")
-        fault = Fault(
-            device=f["device"], kind=f["kind"],
-            start_task=_int(f.get("start_task"), f"{where}.start_task", strict=False),
-            end_task=_int(f.get("end_task"), f"{where}.end_task"),
-            factor=_number(f.get("factor", 1.0), f"{where}.factor"),
-        )
-        if fault.end_task <= fault.start_task:
-            raise ValueError(f"scenario field {where}: need start_task < end_task (end_task is "
-                             f"excluded), got {fault.start_task}..{fault.end_task}")
-        if not MIN_THROTTLE <= fault.factor <= 1:
-            raise ValueError(f"scenario field {where}.factor must be in {MIN_THROTTLE:g}..1 (the "
-                             f"share of its speed a throttled device keeps), got {shown(f['factor'])}")
-        if fault.kind == "offline" and "factor" in f:
-            raise ValueError(f"scenario field {where}.factor is for kind: throttle; an offline "
-                             f"device runs nothing")
-        faults.append(fault)
+    workload = _workload(top.get("workload"), base_dir)
+    cache = _cache(top.get("cache"))
+    sim = _simulator(top.get("simulator"))
+    faults = _faults(top.get("faults"))
     for key in ("name", "description", "hardware", "model"):   # str() made [1, 2] a name
         if key in top and not isinstance(top[key], str):
             raise ValueError(f"scenario field {key} must be a string, got {shown(top[key])}")
@@ -499,8 +413,115 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
         noise=_number(top.get("noise", d.noise), "noise", strict=False, high=MAX_NOISE),
         failed_dispatch_s=_number(top.get("failed_dispatch_s", d.failed_dispatch_s), "failed_dispatch_s",
                                   strict=False, high=MAX_SECONDS),
-        workload=workload, cache=cache, simulator=sim, faults=tuple(faults), source=origin,
+        workload=workload, cache=cache, simulator=sim, faults=faults, source=origin,
     )
+
+
+def _workload(raw: Any, base_dir: Path | None) -> Workload:
+    """The ``workload`` section; a relative trace path resolved as `_near` does."""
+    w_raw = _section(raw, "workload", {f.name for f in fields(Workload)})
+    w = Workload()
+    burst = None if w_raw.get("burst") is None else _burst(w_raw["burst"])
+    trace = w_raw.get("trace")
+    if trace is not None and not isinstance(trace, str):
+        raise ValueError(f"scenario field workload.trace must be a trace name or path, got {shown(trace)}")
+    if trace is not None:
+        trace = _near(trace, base_dir, preset=trace in TRACES)
+    return Workload(
+        arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate",
+                             low=MIN_RATE, strict=False, high=1 / MIN_RATE),
+        clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
+        burst=burst,
+        batch=_distribution(w_raw, "batch", w.batch),
+        prompt_tokens=_distribution(w_raw, "prompt_tokens", w.prompt_tokens),
+        output_tokens=_distribution(w_raw, "output_tokens", w.output_tokens),
+        domains=_int(w_raw.get("domains", w.domains), "workload.domains", high=MAX_DOMAINS),
+        zipf=_number(w_raw.get("zipf", w.zipf), "workload.zipf", strict=False),
+        trace=trace,
+        trace_time_scale=_number(w_raw.get("trace_time_scale", w.trace_time_scale), "workload.trace_time_scale",
+                                 low=MIN_RATE, strict=False, high=1 / MIN_RATE),
+        trace_window_s=_number(w_raw.get("trace_window_s", w.trace_window_s), "workload.trace_window_s", strict=False),
+        trace_max_batch=_int(w_raw.get("trace_max_batch", w.trace_max_batch), "workload.trace_max_batch"),
+    )
+
+
+def _burst(raw: Any) -> Burst:
+    db = Burst()
+    b = _section(raw, "workload.burst", {"period", "length", "rate_multiplier"})
+    burst = Burst(
+        _int(b.get("period", db.period), "workload.burst.period", high=MAX_EPISODE_TASKS),
+        _int(b.get("length", db.length), "workload.burst.length"),
+        _number(b.get("rate_multiplier", db.rate_multiplier), "workload.burst.rate_multiplier",
+                low=MIN_RATE, strict=False, high=1 / MIN_RATE),
+    )
+    if burst.length > burst.period:
+        raise ValueError("scenario field workload.burst.length must be <= workload.burst.period")
+    return burst
+
+
+def _cache(raw: Any) -> CacheSpec:
+    c_raw = _section(raw, "cache", {f.name for f in fields(CacheSpec)})
+    c = CacheSpec()
+    cache = CacheSpec(
+        precomputed_size=_int(c_raw.get("precomputed_size", c.precomputed_size), "cache.precomputed_size", strict=False),
+        train_shift=_int(c_raw.get("train_shift", c.train_shift), "cache.train_shift", strict=False),
+        capacity=_int(c_raw.get("capacity", c.capacity), "cache.capacity"),
+        decay=_number(c_raw.get("decay", c.decay), "cache.decay"),
+    )
+    if not MIN_CACHE_DECAY <= cache.decay <= 1:
+        raise ValueError(f"scenario field cache.decay must be in [{MIN_CACHE_DECAY:g}, 1], got "
+                         f"{shown(c_raw.get('decay', c.decay))}")
+    return cache
+
+
+def _simulator(raw: Any) -> SimulatorSpec:
+    s_raw = _section(raw, "simulator", {f.name for f in fields(SimulatorSpec)})
+    s = SimulatorSpec()
+    return SimulatorSpec(
+        prefetch_depth=_int(s_raw.get("prefetch_depth", s.prefetch_depth), "simulator.prefetch_depth", strict=False,
+                            high=MAX_PREFETCH_DEPTH),
+        replacement_overhead_s=_number(s_raw.get("replacement_overhead_s", s.replacement_overhead_s),
+                                       "simulator.replacement_overhead_s", strict=False,
+                                       high=MAX_SECONDS),
+        contention=_number(s_raw.get("contention", s.contention), "simulator.contention", strict=False,
+                           high=MAX_CONTENTION),
+    )
+
+
+def _faults(raw: Any) -> tuple[Fault, ...]:
+    if raw is None:      # absent or null: none (`or []` read faults: 0 as none too)
+        raw = []
+    if not isinstance(raw, list):
+        raise ValueError(f"scenario field faults must be a list, got {shown(raw)}")
+    return tuple(_fault(f_raw, f"faults[{i}]") for i, f_raw in enumerate(raw))
+
+
+def _fault(raw: Any, where: str) -> Fault:
+    f = _section(raw, where, {"device", "kind", "start_task", "end_task", "factor"})
+    missing = [key for key in FAULT_NEEDS if key not in f]
+    if missing:   # each check below would read the absent key as None: "got None"
+        raise ValueError(f"scenario field {where} is missing {', '.join(missing)} (a fault "
+                         f"needs {', '.join(FAULT_NEEDS)})")
+    if f.get("kind") not in ("offline", "throttle"):
+        raise ValueError(f"scenario field {where}.kind must be offline or throttle, got {shown(f.get('kind'))}")
+    if not isinstance(f.get("device"), str):
+        raise ValueError(f"scenario field {where}.device must name a device, got {shown(f.get('device'))}")
+    fault = Fault(
+        device=f["device"], kind=f["kind"],
+        start_task=_int(f.get("start_task"), f"{where}.start_task", strict=False),
+        end_task=_int(f.get("end_task"), f"{where}.end_task"),
+        factor=_number(f.get("factor", 1.0), f"{where}.factor"),
+    )
+    if fault.end_task <= fault.start_task:
+        raise ValueError(f"scenario field {where}: need start_task < end_task (end_task is "
+                         f"excluded), got {fault.start_task}..{fault.end_task}")
+    if not MIN_THROTTLE <= fault.factor <= 1:
+        raise ValueError(f"scenario field {where}.factor must be in {MIN_THROTTLE:g}..1 (the "
+                         f"share of its speed a throttled device keeps), got {shown(f['factor'])}")
+    if fault.kind == "offline" and "factor" in f:
+        raise ValueError(f"scenario field {where}.factor is for kind: throttle; an offline "
+                         f"device runs nothing")
+    return fault
 
 
 @contextmanager
