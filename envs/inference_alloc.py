@@ -103,6 +103,48 @@ def check_no_options(options: Any) -> None:
                          f"e.g. gym.make(..., episode_tasks=10)); got options={options!r}")
 
 
+def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
+                            episode_tasks: int | None = None, noise: float | None = None,
+                            trace: str | os.PathLike[str] | None = None,
+                            trace_time_scale: float | None = None,
+                            hardware: str | os.PathLike[str] | None = None,
+                            variant: str | dict[str, str] | None = None) -> Scenario:
+    """`scenario` loaded, with each of the env's arguments that is given in place of the
+    scenario's own field (each checked: a ValueError naming the argument)."""
+    sc = load_scenario(scenario)
+    if episode_tasks is not None:
+        if not is_integer(episode_tasks) or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
+            raise ValueError(f"episode_tasks must be an integer in 1..{MAX_EPISODE_TASKS}, "
+                             f"got {episode_tasks!r}")
+        sc = dataclasses.replace(sc, episode_tasks=int(episode_tasks))
+    if noise is not None:
+        if not is_number(noise) or not 0 <= noise <= MAX_NOISE:   # NaN fails it too
+            raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
+        sc = dataclasses.replace(sc, noise=float(noise))
+    if trace is not None:
+        if not isinstance(trace, (str, os.PathLike)):
+            raise ValueError(f"trace must be a trace name or a CSV path, got {trace!r}")
+        sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=path_text(trace)))
+    if trace_time_scale is not None:
+        if sc.workload.trace is None:
+            raise ValueError("trace_time_scale scales a replayed trace; give trace= too "
+                             "(or a scenario with workload.trace)")
+        if not is_number(trace_time_scale) \
+                or not MIN_RATE <= trace_time_scale <= 1 / MIN_RATE:   # NaN fails it too
+            raise ValueError(f"trace_time_scale must be a number in [{MIN_RATE:g}, "
+                             f"{1 / MIN_RATE:g}], got {trace_time_scale!r}")
+        sc = dataclasses.replace(sc, workload=dataclasses.replace(
+            sc.workload, trace_time_scale=float(trace_time_scale)))
+    if hardware is not None:
+        # Anything but a path goes to load_hardware as given, which names a wrong type
+        # (path_text would fail on it inside os.fspath, naming no argument).
+        sc = dataclasses.replace(sc, hardware=path_text(hardware) if isinstance(
+            hardware, os.PathLike) else hardware)
+    if variant is not None:
+        sc = dataclasses.replace(sc, variant=resolve_variant(variant))
+    return sc
+
+
 class InferenceAllocEnv(gym.Env):
     """
     ## Description
@@ -278,40 +320,12 @@ class InferenceAllocEnv(gym.Env):
                  reward: str = "latency", trace: str | None = None, noise: float | None = None,
                  reference: bool = False, render_mode: str | None = None,
                  trace_time_scale: float | None = None, price_static: bool = False) -> None:
-        sc = load_scenario(scenario)
-        if episode_tasks is not None:
-            if not is_integer(episode_tasks) or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
-                raise ValueError(f"episode_tasks must be an integer in 1..{MAX_EPISODE_TASKS}, "
-                                 f"got {episode_tasks!r}")
-            sc = dataclasses.replace(sc, episode_tasks=int(episode_tasks))
-        if noise is not None:
-            if not is_number(noise) or not 0 <= noise <= MAX_NOISE:   # NaN fails it too
-                raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
-            sc = dataclasses.replace(sc, noise=float(noise))
         for name, flag in (("reference", reference), ("price_static", price_static)):
             if not is_bool(flag):   # "no" would count as True, and 1 passed as equal to it
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
-        if trace is not None:
-            if not isinstance(trace, (str, os.PathLike)):
-                raise ValueError(f"trace must be a trace name or a CSV path, got {trace!r}")
-            sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace=path_text(trace)))
-        if trace_time_scale is not None:
-            if sc.workload.trace is None:
-                raise ValueError("trace_time_scale scales a replayed trace; give trace= too "
-                                 "(or a scenario with workload.trace)")
-            if not is_number(trace_time_scale) \
-                    or not MIN_RATE <= trace_time_scale <= 1 / MIN_RATE:   # NaN fails it too
-                raise ValueError(f"trace_time_scale must be a number in [{MIN_RATE:g}, "
-                                 f"{1 / MIN_RATE:g}], got {trace_time_scale!r}")
-            sc = dataclasses.replace(sc, workload=dataclasses.replace(
-                sc.workload, trace_time_scale=float(trace_time_scale)))
-        if hardware is not None:
-            # Anything but a path goes to load_hardware as given, which names a wrong type
-            # (path_text would fail on it inside os.fspath, naming no argument).
-            sc = dataclasses.replace(sc, hardware=path_text(hardware) if isinstance(
-                hardware, os.PathLike) else hardware)
-        if variant is not None:
-            sc = dataclasses.replace(sc, variant=resolve_variant(variant))
+        sc = scenario_with_arguments(scenario, episode_tasks=episode_tasks, noise=noise, trace=trace,
+                                     trace_time_scale=trace_time_scale, hardware=hardware,
+                                     variant=variant)
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}"
                              f"{did_you_mean([reward], REWARDS)}")
