@@ -1626,11 +1626,17 @@ def test_files_that_belong_together_replace_theirs_all_or_none(tmp_path: Path,
             renamed.append(dst)
 
         monkeypatch.setattr(os, "replace", replace)
-        with sigterm_as_interrupt(), pytest.raises(stopped), atomic_paths(targets) as temps:
-            for tmp in temps:
-                tmp.write_text(f"after {signum.name}")
+        # Python's own Ctrl-C handler, as a CLI in a terminal has it (a job started in the
+        # background by a shell inherits SIGINT ignored, and Python then sets none)
+        inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with sigterm_as_interrupt(), pytest.raises(stopped), atomic_paths(targets) as temps:
+                for tmp in temps:
+                    tmp.write_text(f"after {signum.name}")
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        finally:
+            signal.signal(signal.SIGINT, inherited)
         assert [t.read_text() for t in targets] == [f"after {signum.name}"] * 2
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_leftover_temp_files_finds_every_temp_form_at_any_depth(tmp_path: Path) -> None:
