@@ -525,13 +525,51 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
     """The whole evaluation; returns the files written under ``cfg.out``."""
     from tqdm.auto import tqdm
 
-    from agents import plots
-
     out = Path(cfg.out)
     online_n = cfg.online_seed_count()
+    cfg, entries, scenarios, online_agents, notes = _checked_plan(cfg, online_n)
+    for note in notes:
+        report(note)
+    written: list[Path] = []
+    total = (0 if cfg.online else work_units(cfg, entries, scenarios)) \
+        + len(online_agents) * online_n
+    skipped, why = _skipped_outputs(cfg, bool(online_agents))
+    ours = tuple(name for name in (*SUMMARY_OUTPUTS, *ONLINE_OUTPUTS) if name not in skipped)
+    with _writing(out, ours), _earlier_named(out, ours, written, report), \
+            tqdm(total=total, desc="evaluate", unit="item", disable=not cfg.progress_bar) as bar:
+
+        def wrote(path: Path) -> None:
+            # said as it is written: an evaluation stopped part way has named what it replaced
+            written.append(path)
+            bar.clear()
+            report(f"wrote {path}")
+
+        def said(text: str) -> None:
+            bar.clear()
+            report(text)
+
+        def tick() -> None:
+            bar.update(1)
+
+        if not cfg.online:
+            _write_summary(cfg, entries, scenarios, out, wrote, said, tick)
+        if online_agents:
+            _write_online_study(cfg, online_agents, scenarios[0], online_n, out, wrote, tick)
+    kept = [name for name in skipped if (out / name).is_file()]
+    if kept:
+        report(f"kept {', '.join(kept)} in {out} from an earlier evaluation ({why})")
+    return written
+
+
+def _checked_plan(cfg: EvalConfig, online_n: int
+                  ) -> tuple[EvalConfig, list[ModelEntry], list[str], tuple[str, ...], list[str]]:
+    """What `run` evaluates, every input checked before anything runs: its config (with
+    heft-split among the baselines of a Split model), the models, the scenarios, the online
+    study's agents and the notes to say first. A bad input is a ConfigError."""
+    from agents import plots
+
     entries: list[ModelEntry] = []
     notes: list[str] = []
-    online_agents: tuple[str, ...] = ()
     if cfg.online:
         scenarios = scenarios_of(cfg, [])
         online_agents = tuple(cfg.online_agents or FULL_ONLINE)
@@ -559,63 +597,56 @@ def run(cfg: EvalConfig, report: Callable[[str], None] = print) -> list[Path]:
                 reward=cfg.online_reward, price_static=True))   # the study's, which then skips it
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    for note in notes:
-        report(note)
-    written: list[Path] = []
-    total = (0 if cfg.online else work_units(cfg, entries, scenarios)) \
-        + len(online_agents) * online_n
-    skipped, why = _skipped_outputs(cfg, bool(online_agents))
-    ours = tuple(name for name in (*SUMMARY_OUTPUTS, *ONLINE_OUTPUTS) if name not in skipped)
-    with _writing(out, ours), _earlier_named(out, ours, written, report), \
-            tqdm(total=total, desc="evaluate", unit="item", disable=not cfg.progress_bar) as bar:
+    return cfg, entries, scenarios, online_agents, notes
 
-        def wrote(path: Path) -> None:
-            # said as it is written: an evaluation stopped part way has named what it replaced
-            written.append(path)
-            bar.clear()
-            report(f"wrote {path}")
 
-        if not cfg.online:
-            results = evaluate_agents(cfg, entries, scenarios, tick=lambda: bar.update(1))
-            rows = [r.row() for r in results]
-            bar.clear()
-            report(fmt_summary(rows))
-            overloaded = {r.scenario: r.note for r in results if r.note}
-            for section, note in overloaded.items():
-                report(f"{section}: {note}")
-            wrote(write_text(out / "summary.csv", summary_csv(rows)))
-            wrote(write_text(out / "summary.md", summary_markdown(
-                rows, heldout_seeds(cfg), cfg.episodes, overloaded)))
-            sections = dict.fromkeys(r.scenario for r in results)   # a panel per section
-            cdf = {s: {r.agent: np.concatenate(r.latencies) for r in results if r.scenario == s}
-                   for s in sections}
-            wrote(plots.latency_cdf(cdf, out / "latency_cdf.png"))
-            runs = curve_runs(entries)
-            if runs:
-                wrote(plots.learning_curves(runs, out / "learning_curves.png"))
-            else:
-                stale = out / "learning_curves.png"
-                removed = stale.is_file()
-                stale.unlink(missing_ok=True)   # another evaluation's runs, beside this summary
-                report("no run folders with TensorBoard events: no learning_curves.png"
-                       + (f" (removed the one of an earlier evaluation from {out})"
-                          if removed else ""))
-        if online_agents:
-            seeds = heldout_seeds(cfg, online_n)
-            study = online_study(online_agents, seeds, cfg.online_samples, scenarios[0],
-                                 cfg.hardware, tick=lambda: bar.update(1),
-                                 reward=cfg.online_reward, checked=True)
-            # named as the summary's sections are: with the hardware where --hardware gives one
-            setting = section_of(Context(scenarios[0], cfg.hardware, None))
-            title = (f"online deployment from sample 0: {setting}, mean and 95% band "
-                     f"over {len(seeds)} seed(s)")
-            wrote(plots.stabilization(study.curves, out / "stabilization.png", title=title))
-            wrote(write_text(out / "stabilization.md", online_markdown(
-                study, seeds, cfg.online_samples, setting, cfg.online_reward)))
-    kept = [name for name in skipped if (out / name).is_file()]
-    if kept:
-        report(f"kept {', '.join(kept)} in {out} from an earlier evaluation ({why})")
-    return written
+def _write_summary(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str], out: Path,
+                   wrote: Callable[[Path], None], said: Callable[[str], None],
+                   tick: Callable[[], None]) -> None:
+    """Every model and baseline evaluated: the table said, summary.csv and .md, the latency
+    CDFs and the runs' learning curves written (each said by `wrote`)."""
+    from agents import plots
+
+    results = evaluate_agents(cfg, entries, scenarios, tick=tick)
+    rows = [r.row() for r in results]
+    said(fmt_summary(rows))
+    overloaded = {r.scenario: r.note for r in results if r.note}
+    for section, note in overloaded.items():
+        said(f"{section}: {note}")
+    wrote(write_text(out / "summary.csv", summary_csv(rows)))
+    wrote(write_text(out / "summary.md", summary_markdown(
+        rows, heldout_seeds(cfg), cfg.episodes, overloaded)))
+    sections = dict.fromkeys(r.scenario for r in results)   # a panel per section
+    cdf = {s: {r.agent: np.concatenate(r.latencies) for r in results if r.scenario == s}
+           for s in sections}
+    wrote(plots.latency_cdf(cdf, out / "latency_cdf.png"))
+    runs = curve_runs(entries)
+    if runs:
+        wrote(plots.learning_curves(runs, out / "learning_curves.png"))
+        return
+    stale = out / "learning_curves.png"
+    removed = stale.is_file()
+    stale.unlink(missing_ok=True)   # another evaluation's runs, beside this summary
+    said("no run folders with TensorBoard events: no learning_curves.png"
+         + (f" (removed the one of an earlier evaluation from {out})" if removed else ""))
+
+
+def _write_online_study(cfg: EvalConfig, online_agents: tuple[str, ...], scenario: str,
+                        online_n: int, out: Path, wrote: Callable[[Path], None],
+                        tick: Callable[[], None]) -> None:
+    """The online study of `online_agents` on `scenario`: stabilization.png and .md."""
+    from agents import plots
+
+    seeds = heldout_seeds(cfg, online_n)
+    study = online_study(online_agents, seeds, cfg.online_samples, scenario, cfg.hardware,
+                         tick=tick, reward=cfg.online_reward, checked=True)
+    # named as the summary's sections are: with the hardware where --hardware gives one
+    setting = section_of(Context(scenario, cfg.hardware, None))
+    title = (f"online deployment from sample 0: {setting}, mean and 95% band "
+             f"over {len(seeds)} seed(s)")
+    wrote(plots.stabilization(study.curves, out / "stabilization.png", title=title))
+    wrote(write_text(out / "stabilization.md", online_markdown(
+        study, seeds, cfg.online_samples, setting, cfg.online_reward)))
 
 
 # the lock of each set of files an evaluation writes in --out (agents.locks): the summary's
