@@ -683,6 +683,25 @@ def best_so_far(run_dir: Path, cfg: TrainConfig) -> BestModel | None:
 
 def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
          fresh: bool, best: BestModel | None = None) -> RunResult:
+    """The run in `run_dir` trained to --timesteps and saved (`_learn`), then scored."""
+    model = agent.model
+    start = model.num_timesteps
+    logger, held, selection, user, seconds = _learn(agent, run_dir, cfg, spec, first, fresh, best)
+    result = RunResult(run_dir, spec, model.num_timesteps, seconds,
+                       new_steps=model.num_timesteps - start,
+                       evaluated=held.last if held is not None else None,
+                       stopped=user.stopped(model.num_timesteps, cfg.timesteps,
+                                            _resume_command(run_dir)) if user else None)
+    _score(result, cfg, logger, selection, best)
+    return result
+
+
+def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
+           fresh: bool, best: BestModel | None
+           ) -> tuple[Any, HeldOutEval | None, BestModelSelection | None, UserCallbacks | None, float]:
+    """`agent` trained in `run_dir` and its model.zip saved: (its logger, still open; the
+    eval/ curves' and --select-best's callbacks; yours; the seconds it took). A failure or a
+    stop removes a run folder without a checkpoint, keeps one with, and says which."""
     model = agent.model
     logger = None
     try:
@@ -731,11 +750,16 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                             f"{what}") from exc
         print(f"run {run_dir.name} interrupted; {what}", file=sys.stderr)
         raise
-    result = RunResult(run_dir, spec, model.num_timesteps, seconds,
-                       new_steps=model.num_timesteps - start,
-                       evaluated=held.last if held is not None else None,
-                       stopped=user.stopped(model.num_timesteps, cfg.timesteps,
-                                            _resume_command(run_dir)) if user else None)
+    return logger, held, selection, user, seconds
+
+
+def _score(result: RunResult, cfg: TrainConfig, logger: Any,
+           selection: BestModelSelection | None, best: BestModel | None) -> None:
+    """The finished run's held-out scores (its model's, and --select-best's model's) set in
+    `result` and written as final/ (and best/) scalars; the logger closed. A write the file
+    system refuses is a FinishedUnrecorded, a stop said as one after the training: its
+    model.zip is complete either way."""
+    run_dir = result.run_dir
     try:
         try:
             if result.stopped is not None:
@@ -770,7 +794,6 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
         if exc.errno in REFUSED_WRITES:
             raise _finished_unrecorded(exc, run_dir) from exc
         raise
-    return result
 
 
 def _finished_unrecorded(exc: OSError, run_dir: Path) -> FinishedUnrecorded:
