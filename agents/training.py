@@ -168,7 +168,7 @@ from agents.warmup import (
     attach_warmup,
 )
 from envs.reference import setting_key
-from envs.scenario import SCENARIO_DIR
+from envs.scenario import SCENARIO_DIR, load_scenario
 from envs.scenario_mix import MixRefused
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import did_you_mean, shown
@@ -488,12 +488,21 @@ def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
             "reward": config.reward,
             "hardware": config.hardware or "(scenario's)", "variant": config.variant or
             "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
-            "normalize": config.normalize, "episode_tasks": config.episode_tasks or 0,
+            "normalize": config.normalize, "episode_tasks": _episode_tasks(config),
             "conservative": config.conservative if spec.warmup != "none" else "-",
             # only where given: the view of every other run reads as it did
             **({"scenario_weights": ", ".join(f"{w:g}" for w in config.scenario_weights)}
                if config.scenario_weights else {}),
             **{f"hp/{k}": v for k, v in config.hp.items()}}
+
+
+def _episode_tasks(config: TrainConfig) -> int:
+    """The tasks of a training episode: --episode-tasks, else the scenarios' own (the view
+    showed 0 for them); 0 where the scenarios of a mix differ, each then its own."""
+    if config.episode_tasks is not None:
+        return config.episode_tasks
+    counts = {load_scenario(name).episode_tasks for name in config.training_scenarios()}
+    return counts.pop() if len(counts) == 1 else 0
 
 
 # ----------------------------------------------------------------------------- running

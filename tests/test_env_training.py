@@ -1153,6 +1153,19 @@ def test_the_hparams_view_shows_a_mixs_weights_only_where_given() -> None:
     assert {k: v for k, v in weighed.items() if k != "scenario_weights"} == plain
 
 
+def test_the_hparams_view_shows_the_episode_a_run_trains_on() -> None:
+    """The scenario's own episode showed as 0 tasks (article's is 200); a mix of scenarios of
+    other lengths, where each keeps its own, shows 0."""
+    from agents.config import TrainConfig
+    from agents.training import RunSpec, _hparams
+
+    spec = RunSpec("ppo", "none", 0)
+    assert _hparams(TrainConfig(), spec)["episode_tasks"] == 200
+    assert _hparams(TrainConfig(episode_tasks=30), spec)["episode_tasks"] == 30
+    assert _hparams(TrainConfig(scenario=["article", "bursty"]), spec)["episode_tasks"] == 200
+    assert _hparams(TrainConfig(scenario=["article", "edge"]), spec)["episode_tasks"] == 0  # 100
+
+
 def test_checkpoints_count_steps_over_every_env(tmp_path: Path) -> None:
     """--checkpoint-interval is in env steps: with two envs a vector step is two of them."""
     from agents.config import TrainConfig
