@@ -888,9 +888,12 @@ def test_episode_metrics_by_hand() -> None:
                                "vs_best_static": 2.5 / 3, "gap_to_oracle": 1.5}, rel=1e-12)
 
 
-def test_summary_cells_keep_six_significant_digits_and_show_the_interval() -> None:
-    rows = [{"agent": "a,b", "mean_latency_s": 12.3456789, "mean_latency_s_ci95": float("nan")}]
-    assert summary_csv(rows) == 'agent,mean_latency_s,mean_latency_s_ci95\n"a,b",12.3457,\n'
+def test_summary_cells_keep_every_digit_and_show_the_interval() -> None:
+    # 6 significant digits wrote 144610 where summary.md showed 144609.963
+    rows = [{"agent": "a,b", "mean_latency_s": 144609.96312345678, "mean_latency_s_ci95": float("nan")}]
+    text = summary_csv(rows)
+    assert text == 'agent,mean_latency_s,mean_latency_s_ci95\n"a,b",144609.96312345678,\n'
+    assert float(next(csv.DictReader(io.StringIO(text)))["mean_latency_s"]) == rows[0]["mean_latency_s"]
     # no rows (any iterable, a generator too) is an empty file, not rows[0]'s IndexError
     assert summary_csv(r for r in []) == ""
     # every label reads back as written (a model file's name may hold quotes)
