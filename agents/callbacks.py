@@ -13,6 +13,9 @@
 | ``devices/<d>_share``        | share of the stages placed on device d (``info["share"]``), mean over `window` |
 | ``charts/SPS``               | environment steps per second of this ``learn`` call           |
 
+The windows start empty in each ``learn`` call: after ``train.py --resume``, the first points
+cover the tasks since the resume (fewer than `window` until that many have run).
+
 ``HeldOutEval`` writes, every ``--eval-interval`` steps (and at step 0 of a fresh run, and
 at the end: the saved model), the current policy's deterministic run of the held-out
 episode (``--eval-tasks`` tasks of ``--eval-seed``; the learned policy alone, without

@@ -146,7 +146,8 @@ class TrainConfig:
         "objective itself, on a scale that spans the tasks' sizes: use with --normalize)"))
     metrics_window: int = field(default=100, metadata=_help(
         "recent tasks behind latency/mean, latency/p95, latency/vs_static, cache/hit_rate, "
-        "the devices/ means and warmup/conservative_acting"))
+        "the devices/ means and warmup/conservative_acting (after --resume, those since it "
+        "until that many have run)"))
     log_interval: int | None = field(default=None, metadata=_help(
         "rollouts (ppo, a2c, maskable-ppo, trpo, recurrent-ppo) or episodes (dqn, sac) "
         "between writes of the TensorBoard scalars other than latency/per_sample and eval/ "
