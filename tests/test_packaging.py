@@ -190,6 +190,10 @@ def test_the_wheel_states_its_license_as_an_spdx_expression(built: tuple[Path, P
         (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         metadata = zf.read(name).decode()
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    assert "License-File: LICENSE" in metadata.splitlines()     # the license's text, shipped
+    with zipfile.ZipFile(wheel) as zf:
+        (text,) = [n for n in zf.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert zf.read(text) == (ROOT / "LICENSE").read_bytes()
     requires = re.search(r'^requires = \["setuptools>=(\d+)"', (ROOT / "pyproject.toml").read_text(),
                          re.MULTILINE)
     assert requires is not None and requires.group(1) == BUILD_SETUPTOOLS
