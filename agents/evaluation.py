@@ -189,7 +189,8 @@ def _csv_cell(value: Any) -> str:
     if isinstance(value, float):
         # every digit, the shortest that reads back as the same float: 6 significant ones
         # wrote 144610 for summary.md's 144609.963, and 28.4225 for its 28.423
-        return "" if math.isnan(value) else repr(value)
+        # (as a float: numpy 2's repr of its float64 reads "np.float64(...)")
+        return "" if math.isnan(value) else repr(float(value))
     text = str(value)
     if any(c in text for c in ',"\n\r'):
         # RFC 4180: a quote inside a quoted cell is doubled; left single, a label such as

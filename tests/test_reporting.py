@@ -894,6 +894,8 @@ def test_summary_cells_keep_every_digit_and_show_the_interval() -> None:
     text = summary_csv(rows)
     assert text == 'agent,mean_latency_s,mean_latency_s_ci95\n"a,b",144609.96312345678,\n'
     assert float(next(csv.DictReader(io.StringIO(text)))["mean_latency_s"]) == rows[0]["mean_latency_s"]
+    # numpy's float64 (what np.mean gives) as a plain float, not numpy 2's "np.float64(2.5)"
+    assert summary_csv([{"agent": "a", "p95_latency_s": np.float64(2.5)}]) == "agent,p95_latency_s\na,2.5\n"
     # no rows (any iterable, a generator too) is an empty file, not rows[0]'s IndexError
     assert summary_csv(r for r in []) == ""
     # every label reads back as written (a model file's name may hold quotes)
