@@ -172,10 +172,12 @@ def latency_cdf(latencies: Mapping[str, Mapping[str, np.ndarray]], target: str |
 CURVE_PANELS = (
     ("latency/vs_static", "training stream: latency / best-static's", None),
     ("eval/vs_best_static", "held-out episode (eval/): mean latency / best-static's", 1),
-    # a run on several scenarios: the panel above is its first scenario's
+    # a run on several scenarios: the panel above is its first scenario's (its title says so)
     ("eval/mix_vs_best_static", "held-out episodes of a mix's scenarios (eval/): mean of their "
                                 "ratios", 1),
 )
+
+MIX_TAG = CURVE_PANELS[2][0]
 
 
 def learning_curves(runs: Sequence[tuple[str, Path]], target: str | Path,
@@ -189,7 +191,10 @@ def learning_curves(runs: Sequence[tuple[str, Path]], target: str | Path,
               if i == 0 or any(len(steps) for _, steps, _ in curves[panel[0]])]
     fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 4.5), squeeze=False,
                              sharey=True)
+    mixed = {label for label, steps, _ in curves[MIX_TAG] if len(steps)}
     for ax, (tag, title, window) in zip(axes[0], panels, strict=True):
+        if tag == "eval/vs_best_static" and mixed:   # which of a mix's episodes it draws
+            title += f" ({', '.join(sorted(mixed))}: the first scenario trained on)"
         for label, steps, values in curves[tag]:
             if len(steps):
                 ax.plot(steps, _smooth(values, window or smooth), label=label, lw=1.2,

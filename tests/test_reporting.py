@@ -585,6 +585,7 @@ def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path,
     assert plots.learning_curves(runs, tmp_path / "two.png").is_file()
     assert seen() == [("latency/vs_static", ["a", "b", "best static"]),
                       ("eval/vs_best_static", ["a", "best static"])]
+    assert "first scenario" not in drawn[1].get_title()
     drawn.clear()
     plots.learning_curves(runs[1:], tmp_path / "one.png")
     assert seen() == [("latency/vs_static", ["b", "best static"])]
@@ -597,6 +598,9 @@ def test_learning_curves_add_a_held_out_panel_when_runs_log_eval(tmp_path: Path,
     assert seen() == [("latency/vs_static", ["a", "b", "best static", "mixed"]),
                       ("eval/vs_best_static", ["a", "best static", "mixed"]),
                       ("eval/mix_vs_best_static", ["best static", "mixed"])]
+    # the held-out panel says whose line is a mix's first scenario; without a mix, nothing
+    assert drawn[1].get_title().endswith("(mixed: the first scenario trained on)")
+    assert "first scenario" not in drawn[0].get_title() + drawn[2].get_title()
 
 
 def test_the_held_out_panel_is_drawn_raw_and_the_training_panel_always(tmp_path: Path,
