@@ -17,6 +17,7 @@ from envs.keywords import checked_keywords, keywords_of
 from envs.scenario import Scenario
 from inference.checks import is_number
 from inference.messages import did_you_mean, shown
+from inference.simulator import proportions
 
 # The env each scenario plays in, by the id `env_id` names.
 MIX_CLASSES: dict[str, type[InferenceAllocEnv]] = dict(
@@ -251,13 +252,8 @@ def _probabilities(weights: Sequence[float] | np.ndarray | None, n: int) -> np.n
         if not is_number(w) or not math.isfinite(w) or w < 0:
             raise ValueError(f"weights must be finite numbers >= 0, got {shown(weights)}")
         values.append(float(w))
-    total = sum(values)
-    if total <= 0:
+    if not any(values):
         raise ValueError(f"weights must not all be 0, got {shown(weights)}")
-    if math.isinf(total):
-        # finite weights past the float range together (1e308 twice): each divided by an
-        # infinite sum was 0, and reset() failed ("probabilities do not sum to 1")
-        peak = max(values)
-        values = [v / peak for v in values]
-        total = sum(values)
-    return np.array(values) / total
+    # finite weights past the float range together (1e308 twice) too: divided by an infinite
+    # sum, each was 0, and reset() failed ("probabilities do not sum to 1")
+    return proportions(np.array(values))

@@ -198,6 +198,19 @@ class ClusterState:
         )
 
 
+def proportions(weights: np.ndarray) -> np.ndarray:
+    """Each row (the last axis) of finite, non-negative `weights`, none all zero, over its sum.
+    A row whose sum passes the float range (finite weights of 1e308, twice) is scaled by its
+    largest weight first: divided by an infinite sum, every weight came out 0."""
+    with np.errstate(over="ignore"):    # an infinite sum is dealt with below
+        sums = weights.sum(axis=-1, keepdims=True)
+    past = np.isinf(sums)
+    if past.any():
+        weights = np.where(past, weights / weights.max(axis=-1, keepdims=True), weights)
+        sums = weights.sum(axis=-1, keepdims=True)
+    return weights / sums
+
+
 class Simulator:
     """Books tasks on a stateful cluster and charges each its latency.
 
@@ -317,20 +330,12 @@ class Simulator:
             raise ValueError(f"fraction placement entries must be finite and >= 0, got "
                              f"{fractions[row, col]} for stage {STAGES[row]!r} on device "
                              f"{self.hardware.devices[col].name!r}")
-        with np.errstate(over="ignore"):    # an infinite sum is dealt with below
-            sums = fractions.sum(axis=1)
-        for stage, total in zip(STAGES, sums, strict=True):
-            if total <= 0:
+        for stage, row in zip(STAGES, fractions, strict=True):
+            if not row.any():
                 raise ValueError(f"fraction placement for stage {stage!r} is all zero")
-        past = np.isinf(sums)
-        if past.any():
-            # a row of finite entries past the float range together (1e308 twice): divided by
-            # an infinite sum each was 0, and the stage ran on no device, priced at nothing
-            fractions = np.where(past[:, None], fractions / fractions.max(axis=1, keepdims=True),
-                                 fractions)
-            sums = fractions.sum(axis=1)
-        fractions = fractions / sums[:, None]
-        return tuple(tuple((d, float(f)) for d, f in enumerate(row) if f > 0) for row in fractions)
+        # (a row past the float range together, 1e308 twice, ran on no device: see proportions)
+        return tuple(tuple((d, float(f)) for d, f in enumerate(row) if f > 0)
+                     for row in proportions(fractions))
 
     def execute(self, task: Task, placement: Any, rng: np.random.Generator | None = None,
                 noise_sigma: float = 0.0) -> TaskResult:
