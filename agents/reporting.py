@@ -50,7 +50,7 @@ from agents.evaluation import (
     summary_markdown,
     unique_name,
 )
-from agents.files import check_room, model_file, temp_file, unreadable_folder, write_text
+from agents.files import check_room, model_file, temp_file, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     check_first_action,
@@ -207,7 +207,7 @@ def _zip_info(path: Path) -> tuple[str, str]:
 
 def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
     """The models to evaluate (``--models`` or every finished run under ``--runs``) and notes."""
-    from agents.run_folder import check_run_folder
+    from agents.run_folder import check_run_folder, folders_in
 
     notes: list[str] = []
     entries = []
@@ -243,15 +243,12 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
         notes += _distinct_labels(entries)
         return entries, notes
     root = Path(cfg.runs)
-    problem = unreadable_folder(root) if root.is_dir() else None
-    if problem is not None:     # chmod 311 runs: a PermissionError traceback
-        raise ConfigError(f"--runs {root} {problem}")
+    runs = sorted(folders_in(root, "--runs"))   # chmod 311 runs: a ConfigError, not a traceback
     if (root / "config.yaml").is_file():
         # its subfolders (checkpoints/) hold no run: it evaluated the baselines alone, saying
         # there were no trained models, and wrote over --out's summary with them
         raise ConfigError(f"{root} is a run folder, not a folder of run folders: pass --models "
                           f"{root} (that run), or --runs {root.parent} (every run beside it)")
-    runs = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     for d in runs:
         check_run_folder(d)
         if (d / "model.zip").is_file():

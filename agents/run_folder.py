@@ -222,10 +222,10 @@ def unreadable_models(run_dir: Path, newer_than: int | None = None) -> list[str]
     problem = unreadable_folder(folder) if folder.is_dir() else None
     reasons = [] if problem is None else [f"its checkpoints folder {folder} {problem}"]
     for path in _model_files(run_dir):
-        if not path.is_file() or saved_steps(path) is not None:
-            continue
         named = re.fullmatch(rf"{CHECKPOINT_PREFIX}_(\d+)_steps\.zip", path.name)
         if newer_than is not None and named and int(named.group(1)) <= newer_than:
+            continue    # by its name, before its zip is opened again
+        if not path.is_file() or saved_steps(path) is not None:
             continue
         try:
             steps = saved_data(path).get("num_timesteps")
@@ -348,7 +348,7 @@ def find_run(log_dir: str | Path, name: str) -> Path:
                 return path
         if candidates:
             raise ConfigError(_without_config(candidates[0]))
-    folders = _folders_in(root, "--log-dir")
+    folders = folders_in(root, "--log-dir")
     if name == "latest":
         # Newest first (by the time in its name, then its own time), and only up to the newest
         # run: a folder that cannot be read might be that run, so it is refused, but an older
@@ -370,7 +370,7 @@ def find_run(log_dir: str | Path, name: str) -> Path:
     raise ConfigError(f"no run {shown(name)} under {shown(root, quote=False)}/ (runs there: {known})")
 
 
-def _folders_in(root: Path, option: str) -> list[Path]:
+def folders_in(root: Path, option: str) -> list[Path]:
     """The folders in `root` (none where it is no folder); a ConfigError naming `option` where
     it cannot be read (``chmod 311 runs``: a PermissionError traceback)."""
     if not root.is_dir():

@@ -111,12 +111,7 @@ from agents.config import (
 )
 from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
 from agents.event_files import logged_at, mark_events
-from agents.files import (
-    REFUSED_WRITES,
-    WriteFailed,
-    check_room,
-    write_text,
-)
+from agents.files import REFUSED_WRITES, WriteFailed, check_room, write_text
 from agents.locks import FolderBusy, holding
 from agents.registry import (
     SB3_NAMES,
