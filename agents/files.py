@@ -2,8 +2,8 @@
 
 Every output of ``train.py`` and ``evaluate.py`` (configs, tables, plots, models) goes
 through ``atomic_path``: the content is written to ``.<name>.<pid>.tmp`` in the target's
-folder and renamed over the target only once complete; on any error the temp file is
-removed and the target is left as it was.
+folder, flushed to the disk, and renamed over the target only once complete; on any error
+the temp file is removed and the target is left as it was.
 """
 
 from __future__ import annotations
@@ -52,9 +52,13 @@ def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
         for target in targets:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         yield temps
+        for tmp in temps:
+            _flush_to_disk(tmp)
         with stops_held():
             for tmp, target in zip(temps, targets, strict=True):
                 os.replace(tmp, target)
+        for folder in dict.fromkeys(Path(target).parent for target in targets):
+            _flush_to_disk(folder)
     except WriteFailed:
         raise
     except OSError as exc:
@@ -67,6 +71,25 @@ def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
         for tmp in temps:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
+
+
+def _flush_to_disk(path: Path) -> None:
+    """fsync `path`: a file's content before it is renamed over its target, a folder's entries
+    after. Without it a power loss or OS crash soon after a save could bring the renamed file
+    back empty (a file system may commit the rename before the content's blocks), and a resume
+    then found an unreadable ``model.zip``, the old one gone. About 1 ms a file. A folder is
+    skipped where it cannot be opened (Windows) or its file system does not sync folders."""
+    folder = path.is_dir()
+    if folder and not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if folder else 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if not (folder and exc.errno in (errno.EINVAL, errno.ENOTSUP)):
+            raise
+    finally:
+        os.close(fd)
 
 
 def temp_file(target: Path) -> Path:

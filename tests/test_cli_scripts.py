@@ -1575,6 +1575,30 @@ def test_an_atomic_write_replaces_the_target_only_once_complete(tmp_path: Path) 
     assert leftover_temp_files(tmp_path) == []
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd by /proc/self/fd")
+def test_an_atomic_write_reaches_the_disk_before_and_after_its_rename(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """Each temp file's content is synced before any rename, and the folders' entries after
+    the last: else a power loss soon after a save could bring back a renamed, empty model."""
+    import os
+
+    from agents.files import atomic_paths
+
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (
+        events.append(("sync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[-1])
+    monkeypatch.setattr(os, "replace", lambda src, dst: (
+        events.append(("rename", str(dst))), real_replace(src, dst))[-1])
+    targets = [tmp_path / "replay_buffer.pkl", tmp_path / "sub" / "model.zip"]
+    with atomic_paths(targets) as temps:
+        for tmp in temps:
+            tmp.write_text("saved")
+    assert events == [*(("sync", str(tmp)) for tmp in temps),
+                      *(("rename", str(target)) for target in targets),
+                      ("sync", str(tmp_path)), ("sync", str(tmp_path / "sub"))]
+
+
 def test_a_write_to_a_read_only_folder_names_the_target(tmp_path: Path, monkeypatch) -> None:
     """--resume of a run in a read-only folder (a read-only mount): removing the temp file
     that was never made raised the file system's "Read-only file system" on the temp file's
