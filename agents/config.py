@@ -308,8 +308,8 @@ class EvalConfig:
         "tasks per episode (default: the scenario's)"))
     out: str = field(default="results", metadata=_help("output folder", path=True))
     online: bool = field(default=False, metadata=_help(
-        f"only the online stabilisation experiment (>= {MIN_ONLINE_SEEDS} seeds; "
-        "stabilization.png/.md)",
+        f"only the online stabilisation experiment (>= {MIN_ONLINE_SEEDS} seeds, on the first of "
+        "--scenarios; stabilization.png/.md)",
         action="store_true", clears=("no_online",)))
     online_samples: int = field(default=600, metadata=_help(
         "samples per online deployment (stabilization.png)"))

@@ -329,7 +329,8 @@ def test_the_readmes_recurrent_ppo_is_ppos_update_on_its_lstm_in_both_envs():
     from envs import ENV_IDS
 
     policy, units = _quoted(r"`recurrent-ppo` is sb3-contrib's RecurrentPPO, in both envs: PPO's "
-                            r"update \(`ppo.yaml`'s values\) on an LSTM policy \(`(\w+)`, (\d+) "
+                            r"update \(PPO's values, copied\s+into `recurrent-ppo.yaml`: editing "
+                            r"`ppo.yaml` does not change it\) on an LSTM policy \(`(\w+)`, (\d+) "
                             r"units\)")
     for env_id, warm in itertools.product(ENV_IDS, (False, True)):
         params = load_hyperparams("recurrent-ppo", env_id, warm_start=warm)
