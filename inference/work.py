@@ -109,6 +109,7 @@ class WorkCoefficients(NamedTuple):
     pair_flops_all: float   # pair_flops x head_pairs: one pair of tokens, every head and layer
     kv_bytes: float         # KV cache of one token (K and V, every layer)
     weight_bytes: float     # the whole model's weights
+    step_weight_bytes: float  # ... less the input embedding table, which a step reads b rows of
 
     @classmethod
     def of(cls, model: ModelConfig) -> WorkCoefficients:
@@ -129,4 +130,5 @@ class WorkCoefficients(NamedTuple):
             pair_flops_all=pair_flops * head_pairs,
             kv_bytes=float(model.kv_bytes_per_token),
             weight_bytes=float(model.weight_bytes),
+            step_weight_bytes=float(model.weight_bytes - model.vocab * token_bytes),
         )

@@ -110,6 +110,8 @@ def test_gated_equals_window_below_the_gate(n, batch):
     assert [p for p in gated.parts if p.tag != "gate"] == list(window.parts)
     gate = gated.part("gate")
     assert gate.flops < 0.05 * window.flops   # the gate is a cheap probe
+    # it scores every layer's hidden states, so it reads them all (it read one layer's)
+    assert gate.nbytes == batch * n * GLM.hidden * GLM.dtype_bytes * GLM.n_layers
 
 
 @pytest.mark.parametrize("n", [8193, 16384, 32768])
@@ -293,8 +295,12 @@ def test_each_stage_hands_on_and_holds_what_its_successor_reads(variant):
     assert pre.part("dense").fixed_bytes == GLM.weight_bytes
     dec = decode.work(task, GLM)
     assert dec.output_bytes == b * m * TOKEN_ID_BYTES
-    assert dec.footprint == b * (n + m - 1) * GLM.kv_bytes_per_token
-    assert dec.part("weights").fixed_bytes == (m - 1) * GLM.weight_bytes
+    copies = 2 if decode.name == "prefetched" else 1      # the pool and the staging buffer
+    assert dec.footprint == copies * b * (n + m - 1) * GLM.kv_bytes_per_token
+    # every weight once a step, but of the input embedding table only the b tokens' rows
+    embedding = GLM.vocab * GLM.hidden * GLM.dtype_bytes
+    assert dec.part("weights").fixed_bytes == (m - 1) * (GLM.weight_bytes - embedding)
+    assert dec.part("weights").nbytes == (m - 1) * b * GLM.hidden * GLM.dtype_bytes
 
 
 @pytest.mark.parametrize("name", ["cached", "adaptive"])
@@ -390,7 +396,8 @@ def test_decode_launches_its_kernels_per_layer_and_step():
 def test_only_loading_reads_the_disk_and_only_the_model_stages_stream_weights(variant):
     """Loading reads the source (and on a hit the entry) from disk and never touches the
     weights; prefill and decode read nothing from disk, and decode streams the weights once
-    per step, in its weights part (the KV reads carry no fixed bytes)."""
+    per step (of the input embedding table only its tokens' rows), in its weights part (the KV
+    reads carry no fixed bytes)."""
     task = Task(3, 900, 40)
     load, prefill, decode = build_stages(variant)
     for hit in (False, True):
@@ -400,9 +407,12 @@ def test_only_loading_reads_the_disk_and_only_the_model_stages_stream_weights(va
     for work in (prefill.work(task, GLM), decode.work(task, GLM)):
         assert work.io_bytes == 0.0 and work.needs_weights
     dec = decode.work(task, GLM)
-    assert sum(p.fixed_bytes for p in dec.parts) == (task.output_tokens - 1) * GLM.weight_bytes
-    # the weights are paid in full by each device (fixed bytes), none of them per sequence
-    assert dec.part("weights").nbytes == 0.0
+    embedding = GLM.vocab * GLM.hidden * GLM.dtype_bytes
+    steps = task.output_tokens - 1
+    assert sum(p.fixed_bytes for p in dec.parts) == steps * (GLM.weight_bytes - embedding)
+    # the weights are paid in full by each device (fixed bytes); only the input embedding's
+    # rows are per sequence, so a device given part of the batch reads its sequences' rows
+    assert dec.part("weights").nbytes == steps * task.batch * GLM.hidden * GLM.dtype_bytes
 
 
 @pytest.mark.parametrize("name", ["cached", "adaptive"])

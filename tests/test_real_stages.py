@@ -359,6 +359,21 @@ def test_a_prefetch_refresh_stages_only_the_blocks_not_staged_yet(model, monkeyp
     assert dec.staged_blocks == 0
 
 
+def test_the_prefetched_decode_holds_the_two_copies_of_the_cache_its_cost_model_prices(model):
+    """The staging buffer has room for every block of the pool, beside the pool: the cost
+    model's footprint counted one copy, so the NPU took decodes it cannot hold."""
+    pre = WindowAttention(64).run(model, prompt(2, 9))
+    cache = kv_cache.PrefetchCache(pre, 4, 20, seed=0, lookahead=2)
+
+    def nbytes(tensors: list[torch.Tensor]) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    assert nbytes(cache.stage_k + cache.stage_v) == nbytes(cache.k + cache.v) > 0
+    task = Task(2, 9, 11)
+    assert PrefetchedDecode().work(task, TINY).footprint == \
+        2 * HierarchicalDecode().work(task, TINY).footprint
+
+
 def test_the_hit_ratio_is_the_share_of_block_reads_served_from_the_staging_buffer(
         model, monkeypatch):
     """Staging only the first logical block leaves a mix of hits and misses; before any run
@@ -836,7 +851,9 @@ def test_the_cost_model_prices_the_steps_the_real_decode_runs(model, m, monkeypa
     assert tokens.shape == (batch, m)
     assert reads == [n + j for j in range(1, m)]
     work = SequentialDecode().work(Task(batch, n, m), TINY)
-    assert work.part("weights").fixed_bytes == len(reads) * TINY.weight_bytes
+    embedding = TINY.vocab * TINY.hidden * TINY.dtype_bytes   # a step reads b rows of it
+    assert work.part("weights").fixed_bytes == len(reads) * (TINY.weight_bytes - embedding)
+    assert work.part("weights").nbytes == len(reads) * batch * TINY.hidden * TINY.dtype_bytes
     assert work.part("kv").nbytes == batch * sum(reads) * TINY.kv_bytes_per_token
     assert work.footprint == batch * (n + len(reads)) * TINY.kv_bytes_per_token
 

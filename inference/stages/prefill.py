@@ -255,9 +255,9 @@ class GatedAttention:
         """Window attention plus the gate everywhere; dynamic attention only on prompts beyond
         `gate_tokens`, in the `open_fraction` of layers whose gate opens."""
         b, n, c = task.batch, task.prompt_tokens, model.work_coefficients
-        # The gate: a score per hidden element of every layer, over the hidden states once.
+        # The gate: a score per hidden element of every layer, over each layer's hidden states.
         gate = new_record(WorkPart, ("gate", ATTENTION, SEQUENTIAL, 2.0 * b * n * c.layer_hidden,
-                                     b * n * c.token_bytes, 0.0, c.n_layers))
+                                     b * n * c.layer_token_bytes, 0.0, c.n_layers))
         if n <= self.gate_tokens:
             return _prefill_work(b, n, c, (_window_part(b, n, c, self.window), gate))
         frac = self.open_fraction
