@@ -66,6 +66,18 @@ def test_a_yaml_path_loads_like_the_preset(tmp_path):
     assert load_hardware(str(path)) == load_hardware("server")
 
 
+def test_every_preset_preprocesses_at_one_scalar_cores_rate_on_its_cpu():
+    """Loading's branchy byte-level work runs on one CPU core (1e9..2e10 ops/s, a few ops a
+    cycle), and an order of magnitude slower on an accelerator. The edge preset gave its CPU
+    10% of the 12 cores' vector peak (2.9e11 ops/s, 72x the server CPU), and its GPU and NPU
+    more than the server's CPU."""
+    for name in preset_names():
+        hw = load_hardware(name)
+        rate = {d.kind: d.peak_flops * d.op_efficiency["preprocess"] for d in hw.devices}
+        assert 1e9 <= rate["cpu"] <= 2e10, (name, rate)
+        assert max(rate["gpu"], rate["npu"]) * 10 <= rate["cpu"], (name, rate)
+
+
 def test_the_edge_preset_shares_one_memory_system():
     assert len({d.memory_domain for d in load_hardware("edge").devices}) == 1
     assert len({d.memory_domain for d in load_hardware("server").devices}) == 3
