@@ -35,6 +35,7 @@ from torch.distributions import Distribution
 
 from agents.base import Policy, flat_index
 from agents.commands import program
+from agents.divergence import check_finite
 from agents.files import BadModelZip, atomic_path, model_file, read_zip_json, zip_target
 from agents.sb3_hyperparams import (
     ACTIVATIONS,
@@ -420,8 +421,11 @@ def _loaded(algo: type[BaseAlgorithm], path: Path, name: str, env: Any) -> BaseA
     it one ValueError naming the file."""
     torch.set_num_threads(1)   # as make_sb3: small MLPs run 10x slower on two threads
     try:
-        return algo.load(path, env=env, device="cpu")
+        model = algo.load(path, env=env, device="cpu")
     except Exception as exc:  # SB3 raises many kinds on a corrupt zip
         # in one line: torch's state_dict refusal listed every missing key, a line each
         said = shown(" ".join(str(exc).split()), quote=False)
         raise ValueError(f"model file {path} could not be loaded as {name}: {said}") from None
+    # a diverged run's NaN DQN acted as all-CPU (the argmax of NaN), and was scored so
+    check_finite(model.policy, f"model file {path}")
+    return model

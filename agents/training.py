@@ -109,6 +109,7 @@ from agents.config import (
     read_yaml_options,
     to_yaml,
 )
+from agents.divergence import Diverged, DivergenceGuard, diverged, finite_weights
 from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, check_room, write_text
@@ -744,6 +745,11 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
             # error replaced the run's own, as a traceback naming no run
             with contextlib.suppress(OSError):
                 logger.close()
+        if isinstance(exc, Exception) and not isinstance(exc, Diverged) \
+                and not finite_weights(model.policy):
+            # NaN weights met inside an update (SAC's sampling refuses a NaN mean) before the
+            # guard's next check: SB3's error said nothing of a learning rate
+            exc = diverged(model)
         kept = bool(checkpoints(run_dir))
         if not kept:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -830,7 +836,8 @@ def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, 
     """A run's callbacks, and of them its eval/ curves' and --select-best's, which it reads;
     `written_through`: the last task index whose per-task latency the folder shows."""
     model = agent.model
-    callbacks: list[Any] = [LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window,
+    # the guard first: it stops an update's NaN weights before any other callback sees them
+    callbacks: list[Any] = [DivergenceGuard(), LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window,
                                            cfg.per_sample_interval, written_through)]
     if fresh:
         callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
@@ -1063,6 +1070,8 @@ def print_cause(failed: RunFailed | WriteFailed) -> None:
     if isinstance(failed, WriteFailed):
         return
     cause = failed.__cause__
+    if isinstance(cause, Diverged):     # the user's learning rate, no bug: its line says so
+        return
     if not isinstance(cause, WriteFailed) and not (isinstance(cause, OSError)
                                                    and cause.errno in REFUSED_WRITES):
         traceback.print_exception(cause, file=sys.stderr)

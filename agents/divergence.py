@@ -1,0 +1,70 @@
+"""A learner whose weights went NaN or infinite: said in one line, never saved, never scored.
+
+Too high a learning rate (``--hp learning_rate=1e12``) sends an update's weights to NaN. What
+followed depended on the algorithm: PPO and A2C died in torch's sampling ("probability tensor
+contains either inf, nan or element < 0") with a traceback, SAC's NaN actions were refused by
+the env as if it had a bug, and DQN, whose argmax of NaN is device 0, trained on, saved a
+model of NaNs, exited 0 and was scored as all-CPU. ``DivergenceGuard`` checks the weights
+after each update; ``check_finite`` refuses such a model where one is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+
+class Diverged(ValueError):
+    """A learner's weights are NaN or infinite: the message says when and what to lower."""
+
+
+def finite_weights(policy: torch.nn.Module) -> bool:
+    """Whether every parameter of `policy` is finite. One sum a tensor: a NaN or an infinity
+    anywhere makes its sum non-finite (a finite sum overflowing float32 would need weights
+    near 1e38)."""
+    with torch.no_grad():
+        return all(bool(torch.isfinite(p.sum())) for p in policy.parameters())
+
+
+def check_finite(policy: torch.nn.Module, what: str) -> None:
+    """A Diverged naming `what` (the model file) where `policy`'s weights are not finite."""
+    if not finite_weights(policy):
+        raise Diverged(f"{what} holds NaN or infinite weights (its training diverged), so "
+                       f"it cannot act: train it again with a lower learning_rate")
+
+
+def diverged(model: Any) -> Diverged:
+    """The Diverged of `model`, whose weights are no longer finite."""
+    rate = getattr(model, "learning_rate", None)
+    now = f" (now {rate:g})" if isinstance(rate, (int, float)) else ""
+    return Diverged(f"the policy diverged by step {model.num_timesteps}: an update left its "
+                    f"weights NaN or infinite; lower learning_rate{now}")
+
+
+class DivergenceGuard(BaseCallback):
+    """Stops training with a Diverged once an update leaves the weights NaN or infinite:
+    checked when a rollout starts (after the updates before it, before any step or checkpoint
+    of the next) and when training ends, each time only if an update ran since the last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._checked_after: int | None = None
+
+    def _check(self) -> None:
+        updates = getattr(self.model, "_n_updates", None)
+        if updates is not None and updates == self._checked_after:
+            return
+        self._checked_after = updates
+        if not finite_weights(self.model.policy):
+            raise diverged(self.model)
+
+    def _on_rollout_start(self) -> None:
+        self._check()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_training_end(self) -> None:
+        self._check()
