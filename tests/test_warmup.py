@@ -41,9 +41,12 @@ class _Placements:
 
 
 def test_behaviour_cloning_copies_the_conservative_policy():
+    """HEFT on the edge SoC places each stage by the queues it sees; since the edge CPU
+    preprocesses at one core's rate, where its loads go depends on them too, and 3,000 samples
+    fitted 40 times cloned 0.90 of held-out placements (twice as many, twice as long: 0.97)."""
     env = _env("edge", 200)
     agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(
-        conservative="heft", steps=0, clone=True, clone_samples=3000, clone_epochs=40, guard=False))
+        conservative="heft", steps=0, clone=True, clone_samples=6000, clone_epochs=80, guard=False))
     assert agent.clone_stats["heldout_agreement"] >= 0.95
 
 
