@@ -202,16 +202,19 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
     YAML reads as 1000.0, as train.py's ``--timesteps 1e3`` is taken).
 
     SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
-    would otherwise fail deep inside training. The expected type is that of `params` (the
-    YAML hyper-parameters), else of the constructor's default; keys without one (schedules, kwargs dicts) and
-    other structured values are left to SB3. The off-policy agents' ``train_freq`` is a number
+    would otherwise fail deep inside training. The expected type is that of the constructor's
+    default where it is a number, else of `params` (the YAML hyper-parameters); keys without
+    one (schedules, kwargs dicts) and other structured values are left to SB3. The off-policy agents' ``train_freq`` is a number
     of steps or a pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); SAC's
     ``ent_coef`` and ``target_entropy`` ``auto`` or a number (``_is_auto``); ``policy_kwargs``
     a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``); ``policy``
     MlpPolicy (``_check_policy``).
     """
     defaults = constructor_defaults(name)
-    expected = {**defaults, **params}
+    # the constructor's type where it has a number: a YAML's `learning_rate: 1` made every
+    # float override of it (warm_start's 1e-4) "must be an integer"
+    expected = {**defaults, **params,
+                **{k: v for k, v in defaults.items() if isinstance(v, (int, float))}}
     checked = dict(overrides)
     for key, value in overrides.items():
         if key == "train_freq":

@@ -362,29 +362,9 @@ def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
     warms = [warmup_config(config, w) for w in specs]
     if warming:
         check_conservative(config, conservative, env, warms)
+    warm_starts = [False, True] if any(starts_warm(w) for w in warms) else [False]
     for agent in dict.fromkeys(agents):
-        try:
-            load_hyperparams(agent, config.env_id)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        try:
-            # the YAML's values too, with or without --hp, and a warm-started run's, layered on
-            # its warm_start ones: an edited trpo.yaml's factor that keeps one transition
-            # trained a policy that never moved, as a --hp one did
-            warm_starts = [False, True] if any(starts_warm(w) for w in warms) else [False]
-            resolved = [hyperparams_with(agent, config.env_id, config.hp, warm_start=warm)
-                        for warm in warm_starts]
-            wrapped = wrap_for(agent, env)
-            for params in resolved:     # against --n-envs, not the trial's one env
-                check_memory(agent, params, wrapped.observation_space, wrapped.action_space,
-                             config.n_envs)
-                check_sub_sampling(agent, params, config.n_envs)
-            if config.hp:   # build once (cheap) so a bad --hp fails before any run starts
-                make_sb3(agent, env, seed=0, overrides=config.hp)
-        except (TypeError, ValueError, AssertionError) as exc:
-            where = hp_source or (f"--hp {shown(config.hp, quote=False)}" if config.hp
-                                  else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
-            raise ConfigError(f"{where} for {agent}: {exc}") from None
+        check_hyperparams(config, agent, env, warm_starts, hp_source)
     # a seed given twice would train the same run twice, and evaluate.py count it as two
     runs = [RunSpec(a, w, s) for s in dict.fromkeys(config.seeds) for a in dict.fromkeys(agents)
             for w in specs]
@@ -395,6 +375,35 @@ def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
         check_room(Path(config.log_dir) / run_name(config, spec), run_files(config.timesteps),
                    "--log-dir")
     return runs
+
+
+def check_hyperparams(config: TrainConfig, agent: str, env: Any, warm_starts: list[bool],
+                      hp_source: str = "") -> None:
+    """A ConfigError, before any run starts, where `agent`'s hyper-parameters (its YAML's,
+    layered on by ``config.hp``, and for each of `warm_starts` its warm_start values) cannot
+    train on `env`; `hp_source` as `plan`'s, to begin the message."""
+    try:
+        load_hyperparams(agent, config.env_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        # the YAML's values too, with or without --hp, and a warm-started run's, layered on
+        # its warm_start ones: an edited trpo.yaml's factor that keeps one transition
+        # trained a policy that never moved, as a --hp one did
+        resolved = [hyperparams_with(agent, config.env_id, config.hp, warm_start=warm)
+                    for warm in warm_starts]
+        wrapped = wrap_for(agent, env)
+        for params in resolved:     # against --n-envs, not the trial's one env
+            check_memory(agent, params, wrapped.observation_space, wrapped.action_space,
+                         config.n_envs)
+            check_sub_sampling(agent, params, config.n_envs)
+        # built once (cheap), with or without --hp: SB3's own asserts (an edited ppo.yaml's
+        # batch_size of 1) were a traceback after the clone, where --hp's were one line
+        make_sb3(agent, env, seed=0, overrides=config.hp)
+    except (TypeError, ValueError, AssertionError) as exc:
+        where = hp_source or (f"--hp {shown(config.hp, quote=False)}" if config.hp
+                              else f"{sb3_hyperparams.HYPERPARAMS_DIR / agent}.yaml")
+        raise ConfigError(f"{where} for {agent}: {exc}") from None
 
 
 def check_conservative(config: TrainConfig, policy: Any, env: Any,
@@ -597,7 +606,10 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
         check_callbacks(cfg.callbacks)
     except ValueError as exc:
         raise ConfigError(f"--resume {run_dir.name}: {exc}") from None
-    # cfg.hp: every hyper-parameter the run was built with, a warm start's included
+    # cfg.hp: every hyper-parameter the run was built with, a warm start's included, checked
+    # as --config checks them (an edited config.yaml's NaN learning rate resumed silently)
+    check_hyperparams(cfg, spec.agent, env_for(cfg), [False],
+                      f"--resume {run_dir.name}: {run_dir / 'config.yaml'}'s hp")
     seed = resume_seed(spec.seed, steps)
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
     if warm is not None:

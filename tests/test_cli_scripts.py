@@ -527,6 +527,8 @@ def test_without_warmup_a_conservative_the_env_cannot_take_is_left_be(tmp_path) 
     # a broken edit was a yaml traceback: one line naming the file and the line
     ("n_steps: 32", "ppo.yaml: malformed YAML at line 3, column 3: found duplicate key"),
     ("\tgamma: 0.9", "ppo.yaml: malformed YAML at line 3"),
+    # SB3's own assert, after the YAML's checks: a traceback, where --hp's was one line
+    ("batch_size: 1", "ppo.yaml for ppo: `batch_size` must be greater than 1"),
 ])
 def test_a_bad_hyperparameter_yaml_is_refused_before_training(entry, expected, tmp_path, capsys,
                                                                monkeypatch) -> None:
@@ -3386,3 +3388,43 @@ def test_a_model_with_nan_weights_is_refused_where_it_is_loaded(tmp_path: Path) 
     with pytest.raises(Diverged, match=f"model file {re.escape(str(path))} holds NaN or "
                                        "infinite weights"):
         load_sb3(path, env)
+
+
+def test_a_whole_number_in_the_yaml_does_not_make_a_float_hyperparameter_an_integer() -> None:
+    """ppo.yaml's `learning_rate: 1` made its warm_start's 1e-4 "must be an integer (e.g. 1)",
+    even for runs without warm-up; the type is the constructor's, a float."""
+    from agents.sb3_hyperparams import check_override_types
+
+    assert check_override_types("ppo", {"learning_rate": 1}, {"learning_rate": 1e-4}) == \
+        {"learning_rate": 1e-4}
+    assert check_override_types("ppo", {"ent_coef": 0}, {"ent_coef": 0.01}) == {"ent_coef": 0.01}
+    with pytest.raises(ValueError, match="n_steps must be an integer"):
+        check_override_types("ppo", {"n_steps": 16.0}, {"n_steps": 16.5})
+
+
+def test_a_resume_checks_the_runs_hyperparameters_as_config_does(tmp_path: Path,
+                                                                  capsys) -> None:
+    """An edited config.yaml's NaN learning rate, unknown key or n_epochs of -3 resumed and
+    trained without a word, though --config refuses the same file."""
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    base = ["--warmup", "none", "--eval-tasks", "0", "--episode-tasks", "20",
+            "--no-progress-bar", "--log-dir", str(runs)]
+    assert main([*base, "--timesteps", "32", "--hp", "n_steps=16", "batch_size=16"]) == 0
+    (run,) = runs.iterdir()
+    config = run / "config.yaml"
+    saved = config.read_text(encoding="utf-8")
+    for edit, said in (("  learning_rate: .nan\n", "learning_rate must be a finite number"),
+                       ("  bogus_key: 7\n", "unknown ppo hyper-parameter 'bogus_key'"),
+                       ("  n_epochs: -3\n", "n_epochs must be >= 1, got -3")):
+        key = edit.split(":")[0]
+        lines = [line for line in saved.splitlines(keepends=True)
+                 if not line.startswith(f"{key}:")]
+        at = lines.index("hp:\n") + 1
+        config.write_text("".join([*lines[:at], edit, *lines[at:]]), encoding="utf-8")
+        assert main([*base, "--resume", run.name, "--timesteps", "64"]) == 2
+        err = capsys.readouterr().err
+        assert f"--resume {run.name}: {config}'s hp for ppo: " in err and said in err
+        assert err.count("\n") == 1
+    config.write_text(saved, encoding="utf-8")
+    assert main([*base, "--resume", run.name, "--timesteps", "64"]) == 0
