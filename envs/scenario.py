@@ -24,7 +24,7 @@ leaves out: clients, bursts, a trace, faults)::
       trace: null                    # azure-code | azure-conv | CSV path: replaces the synthetic sizes
       trace_time_scale: 1.0          # > 1 replays the trace faster (more load); ~0.05 for one server
       trace_window_s: 0.5            # batching window (see envs/traces.py)
-      trace_max_batch: 32
+      trace_max_batch: 32            # the three trace_ settings: other than their defaults, only with a trace
     cache:
       precomputed_size: 12           # domains the precomputed cache holds ...
       train_shift: 24                # ... taken from a training mix shifted this many ranks
@@ -427,7 +427,7 @@ def _workload(raw: Any, base_dir: Path | None) -> Workload:
         raise ValueError(f"scenario field workload.trace must be a trace name or path, got {shown(trace)}")
     if trace is not None:
         trace = _near(trace, base_dir, preset=trace in TRACES)
-    return Workload(
+    workload = Workload(
         arrival_rate=_number(w_raw.get("arrival_rate", w.arrival_rate), "workload.arrival_rate",
                              low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         clients=_int(w_raw.get("clients", w.clients), "workload.clients", strict=False),
@@ -443,6 +443,23 @@ def _workload(raw: Any, base_dir: Path | None) -> Workload:
         trace_window_s=_number(w_raw.get("trace_window_s", w.trace_window_s), "workload.trace_window_s", strict=False),
         trace_max_batch=_int(w_raw.get("trace_max_batch", w.trace_max_batch), "workload.trace_max_batch"),
     )
+    if trace is None:
+        _check_no_trace_settings(workload, w)
+    return workload
+
+
+TRACE_SETTINGS = ("trace_time_scale", "trace_window_s", "trace_max_batch")
+
+
+def _check_no_trace_settings(workload: Workload, default: Workload) -> None:
+    """Refuse a trace setting set without a trace to read it: it was silently ignored (as the
+    env's ``trace_time_scale=`` without ``trace=`` is refused). Its default is let through,
+    since it changes nothing and `Scenario.to_dict` writes every field, trace or none."""
+    for key in TRACE_SETTINGS:
+        value = getattr(workload, key)
+        if value != getattr(default, key):
+            raise ValueError(f"scenario field workload.{key} ({value:g}) is read only with a "
+                             f"replayed trace; give workload.trace too, or leave {key} out")
 
 
 def _burst(raw: Any) -> Burst:

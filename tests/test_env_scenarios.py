@@ -175,6 +175,22 @@ def test_trace_time_scale_is_an_env_argument_as_in_a_scenario() -> None:
     assert slow_gaps.mean() > 3 * np.diff([t.arrival for t in real.unwrapped._episode.tasks]).mean()
 
 
+def test_a_trace_setting_at_its_default_loads_without_a_trace() -> None:
+    """The other side of refusing a trace setting without a trace: its default changes
+    nothing, and `Scenario.to_dict` writes it for every scenario, so it reads back."""
+    defaults = {"trace": None, "trace_time_scale": 1, "trace_window_s": 0.5, "trace_max_batch": 32}
+    assert scenario_from_dict({"workload": defaults}, "defaults").workload.trace is None
+    sc = load_scenario("article")
+    assert load_scenario(sc.to_dict()) == dataclasses.replace(sc, source=sc.source)
+
+
+def test_a_trace_setting_without_a_trace_is_refused_in_a_scenario_object() -> None:
+    sc = load_scenario("article")
+    sc = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, trace_time_scale=2.0))
+    with pytest.raises(ValueError, match="workload.trace_time_scale .2. is read only with"):
+        gym.make(f"envs:{V0}", scenario=sc)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"trace_time_scale": 0.05}, "give trace= too"),
     ({"trace": "azure-conv", "trace_time_scale": 0}, r"trace_time_scale must be a number in \[1e-06"),
@@ -413,6 +429,11 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
      "workload.batch.dist must be one of normal, lognormal, uniform, choice, constant, got 'poisson'"),
     ({"workload": {"batch": {"value": 5, "min": 0}}}, "workload.batch: need 1 <= min <= max, got 0.0.."),
     ({"workload": {"trace": 5}}, "workload.trace must be a trace name or path, got 5"),
+    # a trace's settings without a trace were ignored; the env's trace_time_scale= is refused so
+    ({"workload": {"trace_time_scale": 2}},
+     "workload.trace_time_scale (2) is read only with a replayed trace; give workload.trace"),
+    ({"workload": {"trace": None, "trace_window_s": 2}}, "workload.trace_window_s (2) is read only"),
+    ({"workload": {"trace_max_batch": 8}}, "workload.trace_max_batch (8) is read only"),
     ({"variant": 5}, "scenario field variant must be a recipe name or a mapping, got 5"),
     ({"faults": [{"device": "gpu", "kind": "reboot", "start_task": 0, "end_task": 5}]},
      "faults[0].kind must be offline or throttle, got 'reboot'"),
@@ -443,7 +464,8 @@ def test_the_inclusive_edges_of_each_documented_range_load() -> None:
     raw = {"noise": 0, "failed_dispatch_s": 0,
            "cache": {"decay": 1, "train_shift": 0, "precomputed_size": 0},
            "simulator": {"prefetch_depth": 0},
-           "workload": {"zipf": 0, "arrival_rate": MIN_RATE, "trace_time_scale": MIN_RATE,
+           "workload": {"zipf": 0, "arrival_rate": MIN_RATE, "trace": "azure-conv",
+                        "trace_time_scale": MIN_RATE,
                         "burst": {"period": 4, "length": 4, "rate_multiplier": MIN_RATE},
                         "batch": {"value": 4, "min": 4, "max": 4}},
            "faults": [{"device": "gpu", "kind": "throttle", "start_task": 0, "end_task": 1,
