@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any
@@ -55,6 +56,13 @@ HIT_EMA = 0.05              # weight of the newest lookup in the recent cache hi
 # Entries each placement memo (facts, stage labels) holds before it starts afresh: split
 # placements rarely repeat whole, so an unbounded memo would grow with every step.
 MEMO_ENTRIES = 4096
+
+
+class UnreachedFaultWarning(UserWarning):
+    """A scenario's fault that episodes shortened by ``episode_tasks=`` end before."""
+
+
+_WARNED: set[str] = set()     # the UnreachedFaultWarning messages given in this process
 
 
 def _json_able(value: Any) -> Any:
@@ -265,7 +273,9 @@ class InferenceAllocEnv(gym.Env):
       device's `memory` must hold the model's weights (glm-9b: 18.8 GB), else a ValueError.
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
-    - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's.
+    - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's. A fault
+      of the scenario starting at or after it is a warning (`UnreachedFaultWarning`, on the
+      first reset); at or after the scenario's own, a ValueError.
     - `reward`: `latency`, `relative` or `normalised` (see Rewards); default `latency`.
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
       trace format; replaces the scenario's synthetic task sizes and arrivals. Default the
@@ -357,6 +367,7 @@ class InferenceAllocEnv(gym.Env):
             with naming_field(sc, f"faults[{i}].device"):
                 self.hardware.device_id(fault.device)   # unknown device -> ValueError
         self._check_someone_is_online(sc)
+        self._unreached_faults = self._faults_past_the_end(sc, shortened=episode_tasks is not None)
         config = SimConfig(
             prefetch_depth=sc.simulator.prefetch_depth,
             replacement_overhead_s=sc.simulator.replacement_overhead_s,
@@ -555,6 +566,13 @@ class InferenceAllocEnv(gym.Env):
         self._mask_memo = None
         self._works_memo = None
         self._apply_faults()
+        if self._unreached_faults is not None:
+            # once per message in the process, not per env or episode: the warnings module's
+            # own registry is cleared whenever a library changes the filters (it printed twice)
+            if self._unreached_faults not in _WARNED:
+                _WARNED.add(self._unreached_faults)
+                warnings.warn(self._unreached_faults, UnreachedFaultWarning, stacklevel=1)
+            self._unreached_faults = None
         task = self._current_task()
         return self._observation(task), {"task": self._task_info(task)}
 
@@ -686,6 +704,27 @@ class InferenceAllocEnv(gym.Env):
             if len(down) == len(self.hardware.device_names):
                 raise ValueError(f"scenario {sc.name!r}: its faults take every device offline "
                                  f"at task {t}; at least one must stay online")
+
+    @staticmethod
+    def _faults_past_the_end(sc: Scenario, shortened: bool) -> str | None:
+        """A fault that starts at or after the episode's last task never fires, and nothing
+        said so. The scenario's own episodes: a ValueError naming it. Episodes shortened by the
+        `episode_tasks` argument (train.py's --episode-tasks and --eval-tasks, the online
+        study's samples, a 1-task env built to read the device names): the warning `reset`
+        gives, for the scenario still holds the fault for its own, longer episodes."""
+        n = sc.episode_tasks
+        late = [(i, fault) for i, fault in enumerate(sc.faults) if fault.start_task >= n]
+        if not late:
+            return None
+        i, fault = late[0]
+        if not shortened:
+            with naming_field(sc, f"faults[{i}]"):
+                raise ValueError(f"start_task {fault.start_task} is at or past the episode's "
+                                 f"{n} tasks (episode_tasks: {n}; tasks 0..{n - 1}): it would "
+                                 f"never fire; start it before task {n}, or raise episode_tasks")
+        names = ", ".join(f"faults[{j}] (start_task {f.start_task})" for j, f in late)
+        return (f"scenario {sc.name!r}: {names} never fire{'s' if len(late) == 1 else ''} in "
+                f"these {n}-task episodes (episode_tasks={n})")
 
     def _apply_faults(self) -> None:
         if not self.scenario.faults:

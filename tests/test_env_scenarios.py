@@ -529,6 +529,49 @@ def test_faults_that_take_every_device_offline_at_once_are_refused() -> None:
         envs.InferenceAllocEnv(scenario_from_dict({"faults": together}, "together"))
 
 
+def test_a_fault_past_the_scenarios_own_episode_is_refused_naming_it_and_both_counts() -> None:
+    """A fault starting at or after the episode's last task never fired, and nothing said so."""
+    late = {"faults": [{"device": "gpu", "kind": "throttle", "factor": 0.5, "start_task": 10,
+                        "end_task": 20},
+                       {"device": "npu", "kind": "offline", "start_task": 5000, "end_task": 5100}]}
+    sc = scenario_from_dict(late, "late.yaml")
+    for env_id in (V0, SPLIT):
+        with pytest.raises(ValueError, match=re.escape(
+                "late.yaml: scenario field faults[1]: start_task 5000 is at or past the "
+                "episode's 200 tasks")):
+            gym.make(f"envs:{env_id}", scenario=sc)
+    edge = scenario_from_dict({**late, "episode_tasks": 5000}, "edge.yaml")
+    with pytest.raises(ValueError, match="faults.1.: start_task 5000 is at or past the episode's 5000"):
+        envs.InferenceAllocEnv(edge)
+    envs.InferenceAllocEnv(dataclasses.replace(edge, episode_tasks=5001))   # its last task
+
+
+def test_a_fault_past_a_shortened_episode_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episodes shortened by episode_tasks= (--eval-tasks, the online study's samples) are
+    legitimate: a fault of the scenario's longer episodes that they do not reach is a warning,
+    given once, not a refusal; a longer episode_tasks= reaches a fault its own did not."""
+    import warnings
+
+    monkeypatch.setattr("envs.inference_alloc._WARNED", set())   # as in a fresh process
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")    # once by the env itself, not the warnings filter
+        env = gym.make(f"envs:{V0}", scenario="faults", episode_tasks=70)   # faults[1] at 100
+        assert not caught        # an env only built (to read its devices) says nothing
+        for seed in range(3):
+            env.reset(seed=seed)
+        gym.make(f"envs:{V0}", scenario="faults", episode_tasks=70).reset(seed=0)
+    assert [w.category.__name__ for w in caught] == ["UnreachedFaultWarning"]
+    messages = [str(w.message) for w in caught]
+    assert messages == ["scenario 'faults': faults[1] (start_task 100) never fires in these "
+                        "70-task episodes (episode_tasks=70)"]
+    late = scenario_from_dict({"faults": [{"device": "npu", "kind": "offline",
+                                           "start_task": 5000, "end_task": 5100}]}, "late")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gym.make(f"envs:{V0}", scenario=late, episode_tasks=6000).reset(seed=0)
+        gym.make(f"envs:{V0}", scenario="faults").reset(seed=0)
+
+
 def test_a_scenario_file_that_is_not_utf8_names_the_file(tmp_path: Any) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"\xff\xfe bad")
@@ -998,8 +1041,11 @@ def test_a_scenario_object_survives_the_env_specs_json(env_id: str) -> None:
     # EnvSpec.to_json wrote the Scenario as dataclasses.asdict, and make() from the spec
     # from_json gave back refused that mapping ("scenario must be a preset name ...").
     bursty = load_scenario("bursty")
+    # the faults preset's faults moved into the 12 tasks (at 60 and 100 they are refused)
+    faults = tuple(dataclasses.replace(f, start_task=f.start_task // 20, end_task=f.end_task // 15)
+                   for f in load_scenario("faults").faults)
     sc = dataclasses.replace(
-        load_scenario("faults"), workload=bursty.workload, episode_tasks=12,
+        load_scenario("faults"), workload=bursty.workload, episode_tasks=12, faults=faults,
         variant={"load": "adaptive", "prefill": "window", "decode": "prefetched"},
         hardware=str(PRESET_DIR / "server.yaml"))
     assert load_scenario(sc.to_dict()) == sc and load_scenario(bursty.to_dict()) == bursty
