@@ -220,6 +220,11 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                                                         or any(p.glob("*/config.yaml"))):
                     raise ConfigError(f"{p} is a folder of run folders, not a run: pass "
                                       f"--runs {p} (every finished run there) or its run folders")
+                if not (p / "model.zip").is_file() and not (p / "config.yaml").is_file():
+                    # no run of train.py's at all: --resume would refuse it too
+                    raise ConfigError(f"--models {p} is not a run folder (no config.yaml, no "
+                                      f"model.zip): give a run folder of {program('train')} "
+                                      f"or a model .zip")
                 if not (p / "model.zip").is_file():
                     raise ConfigError(f"run folder {p} has no model.zip (unfinished run? "
                                       f"continue it with: {command('train')} --resume {p})")

@@ -250,6 +250,23 @@ def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
     assert not (out / "learning_curves.png").exists()
 
 
+def test_models_of_a_folder_that_is_no_run_says_so_without_the_resume_hint(
+        tmp_path: Path, capsys) -> None:
+    """A folder without config.yaml is no run of train.py's: it was called an unfinished run
+    to continue with --resume, which refuses it too. With config.yaml the hint stays."""
+    main = load_main("evaluate.py")
+    args = ["--out", str(tmp_path / "r"), "--no-online", "--no-progress-bar"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert main(["--models", str(plain), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"--models {plain} is not a run folder (no config.yaml, no model.zip)" in err
+    assert "--resume" not in err
+    (plain / "config.yaml").write_text("agent: ppo\n")
+    assert main(["--models", str(plain), *args]) == 2
+    assert f"continue it with: python train.py --resume {plain}" in capsys.readouterr().err
+
+
 def test_an_evaluation_into_an_earlier_ones_folder_mixes_no_outputs_unannounced(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """With no runs, it said "no learning_curves.png" and left the earlier evaluation's beside
@@ -3139,6 +3156,7 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
 
     # the hint says what to run next as the user runs it, then the checkout's form again
     (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.yaml").write_text("agent: ppo\n")   # a run, unfinished
     monkeypatch.chdir(tmp_path)
     (script_status, _, script_err), (status, _, err) = (
         said(main, hint, capsys) for main in (script, console))
@@ -3188,6 +3206,7 @@ def test_python_m_runs_the_cli_named_as_it_ran(module: str, script_name: str, hi
     assert helped.stdout.startswith(f"usage: {command} ") and f"\n    {command} --" in helped.stdout
     assert "train.py" not in helped.stdout and "evaluate.py" not in helped.stdout
     (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.yaml").write_text("agent: ppo\n")   # a run, unfinished
     refused = run(*hint)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.startswith(f"{command}: error: ") and expected in refused.stderr
