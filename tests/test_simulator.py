@@ -847,6 +847,75 @@ def test_the_attention_time_is_the_attention_parts_own_time(variant):
                                              rel=1e-12)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_kv_wait_is_what_the_kv_reads_take_beyond_their_compute(variant):
+    """`kv_wait` is the memory stall of the parts tagged kv: for each, by how much its memory
+    time outlasts its compute, max(0, mem - comp), with comp = flops / (peak_flops x
+    op_efficiency) and mem = bytes / (mem_bandwidth x pattern_efficiency) -- a part of the
+    memory stall, not the KV reads' whole memory time (which would report a compute-heavy
+    read as all wait)."""
+    from inference.hardware import OP_CLASSES, PATTERNS
+
+    sim = simulator(variant)
+    decode = sim.task_works(ARTICLE, None)[2]
+    kv_parts = [p for p in decode.parts if p.tag == "kv"]
+    assert kv_parts
+    for dev, device in enumerate(SERVER.devices):
+        expected = 0.0
+        for part in kv_parts:
+            comp = part.flops / (device.peak_flops * device.op_efficiency[OP_CLASSES[part.op]])
+            mem = ((part.nbytes + part.fixed_bytes)
+                   / (device.mem_bandwidth * device.pattern_efficiency[PATTERNS[part.pattern]]))
+            assert comp > 0     # the reads also compute: a wait of `mem` would be too long
+            expected += max(0.0, mem - comp)
+        _seconds, stall, _attention, kv_wait = sim.stage_profile(decode, dev)
+        assert expected > 0, device.name     # the decode's KV reads are memory bound
+        assert kv_wait <= stall
+        assert kv_wait == pytest.approx(expected, rel=1e-12), device.name
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+@pytest.mark.parametrize("placement", [("cpu", "gpu", "gpu"), [[1, 0, 1], [0, 1, 0], [0, 1, 0]]],
+                         ids=["single", "split"])
+def test_a_throttled_device_loads_one_over_factor_slower(placement, prefetch):
+    """A throttle slows all the work on its device, the load stage's too: at factor 0.5 the
+    load's device time doubles. (Its busy seconds, less the synchronous disk read without
+    prefetch, which the throttle does not slow: the disk is not the device.) Prefill and
+    decode run on the GPU, left healthy, so the load's devices are busy with the load only."""
+    factor = 0.5
+    config = SimConfig(prefetch_depth=prefetch)
+    load_time = []
+    for speed in (1.0, factor):
+        sim = simulator(config=config)
+        sim.state.throttle[CPU] = sim.state.throttle[NPU] = speed
+        result = sim.run(ARTICLE, sim.shares(placement))
+        read = 0.0 if prefetch else result.works[0].io_bytes / SERVER.disk_bandwidth
+        load_time.append(result.busy[CPU] + result.busy[NPU] - read)
+    healthy, throttled = load_time
+    assert healthy > 0
+    assert throttled == pytest.approx(healthy / factor, rel=1e-9)
+
+
+@pytest.mark.parametrize("placement", [("cpu", "gpu", "gpu"), [[1, 0, 0], [0, 1, 1], [0, 1, 1]]],
+                         ids=["single", "split"])
+def test_a_throttle_lengthens_each_part_of_the_compute_by_one_over_factor(placement):
+    """Throttled by factor f, every device computes 1/f as long, and so does each part of that
+    time the result reports -- the attention time, the KV-read wait and the memory stall as
+    well as the compute -- each with the stage's noise applied as to the stage's time."""
+    factor = 0.5
+    noise = (1.0, 1.1, 0.9)
+    results = []
+    for speed in (1.0, factor):
+        sim = simulator()
+        sim.state.throttle = [speed] * sim.n_devices
+        results.append(sim.run(ARTICLE, sim.shares(placement), noise))
+    healthy, throttled = results
+    for part in ("attention", "kv_wait", "memory_stall", "compute"):
+        assert getattr(healthy, part) > 0, part
+        assert getattr(throttled, part) == pytest.approx(getattr(healthy, part) / factor,
+                                                         rel=1e-9), part
+
+
 def test_an_extra_overhead_delays_the_task_and_counts_as_overhead():
     """The environment charges a failed dispatch as `extra_overhead` seconds before the task
     starts: on an idle cluster the latency grows by exactly that, all of it overhead."""
