@@ -899,6 +899,29 @@ def test_true_figures_are_charged_and_the_nominal_view_restores_every_spec_figur
     assert dataclasses.replace(believed, **true) == charged
 
 
+def test_a_device_without_a_memory_domain_is_alone_in_its_own():
+    """README: `memory_domain` is optional, "default: the name" -- not the device's kind, which
+    is only a label: two GPUs given no domain have one each, and a decode on one runs beside a
+    decode on the other as fast as alone (one shared domain would slow both by contention)."""
+    def two_gpus_no_domains(raw: dict) -> None:
+        for dev in raw["devices"]:
+            dev.pop("memory_domain", None)
+            dev.pop("setup_s", None)    # no set-up: the second task starts beside the first
+        device(raw, "npu")["kind"] = "gpu"
+
+    hw = hardware_from_dict(edited(two_gpus_no_domains), "test")
+    assert [d.kind for d in hw.devices].count("gpu") == 2
+    assert [d.memory_domain for d in hw.devices] == [d.name for d in hw.devices]
+    sim = Simulator(hw, get_model("glm-9b"), build_stages("glm-5.3"), SimConfig(contention=1.0))
+    task = Task(batch=16, prompt_tokens=5000, output_tokens=256)
+    first = sim.execute(task, ("cpu", "gpu", "gpu"))
+    second = sim.execute(task, ("cpu", "npu", "npu"))
+    assert second.finish - second.stage_time[2] < first.finish    # the two decodes overlap
+    for result, name in ((first, "gpu"), (second, "npu")):
+        alone = sim.stage_seconds(result.works[2], hw.device_id(name))
+        assert result.stage_time[2] == pytest.approx(alone, rel=1e-12), name
+
+
 def test_a_variant_label_is_the_recipe_name_or_the_implementations_joined():
     assert variant_label({"load": "cached", "prefill": "dynamic", "decode": "hierarchical"}) \
         == "glm-5.3-flash"
