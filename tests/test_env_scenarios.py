@@ -217,6 +217,32 @@ def test_each_seed_replays_its_own_window_of_the_trace() -> None:
         starts.add(start)
     assert len(starts) == 4
 
+
+def test_the_last_window_of_a_trace_can_start_an_episode_too(tmp_path: Path) -> None:
+    """The window's start is drawn from 0 .. len(batches) - n inclusive: a trace of 4 batches
+    replays 3-task episodes from both possible starts, the last one too (a draw that excluded
+    it never replayed the trace's last batch)."""
+    rows = [f"2023-11-16 18:{minute:02d}:00,{1000 * (minute + 1)},{10 + minute}"
+            for minute in range(0, 40, 10)]     # minutes apart: one request per batch
+    path = tmp_path / "trace.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n",
+                    encoding="utf-8")
+    w = scenario_from_dict({"workload": {"trace": str(path)}}, "test").workload
+    batches = batch_requests(str(path), time_scale=w.trace_time_scale, window_s=w.trace_window_s,
+                             max_batch=w.trace_max_batch)
+    sizes = [(b.batch, b.prompt_tokens, b.output_tokens) for b in batches]
+    assert len(set(sizes)) == len(sizes) == 4
+    n = len(sizes) - 1
+    starts = set()
+    for seed in range(20):
+        tasks = _episode({"trace": str(path)}, n=n, seed=seed).tasks
+        start = sizes.index((tasks[0].batch, tasks[0].prompt_tokens, tasks[0].output_tokens))
+        assert [(t.batch, t.prompt_tokens, t.output_tokens) for t in tasks] == \
+            sizes[start:start + n]
+        starts.add(start)
+    assert starts == set(range(len(sizes) - n + 1))
+
+
 # --- faults ------------------------------------------------------------------------------------
 
 
