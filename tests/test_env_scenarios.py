@@ -882,6 +882,49 @@ def test_best_static_is_priced_with_the_tasks_its_devices_cannot_hold() -> None:
         bad * (1e3 - env.scenario.failed_dispatch_s) / len(tasks) * 0.999
 
 
+def test_best_static_weighs_the_failed_dispatch_penalty_the_scenario_sets() -> None:
+    """The search charges each failed dispatch the scenario's `failed_dispatch_s`, as the env
+    does: long documents at a rate the cluster keeps up with, where the NPU cannot hold some
+    tasks' prefill or decode, and a 100 s penalty. Free failovers, the best static would put
+    stages on the NPU and let its misfits move to the least busy device; charged, that
+    placement loses to one every task fits. The search's choice is the argmin of
+    `mean_latency` with the penalty, not without."""
+    import dataclasses
+
+    from envs.reference import (
+        CALIBRATION_SEED,
+        CALIBRATION_TASKS,
+        all_placements,
+        dispatch,
+        mean_latency,
+        memory_masks,
+        search_best_static,
+    )
+    from envs.workload import generate_episode
+    from inference.simulator import Simulator
+
+    base = load_scenario("long-context")
+    scenario = dataclasses.replace(
+        base, failed_dispatch_s=100.0,
+        workload=dataclasses.replace(base.workload, arrival_rate=0.01))
+    env = envs.InferenceAllocEnv(scenario)
+    calibration = dataclasses.replace(scenario, noise=0.0)
+    tasks = generate_episode(calibration, np.random.default_rng(CALIBRATION_SEED),
+                             CALIBRATION_TASKS).tasks
+    masks = memory_masks(env, tasks)
+    sim = Simulator(env.nominal_sim.hardware, env.model, env.sim.stages, env.sim.config)
+
+    def argmin(penalty: float) -> tuple[int, ...]:
+        return min(all_placements(env.n_devices),
+                   key=lambda p: mean_latency(sim, tasks, p, masks, penalty))
+
+    charged, free = argmin(scenario.failed_dispatch_s), argmin(0.0)
+    assert charged != free                           # the penalty decides the choice here
+    assert sum(dispatch(tuple(((d, 1.0),) for d in free), m, [0.0] * env.n_devices)[1]
+               for m in masks) > 0                   # ... as the free choice fails over
+    assert search_best_static(env) == charged
+
+
 def test_mean_latency_is_the_streams_mean_on_a_fresh_cluster() -> None:
     """`mean_latency`'s own value, not only its order over placements: each task of the stream
     run in turn on a fresh cluster, summed and divided by the task count; with masks a failed
