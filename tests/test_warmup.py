@@ -276,6 +276,30 @@ def test_the_guard_leaves_a_good_learner_alone():
     assert ctl.guard_trips == 0
 
 
+@pytest.mark.parametrize("learner", [2.15, 2.25])
+def test_the_guard_margin_is_relative_to_the_conservative_ratio(learner):
+    """`guard_margin` is the learner's tolerated excess as a share of the conservative's ratio
+    ("within the 5% margin"): the guard trips once the learner's mean ratio passes
+    conservative x (1 + margin). With a conservative ratio of 2.0 and a margin of 0.1 that is
+    2.2: a learner at 2.15 is within it -- an absolute margin (2.1) would pause it -- and one
+    at 2.25 is not."""
+    margin, conservative = 0.1, 2.0
+    threshold = conservative * (1 + margin)
+    assert conservative + margin < 2.15 < threshold < 2.25   # the cases tell the two apart
+    config = WarmupConfig(steps=5, clone=False, guard=True, guard_window=20,
+                          guard_margin=margin, guard_cooldown=10)
+    ctl = WarmupController(conservative=None, config=config)
+    for _ in range(5):
+        assert ctl.use_conservative()
+        ctl.record(conservative)
+    for _ in range(20):                      # past half a window: the guard has judged
+        assert not ctl.use_conservative()
+        ctl.record(learner)
+        if ctl.guard_trips:
+            break
+    assert ctl.guard_trips == (1 if learner > threshold else 0)
+
+
 def test_the_guard_trips_on_a_planted_bad_sb3_learner():
     env = _env(tasks=300)
     agent = make_sb3("ppo", env, seed=0, warmup=WarmupConfig(
