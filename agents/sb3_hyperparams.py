@@ -472,6 +472,25 @@ def check_sub_sampling(name: str, params: dict[str, Any], n_envs: int) -> None:
                          f"{factor}: a larger one keeps the same one transition")
 
 
+def check_replay_buffer(name: str, params: dict[str, Any], n_envs: int) -> None:
+    """DQN and SAC draw ``batch_size`` transitions a gradient step from a replay buffer of
+    ``buffer_size`` (SB3 keeps ``max(buffer_size // n_envs, 1)`` per env): a smaller buffer
+    re-drew the same few transitions, unsaid (``buffer_size=1``: the last one, batch_size
+    times). A ValueError for such `params` (the agent's resolved hyper-parameters); the
+    on-policy agents have no buffer."""
+    merged = constructor_defaults(name)
+    if "buffer_size" not in merged:
+        return
+    merged.update(params)
+    size, batch = merged["buffer_size"], merged["batch_size"]
+    rows = max(size // n_envs, 1) * n_envs
+    if rows < batch:
+        kept = f" ({rows} kept over {n_envs} envs)" if rows != size else ""
+        raise ValueError(f"hyper-parameter buffer_size must hold at least batch_size={batch} "
+                         f"transitions, got {size}{kept}: each gradient step would draw the "
+                         f"same few again")
+
+
 def hyperparams_with(name: str, env_id: str, overrides: dict[str, Any] | None,
                      warm_start: bool = False) -> dict[str, Any]:
     """The YAML's hyper-parameters of `name` on `env_id` (with its ``warm_start`` ones for a

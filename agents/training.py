@@ -152,7 +152,12 @@ from agents.sb3_factory import (
     starts_warm,
     wrap_for,
 )
-from agents.sb3_hyperparams import check_sub_sampling, hyperparams_with, load_hyperparams
+from agents.sb3_hyperparams import (
+    check_replay_buffer,
+    check_sub_sampling,
+    hyperparams_with,
+    load_hyperparams,
+)
 from agents.sb3_memory import check_memory
 from agents.static import unwrap_env
 from agents.user_callbacks import UserCallbacks, check_callbacks
@@ -397,6 +402,7 @@ def check_hyperparams(config: TrainConfig, agent: str, env: Any, warm_starts: li
             check_memory(agent, params, wrapped.observation_space, wrapped.action_space,
                          config.n_envs)
             check_sub_sampling(agent, params, config.n_envs)
+            check_replay_buffer(agent, params, config.n_envs)
         # built once (cheap), with or without --hp: SB3's own asserts (an edited ppo.yaml's
         # batch_size of 1) were a traceback after the clone, where --hp's were one line
         make_sb3(agent, env, seed=0, overrides=config.hp)

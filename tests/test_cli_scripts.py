@@ -3447,3 +3447,20 @@ def test_a_resume_checks_the_runs_hyperparameters_as_config_does(tmp_path: Path,
         assert err.count("\n") == 1
     config.write_text(saved, encoding="utf-8")
     assert main([*base, "--resume", run.name, "--timesteps", "64"]) == 0
+
+
+@pytest.mark.parametrize(("agent", "hp", "said"), [
+    ("dqn", ["buffer_size=1"], "buffer_size must hold at least batch_size=32 transitions, got 1"),
+    ("dqn", ["buffer_size=8", "batch_size=32"], "got 8: each gradient step"),
+    # SB3 keeps buffer_size // n_envs a sub-env
+    ("dqn", ["buffer_size=33", "--n-envs", "5"], "got 33 (30 kept over 5 envs)"),
+])
+def test_a_replay_buffer_smaller_than_a_batch_is_refused(tmp_path: Path, capsys, agent: str,
+                                                         hp: list[str], said: str) -> None:
+    """DQN trained on a buffer of one transition, drawn batch_size times a step, unsaid."""
+    code = load_main("train.py")(["--agents", agent, "--warmup", "none", "--timesteps", "64",
+                                  "--eval-tasks", "0", "--log-dir", str(tmp_path / "runs"),
+                                  "--hp", *hp])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
