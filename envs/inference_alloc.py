@@ -111,6 +111,13 @@ def check_no_options(options: Any) -> None:
                          f"e.g. gym.make(..., episode_tasks=10)); got options={options!r}")
 
 
+def python_seed(seed: Any) -> Any:
+    """A numpy integer seed as the Python int Gymnasium takes (it refused `np.int64(5)`, what
+    `rng.integers` hands out, with "Seed must be a python integer"); anything else as given,
+    for Gymnasium to check."""
+    return int(seed) if isinstance(seed, np.integer) else seed
+
+
 def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
                             episode_tasks: int | None = None, noise: float | None = None,
                             trace: str | os.PathLike[str] | None = None,
@@ -213,7 +220,16 @@ class InferenceAllocEnv(gym.Env):
     other on 73%, 49% and 75% of steps: queues minutes apart differ in the third decimal. In
     `article` they are 0 on 74% of device-steps, in `edge` on 94%. The online entries are 1
     on every step but the NPU's in `faults` (0 on 30%); the speed entries stay in 0.47-0.61,
-    the GPU's down to 0.37 while `faults` throttles it.
+    the GPU's down to 0.37 while `faults` throttles it (they follow the placements: under
+    random ones the GPU's falls to 0.29).
+
+    The output tokens (entry 2) are the task's real generated length, which a serving
+    system learns only as it decodes: a policy that leans on them has an oracle's view of
+    decode cost. What the observation leaves out, so that the state is not Markov: the task's
+    index in the episode, and with it the phase of a `burst` and the windows of `faults`
+    (a throttle shows only through the speed entry of the device that ran the prefill,
+    an EMA); the noise of each stage; the spans over which devices contend for a shared
+    memory. Stacked frames or a recurrent policy (`recurrent-ppo`) can recover some of it.
 
     ## Rewards
 
@@ -229,7 +245,12 @@ class InferenceAllocEnv(gym.Env):
     that same static latency less its queue wait. With no queue it equals `relative`; unlike
     `relative`, a backlog the agent builds lowers the rewards of the tasks that wait behind
     it, so a policy is charged for it. Its scale is set per task by static, as `relative`'s is
-    (`latency`'s spans the tasks' sizes: seconds to minutes). In both, a duration too short
+    (`latency`'s spans the tasks' sizes and queues: seconds on `article`, up to about an
+    hour a task on the overloaded presets, `bursty` and `faults`, so train on it with
+    VecNormalize's reward scaling, `train.py --normalize`). There `relative` carries almost no
+    signal: every task waits behind a backlog static would wait behind too, and a random
+    policy 1.6x slower than static on `bursty` scores static's 0 a step on average; use
+    `normalised` or `latency` for them. In both, a duration too short
     for the float clock at its finish time (one that rounds to 0, e.g. a one-token task
     behind a queue of tasks of 1e9 sequences) counts as that clock's smallest step, so the
     ratio stays finite.
@@ -546,13 +567,13 @@ class InferenceAllocEnv(gym.Env):
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start an episode: `seed` fixes its tasks and noise; without one, the env's generator
-        goes on from the last seed (a new stream each time). `options` are refused (None or {},
+        """Start an episode: `seed` (an int, numpy's too) fixes its tasks and noise; without
+        one, the env's generator goes on from the last seed (a new stream each time). `options` are refused (None or {},
         what vector envs pass, are fine): the episode is set by the env's arguments, and an
         ignored `{"episode_tasks": 10}` would run the old episode unnoticed. Returns the first
         task's observation and an info holding only `task`."""
         check_no_options(options)
-        super().reset(seed=seed)
+        super().reset(seed=python_seed(seed))
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
         if self._clients:
             self._episode = self._closed_loop(self._episode)

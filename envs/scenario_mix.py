@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs import ENV_IDS, MIX_ENV_ID, canonical_env_id, describe_env_ids
-from envs.inference_alloc import InferenceAllocEnv, check_no_options
+from envs.inference_alloc import InferenceAllocEnv, check_no_options, python_seed
 from envs.inference_alloc_split import InferenceAllocSplitEnv
 from envs.keywords import checked_keywords, keywords_of
 from envs.scenario import Scenario
@@ -165,7 +165,7 @@ class ScenarioMixEnv(gym.Env):
         class docstring). `options` are refused as that env refuses them, before anything
         changes: the mix then goes on with its episode, as that env would."""
         check_no_options(options)
-        super().reset(seed=seed)
+        super().reset(seed=python_seed(seed))
         drawn = int(self.np_random.choice(len(self.envs), p=self.weights))
         episode_seed = int(self.np_random.integers(2**31 - 1))
         obs, info = self.envs[drawn].reset(seed=episode_seed, options=options)

@@ -1819,3 +1819,20 @@ def test_the_envs_keywords_are_those_their_signatures_give() -> None:
         assert "static_latency" in env.step(env.action_space.sample())[-1]     # priced
     mix = gym.make(MIX, scenarios=TWO, weights=[1, 3], env_id=SPLIT, episode_tasks=3)
     assert mix.unwrapped.weights.tolist() == [0.25, 0.75]
+
+
+@pytest.mark.parametrize("env_id", [V0, SPLIT, MIX])
+def test_a_numpy_integer_seed_is_the_seed_of_its_value(env_id: str) -> None:
+    """reset(seed=np.int64(5)), a seed as `rng.integers` hands it out, was Gymnasium's
+    "Seed must be a python integer"; other types are still Gymnasium's to refuse."""
+    kwargs = {"scenarios": ["article", "bursty"]} if env_id == MIX else {}
+    runs = []
+    for seed in (5, np.int64(5), np.uint32(5)):
+        env = gym.make(env_id, episode_tasks=4, **kwargs)
+        obs, _ = env.reset(seed=seed)
+        action = np.zeros(env.action_space.shape, dtype=env.action_space.dtype)
+        runs.append([obs, *(env.step(action)[0] for _ in range(3))])
+    for run in runs[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(run, runs[0], strict=True))
+    with pytest.raises(gym.error.Error, match="python integer"):
+        gym.make(env_id, episode_tasks=4, **kwargs).reset(seed=5.0)
