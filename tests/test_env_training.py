@@ -1739,6 +1739,13 @@ def test_the_comparison_table_says_when_the_workload_overloads_the_hardware(scen
     if noted:
         growth = float(note[0].split("grows ")[1].split("x")[0])
         assert growth >= 2 and "arrival_rate" in note[0], note
+        # under the default relative reward, a learner there gets next to no signal
+        assert "train with --reward normalised, or latency with --normalize" in note[0]
+        for reward in ("normalised", "latency"):
+            other = comparison_table(TrainConfig(scenario=scenario, eval_tasks=200,
+                                                 reward=reward), [run])
+            assert other is not None and "arrival_rate" in other
+            assert "--reward normalised" not in other
 
 
 def test_the_overload_note_reads_the_growth_of_the_reference_latency():
