@@ -910,6 +910,28 @@ def test_a_whole_flag_with_its_value_after_an_equals_sign_is_still_taken() -> No
     assert config.seeds == 3 and given == {"seeds"}
 
 
+@pytest.mark.parametrize("script, argv, says", [
+    ("train.py", ["--timesteps", "nan"], "argument --timesteps: invalid int value: 'nan'"),
+    ("train.py", ["--timesteps", "12.5"], "argument --timesteps: invalid int value: '12.5'"),
+    ("train.py", ["--timesteps", ""], "argument --timesteps: invalid int value: ''"),
+    ("train.py", ["--time", "5"], "unrecognized arguments: --time 5"),
+    ("train.py", ["foo"], "unrecognized arguments: foo"),
+    ("evaluate.py", ["--baselines"], "argument --baselines: expected at least one argument"),
+    ("evaluate.py", ["--episodes", "x"], "argument --episodes: invalid int value: 'x'"),
+])
+def test_argparse_own_refusals_are_one_line(script, argv, says, tmp_path, capsys) -> None:
+    """argparse printed its usage, 13 to 21 lines of every option, above its error line, which
+    a refusal of ours (--timesteps 0) never did: the line that says what is wrong was lost
+    under it. Every refusal is the one line, exit status 2."""
+    with pytest.raises(SystemExit) as info:
+        load_main(script)([*argv, "--log-dir" if script == "train.py" else "--out",
+                           str(tmp_path / "out")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{script}: error: {says}"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_many_long_unrecognized_arguments_are_shortened_together(capsys) -> None:
     # each was shortened alone, so fifty 150-character strays still filled the screen
     with pytest.raises(SystemExit):
