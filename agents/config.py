@@ -70,6 +70,12 @@ MAX_METRICS_WINDOW = 10**9
 # a run's steps: ~60 years at 500 steps/s. --timesteps 1e300 was taken, and its checkpoints'
 # names (their step counts) were then refused as paths too long for --log-dir
 MAX_TIMESTEPS = 10**12
+# caps on counts no real job comes near: past them a typo (an extra 0, 1e9 for 1e3) hung the
+# job silently, building 100,000 envs (with --vec-env subproc, forking as many processes),
+# collecting 1e12 clone samples or running 1e9 episodes a seed
+MAX_N_ENVS = 1024               # --n-envs: the README's timings go up to 16
+MAX_CLONE_SAMPLES = 10**7       # --clone-samples: 3,000 by default, ~0.1 ms each
+MAX_EPISODES = 1000             # evaluate.py's --episodes a seed: 2 by default, as --seeds' cap
 VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVecEnv (agents.vec_envs)
 
 
@@ -95,8 +101,9 @@ class TrainConfig:
         "conservative policy of the warm-up (e.g. best-static, heft-calibrated); ignored by "
         "--warmup none runs, its name checked all the same"))
     clone_samples: int | None = field(default=None, metadata=_help(
-        "observations collected for behaviour cloning; ignored by runs whose --warmup spec "
-        f"does not clone (default: {WarmupConfig.clone_samples}, WarmupConfig's)"))
+        f"observations collected for behaviour cloning, {MIN_CLONE_SAMPLES} .. "
+        f"{MAX_CLONE_SAMPLES:,}; ignored by runs whose --warmup spec does not clone (default: "
+        f"{WarmupConfig.clone_samples}, WarmupConfig's)"))
     scenario: str | list[str] = field(default="article", metadata=_help(
         "scenario name or YAML path; several train one policy on all of them, a scenario drawn "
         "per episode (InferenceAllocMix-v0: they must share hardware, variant and model); "
@@ -118,7 +125,8 @@ class TrainConfig:
         "environment steps per run (with --resume: the new total)"))
     seeds: list[int] = field(default_factory=lambda: [0], metadata=_help(
         "training seeds (one run per seed)"))
-    n_envs: int = field(default=1, metadata=_help("parallel envs (stepped as --vec-env says)"))
+    n_envs: int = field(default=1, metadata=_help(
+        f"parallel envs (stepped as --vec-env says), at most {MAX_N_ENVS:,}"))
     vec_env: str = field(default="dummy", metadata=_help(
         "where the --n-envs envs step: dummy (SB3's DummyVecEnv: one after another in this "
         "process) | subproc (SubprocVecEnv: a process each, at once on several cores; the "
@@ -220,13 +228,15 @@ class TrainConfig:
             _require(all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0,
                      f"--scenario-weights must be finite and >= 0, not all 0, got "
                      f"{shown(weights, quote=False)}")
+        # before the seeds it spans: --n-envs 1e12 was refused as seeds past 2**31 - 1
+        _require(1 <= self.n_envs <= MAX_N_ENVS,
+                 f"--n-envs must lie in 1 .. {MAX_N_ENVS:,}, got {self.n_envs}")
         # env i of a run is seeded seed + i (SB3's make_vec_env)
         _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)
         _require_folder("--log-dir", self.log_dir)
         _require(1 <= self.timesteps <= MAX_TIMESTEPS,
                  f"--timesteps must lie in 1 .. {MAX_TIMESTEPS:,}, got {shown(self.timesteps)}")
-        _require(self.n_envs >= 1, f"--n-envs must be >= 1, got {self.n_envs}")
         _require_choice("--vec-env", self.vec_env, VEC_ENVS)
         _require(self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0")
         _require(self.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
@@ -245,8 +255,10 @@ class TrainConfig:
                  f"{self.eval_tasks}")
         _require(self.eval_interval >= 0, "--eval-interval must be >= 0")
         # checked even where no warm-up clones: the flag is wrong whichever run it reaches
-        _require(self.clone_samples is None or self.clone_samples >= MIN_CLONE_SAMPLES,
-                 f"--clone-samples must be >= {MIN_CLONE_SAMPLES}")
+        _require(self.clone_samples is None
+                 or MIN_CLONE_SAMPLES <= self.clone_samples <= MAX_CLONE_SAMPLES,
+                 f"--clone-samples must lie in {MIN_CLONE_SAMPLES} .. {MAX_CLONE_SAMPLES:,}, "
+                 f"got {self.clone_samples}")
         _require(self.episode_tasks is None or 1 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 1..{MAX_EPISODE_TASKS}")
         self._validate_selection()
@@ -303,7 +315,8 @@ class EvalConfig:
         f"not a list of seeds as in train.py; at most {MAX_EVAL_SEEDS}) (default: "
         f"{EVAL_SEEDS}, {ARTICLE_SEEDS} with --reproduce-article)"))
     seed_base: int = field(default=HELDOUT_SEED, metadata=_help("first held-out seed"))
-    episodes: int = field(default=2, metadata=_help("episodes per seed"))
+    episodes: int = field(default=2, metadata=_help(
+        f"episodes per seed, at most {MAX_EPISODES:,}"))
     episode_tasks: int | None = field(default=None, metadata=_help(
         "tasks per episode (default: the scenario's)"))
     out: str = field(default="results", metadata=_help("output folder", path=True))
@@ -356,7 +369,8 @@ class EvalConfig:
                      f"{flag} is how many held-out seeds to run from --seed-base, at most "
                      f"{MAX_EVAL_SEEDS}, got {count}; for the one seed {count}, pass "
                      f"{flag} 1 --seed-base {count}")
-        _require(self.episodes >= 1, f"--episodes must be >= 1, got {self.episodes}")
+        _require(1 <= self.episodes <= MAX_EPISODES,
+                 f"--episodes must lie in 1 .. {MAX_EPISODES:,}, got {self.episodes}")
         _require(self.online_samples >= 10, "--online-samples must be >= 10")
         # each deployment is one episode: the env's refusal named its episode_tasks instead
         _require(self.online_samples <= MAX_EPISODE_TASKS,

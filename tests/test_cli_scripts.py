@@ -26,7 +26,10 @@ from agents.config import (
     ARTICLE_SEEDS,
     EVAL_SEEDS,
     HELDOUT_SEED,
+    MAX_CLONE_SAMPLES,
+    MAX_EPISODES,
     MAX_EVAL_SEEDS,
+    MAX_N_ENVS,
     MAX_SEED,
     MIN_ONLINE_SEEDS,
     ConfigError,
@@ -1893,6 +1896,8 @@ def test_a_list_or_mapping_flag_given_twice_adds_to_itself() -> None:
 @pytest.mark.parametrize(("bad", "flag"), [
     ({"agents": []}, "--agents"), ({"warmup": []}, "--warmup"), ({"seeds": []}, "--seeds"),
     ({"timesteps": 0}, "--timesteps"), ({"n_envs": 0}, "--n-envs"),
+    ({"n_envs": MAX_N_ENVS + 1}, "--n-envs"), ({"clone_samples": MAX_CLONE_SAMPLES + 1},
+                                               "--clone-samples"),
     ({"checkpoint_interval": -1}, "--checkpoint-interval"),
     ({"keep_checkpoints": -1}, "--keep-checkpoints"),
     ({"metrics_window": 0}, "--metrics-window"), ({"eval_tasks": -1}, "--eval-tasks"),
@@ -1907,6 +1912,26 @@ def test_train_config_refuses_a_value_just_past_each_bound(bad, flag, tmp_path: 
         TrainConfig(log_dir=str(tmp_path / "runs"), **bad).validate()
 
 
+@pytest.mark.parametrize(("script", "args", "says"), [
+    ("train.py", ["--clone-samples", "1e12", "--warmup", "all", "--timesteps", "32"],
+     f"--clone-samples must lie in 10 .. {MAX_CLONE_SAMPLES:,}, got 1000000000000"),
+    ("train.py", ["--n-envs", "100000", "--timesteps", "32"],
+     f"--n-envs must lie in 1 .. {MAX_N_ENVS:,}, got 100000"),
+    ("evaluate.py", ["--episodes", "1e9"],
+     f"--episodes must lie in 1 .. {MAX_EPISODES:,}, got 1000000000"),
+])
+def test_a_huge_count_is_refused_in_one_line_naming_its_cap(script, args, says, tmp_path,
+                                                            capsys) -> None:
+    """They had no cap: --clone-samples 1e12 collected for days, --n-envs 100000 built that
+    many envs (with --vec-env subproc, that many processes) and --episodes 1e9 ran for years,
+    each silently; --seeds was already capped at 1,000."""
+    out = ["--log-dir" if script == "train.py" else "--out", str(tmp_path / "out")]
+    assert load_main(script)([*args, *out]) == 2
+    err = capsys.readouterr().err
+    assert err == f"{script}: error: {says}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> None:
     """The edges the --help texts document: 0 turns checkpoints, the table and eval/ off, and
     keeps every checkpoint."""
@@ -1916,7 +1941,8 @@ def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> N
                  {"checkpoint_interval": 0, "keep_checkpoints": 0, "eval_tasks": 0,
                   "eval_interval": 0, "episode_tasks": MAX_EPISODE_TASKS, "seeds": [MAX_SEED], "eval_seed": MAX_SEED},
                  # --select-best chooses at every step's point, on a one-task episode
-                 {"select_best": True, "eval_interval": 1, "eval_tasks": 1}):
+                 {"select_best": True, "eval_interval": 1, "eval_tasks": 1},
+                 {"n_envs": MAX_N_ENVS, "clone_samples": MAX_CLONE_SAMPLES}):
         TrainConfig(log_dir=str(tmp_path / "runs"), **edge).validate()
 
 
@@ -1964,7 +1990,8 @@ def test_select_best_is_off_by_default_and_its_seed_refused_without_it(tmp_path:
 @pytest.mark.parametrize(("bad", "flag"), [
     ({"seeds": 0}, "--seeds"), ({"seeds": MAX_EVAL_SEEDS + 1}, "--seeds"),
     ({"online_seeds": 0}, "--online-seeds"), ({"online_seeds": MAX_EVAL_SEEDS + 1}, "--online-seeds"),
-    ({"episodes": 0}, "--episodes"), ({"online_samples": 9}, "--online-samples"),
+    ({"episodes": 0}, "--episodes"), ({"episodes": MAX_EPISODES + 1}, "--episodes"),
+    ({"online_samples": 9}, "--online-samples"),
     ({"episode_tasks": 1}, "--episode-tasks"),
     ({"episode_tasks": MAX_EPISODE_TASKS + 1}, "--episode-tasks"),
     ({"reproduce_article": True, "seeds": 1, "seed_base": MAX_SEED + 1}, "--seed-base"),
@@ -1986,6 +2013,7 @@ def test_eval_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> No
     out = str(tmp_path / "results")
     EvalConfig(out=out, seeds=MAX_EVAL_SEEDS, online_seeds=1, episodes=1, online_samples=10,
                episode_tasks=2, seed_base=0).validate()
+    EvalConfig(out=out, episodes=MAX_EPISODES).validate()
     EvalConfig(out=out, no_online=True, episode_tasks=MAX_EPISODE_TASKS,
                seed_base=MAX_SEED - 4).validate()
     # the reproduction runs its own seeds, not the online study's 5: one seed fits at the top

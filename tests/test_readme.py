@@ -399,6 +399,16 @@ def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
 
 
 
+def test_the_readmes_count_caps_are_the_ones_the_options_refuse_past():
+    from agents import config
+
+    n_envs, episodes, clone = _quoted(r"`--n-envs` ([\d,]+), `evaluate.py`'s `--episodes` and "
+                                      r"`--seeds` ([\d,]+), `--clone-samples` ([\d,]+)\)")
+    assert int(n_envs.replace(",", "")) == config.MAX_N_ENVS
+    assert int(episodes.replace(",", "")) == config.MAX_EPISODES == config.MAX_EVAL_SEEDS
+    assert int(clone.replace(",", "")) == config.MAX_CLONE_SAMPLES
+
+
 def test_the_readmes_harnesses_step_the_env_it_says_they_step():
     """The harness the README says steps `env.unwrapped` bypasses a wrapper given with `env`;
     the one it says steps `env` as given shows the policy the wrapper's observations, while
