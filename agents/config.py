@@ -122,7 +122,8 @@ class TrainConfig:
         "InferenceAlloc-v0 (or discrete) | InferenceAllocSplit-v0 (or split)",
         flags=("--env-id", "--env")))
     timesteps: int = field(default=DEFAULT_TIMESTEPS, metadata=_help(
-        "environment steps per run (with --resume: the new total)"))
+        "environment steps per run (with --resume: the new total); SB3 trains whole rollouts "
+        "(n_steps x --n-envs), so a run may take more, and a note says so"))
     seeds: list[int] = field(default_factory=lambda: [0], metadata=_help(
         "training seeds (one run per seed)"))
     n_envs: int = field(default=1, metadata=_help(

@@ -1932,6 +1932,33 @@ def test_a_huge_count_is_refused_in_one_line_naming_its_cap(script, args, says, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("agent, n_envs, timesteps", [("ppo", 4, 32), ("dqn", 3, 32)])
+def test_train_says_when_whole_rollouts_train_more_steps_than_asked(agent, n_envs, timesteps,
+                                                                    tmp_path, capsys) -> None:
+    """SB3 collects n_steps x n_envs steps before each update (DQN train_freq x n_envs) and
+    stops only after one: --n-envs 64 --timesteps 32 trained 1,024 steps without a word. The
+    run is as it was; a note before it names both numbers, and the one it names is the one
+    trained."""
+    hp = [f"n_steps={TINY_HP['n_steps']}"] if agent == "ppo" else []
+    argv = ["--agents", agent, "--n-envs", str(n_envs), "--timesteps", str(timesteps),
+            "--warmup", "none", "--eval-tasks", "0", "--checkpoint-interval", "0",
+            "--episode-tasks", "40", "--no-progress-bar", "--log-dir", str(tmp_path / "runs"),
+            *(["--hp", *hp] if hp else [])]
+    assert load_main("train.py")(argv) == 0
+    out, err = capsys.readouterr()
+    (note,) = [line for line in err.splitlines() if line.startswith("note:")]
+    trained = int(re.search(rf"^note: {agent} trains ([\d,]+) steps, not --timesteps "
+                            rf"{timesteps}: SB3 collects ", note)[1].replace(",", ""))
+    assert trained > timesteps and f"finished {agent} seed 0: {trained} steps" in out, (note, out)
+    assert f"--n-envs {n_envs} = " in note
+
+    # a count that whole rollouts divide trains what it asks: no note
+    argv[argv.index("--timesteps") + 1] = str(trained)
+    assert load_main("train.py")(argv) == 0
+    out, err = capsys.readouterr()
+    assert "note:" not in err and f"finished {agent} seed 0: {trained} steps" in out
+
+
 def test_train_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> None:
     """The edges the --help texts document: 0 turns checkpoints, the table and eval/ off, and
     keeps every checkpoint."""
