@@ -22,13 +22,14 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from agents.config import ARTICLE_JOB_TASKS
 from agents.online import rollout
 from agents.registry import make_policy, policy_env_id
 from agents.sb3_factory import make_sb3
 from agents.warmup import WarmupConfig
 from envs.scenario import Scenario, load_scenario
 
-JOB_TASKS = 1000
+JOB_TASKS = ARTICLE_JOB_TASKS     # agents.config's, which checks --article-clients against it
 JOB_CLIENTS = 3          # K > 0: K closed-loop clients; 0: open loop at JOB_TIME_SCALE x the live rate
 JOB_TIME_SCALE = 3.25
 OPEN_LOOP_TASKS = 300

@@ -76,6 +76,9 @@ MAX_TIMESTEPS = 10**12
 MAX_N_ENVS = 1024               # --n-envs: the README's timings go up to 16
 MAX_CLONE_SAMPLES = 10**7       # --clone-samples: 3,000 by default, ~0.1 ms each
 MAX_EPISODES = 1000             # evaluate.py's --episodes a seed: 2 by default, as --seeds' cap
+# the --reproduce-article job's requests, agents.article_job.JOB_TASKS (here: that module loads
+# torch, which an option's check must not); --article-clients takes no more clients than this
+ARTICLE_JOB_TASKS = 1000
 VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVecEnv (agents.vec_envs)
 
 
@@ -346,8 +349,8 @@ class EvalConfig:
     reproduce_article: bool = field(default=False, metadata=_help(
         "reproduce the article's figures (agents.article.reproduce) into --out"))
     article_clients: int | None = field(default=None, metadata=_help(
-        "the article job's closed-loop clients; 0: open loop, requests 3.25x faster than the "
-        "live rate (default: the reproduction's, 3)"))
+        f"the article job's closed-loop clients, at most its {ARTICLE_JOB_TASKS:,} requests; 0: "
+        "open loop, requests 3.25x faster than the live rate (default: the reproduction's, 3)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar"))
 
     def seed_count(self) -> int:
@@ -397,6 +400,12 @@ class EvalConfig:
             _require(not twice, f"--online-agents names {', '.join(twice)} twice")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
+        # a client sends one request at a time: 1e9 clients for 1,000 requests built them all
+        clients = self.article_clients or 0
+        _require(clients <= ARTICLE_JOB_TASKS,
+                 f"--article-clients {clients:,} is more clients than the article job has "
+                 f"requests ({ARTICLE_JOB_TASKS:,}): give at most {ARTICLE_JOB_TASKS:,} (0: the "
+                 f"open-loop job)")
         n = self.seed_count() if self.no_online or self.reproduce_article else \
             max(self.seed_count(), self.online_seed_count())   # the online study's, when it runs
         _require_seeds("--seed-base", self.seed_base, self.seed_base + n - 1)

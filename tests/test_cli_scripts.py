@@ -368,6 +368,24 @@ def test_evaluate_rejects_a_negative_client_count(tmp_path: Path, capsys) -> Non
     assert not out.exists()
 
 
+def test_evaluate_refuses_more_article_clients_than_the_job_has_requests(tmp_path: Path,
+                                                                         capsys) -> None:
+    """--article-clients 1e9 was taken for a job of 1,000 requests, each client sending one at
+    a time: the refusal names both counts, and the job's own count is taken."""
+    from agents.article_job import JOB_TASKS
+
+    main = load_main("evaluate.py")
+    out = tmp_path / "results"
+    assert main(["--reproduce-article", "--article-clients", "1e9", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"evaluate.py: error: --article-clients 1,000,000,000 is more clients than the article "
+        f"job has requests ({JOB_TASKS:,}): give at most {JOB_TASKS:,} (0: the open-loop job)\n")
+    assert main(["--reproduce-article", "--article-clients", str(JOB_TASKS + 1), "--out",
+                 str(out)]) == 2
+    assert not out.exists()
+    EvalConfig(out=str(out), reproduce_article=True, article_clients=JOB_TASKS).validate()
+
+
 def test_evaluate_reproduce_article_says_it_wrote_article_md(tmp_path, monkeypatch,
                                                             capsys) -> None:
     """--reproduce-article printed its table and no "wrote" line, the one mode of evaluate.py

@@ -390,6 +390,9 @@ def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
     assert int(tasks.replace(",", "")) == train.eval_tasks
     job, clients = _quoted(r"a job of (\d+) `article` requests sent by (\d+) closed-loop clients")
     assert (int(job), int(clients)) == (article_job.JOB_TASKS, article_job.JOB_CLIENTS)
+    cap = _quoted(r"`--article-clients K` sends them from K clients, at most the job's (\d+) "
+                  r"requests")[0]
+    assert int(cap) == article_job.JOB_TASKS
     open_loop, scale = _quoted(r"the open-loop job instead \((\d+) requests, ([\d.]+)x the live "
                                r"rate\)")
     assert int(open_loop) == article_job.OPEN_LOOP_TASKS
