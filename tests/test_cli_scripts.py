@@ -2037,7 +2037,7 @@ def test_select_best_is_off_by_default_and_its_seed_refused_without_it(tmp_path:
     ({"online_seeds": 0}, "--online-seeds"), ({"online_seeds": MAX_EVAL_SEEDS + 1}, "--online-seeds"),
     ({"episodes": 0}, "--episodes"), ({"episodes": MAX_EPISODES + 1}, "--episodes"),
     ({"online_samples": 9}, "--online-samples"),
-    ({"episode_tasks": 1}, "--episode-tasks"),
+    ({"episode_tasks": 0}, "--episode-tasks"),
     ({"episode_tasks": MAX_EPISODE_TASKS + 1}, "--episode-tasks"),
     ({"reproduce_article": True, "seeds": 1, "seed_base": MAX_SEED + 1}, "--seed-base"),
     ({"online": True, "article_clients": 3}, "--article-clients is not used there: --online"),
@@ -2056,8 +2056,10 @@ def test_eval_config_refuses_a_value_just_past_each_bound(bad, flag, tmp_path: P
 
 def test_eval_config_takes_every_bound_and_documented_zero(tmp_path: Path) -> None:
     out = str(tmp_path / "results")
+    # a one-task episode, as train.py's --episode-tasks takes (evaluate.py's floor was 2)
     EvalConfig(out=out, seeds=MAX_EVAL_SEEDS, online_seeds=1, episodes=1, online_samples=10,
-               episode_tasks=2, seed_base=0).validate()
+               episode_tasks=1, seed_base=0).validate()
+    TrainConfig(log_dir=str(tmp_path / "runs"), episode_tasks=1).validate()
     EvalConfig(out=out, episodes=MAX_EPISODES).validate()
     EvalConfig(out=out, no_online=True, episode_tasks=MAX_EPISODE_TASKS,
                seed_base=MAX_SEED - 4).validate()
