@@ -220,7 +220,8 @@ class TrainConfig:
         _require(bool(scenarios), "--scenario needs at least one scenario")
         for i, name in enumerate(scenarios):
             _require(name not in scenarios[:i],
-                     f"--scenario {shown(name)} is given twice: give each scenario once")
+                     f"--scenario {shown(name)} is given twice: give each scenario once "
+                     f"(--scenario-weights draws one more often)")
         # a resume's weigh the run's own scenarios, checked once they are read (resume_run)
         if self.scenario_weights is not None and self.resume is None:
             weights = self.scenario_weights
@@ -353,6 +354,13 @@ class EvalConfig:
         "open loop, requests 3.25x faster than the live rate (default: the reproduction's, 3)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar"))
 
+    def __post_init__(self) -> None:
+        # an agent named twice counts once, as a name or seed repeated in any list option
+        # (--agents, --seeds, --baselines, ...): the same agent on the same seeds runs the same
+        # deployment, which was refused here alone
+        if isinstance(self.online_agents, list):
+            self.online_agents = list(dict.fromkeys(self.online_agents))
+
     def seed_count(self) -> int:
         """How many held-out seeds: --seeds, else the study's default."""
         if self.seeds is not None:
@@ -398,8 +406,6 @@ class EvalConfig:
                 _require(agent in ours or is_import_name(agent),
                          f"--online-agents must be one of {', '.join(ours)}, got {shown(agent)}"
                          f"{did_you_mean([agent], ours)}; or one of yours as {PATTERN}")
-            twice = sorted({a for a in self.online_agents if self.online_agents.count(a) > 1})
-            _require(not twice, f"--online-agents names {', '.join(twice)} twice")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
         # a client sends one request at a time: 1e9 clients for 1,000 requests built them all

@@ -2856,6 +2856,21 @@ def test_an_empty_run_config_is_refused_as_such(tmp_path: Path, capsys) -> None:
     assert expected in capsys.readouterr().err
 
 
+def test_a_name_repeated_in_a_list_option_counts_once_but_a_mixs_scenario_is_refused(
+        tmp_path: Path) -> None:
+    """--agents ppo ppo, --seeds 0 0 and --warmup none none train each run once; evaluate.py's
+    --online-agents ppo oracle ppo was refused alone among the lists. It counts once too. A
+    --scenario repeated in a mix could mean "draw it more often": refused, naming the way."""
+    config, _ = parse_config(EvalConfig, ["--online", "--online-agents", "ppo", "oracle", "ppo",
+                                          "--out", str(tmp_path / "r")])
+    assert config.online_agents == ["ppo", "oracle"]
+    with pytest.raises(ConfigError, match=re.escape(
+            "--scenario 'article' is given twice: give each scenario once (--scenario-weights "
+            "draws one more often)")):
+        parse_config(TrainConfig, ["--scenario", "article", "bursty", "article", "--log-dir",
+                                   str(tmp_path / "runs")])
+
+
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
     from agents.training import plan

@@ -1279,7 +1279,6 @@ def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_r
                                                           r"'trpo-warm'\?\)"),
         # the default evaluation's study too: refused before its evaluation, not after
         (dict(online_agents=["ppo", "a2c"]), "--online-agents must be one of .* got 'a2c'"),
-        (dict(online=True, online_agents=["ppo", "oracle", "ppo"]), "names ppo twice"),
         (dict(online=True, online_agents=[]), "needs at least one agent"),
         (dict(no_online=True, online_agents=["ppo"]), "--online-agents is not used there: "
                                                       "--no-online skips the online study"),
