@@ -428,9 +428,14 @@ class EvalConfig:
                      f"{flag_of(name)} is not used there: {why}; drop {flag_of(name)}")
         # a --runs folder that is not there is a typo (runs/, the default, may not be yet): it
         # evaluated the baselines alone and wrote them over --out's summary
-        _require(self.runs == defaults.runs or Path(self.runs).is_dir(),
-                 f"--runs {self.runs}: no such folder ({program('train')}'s runs are under its --log-dir, "
-                 f"{defaults.runs} by default)")
+        runs = Path(self.runs)
+        where = f"{program('train')}'s runs are under its --log-dir, {defaults.runs} by default"
+        # a file there was "no such folder", though it is there
+        _require(not runs.exists() or runs.is_dir(),
+                 f"--runs {self.runs} is a file, not a folder ({where}; a model .zip goes to "
+                 f"--models)")
+        _require(self.runs == defaults.runs or runs.is_dir(),
+                 f"--runs {self.runs}: no such folder ({where})")
         _require(not (self.online and len(set(self.scenarios)) > 1),
                  "--online runs on one scenario; give one --scenarios value per invocation")
 

@@ -247,6 +247,12 @@ def test_evaluate_without_runs_says_how_to_train(tmp_path: Path) -> None:
     # a --runs folder that is not there is a typo, not "no runs yet": one line, nothing written
     assert main(args) == 2
     assert not out.exists()
+    (tmp_path / "none").write_text("a file")        # was "no such folder", though it is there
+    with pytest.raises(ConfigError, match=f"--runs {re.escape(str(tmp_path / 'none'))} is a "
+                                          f"file, not a folder"):
+        EvalConfig(runs=str(tmp_path / "none")).validate()
+    assert main(args) == 2
+    (tmp_path / "none").unlink()
     (tmp_path / "none").mkdir()
     assert main(args) == 0
     assert (out / "summary.csv").read_text().count("\n") == 3
