@@ -118,6 +118,16 @@ def python_seed(seed: Any) -> Any:
     return int(seed) if isinstance(seed, np.integer) else seed
 
 
+def with_episode_tasks(sc: Scenario, episode_tasks: int | None) -> Scenario:
+    """`sc` with the env's `episode_tasks` argument, where given, as its episode length."""
+    if episode_tasks is None:
+        return sc
+    if not is_integer(episode_tasks) or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
+        raise ValueError(f"episode_tasks must be an integer in 1..{MAX_EPISODE_TASKS}, "
+                         f"got {episode_tasks!r}")
+    return dataclasses.replace(sc, episode_tasks=int(episode_tasks))
+
+
 def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
                             episode_tasks: int | None = None, noise: float | None = None,
                             trace: str | os.PathLike[str] | None = None,
@@ -126,12 +136,7 @@ def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
                             variant: str | dict[str, str] | None = None) -> Scenario:
     """`scenario` loaded, with each of the env's arguments that is given in place of the
     scenario's own field (each checked: a ValueError naming the argument)."""
-    sc = load_scenario(scenario)
-    if episode_tasks is not None:
-        if not is_integer(episode_tasks) or not 1 <= episode_tasks <= MAX_EPISODE_TASKS:
-            raise ValueError(f"episode_tasks must be an integer in 1..{MAX_EPISODE_TASKS}, "
-                             f"got {episode_tasks!r}")
-        sc = dataclasses.replace(sc, episode_tasks=int(episode_tasks))
+    sc = with_episode_tasks(load_scenario(scenario), episode_tasks)
     if noise is not None:
         if not is_number(noise) or not 0 <= noise <= MAX_NOISE:   # NaN fails it too
             raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
@@ -296,7 +301,7 @@ class InferenceAllocEnv(gym.Env):
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
     - `episode_tasks`: tasks per episode (1 .. 1,000,000); default the scenario's. A fault
       of the scenario starting at or after it is a warning (`UnreachedFaultWarning`, on the
-      first reset); at or after the scenario's own, a ValueError.
+      first reset); at or after both it and the scenario's own, a ValueError.
     - `reward`: `latency`, `relative` or `normalised` (see Rewards); default `latency`.
     - `trace`: `azure-code`, `azure-conv` or a CSV path in the Azure LLM inference
       trace format; replaces the scenario's synthetic task sizes and arrivals. Default the
@@ -354,9 +359,11 @@ class InferenceAllocEnv(gym.Env):
         for name, flag in (("reference", reference), ("price_static", price_static)):
             if not is_bool(flag):   # "no" would count as True, and 1 passed as equal to it
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
-        sc = scenario_with_arguments(scenario, episode_tasks=episode_tasks, noise=noise, trace=trace,
+        sc = scenario_with_arguments(scenario, noise=noise, trace=trace,
                                      trace_time_scale=trace_time_scale, hardware=hardware,
                                      variant=variant)
+        own_tasks = sc.episode_tasks    # before the argument: a fault past it is a mistake
+        sc = with_episode_tasks(sc, episode_tasks)
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}"
                              f"{did_you_mean([reward], REWARDS)}")
@@ -388,7 +395,7 @@ class InferenceAllocEnv(gym.Env):
             with naming_field(sc, f"faults[{i}].device"):
                 self.hardware.device_id(fault.device)   # unknown device -> ValueError
         self._check_someone_is_online(sc)
-        self._unreached_faults = self._faults_past_the_end(sc, shortened=episode_tasks is not None)
+        self._unreached_faults = self._faults_past_the_end(sc, own_tasks)
         config = SimConfig(
             prefetch_depth=sc.simulator.prefetch_depth,
             replacement_overhead_s=sc.simulator.replacement_overhead_s,
@@ -568,10 +575,11 @@ class InferenceAllocEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode: `seed` (an int, numpy's too) fixes its tasks and noise; without
-        one, the env's generator goes on from the last seed (a new stream each time). `options` are refused (None or {},
-        what vector envs pass, are fine): the episode is set by the env's arguments, and an
-        ignored `{"episode_tasks": 10}` would run the old episode unnoticed. Returns the first
-        task's observation and an info holding only `task`."""
+        one, the env's generator goes on from the last seed (a new stream each time).
+        `options` are refused (None or {}, what vector envs pass, are fine): the episode is set
+        by the env's arguments, and an ignored `{"episode_tasks": 10}` would run the old
+        episode unnoticed. Returns the first task's observation and an info holding only
+        `task`."""
         check_no_options(options)
         super().reset(seed=python_seed(seed))
         self._episode = generate_episode(self.scenario, self.np_random, self.scenario.episode_tasks)
@@ -727,22 +735,26 @@ class InferenceAllocEnv(gym.Env):
                                  f"at task {t}; at least one must stay online")
 
     @staticmethod
-    def _faults_past_the_end(sc: Scenario, shortened: bool) -> str | None:
+    def _faults_past_the_end(sc: Scenario, own_tasks: int) -> str | None:
         """A fault that starts at or after the episode's last task never fires, and nothing
-        said so. The scenario's own episodes: a ValueError naming it. Episodes shortened by the
-        `episode_tasks` argument (train.py's --episode-tasks and --eval-tasks, the online
-        study's samples, a 1-task env built to read the device names): the warning `reset`
-        gives, for the scenario still holds the fault for its own, longer episodes."""
+        said so. Past both these episodes and the scenario's own (`own_tasks`): a ValueError
+        naming it (the argument only shortening an episode, it fired nowhere). Past only an
+        episode the `episode_tasks` argument shortens (train.py's --episode-tasks and
+        --eval-tasks, the online study's samples, a 1-task env built to read the device
+        names): the warning `reset` gives, for the scenario still holds the fault for its own,
+        longer episodes. An argument longer than the scenario's own may reach it."""
+        for i, fault in enumerate(sc.faults):
+            if fault.start_task >= max(own_tasks, sc.episode_tasks):
+                with naming_field(sc, f"faults[{i}]"):
+                    raise ValueError(
+                        f"start_task {fault.start_task} is at or past the episode's {own_tasks} "
+                        f"tasks (episode_tasks: {own_tasks}; tasks 0..{own_tasks - 1}): it "
+                        f"would never fire; start it before task {own_tasks}, or raise "
+                        f"episode_tasks")
         n = sc.episode_tasks
         late = [(i, fault) for i, fault in enumerate(sc.faults) if fault.start_task >= n]
         if not late:
             return None
-        i, fault = late[0]
-        if not shortened:
-            with naming_field(sc, f"faults[{i}]"):
-                raise ValueError(f"start_task {fault.start_task} is at or past the episode's "
-                                 f"{n} tasks (episode_tasks: {n}; tasks 0..{n - 1}): it would "
-                                 f"never fire; start it before task {n}, or raise episode_tasks")
         names = ", ".join(f"faults[{j}] (start_task {f.start_task})" for j, f in late)
         return (f"scenario {sc.name!r}: {names} never fire{'s' if len(late) == 1 else ''} in "
                 f"these {n}-task episodes (episode_tasks={n})")

@@ -24,7 +24,7 @@ leaves out: clients, bursts, a trace, faults)::
       trace: null                    # azure-code | azure-conv | CSV path: replaces the synthetic sizes
       trace_time_scale: 1.0          # > 1 replays the trace faster (more load); ~0.05 for one server
       trace_window_s: 0.5            # batching window (see envs/traces.py)
-      trace_max_batch: 32            # the three trace_ settings: other than their defaults, only with a trace
+      trace_max_batch: 32            # these three trace_ settings, if not default, need a trace
     cache:
       precomputed_size: 12           # domains the precomputed cache holds ...
       train_shift: 24                # ... taken from a training mix shifted this many ranks

@@ -566,6 +566,10 @@ def test_a_fault_past_the_scenarios_own_episode_is_refused_naming_it_and_both_co
                 "late.yaml: scenario field faults[1]: start_task 5000 is at or past the "
                 "episode's 200 tasks")):
             gym.make(f"envs:{env_id}", scenario=sc)
+    for shorter in (10, 199):    # shortening the episode does not excuse a fault never fired
+        with pytest.raises(ValueError, match="faults.1.: start_task 5000 is at or past the "
+                                             "episode's 200 tasks"):
+            gym.make(f"envs:{V0}", scenario=sc, episode_tasks=shorter)
     edge = scenario_from_dict({**late, "episode_tasks": 5000}, "edge.yaml")
     with pytest.raises(ValueError, match="faults.1.: start_task 5000 is at or past the episode's 5000"):
         envs.InferenceAllocEnv(edge)
