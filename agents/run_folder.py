@@ -25,6 +25,7 @@ from stable_baselines3.common.callbacks import CheckpointCallback
 
 from agents.commands import command, program
 from agents.config import ConfigError
+from agents.divergence import diverged, finite_weights
 from agents.event_files import mark_events
 from agents.files import (
     WriteFailed,
@@ -173,6 +174,8 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
     resumed from an empty buffer; one interrupted before its zip left the old zip beside the
     new buffer). Of the checkpoints' buffers only the newest is kept, the older ones removed
     once its model is saved."""
+    if not finite_weights(model.policy):   # a diverged model: never saved, to be scored
+        raise diverged(model)
     writers: dict[Path, Callable[[Path], Any]] = {}
     if warmup is not None:
         state = json.dumps({"num_timesteps": steps, **warmup.state()}) + "\n"

@@ -763,7 +763,7 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
             # error replaced the run's own, as a traceback naming no run
             with contextlib.suppress(OSError):
                 logger.close()
-        if isinstance(exc, Exception) and not isinstance(exc, Diverged) \
+        if isinstance(exc, Exception) and not isinstance(exc, (Diverged, OSError)) \
                 and not finite_weights(model.policy):
             # NaN weights met inside an update (SAC's sampling refuses a NaN mean) before the
             # guard's next check: SB3's error said nothing of a learning rate
@@ -855,7 +855,8 @@ def _callbacks(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, 
     `written_through`: the last task index whose per-task latency the folder shows."""
     model = agent.model
     # the guard first: it stops an update's NaN weights before any other callback sees them
-    callbacks: list[Any] = [DivergenceGuard(), LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window,
+    callbacks: list[Any] = [DivergenceGuard(),
+                            LatencyMetrics(first.unwrapped.device_names, cfg.metrics_window,
                                            cfg.per_sample_interval, written_through)]
     if fresh:
         callbacks.append(RunInfo(to_yaml(cfg), _hparams(cfg, spec), agent.clone_stats))
