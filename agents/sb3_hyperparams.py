@@ -139,6 +139,19 @@ def constructor_defaults(name: str) -> dict[str, Any]:
             inspect.signature(ALGORITHMS[name].__init__).parameters.items()}
 
 
+def _number_types(name: str) -> dict[str, int | float]:
+    """The agent `name`'s constructor's numeric defaults, as the type each takes: an int
+    default of a parameter annotated float as a float (DQN's ``max_grad_norm: float = 10``
+    refused 0.5 as "must be an integer")."""
+    types: dict[str, int | float] = {}
+    for key, p in inspect.signature(ALGORITHMS[name].__init__).parameters.items():
+        value = p.default
+        if isinstance(value, (int, float)):
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            types[key] = float(value) if is_int and p.annotation is float else value
+    return types
+
+
 def check_keys(name: str, params: dict[str, Any]) -> None:
     """Every key a keyword the agent's constructor takes (and not one make_sb3 sets)."""
     known = [k for k in constructor_defaults(name) if k != "self" and k not in RESERVED]
@@ -203,18 +216,18 @@ def check_override_types(name: str, params: dict[str, Any], overrides: dict[str,
 
     SB3's constructors store what they are given, so ``n_steps="abc"`` or ``gamma="abc"``
     would otherwise fail deep inside training. The expected type is that of the constructor's
-    default where it is a number, else of `params` (the YAML hyper-parameters); keys without
-    one (schedules, kwargs dicts) and other structured values are left to SB3. The off-policy agents' ``train_freq`` is a number
-    of steps or a pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``); SAC's
-    ``ent_coef`` and ``target_entropy`` ``auto`` or a number (``_is_auto``); ``policy_kwargs``
-    a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``); ``policy``
-    MlpPolicy (``_check_policy``).
+    default where it is a number (a float where it is annotated so: ``_number_types``), else
+    of `params` (the YAML hyper-parameters); keys without one (schedules, kwargs dicts) and
+    other structured values are left to SB3. The off-policy agents' ``train_freq`` is a
+    number of steps or a pair ``[n, step]`` / ``[n, episode]`` (``_check_train_freq``);
+    SAC's ``ent_coef`` and ``target_entropy`` ``auto`` or a number (``_is_auto``);
+    ``policy_kwargs`` a mapping whose ``net_arch`` SB3 can build (``_check_policy_kwargs``);
+    ``policy`` MlpPolicy (``_check_policy``).
     """
     defaults = constructor_defaults(name)
     # the constructor's type where it has a number: a YAML's `learning_rate: 1` made every
     # float override of it (warm_start's 1e-4) "must be an integer"
-    expected = {**defaults, **params,
-                **{k: v for k, v in defaults.items() if isinstance(v, (int, float))}}
+    expected = {**defaults, **params, **_number_types(name)}
     checked = dict(overrides)
     for key, value in overrides.items():
         if key == "train_freq":
