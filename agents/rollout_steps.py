@@ -52,23 +52,26 @@ def rounding_notes(config: TrainConfig) -> list[str]:
         return []
     try:
         warm_starts = sorted({starts_warm(WarmupConfig.from_parts(w)) for w in config.warmup})
-        notes = []
-        for agent in dict.fromkeys(a.strip().lower() for a in config.agents):
+    except (TypeError, ValueError):
+        return []
+    notes = []
+    for agent in dict.fromkeys(a.strip().lower() for a in config.agents):
+        try:    # one agent's refusal (the plan says it) takes no other agent's note
             rollouts = {warm: rollout_steps(agent, hyperparams_with(agent, config.env_id,
                                                                     config.hp, warm_start=warm),
                                             config.n_envs)
                         for warm in warm_starts}
-            alike = len(set(rollouts.values())) == 1
-            for warm, rollout in rollouts.items():
-                if rollout is None or (alike and warm != warm_starts[0]):
-                    continue
-                steps, how = rollout
-                trained = steps_trained(config.timesteps, steps)
-                if trained > config.timesteps:
-                    runs = "" if alike else (" warm-started" if warm else " from scratch")
-                    notes.append(f"note: {agent}{runs} trains {trained:,} steps, not --timesteps "
-                                 f"{config.timesteps:,}: SB3 collects {how} = {steps:,} steps "
-                                 f"at a time")
-    except (TypeError, ValueError):
-        return []
+        except (TypeError, ValueError):
+            continue
+        alike = len(set(rollouts.values())) == 1
+        for warm, rollout in rollouts.items():
+            if rollout is None or (alike and warm != warm_starts[0]):
+                continue
+            steps, how = rollout
+            trained = steps_trained(config.timesteps, steps)
+            if trained > config.timesteps:
+                runs = "" if alike else (" warm-started" if warm else " from scratch")
+                notes.append(f"note: {agent}{runs} trains {trained:,} steps, not --timesteps "
+                             f"{config.timesteps:,}: SB3 collects {how} = {steps:,} steps at "
+                             f"a time")
     return notes
