@@ -17,14 +17,15 @@ CHECKERS = {"ruff", "mypy", "types-pyyaml"}
 
 
 def _declared() -> dict[str, Version]:
-    """pyproject.toml's lower bounds (its `>=`) of the dependencies and the dev extra's test
-    runners, by canonical name. Read as text: tomllib is Python 3.11's, the floors run 3.10."""
+    """pyproject.toml's lower bounds (its `>=`) of the dependencies, the dev extra's test
+    runners and the build system, by canonical name. Read as text: tomllib is Python 3.11's, the floors run 3.10."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     runtime = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
     dev = re.search(r"^dev = \[(.*?)\]", text, re.M)
-    assert runtime and dev, "pyproject.toml's dependencies or dev extra not found"
+    build = re.search(r"^requires = \[(.*?)\]", text, re.M)   # the build-system's
+    assert runtime and dev and build, "pyproject.toml's dependencies, dev extra or build not found"
     bounds = {}
-    for spec in re.findall(r'"([^"]+)"', runtime.group(1) + dev.group(1)):
+    for spec in re.findall(r'"([^"]+)"', runtime.group(1) + dev.group(1) + build.group(1)):
         requirement = Requirement(spec)
         name = canonicalize_name(requirement.name)
         if name in CHECKERS:

@@ -33,7 +33,7 @@ NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__py
 # the files around the packages the README's commands and the tests use
 SOURCE_DIRS = ("tests", "docs", "bench")
 
-BUILD_SETUPTOOLS = "77"     # pyproject.toml's build-system requires setuptools>=77
+BUILD_SETUPTOOLS = "77.0.1"     # pyproject.toml's build-system requires setuptools>=77.0.1
 
 BUILD = """
 import sys, tarfile
@@ -55,7 +55,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist built from a copy of the tree, and the wheel built from the unpacked sdist,
     as pip does."""
     # the build-system's own floor (pyproject.toml): an older one cannot build it, as pip
-    # --no-build-isolation could not (the floors' Python 3.10 venv holds setuptools 65)
+    # --no-build-isolation could not (a Python 3.10 venv comes with setuptools 65; .ci/floors
+    # installs the floor, 77.0.1)
     pytest.importorskip("setuptools", minversion=BUILD_SETUPTOOLS)
     tmp = tmp_path_factory.mktemp("packaging")
     shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
@@ -194,6 +195,6 @@ def test_the_wheel_states_its_license_as_an_spdx_expression(built: tuple[Path, P
     with zipfile.ZipFile(wheel) as zf:
         (text,) = [n for n in zf.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
         assert zf.read(text) == (ROOT / "LICENSE").read_bytes()
-    requires = re.search(r'^requires = \["setuptools>=(\d+)"', (ROOT / "pyproject.toml").read_text(),
-                         re.MULTILINE)
+    requires = re.search(r'^requires = \["setuptools>=([\d.]+)"',
+                         (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
     assert requires is not None and requires.group(1) == BUILD_SETUPTOOLS
