@@ -612,10 +612,15 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
         check_callbacks(cfg.callbacks)
     except ValueError as exc:
         raise ConfigError(f"--resume {run_dir.name}: {exc}") from None
-    # cfg.hp: every hyper-parameter the run was built with, a warm start's included, checked
-    # as --config checks them (an edited config.yaml's NaN learning rate resumed silently)
-    check_hyperparams(cfg, spec.agent, env_for(cfg), [False],
-                      f"--resume {run_dir.name}: {run_dir / 'config.yaml'}'s hp")
+    # cfg.hp: every hyper-parameter the run was built with, a warm start's included. The model
+    # trains on with the values saved in its zip, so no model is built from them here (as
+    # plan's check_hyperparams does); the record is checked as --config checks it (an edited
+    # config.yaml's NaN learning rate resumed silently, and --config refused the file)
+    try:
+        hyperparams_with(spec.agent, cfg.env_id, cfg.hp)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--resume {run_dir.name}: {run_dir / 'config.yaml'}'s hp for "
+                          f"{spec.agent}: {exc}") from None
     seed = resume_seed(spec.seed, steps)
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
     if warm is not None:
