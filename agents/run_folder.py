@@ -25,7 +25,7 @@ from stable_baselines3.common.callbacks import CheckpointCallback
 
 from agents.commands import command, program
 from agents.config import ConfigError
-from agents.divergence import diverged, finite_weights
+from agents.divergence import stop_if_diverged
 from agents.event_files import mark_events
 from agents.files import (
     WriteFailed,
@@ -174,9 +174,7 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
     resumed from an empty buffer; one interrupted before its zip left the old zip beside the
     new buffer). Of the checkpoints' buffers only the newest is kept, the older ones removed
     once its model is saved."""
-    policy = getattr(model, "policy", None)     # (a stand-in of the tests' may have none)
-    if policy is not None and not finite_weights(policy):   # diverged: never saved, to be scored
-        raise diverged(model)
+    stop_if_diverged(model)     # a diverged model is never saved, to be resumed or scored
     writers: dict[Path, Callable[[Path], Any]] = {}
     if warmup is not None:
         state = json.dumps({"num_timesteps": steps, **warmup.state()}) + "\n"
