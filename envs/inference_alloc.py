@@ -129,14 +129,15 @@ def with_episode_tasks(sc: Scenario, episode_tasks: int | None) -> Scenario:
 
 
 def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
-                            episode_tasks: int | None = None, noise: float | None = None,
+                            noise: float | None = None,
                             trace: str | os.PathLike[str] | None = None,
                             trace_time_scale: float | None = None,
                             hardware: str | os.PathLike[str] | None = None,
                             variant: str | dict[str, str] | None = None) -> Scenario:
     """`scenario` loaded, with each of the env's arguments that is given in place of the
-    scenario's own field (each checked: a ValueError naming the argument)."""
-    sc = with_episode_tasks(load_scenario(scenario), episode_tasks)
+    scenario's own field (each checked: a ValueError naming the argument); `episode_tasks`
+    apart (`with_episode_tasks`), for the env reads the scenario's own first."""
+    sc = load_scenario(scenario)
     if noise is not None:
         if not is_number(noise) or not 0 <= noise <= MAX_NOISE:   # NaN fails it too
             raise ValueError(f"noise must be a number in [0, {MAX_NOISE}], got {noise!r}")
