@@ -23,7 +23,7 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -578,26 +578,11 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-class _OneLineErrors(argparse.ArgumentParser):
-    """argparse's refusal without the usage above it: "--timesteps nan", a stray word or a list
-    option given no value printed 13 to 21 lines of every option before the one line that says
-    what is wrong, where a refusal of ours ("--timesteps 0") is that line alone. --help still
-    prints the whole usage; the exit status stays argparse's 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-class CliParser(ShortErrorParser, _OneLineErrors):
-    """ShortErrorParser's shortened, whole-flag refusals, each one line (`_OneLineErrors`
-    comes after it in the MRO, so its shortened message is the one printed)."""
-
-
 def build_parser(cls: type, description: str | None = None,
-                 prog: str | None = None) -> CliParser:
+                 prog: str | None = None) -> ShortErrorParser:
     """An argparse parser with a flag per field of `cls` (defaults shown, values SUPPRESSed);
     `prog` (argparse's default: sys.argv[0]'s name) heads its usage and errors."""
-    parser = CliParser(
+    parser = ShortErrorParser(
         prog=prog, description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", metavar="FILE.yaml",

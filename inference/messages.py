@@ -125,7 +125,12 @@ class ShortErrorParser(argparse.ArgumentParser):
     It takes no abbreviated flags: argparse's prefix matching ran ``--agent ppo`` as
     ``--agents ppo``, so a command line or script that worked meant another flag, or failed as
     ambiguous, once a flag with that prefix was added. A mistyped or shortened flag is refused
-    with the flag it is nearest to."""
+    with the flag it is nearest to.
+
+    Each refusal is one line, without the usage argparse prints above it: "--timesteps nan", a
+    stray word or a list option given no value printed 13 to 21 lines of every option before
+    the one that says what is wrong. --help still prints the whole usage; the exit status stays
+    argparse's 2."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -142,8 +147,8 @@ class ShortErrorParser(argparse.ArgumentParser):
                      if word.startswith("--") and word.split("=")[0] not in self.explained]
             message += did_you_mean(flags, [flag for action in self._actions
                                             for flag in action.option_strings], prefixes=True)
-        words = message.split(" ")
-        super().error(" ".join(shown(word, quote=False) for word in words))
+        said = " ".join(shown(word, quote=False) for word in message.split(" "))
+        self.exit(2, f"{self.prog}: error: {said}\n")
 
 
 @contextlib.contextmanager
