@@ -33,7 +33,7 @@ leaves out: clients, bursts, a trace, faults)::
     simulator: {prefetch_depth: 1, replacement_overhead_s: 0.2, contention: 1.0}
     faults:                          # each needs device, kind, start_task, end_task (excluded)
       - {device: npu, kind: offline, start_task: 60, end_task: 120}
-      - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 200}   # factor in [1e-12, 1]
+      - {device: gpu, kind: throttle, factor: 0.6, start_task: 100, end_task: 180}   # factor in [1e-12, 1]
 
 Distributions (``batch``, ``prompt_tokens``, ``output_tokens``): a number is a constant; a
 constant's ``value``, a choice's ``values`` and the clamps are whole numbers (a normal,
