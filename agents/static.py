@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import VectorEnv
 
 from agents.base import Policy
 from agents.files import write_text
@@ -40,23 +41,27 @@ Placement = tuple[int, int, int]
 
 # ----------------------------------------------------------------------------- shared helpers
 def unwrap_env(env: Any, live: bool = False) -> InferenceAllocEnv:
-    """The ``InferenceAllocEnv`` behind `env` (a Gymnasium wrapper chain or, unless `live`, a VecEnv).
+    """The ``InferenceAllocEnv`` behind `env` (a Gymnasium wrapper chain or, unless `live`, a
+    vector env: SB3's VecEnvs, Gymnasium's ``SyncVectorEnv``, ``AsyncVectorEnv``, ``make_vec``).
 
     Policies that only need the env's configuration (hardware, cost model, devices)
-    accept a VecEnv and read its first sub-env. `live=True` is for policies that read
+    accept a vector env and read its first sub-env. `live=True` is for policies that read
     the env's *current* task and cluster state at predict time (the oracle): those
     must be given the single env that is being stepped, so a VecEnv is refused.
     A scenario mix (``InferenceAllocMix-v0``) gives the env of its current episode: asked
     again after the next reset, maybe another scenario's.
     """
-    is_vec = hasattr(env, "num_envs") and hasattr(env, "get_attr")
-    if is_vec:
+    gym_vector = isinstance(env, VectorEnv)
+    if gym_vector or (hasattr(env, "num_envs") and hasattr(env, "get_attr")):
         if live:
             raise TypeError(
                 f"this policy reads the live environment's current task and state, so it needs a "
-                f"single InferenceAllocEnv (or a Gymnasium wrapper around one), not a VecEnv "
+                f"single InferenceAllocEnv (or a Gymnasium wrapper around one), not a vector env "
                 f"({type(env).__name__})")
-        base = env.get_attr("unwrapped", [0])[0]
+        # Gymnasium's get_attr(name) takes no indices (SB3's takes them): every sub-env's, of
+        # which the first. From worker processes (SubprocVecEnv, AsyncVectorEnv) each comes
+        # back pickled, a copy holding the same configuration.
+        base = env.get_attr("unwrapped")[0] if gym_vector else env.get_attr("unwrapped", [0])[0]
     else:
         base = getattr(env, "unwrapped", None)
     if isinstance(base, ScenarioMixEnv):

@@ -688,6 +688,28 @@ def test_oracle_needs_the_live_single_env() -> None:
         oracle.predict(np.stack([obs, obs]))
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_fixed_policies_read_a_gymnasium_vector_env_as_an_sb3_one(mode: str) -> None:
+    """Gymnasium's get_attr(name) takes no indices: every policy that reads its env's
+    configuration alone failed on gym.make_vec with a TypeError from get_attr, where SB3's
+    VecEnvs worked; the oracle, which reads the live env, refuses either kind."""
+    import gymnasium as gym
+
+    vec = gym.make_vec("envs:InferenceAlloc-v0", num_envs=2, vectorization_mode=mode,
+                       episode_tasks=5)
+    try:
+        obs, _ = vec.reset(seed=0)
+        single = InferenceAllocEnv("article", episode_tasks=5)
+        for name in ("heft", "heft-calibrated", "best-static", "all-gpu", "random",
+                     "gated-heft"):
+            np.testing.assert_array_equal(make_policy(name, vec).predict(obs)[0],
+                                          make_policy(name, single).predict(obs)[0])
+        with pytest.raises(TypeError, match=r"not a vector env \((Sync|Async)VectorEnv\)"):
+            make_policy("oracle", vec)
+    finally:
+        vec.close()
+
+
 # ----------------------------------------------------------------------------- gate
 class _Fixed:
     """A minimal SB3-like policy (not an agents.base.Policy) answering one fixed action."""
