@@ -82,7 +82,8 @@ class OraclePolicy(Policy):
             raise ValueError(
                 "the oracle decides the live env's current task, but this observation describes "
                 f"another one (task features {obs[:3].tolist()}, current task "
-                f"{expected.tolist()}); predict on the observation the env just returned")
+                f"{expected.tolist()}); predict on the observation the env just returned, as "
+                f"the env itself returned it (not one an observation wrapper rescaled)")
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         return placement_action(self.placement(obs), self.n_devices, self.split)

@@ -47,7 +47,14 @@ from agents.imported import (
     is_module_attribute,
 )
 from agents.oracle import OraclePolicy
-from agents.static import RandomPolicy, StaticPolicy, best_static, unwrap_env
+from agents.static import (
+    NotOwnSpaces,
+    RandomPolicy,
+    StaticPolicy,
+    best_static,
+    check_own_spaces,
+    unwrap_env,
+)
 from envs import ENV_IDS
 from inference.hardware import DEVICE_KINDS
 from inference.messages import did_you_mean, shown
@@ -57,6 +64,10 @@ POLICY_NAMES: tuple[str, ...] = (
     "oracle",
 )
 SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
+# The fixed policies named by a word alone (all-<device>, static:..., gated-<name> besides).
+FIXED_NAMES: frozenset[str] = frozenset((*POLICY_NAMES, *SPLIT_POLICY_NAMES))
+# Those that read no entry of the observation, only its shape (one, or a batch).
+_BLIND_NAMES: frozenset[str] = frozenset(("best-static", "random"))
 SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo", "sac", "trpo",
                                "recurrent-ppo")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
@@ -221,15 +232,21 @@ def _device_name(device: str, names: tuple[str, ...]) -> str:
 def make_policy(name: str, env: Any, **kwargs: Any) -> Any:
     """A fresh policy called `name` for `env` (see the module docstring for names and keywords).
 
-    Raises ValueError, listing every valid name, for an unknown name.
+    Raises ValueError, listing every valid name, for an unknown name. Our fixed policies
+    (every name but the learners' and yours) read the env's own observations and answer in
+    its own actions: on an env whose wrappers change either space (``RescaleAction``,
+    ``NormalizeObservation``, ``FrameStackObservation``, DQN's ``FlatDiscreteActions``) they
+    are refused, a ValueError (``agents.static.check_own_spaces``).
     """
     return _policy_maker(name, env)(**kwargs)
 
 
-def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
+def _policy_maker(name: Any, env: Any, reader: str | None = None) -> Callable[..., Any]:
     """The names' grammar: what builds the policy `name` for `env` from make_policy's keywords,
     found without building it (best-static is a search). An unknown name is an
-    UnknownPolicyName; some names the env cannot take are a ValueError here already."""
+    UnknownPolicyName; some names the env cannot take are a ValueError here already, among
+    them an env whose wrappers change its spaces, refused on behalf of `reader` (the policy
+    as named: a gated one's for its inner policy)."""
     if not isinstance(name, str):
         raise UnknownPolicyName(f"agent name must be a string; valid names: {valid_names()}")
     key = name.strip().lower()
@@ -242,18 +259,23 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
             raise ImportNameError(f"{exc}{_nearest(name, env=env)}", missing_module=True) from None
     if key in SB3_NAMES:
         return lambda **kwargs: _sb3("make_sb3", key)(key, env, **kwargs)
+    reader = reader or name.strip()
     if key.startswith("gated-"):
         try:
-            inner = _policy_maker(_ungated(name), env)
+            inner = _policy_maker(_ungated(name), env, reader)
         except UnknownPolicyName:   # named 'bogus' for gated-bogus, the part after gated-
             raise UnknownPolicyName(f"unknown agent {shown(name)}{_nearest(name)}; valid names: "
                                     f"{valid_names()}") from None
+        # the gate reads the observation and writes the previous placement in the env's own
+        # actions, whatever its inner policy (a learner's too)
+        check_own_spaces(env, reader)
         return lambda threshold=DEFAULT_THRESHOLD, **kwargs: GatedScheduling(
             inner(**kwargs), threshold=threshold)
     if key.startswith("all-"):
         base = unwrap_env(env)
         device = _device_name(name.strip()[len("all-"):], base.device_names)
         if device in base.device_names:
+            check_own_spaces(env, reader, reads_observations=False)
             return lambda **kwargs: StaticPolicy.for_env(env, [device] * 3, **kwargs)
         if device.lower() in DEVICE_KINDS:   # a valid name, on hardware without that device
             raise ValueError(f"{shown(name)}: the hardware has no device {shown(device)} (it has "
@@ -265,7 +287,10 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
         if len(devices) != 3:
             raise ValueError(f"{shown(name)}: a static placement names three devices (load, prefill, "
                              f"decode), e.g. static:cpu,gpu,gpu")
+        check_own_spaces(env, reader, reads_observations=False)
         return lambda **kwargs: StaticPolicy.for_env(env, devices, **kwargs)
+    if key in FIXED_NAMES:
+        check_own_spaces(env, reader, reads_observations=key not in _BLIND_NAMES)
     if key == "best-static":
         return lambda **kwargs: best_static(env, **kwargs)
     if key == "random":
@@ -282,6 +307,9 @@ def _policy_maker(name: Any, env: Any) -> Callable[..., Any]:
 
 def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:
     """Rebuild a non-learned policy from its saved name and ``config()``."""
+    if name.startswith(("gated-", "all-")) or name in FIXED_NAMES or name == "static":
+        check_own_spaces(env, name, reads_observations=not (
+            name.startswith("all-") or name in _BLIND_NAMES or name == "static"))
     if name.startswith("gated-"):
         inner = config["inner"]
         if not (isinstance(inner, dict) and isinstance(inner.get("name"), str)
@@ -320,6 +348,8 @@ def load_policy(path: str | os.PathLike[str], env: Any) -> Any:
         if not isinstance(name, str) or not isinstance(config, dict):
             raise ValueError("malformed policy.json")
         return policy_from_config(name, config, env)
+    except NotOwnSpaces:
+        raise           # the env is wrong, not the file
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, TypeError) and "InferenceAlloc" in str(exc):
             raise       # the env is wrong, not the file

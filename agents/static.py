@@ -9,8 +9,9 @@ workload of the scenario (``envs.reference``), so it carries the same NPU
 misjudgement the article describes. ``search_best_static`` can also keep that
 result in a JSON file so later runs reuse it instead of searching again.
 
-This module also holds the two helpers every policy here shares:
-``unwrap_env`` (find the ``InferenceAllocEnv`` behind wrappers or a VecEnv) and
+This module also holds the helpers every policy here shares:
+``unwrap_env`` (find the ``InferenceAllocEnv`` behind wrappers or a VecEnv),
+``check_own_spaces`` (refuse wrappers that change the spaces the policies read and answer in) and
 ``placement_action`` (turn a device-per-stage placement into the env's action:
 device ids for ``InferenceAlloc-v0``, a one-hot ``Box`` action for the Split env).
 """
@@ -70,6 +71,58 @@ def unwrap_env(env: Any, live: bool = False) -> InferenceAllocEnv:
         raise TypeError(f"expected an InferenceAlloc environment (or a wrapper/VecEnv around one), "
                         f"got {type(env).__name__}")
     return base
+
+
+class NotOwnSpaces(ValueError):
+    """An env whose wrappers change the observations our fixed policies read or the actions
+    they answer in (``check_own_spaces``): a fault of the env handed over, not of a name or
+    a file."""
+
+
+def _unbounded_like(space: Any, own: Any) -> bool:
+    """Is `space` the env's own ``Box`` with its bounds lifted, as ``ClipAction`` declares
+    it? That wrapper hands an action inside the env's box on unchanged, so the policies'
+    actions reach the env as they are."""
+    return (isinstance(space, spaces.Box) and isinstance(own, spaces.Box)
+            and space.shape == own.shape and space.dtype == own.dtype
+            and bool(np.all(np.isneginf(space.low))) and bool(np.all(np.isposinf(space.high))))
+
+
+def check_own_spaces(env: Any, reader: str, reads_observations: bool = True) -> None:
+    """Refuse (`NotOwnSpaces`) an `env` whose wrappers change the observation space or the
+    action space of the env behind them, on behalf of `reader`, a policy that decodes the env's
+    own observations and answers in its own actions; one that does not read the observation's
+    entries (the static policies, random) only the observation's shape, by which it tells one
+    observation from a batch. Behind ``RescaleAction(-2, 2)``
+    heft-split ran with every weight halved, without a word; behind ``NormalizeObservation``
+    HEFT acted on the first observation, the normaliser's own mean (about 0 everywhere, in
+    [0, 1]); ``FrameStackObservation``'s (k, N) stack was read as k observations. Wrappers
+    that keep both spaces (``TimeLimit``, ``RecordEpisodeStatistics``, ``NormalizeReward``,
+    SB3's ``Monitor`` and ``VecNormalize``) pass, and so does ``ClipAction``, which declares an
+    unbounded box but hands the env's own actions on unchanged. A vector env is judged by a
+    sub-env's spaces. ``VecNormalize`` with ``norm_obs`` keeps the space and rescales the
+    observations: the policies' check of each observation's entries refuses those."""
+    base = unwrap_env(env)
+    if isinstance(env, VectorEnv):
+        observations, actions = env.single_observation_space, env.single_action_space
+    else:
+        observations, actions = env.observation_space, env.action_space
+    own_obs, own_actions = base.observation_space, base.action_space
+    if not reads_observations and observations.shape != own_obs.shape:
+        raise NotOwnSpaces(
+            f"{reader} takes the env's own observations, one of shape {own_obs.shape} a step, "
+            f"and a wrapper on the env changes them to {observations}: build {reader} on "
+            f"env.unwrapped and give it the observations env.unwrapped returns")
+    if reads_observations and observations != own_obs:
+        raise NotOwnSpaces(
+            f"{reader} reads the env's own observations ({own_obs}), and a wrapper on the env "
+            f"changes them to {observations}: build {reader} on env.unwrapped and give it the "
+            f"observations env.unwrapped returns")
+    if actions != own_actions and not _unbounded_like(actions, own_actions):
+        raise NotOwnSpaces(
+            f"{reader} answers in the env's own actions ({own_actions}), and a wrapper on the "
+            f"env takes {actions} instead, which it would misread: build {reader} on "
+            f"env.unwrapped, or map its actions into the wrapper's yourself")
 
 
 def is_split(env: Any) -> bool:

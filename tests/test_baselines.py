@@ -224,7 +224,11 @@ def test_observation_decoders_refuse_a_rescaled_observation(env_cls: type, name:
     import gymnasium as gym
 
     env = gym.wrappers.NormalizeObservation(env_cls("article", episode_tasks=5))
-    policy = make_policy(name, env)
+    with pytest.raises(ValueError, match=rf"^{name} reads the env's own observations "
+                                         rf"\(Box\(0.0, 1.0, \(26,\), float32\)\), and a wrapper "
+                                         rf"on the env changes them to Box\(-inf, inf"):
+        make_policy(name, env)      # built on the wrapped env (check_own_spaces)
+    policy = make_policy(name, env.unwrapped)   # handed the wrapper's observations
     env.reset(seed=0)
     obs, *_ = env.step(env.action_space.sample())   # the first one alone is its own mean
     assert obs.min() < 0.0
@@ -238,6 +242,92 @@ def test_observation_decoders_refuse_a_rescaled_observation(env_cls: type, name:
     policy.predict(raw)   # the env's own observation of the same task is read
 
 
+def test_a_fixed_policy_is_refused_on_an_env_whose_wrappers_change_its_spaces(
+        tmp_path: Path) -> None:
+    """The fixed policies read the env's own observations and answer in its own actions:
+    behind RescaleAction(-2, 2) heft-split ran with every weight halved (twice the latency),
+    behind NormalizeObservation HEFT acted on the first observation, the normaliser's mean
+    inside [0, 1], and FrameStackObservation's (3, N) stack was read as three observations,
+    the env then blaming the action's shape. Each is refused when the policy is built."""
+    import gymnasium as gym
+    from gymnasium.wrappers import FrameStackObservation, NormalizeObservation, RescaleAction
+
+    from agents.sb3_factory import FlatDiscreteActions
+
+    split = InferenceAllocSplitEnv("article", episode_tasks=5)
+    rescaled = RescaleAction(split, np.float32(-2), np.float32(2))
+    with pytest.raises(ValueError, match=re.escape(
+            f"heft-split answers in the env's own actions ({split.action_space}), and a wrapper "
+            f"on the env takes {rescaled.action_space} instead, which it would misread: build "
+            f"heft-split on env.unwrapped, or map its actions into the wrapper's yourself")):
+        make_policy("heft-split", rescaled)
+    with pytest.raises(ValueError, match="^gated-heft-split answers in the env's own actions"):
+        make_policy("gated-heft-split", rescaled)
+
+    normalised = NormalizeObservation(InferenceAllocEnv("article", episode_tasks=5))
+    first, _ = normalised.reset(seed=0)
+    assert first.min() >= 0.0 and first.max() <= 1.0     # no entry of it tells the wrapper
+    for name in ("heft", "heft-calibrated", "oracle", "gated-all-gpu"):
+        with pytest.raises(ValueError, match=f"^{name} reads the env's own observations"):
+            make_policy(name, normalised)
+    # those that read no entry of it act the same on any values: left be
+    for name in ("all-gpu", "random", "best-static", "static:cpu,gpu,gpu"):
+        make_policy(name, normalised)
+
+    stacked = FrameStackObservation(InferenceAllocEnv("article", episode_tasks=5), 3)
+    with pytest.raises(ValueError, match=r"^heft reads the env's own observations .*\(3, 26\)"):
+        make_policy("heft", stacked)
+    for name in ("all-gpu", "random"):
+        with pytest.raises(ValueError, match=re.escape(
+                f"{name} takes the env's own observations, one of shape (26,) a step, and a "
+                f"wrapper on the env changes them to Box(0.0, 1.0, (3, 26), float32)")):
+            make_policy(name, stacked)
+
+    flat = FlatDiscreteActions(InferenceAllocEnv("article", episode_tasks=5))
+    with pytest.raises(ValueError, match=r"^heft answers in the env's own actions "
+                                         r"\(MultiDiscrete\(\[3 3 3\]\)\).*Discrete\(27\)"):
+        make_policy("heft", flat)
+    # a saved policy loaded onto such an env: the env is at fault, not the file
+    path = make_policy("heft", InferenceAllocEnv("article", episode_tasks=5)).save(
+        tmp_path / "heft.zip")
+    with pytest.raises(ValueError, match="^heft reads the env's own observations"):
+        load_policy(path, normalised)
+    with pytest.raises(ValueError, match="^heft answers in the env's own actions"):
+        load_policy(path, flat)
+    vec = gym.make_vec("envs:InferenceAlloc-v0", num_envs=2, episode_tasks=5,
+                       wrappers=[NormalizeObservation])
+    with pytest.raises(ValueError, match="^heft reads the env's own observations"):
+        make_policy("heft", vec)
+    vec.close()
+
+
+def test_a_fixed_policy_acts_as_on_its_env_behind_wrappers_that_keep_its_spaces() -> None:
+    """TimeLimit, RecordEpisodeStatistics, NormalizeReward, SB3's Monitor and VecNormalize keep
+    both spaces; ClipAction declares an unbounded box but hands an action inside the env's on
+    unchanged: each is taken, and the policy answers as on the env itself."""
+    import gymnasium as gym
+    from gymnasium.wrappers import (
+        ClipAction,
+        NormalizeReward,
+        RecordEpisodeStatistics,
+        TimeLimit,
+    )
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    split = InferenceAllocSplitEnv("article", episode_tasks=5)
+    obs, _ = split.reset(seed=0)
+    own = make_policy("heft-split", split).predict(obs)[0]
+    for wrapped in (ClipAction(split), TimeLimit(split, 3), RecordEpisodeStatistics(split),
+                    NormalizeReward(split), Monitor(split), gym.make(
+                        "envs:InferenceAllocSplit-v0", episode_tasks=5)):
+        for name in ("heft-split", "gated-heft-split"):
+            np.testing.assert_array_equal(make_policy(name, wrapped).predict(obs)[0], own)
+    venv = VecNormalize(DummyVecEnv([lambda: InferenceAllocEnv("article", episode_tasks=5)]),
+                        norm_obs=False)
+    make_policy("heft", venv)
+
+
 def test_a_gated_policy_refuses_a_rescaled_observation_before_its_inner_policy_acts() -> None:
     """The gate checked each row only after the inner policy had predicted on it: the refusal
     named the inner policy (heft, not gated-heft) and a random inner's stream moved on."""
@@ -247,9 +337,10 @@ def test_a_gated_policy_refuses_a_rescaled_observation_before_its_inner_policy_a
     env.reset(seed=0)
     rescaled, *_ = env.step(env.action_space.sample())
     raw = env.unwrapped._observation(env.unwrapped._current_task())
+    own = env.unwrapped
     with pytest.raises(ValueError, match="^gated-heft reads"):
-        make_policy("gated-heft", env).predict(rescaled)
-    gated, fresh = make_policy("gated-random", env, seed=3), make_policy("gated-random", env, seed=3)
+        make_policy("gated-heft", own).predict(rescaled)
+    gated, fresh = make_policy("gated-random", own, seed=3), make_policy("gated-random", own, seed=3)
     with pytest.raises(ValueError, match="^gated-random reads"):
         gated.predict(rescaled)
     assert np.array_equal(gated.predict(raw)[0], fresh.predict(raw)[0])
