@@ -111,8 +111,14 @@ class ObservedState(NamedTuple):
 
 def decode_observation(obs: Any) -> ObservedState:
     """Decode one observation of the env (entries beyond the scaling caps decode to the caps);
-    ValueError for an entry outside [0, 1], which the env never writes (`check_in_box`)."""
-    o = np.asarray(obs, dtype=np.float64).reshape(-1)
+    ValueError for an entry outside [0, 1], which the env never writes (`check_in_box`), and
+    for a batch of more than one (shape (1, N) is the one observation it holds): flattened,
+    8 rows of a vector env passed the length check as one observation of 29 devices."""
+    o = np.asarray(obs, dtype=np.float64)
+    if o.ndim > 1 and not (o.ndim == 2 and o.shape[0] == 1):
+        raise ValueError(f"decode_observation takes one observation; got shape {o.shape}: "
+                         f"decode each row")
+    o = o.reshape(-1)
     d = n_devices_of(o.shape[0])
     v = o.tolist()
     check_in_box(v, "decode_observation")

@@ -199,6 +199,25 @@ def test_an_observation_of_no_device_count_is_refused(length: int) -> None:
         decode_observation(np.full(length, 0.5))
 
 
+def test_decode_observation_refuses_a_batch_of_more_than_one() -> None:
+    """It flattened what it was given: 8 rows of a vector env (8 x 26 = 5 + 7 x 29 entries)
+    decoded as one observation of a 29-device machine."""
+    import gymnasium as gym
+
+    vec = gym.make_vec("envs:InferenceAlloc-v0", num_envs=8, episode_tasks=5)
+    obs, _ = vec.reset(seed=0)
+    vec.close()
+    with pytest.raises(ValueError, match=re.escape(
+            "decode_observation takes one observation; got shape (8, 26): decode each row")):
+        decode_observation(obs)
+    with pytest.raises(ValueError, match=re.escape("got shape (1, 1, 26)")):
+        decode_observation(obs[:1][None])
+    one, row = decode_observation(obs[:1]), decode_observation(obs[0])   # a batch of one
+    assert one._replace(previous=None) == row._replace(previous=None)
+    np.testing.assert_array_equal(one.previous, row.previous)
+    assert len(decode_observation(obs[3]).backlog) == 3
+
+
 def test_an_entry_above_one_is_refused_as_one_below_zero() -> None:
     """The observation box is [0, 1] on both sides: a wrapper that rescales may push entries
     above 1 as well as below 0."""
