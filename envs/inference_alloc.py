@@ -35,7 +35,13 @@ from envs.scenario import (
 )
 from envs.workload import Episode, generate_episode, precomputed_domains
 from inference.checks import is_bool, is_integer, is_number
-from inference.hardware import load_hardware, path_text
+from inference.hardware import (
+    Hardware,
+    hardware_from_dict,
+    hardware_to_dict,
+    load_hardware,
+    path_text,
+)
 from inference.messages import did_you_mean, shown
 from inference.model_config import get_model
 from inference.simulator import Shares, SimConfig, Simulator, TaskResult
@@ -62,16 +68,21 @@ class UnreachedFaultWarning(UserWarning):
     """A scenario's fault that episodes shortened by ``episode_tasks=`` end before."""
 
 
+#: The origin a hardware mapping's errors name (`hardware=` given as `hardware_to_dict` writes it).
+HARDWARE_MAPPING_ORIGIN = "<hardware mapping>"
 _WARNED: set[str] = set()     # the UnreachedFaultWarning messages given in this process
 
 
 def _json_able(value: Any) -> Any:
     """An env argument as plain data that makes the same env: a Scenario as its `to_dict`,
-    a path as a string that stays a path (`path_text`), a numpy scalar or array as Python
-    ones, and each item of a list or tuple so (InferenceAllocMix-v0's `scenarios`). Any
+    a Hardware as the mapping of its YAML schema (`hardware_to_dict`, which `hardware=` reads
+    back), a path as a string that stays a path (`path_text`), a numpy scalar or array as
+    Python ones, and each item of a list or tuple so (InferenceAllocMix-v0's `scenarios`). Any
     other value is returned as it is, itself."""
     if isinstance(value, Scenario):
         return value.to_dict()
+    if isinstance(value, Hardware):
+        return hardware_to_dict(value)
     if isinstance(value, os.PathLike):
         return path_text(value)
     if isinstance(value, np.ndarray):
@@ -132,7 +143,8 @@ def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
                             noise: float | None = None,
                             trace: str | os.PathLike[str] | None = None,
                             trace_time_scale: float | None = None,
-                            hardware: str | os.PathLike[str] | None = None,
+                            hardware: str | os.PathLike[str] | Hardware | Mapping[str, Any]
+                            | None = None,
                             variant: str | dict[str, str] | None = None) -> Scenario:
     """`scenario` loaded, with each of the env's arguments that is given in place of the
     scenario's own field (each checked: a ValueError naming the argument); `episode_tasks`
@@ -156,11 +168,15 @@ def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
                              f"{1 / MIN_RATE:g}], got {trace_time_scale!r}")
         sc = dataclasses.replace(sc, workload=dataclasses.replace(
             sc.workload, trace_time_scale=float(trace_time_scale)))
+    if isinstance(hardware, Mapping):
+        # a Hardware's plain form, as the env's spec holds it (`_json_able`), read as its YAML
+        hardware = hardware_from_dict(dict(hardware), HARDWARE_MAPPING_ORIGIN)
     if hardware is not None:
         # Anything but a path goes to load_hardware as given, which names a wrong type
-        # (path_text would fail on it inside os.fspath, naming no argument).
+        # (path_text would fail on it inside os.fspath, naming no argument). A Hardware rides
+        # in the field too, for the env's load_hardware to check.
         sc = dataclasses.replace(sc, hardware=path_text(hardware) if isinstance(
-            hardware, os.PathLike) else hardware)
+            hardware, os.PathLike) else hardware)   # type: ignore[arg-type]
     if variant is not None:
         sc = dataclasses.replace(sc, variant=resolve_variant(variant))
     return sc
@@ -295,8 +311,10 @@ class InferenceAllocEnv(gym.Env):
       `edge`, `faults`), a YAML path, a `Scenario` (checked as its YAML would be:
       `envs.load_scenario`), or a mapping as `Scenario.to_dict` writes it. Default `article`. The env's `spec` holds a `Scenario` (and a path) in that
       plain form, so that `env.spec.to_json()` and `EnvSpec.from_json` make the same env.
-    - `hardware`: preset name (`server`, `edge`), YAML path or a `Hardware` (checked as its
-      YAML would be: `inference.hardware.check_hardware`); default the scenario's. Some
+    - `hardware`: preset name (`server`, `edge`), YAML path, a `Hardware` (checked as its
+      YAML would be: `inference.hardware.check_hardware`) or the mapping of its YAML schema
+      (`inference.hardware.hardware_to_dict`, the form the env's `spec` holds a `Hardware`
+      in); default the scenario's. Some
       device's `memory` must hold the model's weights (glm-9b: 18.8 GB), else a ValueError.
     - `variant`: recipe (`glm-5.3`, `glm-5.3-flash`, `glm-5.3-flash-opt`) or a dict
       `{load:, prefill:, decode:}` of implementations; default the scenario's.
@@ -352,7 +370,8 @@ class InferenceAllocEnv(gym.Env):
         self._spec = value
 
     @checked_keywords()
-    def __init__(self, scenario: str | Scenario | Mapping[str, Any] = "article", hardware: str | None = None,
+    def __init__(self, scenario: str | Scenario | Mapping[str, Any] = "article",
+                 hardware: str | os.PathLike[str] | Hardware | Mapping[str, Any] | None = None,
                  variant: str | dict[str, str] | None = None, episode_tasks: int | None = None,
                  reward: str = "latency", trace: str | None = None, noise: float | None = None,
                  reference: bool = False, render_mode: str | None = None,

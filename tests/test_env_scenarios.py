@@ -1133,6 +1133,23 @@ def test_a_scenario_object_survives_the_env_specs_json(env_id: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("env_id", [V0, SPLIT])
+def test_a_hardware_object_survives_the_env_specs_json(env_id: str) -> None:
+    # to_json failed on a Hardware ("keys must be str, int, float, bool or None"): its links
+    # are keyed by pairs. The spec now holds the mapping of its YAML schema, read back as such.
+    hardware = load_hardware("server").with_device("npu", setup_s=1.5, peak_flops=3.5e14)
+    env = gym.make(env_id, hardware=hardware, episode_tasks=12)
+    again = gym.make(gym.envs.registration.EnvSpec.from_json(env.spec.to_json()))
+    assert again.unwrapped.hardware == hardware
+    first, second = _trajectory(env, 5, 12), _trajectory(again, 5, 12)
+    assert len(first) == len(second) == 37
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"^hardware <hardware mapping>: devices must be a "
+                                         r"non-empty list"):
+        gym.make(env_id, hardware={"name": "x", "disk_bandwidth": 1e9, "devices": []})
+
+
 def test_a_path_named_like_a_preset_stays_that_file_in_the_env_and_its_spec(tmp_path, monkeypatch):
     # str(Path("article")) is "article", the preset: a Path given to the env (hardware=) or
     # kept in its JSON spec (scenario=) turned into the packaged preset of that name, against
