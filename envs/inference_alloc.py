@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
+import types
 import warnings
 from bisect import bisect_left
 from collections.abc import Mapping
@@ -71,6 +73,22 @@ class UnreachedFaultWarning(UserWarning):
 #: The origin a hardware mapping's errors name (`hardware=` given as `hardware_to_dict` writes it).
 HARDWARE_MAPPING_ORIGIN = "<hardware mapping>"
 _WARNED: set[str] = set()     # the UnreachedFaultWarning messages given in this process
+# Frames a warning of the env is not reported at: this package's and gymnasium's (gym.make's
+# wrappers and checkers call reset for the user).
+_INNER_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
+                    for path in (__file__, gym.__file__ or ""))
+
+
+def _callers_stacklevel() -> int:
+    """The `stacklevel` that reports a warning, given by the function that calls this one, at
+    the first frame outside this package and gymnasium: the user's line that reset the env,
+    made by gym.make or directly (stacklevel=1 reported it at this module, so a filter on
+    the user's module missed it). 1 where every frame is inside them."""
+    frame: types.FrameType | None = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_INNER_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 1
 
 
 def _json_able(value: Any) -> Any:
@@ -620,7 +638,8 @@ class InferenceAllocEnv(gym.Env):
             # own registry is cleared whenever a library changes the filters (it printed twice)
             if self._unreached_faults not in _WARNED:
                 _WARNED.add(self._unreached_faults)
-                warnings.warn(self._unreached_faults, UnreachedFaultWarning, stacklevel=1)
+                warnings.warn(self._unreached_faults, UnreachedFaultWarning,
+                              stacklevel=_callers_stacklevel())
             self._unreached_faults = None
         task = self._current_task()
         return self._observation(task), {"task": self._task_info(task)}

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import envs
+from envs.inference_alloc import UnreachedFaultWarning
 from envs.scenario import (
     MIN_RATE,
     SCENARIO_DIR,
@@ -574,6 +575,31 @@ def test_a_fault_past_the_scenarios_own_episode_is_refused_naming_it_and_both_co
     with pytest.raises(ValueError, match="faults.1.: start_task 5000 is at or past the episode's 5000"):
         envs.InferenceAllocEnv(edge)
     envs.InferenceAllocEnv(dataclasses.replace(edge, episode_tasks=5001))   # its last task
+
+
+@pytest.mark.parametrize("make", [
+    lambda: gym.make(f"envs:{V0}", scenario="faults", episode_tasks=30),
+    lambda: envs.InferenceAllocEnv("faults", episode_tasks=30),
+    lambda: gym.make("envs:InferenceAllocMix-v0", scenarios=["faults", "article"],
+                     weights=[1, 0], episode_tasks=30)])
+def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_the_env(
+        make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning was reported at envs/inference_alloc.py (stacklevel=1), so a filter on the
+    module of the user's code never matched it."""
+    import warnings
+
+    monkeypatch.setattr("envs.inference_alloc._WARNED", set())
+    env = make()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.reset(seed=0)
+    assert [(w.category.__name__, w.filename) for w in caught] == [
+        ("UnreachedFaultWarning", __file__)]
+    monkeypatch.setattr("envs.inference_alloc._WARNED", set())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=UnreachedFaultWarning, module=__name__)
+        with pytest.raises(UnreachedFaultWarning):
+            make().reset(seed=0)
 
 
 def test_a_fault_past_a_shortened_episode_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
