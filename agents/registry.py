@@ -66,8 +66,15 @@ POLICY_NAMES: tuple[str, ...] = (
 SPLIT_POLICY_NAMES: tuple[str, ...] = ("heft-split",)     # InferenceAllocSplit-v0 only
 # The fixed policies named by a word alone (all-<device>, static:..., gated-<name> besides).
 FIXED_NAMES: frozenset[str] = frozenset((*POLICY_NAMES, *SPLIT_POLICY_NAMES))
-# Those that read no entry of the observation, only its shape (one, or a batch).
-_BLIND_NAMES: frozenset[str] = frozenset(("best-static", "random"))
+# Those that read no entry of the observation, only its shape (one, or a batch), besides
+# the all-<device> and static:<...> placements (a saved one's name is "static").
+_BLIND_NAMES: frozenset[str] = frozenset(("best-static", "random", "static"))
+
+
+def _reads_observations(key: str) -> bool:
+    """Does the fixed policy `key` (a lower-case name, or a saved one's) read the observation's
+    entries, or only its shape?"""
+    return not (key in _BLIND_NAMES or key.startswith(("all-", "static:")))
 SB3_NAMES: tuple[str, ...] = ("ppo", "a2c", "dqn", "maskable-ppo", "sac", "trpo",
                                "recurrent-ppo")
 NAME_PATTERNS: tuple[str, ...] = ("all-<device>", "static:<load>,<prefill>,<decode>",
@@ -275,7 +282,7 @@ def _policy_maker(name: Any, env: Any, reader: str | None = None) -> Callable[..
         base = unwrap_env(env)
         device = _device_name(name.strip()[len("all-"):], base.device_names)
         if device in base.device_names:
-            check_own_spaces(env, reader, reads_observations=False)
+            check_own_spaces(env, reader, reads_observations=_reads_observations(key))
             return lambda **kwargs: StaticPolicy.for_env(env, [device] * 3, **kwargs)
         if device.lower() in DEVICE_KINDS:   # a valid name, on hardware without that device
             raise ValueError(f"{shown(name)}: the hardware has no device {shown(device)} (it has "
@@ -287,10 +294,10 @@ def _policy_maker(name: Any, env: Any, reader: str | None = None) -> Callable[..
         if len(devices) != 3:
             raise ValueError(f"{shown(name)}: a static placement names three devices (load, prefill, "
                              f"decode), e.g. static:cpu,gpu,gpu")
-        check_own_spaces(env, reader, reads_observations=False)
+        check_own_spaces(env, reader, reads_observations=_reads_observations(key))
         return lambda **kwargs: StaticPolicy.for_env(env, devices, **kwargs)
     if key in FIXED_NAMES:
-        check_own_spaces(env, reader, reads_observations=key not in _BLIND_NAMES)
+        check_own_spaces(env, reader, reads_observations=_reads_observations(key))
     if key == "best-static":
         return lambda **kwargs: best_static(env, **kwargs)
     if key == "random":
@@ -308,8 +315,7 @@ def _policy_maker(name: Any, env: Any, reader: str | None = None) -> Callable[..
 def policy_from_config(name: str, config: dict[str, Any], env: Any) -> Policy:
     """Rebuild a non-learned policy from its saved name and ``config()``."""
     if name.startswith(("gated-", "all-")) or name in FIXED_NAMES or name == "static":
-        check_own_spaces(env, name, reads_observations=not (
-            name.startswith("all-") or name in _BLIND_NAMES or name == "static"))
+        check_own_spaces(env, name, reads_observations=_reads_observations(name))
     if name.startswith("gated-"):
         inner = config["inner"]
         if not (isinstance(inner, dict) and isinstance(inner.get("name"), str)

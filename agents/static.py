@@ -60,9 +60,11 @@ def unwrap_env(env: Any, live: bool = False) -> InferenceAllocEnv:
                 f"single InferenceAllocEnv (or a Gymnasium wrapper around one), not a vector env "
                 f"({type(env).__name__})")
         # Gymnasium's get_attr(name) takes no indices (SB3's takes them): every sub-env's, of
-        # which the first. From worker processes (SubprocVecEnv, AsyncVectorEnv) each comes
-        # back pickled, a copy holding the same configuration.
-        base = env.get_attr("unwrapped")[0] if gym_vector else env.get_attr("unwrapped", [0])[0]
+        # which the first; its vector wrappers (RecordEpisodeStatistics, ...) have none, the
+        # vector env under them (`unwrapped`) has. From worker processes (SubprocVecEnv,
+        # AsyncVectorEnv) each comes back pickled, a copy holding the same configuration.
+        base = (env.unwrapped.get_attr("unwrapped")[0] if gym_vector
+                else env.get_attr("unwrapped", [0])[0])
     else:
         base = getattr(env, "unwrapped", None)
     if isinstance(base, ScenarioMixEnv):
@@ -88,6 +90,17 @@ def _unbounded_like(space: Any, own: Any) -> bool:
             and bool(np.all(np.isneginf(space.low))) and bool(np.all(np.isposinf(space.high))))
 
 
+def _normalises_observations(env: Any) -> bool:
+    """Is an SB3 ``VecNormalize`` with ``norm_obs`` in the chain of vector-env wrappers of
+    `env` (each holds the next as ``venv``)?"""
+    seen = 0
+    while env is not None and seen < 100:      # a chain, never a cycle; bounded all the same
+        if getattr(env, "norm_obs", False) is True and hasattr(env, "obs_rms"):
+            return True
+        env, seen = getattr(env, "venv", None), seen + 1
+    return False
+
+
 def check_own_spaces(env: Any, reader: str, reads_observations: bool = True) -> None:
     """Refuse (`NotOwnSpaces`) an `env` whose wrappers change the observation space or the
     action space of the env behind them, on behalf of `reader`, a policy that decodes the env's
@@ -98,11 +111,18 @@ def check_own_spaces(env: Any, reader: str, reads_observations: bool = True) -> 
     HEFT acted on the first observation, the normaliser's own mean (about 0 everywhere, in
     [0, 1]); ``FrameStackObservation``'s (k, N) stack was read as k observations. Wrappers
     that keep both spaces (``TimeLimit``, ``RecordEpisodeStatistics``, ``NormalizeReward``,
-    SB3's ``Monitor`` and ``VecNormalize``) pass, and so does ``ClipAction``, which declares an
-    unbounded box but hands the env's own actions on unchanged. A vector env is judged by a
-    sub-env's spaces. ``VecNormalize`` with ``norm_obs`` keeps the space and rescales the
-    observations: the policies' check of each observation's entries refuses those."""
+    SB3's ``Monitor`` and ``VecNormalize`` with ``norm_obs=False``) pass, and so does
+    ``ClipAction``, which declares an unbounded box but hands the env's own actions on
+    unchanged. A vector env is judged by a sub-env's spaces. ``VecNormalize`` with ``norm_obs``
+    keeps the space and rescales the observations, so it is refused by its flag: its first
+    observation (about 0 everywhere, with one env) passes the policies' check of each
+    observation's entries."""
     base = unwrap_env(env)
+    if reads_observations and _normalises_observations(env):
+        raise NotOwnSpaces(
+            f"{reader} reads the env's own observations, and a VecNormalize on the env rescales "
+            f"them (norm_obs=True): build {reader} on the env under it, or normalise the "
+            f"rewards alone (VecNormalize(venv, norm_obs=False))")
     if isinstance(env, VectorEnv):
         observations, actions = env.single_observation_space, env.single_action_space
     else:

@@ -318,6 +318,25 @@ def test_a_fixed_policy_is_refused_on_an_env_whose_wrappers_change_its_spaces(
     with pytest.raises(ValueError, match="^heft reads the env's own observations"):
         make_policy("heft", vec)
     vec.close()
+    # Gymnasium's vector wrappers have no get_attr of their own (an AttributeError out of
+    # unwrap_env), and the vector NormalizeObservation declares an unbounded box
+    from gymnasium.wrappers.vector import NormalizeObservation as VectorNormalizeObservation
+    vec = VectorNormalizeObservation(gym.make_vec("envs:InferenceAlloc-v0", num_envs=2,
+                                                  episode_tasks=5))
+    with pytest.raises(ValueError, match="^heft reads the env's own observations"):
+        make_policy("heft", vec)
+    vec.close()
+    # SB3's VecNormalize keeps the space and rescales the entries: refused by its flag, as its
+    # first observation of one env (about 0 everywhere) lies inside [0, 1]
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    venv = VecNormalize(DummyVecEnv([lambda: InferenceAllocEnv("article", episode_tasks=5)]))
+    first = venv.reset()
+    assert first.min() >= 0.0 and first.max() <= 1.0
+    for name in ("heft", "gated-all-gpu"):
+        with pytest.raises(ValueError, match=f"^{name} reads the env's own observations, and a "
+                                             f"VecNormalize on the env rescales them"):
+            make_policy(name, venv)
+    make_policy("all-gpu", venv)    # reads no entry of them
 
 
 def test_a_fixed_policy_acts_as_on_its_env_behind_wrappers_that_keep_its_spaces() -> None:
@@ -342,9 +361,17 @@ def test_a_fixed_policy_acts_as_on_its_env_behind_wrappers_that_keep_its_spaces(
                         "envs:InferenceAllocSplit-v0", episode_tasks=5)):
         for name in ("heft-split", "gated-heft-split"):
             np.testing.assert_array_equal(make_policy(name, wrapped).predict(obs)[0], own)
+    env = InferenceAllocEnv("article", episode_tasks=5)
+    obs, _ = env.reset(seed=0)
     venv = VecNormalize(DummyVecEnv([lambda: InferenceAllocEnv("article", episode_tasks=5)]),
                         norm_obs=False)
-    make_policy("heft", venv)
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics as VectorEpisodeStatistics
+    vector = VectorEpisodeStatistics(gym.make_vec("envs:InferenceAlloc-v0", num_envs=2,
+                                                  episode_tasks=5))
+    own = make_policy("heft", env).predict(obs)[0]
+    for wrapped in (venv, vector):
+        np.testing.assert_array_equal(make_policy("heft", wrapped).predict(obs)[0], own)
+    vector.close()
 
 
 def test_a_gated_policy_refuses_a_rescaled_observation_before_its_inner_policy_acts() -> None:
