@@ -73,20 +73,21 @@ class UnreachedFaultWarning(UserWarning):
 #: The origin a hardware mapping's errors name (`hardware=` given as `hardware_to_dict` writes it).
 HARDWARE_MAPPING_ORIGIN = "<hardware mapping>"
 _WARNED: set[str] = set()     # the UnreachedFaultWarning messages given in this process
-# Frames a warning of the env is not reported at: this package's and gymnasium's (gym.make's
-# wrappers and checkers call reset for the user).
-_INNER_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
-                    for path in (__file__, gym.__file__ or ""))
+# Packages whose frames a warning of the env is not reported at: this project's, gymnasium's
+# (gym.make's wrappers and checkers call reset for the user) and SB3's (its VecEnvs and
+# learners do). By module name, which holds however the files were installed or imported.
+_INNER_PACKAGES = ("envs", "agents", "inference", "gymnasium", "stable_baselines3", "sb3_contrib")
 
 
 def _callers_stacklevel() -> int:
     """The `stacklevel` that reports a warning, given by the function that calls this one, at
-    the first frame outside this package and gymnasium: the user's line that reset the env,
-    made by gym.make or directly (stacklevel=1 reported it at this module, so a filter on
-    the user's module missed it). 1 where every frame is inside them."""
+    the first frame outside `_INNER_PACKAGES`: the user's line that reset the env, directly,
+    through gym.make's wrappers, a VecEnv or our harness (stacklevel=1 reported it at this
+    module, so a filter on the user's module missed it). 1 where every frame is inside them."""
     frame: types.FrameType | None = sys._getframe(2)
     level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(_INNER_DIRS):
+    while frame is not None and str(frame.f_globals.get("__name__", "")).partition(".")[0] \
+            in _INNER_PACKAGES:
         frame, level = frame.f_back, level + 1
     return level if frame is not None else 1
 
@@ -756,8 +757,11 @@ class InferenceAllocEnv(gym.Env):
         weights = self.model.weight_bytes
         largest = self.hardware.most_memory
         if weights > largest.memory:
+            # a Hardware given as an object (or its mapping) by its name: its repr ran to 2 KB
+            named = (shown(sc.hardware, quote=False) if isinstance(sc.hardware, (str, os.PathLike))
+                     else f"{shown(self.hardware.name)} (an object)")
             raise ValueError(
-                f"hardware {shown(sc.hardware, quote=False)}: no device can hold the weights of "
+                f"hardware {named}: no device can hold the weights of "
                 f"model {shown(sc.model)} ({weights / 1e9:.1f} GB); the most memory is {largest.name}'s "
                 f"({largest.memory / 1e9:.1f} GB). Give a device `memory` >= {weights:.4g} "
                 f"bytes, or name a smaller `model` in the scenario")

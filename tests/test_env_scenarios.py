@@ -602,6 +602,22 @@ def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_the_env(
             make().reset(seed=0)
 
 
+def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_a_vec_env(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through SB3's DummyVecEnv the warning was reported at SB3's dummy_vec_env.py."""
+    import warnings
+
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    monkeypatch.setattr("envs.inference_alloc._WARNED", set())
+    venv = DummyVecEnv([lambda: gym.make(f"envs:{V0}", scenario="faults", episode_tasks=30)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        venv.reset()
+    assert [(w.category.__name__, w.filename) for w in caught] == [
+        ("UnreachedFaultWarning", __file__)]
+
+
 def test_a_fault_past_a_shortened_episode_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Episodes shortened by episode_tasks= (--eval-tasks, the online study's samples) are
     legitimate: a fault of the scenario's longer episodes that they do not reach is a warning,
@@ -1157,6 +1173,20 @@ def test_a_scenario_object_survives_the_env_specs_json(env_id: str) -> None:
     assert len(first) == len(second) == 37
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_hardware_given_as_an_object_too_small_for_the_weights_is_named_by_its_name() -> None:
+    """The refusal printed the Hardware's repr, about 2 KB, for an object or its mapping."""
+    from inference.hardware import hardware_to_dict
+
+    server = load_hardware("server")
+    small = dataclasses.replace(server, name="tiny-box", devices=tuple(
+        dataclasses.replace(d, memory=1e9) for d in server.devices))
+    for given in (small, hardware_to_dict(small)):
+        with pytest.raises(ValueError, match=r"^hardware 'tiny-box' \(an object\): no device "
+                                             r"can hold the weights of model 'glm-9b'") as caught:
+            gym.make(f"envs:{V0}", hardware=given)
+        assert len(str(caught.value)) < 300
 
 
 @pytest.mark.parametrize("env_id", [V0, SPLIT])
