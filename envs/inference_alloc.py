@@ -195,7 +195,7 @@ def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
         # (path_text would fail on it inside os.fspath, naming no argument). A Hardware rides
         # in the field too, for the env's load_hardware to check.
         sc = dataclasses.replace(sc, hardware=path_text(hardware) if isinstance(
-            hardware, os.PathLike) else hardware)   # type: ignore[arg-type]
+            hardware, os.PathLike) else hardware)
     if variant is not None:
         sc = dataclasses.replace(sc, variant=resolve_variant(variant))
     return sc
@@ -668,7 +668,7 @@ class InferenceAllocEnv(gym.Env):
         if not math.isfinite(res.latency):   # only a Scenario or Hardware built past the loaders
             raise RuntimeError(
                 f"task {index} simulated to a latency of {res.latency}: a figure of scenario "
-                f"{self.scenario.name!r} or hardware {self.scenario.hardware!r} lies outside any "
+                f"{self.scenario.name!r} or hardware {self._hardware_named()} lies outside any "
                 f"plausible range (the YAML loaders refuse such values); reset() after fixing it")
         if self._clients:
             self._submit_next(index, task.arrival + res.latency)
@@ -749,6 +749,14 @@ class InferenceAllocEnv(gym.Env):
         assert self._episode is not None
         return self._episode.tasks[min(self._index, len(self._episode.tasks) - 1)]
 
+    def _hardware_named(self, quote: bool = True) -> str:
+        """The scenario's hardware as a message names it: its spec as given, or a Hardware
+        (an object, a mapping, inline in the scenario) by its name: its repr ran to 2 KB."""
+        spec = self.scenario.hardware
+        if isinstance(spec, str):
+            return shown(spec, quote=quote)
+        return f"{shown(self.hardware.name)} (an object)"
+
     def _check_the_weights_fit_somewhere(self, sc: Scenario) -> None:
         """Refuse hardware on which no device holds the model's weights: every prefill and
         decode would fall back to the device with the most memory and run there priced as if
@@ -757,11 +765,8 @@ class InferenceAllocEnv(gym.Env):
         weights = self.model.weight_bytes
         largest = self.hardware.most_memory
         if weights > largest.memory:
-            # a Hardware given as an object (or its mapping) by its name: its repr ran to 2 KB
-            named = (shown(sc.hardware, quote=False) if isinstance(sc.hardware, (str, os.PathLike))
-                     else f"{shown(self.hardware.name)} (an object)")
             raise ValueError(
-                f"hardware {named}: no device can hold the weights of "
+                f"hardware {self._hardware_named(quote=False)}: no device can hold the weights of "
                 f"model {shown(sc.model)} ({weights / 1e9:.1f} GB); the most memory is {largest.name}'s "
                 f"({largest.memory / 1e9:.1f} GB). Give a device `memory` >= {weights:.4g} "
                 f"bytes, or name a smaller `model` in the scenario")

@@ -6,7 +6,7 @@ leaves out: clients, bursts, a trace, faults)::
 
     name: article
     description: "..."
-    hardware: server                 # preset name or YAML path
+    hardware: server                 # preset name, YAML path or an inline mapping of the hardware schema
     variant: glm-5.3-flash           # recipe name, load+prefill+decode or {load:, prefill:, decode:}
     model: glm-9b
     episode_tasks: 200
@@ -65,6 +65,10 @@ from inference.checks import check_as_loaded, check_utf8, compared_fields, is_nu
 from inference.hardware import (
     FRACTION_MIN,
     PRESET_DIR,
+    Hardware,
+    check_hardware,
+    hardware_from_dict,
+    hardware_to_dict,
     load_named_yaml,
     preset_file,
     unusable_spec,
@@ -279,7 +283,9 @@ class Fault:
 class Scenario:
     name: str
     description: str = ""
-    hardware: str = "server"
+    # A preset name or YAML path; or a Hardware (given inline, as a mapping of the hardware
+    # schema, or as the env's `hardware=` argument), which `to_dict` writes as that mapping.
+    hardware: str | Hardware = "server"
     variant: Any = "glm-5.3-flash"
     model: str = "glm-9b"
     episode_tasks: int = 200
@@ -307,6 +313,8 @@ def _plain(value: Any) -> Any:
     """`value`, a part of a Scenario, as the plain data `Scenario.to_dict` documents."""
     if isinstance(value, (Distribution, Fault)):
         return value.to_dict()
+    if isinstance(value, Hardware):     # as a dataclass its links are keyed by tuples
+        return hardware_to_dict(value)
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):      # a variant's {load:, prefill:, decode:}
@@ -388,17 +396,10 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
     cache = _cache(top.get("cache"))
     sim = _simulator(top.get("simulator"))
     faults = _faults(top.get("faults"))
-    for key in ("name", "description", "hardware", "model"):   # str() made [1, 2] a name
+    for key in ("name", "description", "model"):   # str() made [1, 2] a name
         if key in top and not isinstance(top[key], str):
             raise ValueError(f"scenario field {key} must be a string, got {shown(top[key])}")
-    hardware = str(top.get("hardware", d.hardware))
-    problem = unusable_spec(hardware, PRESET_DIR)
-    if problem is not None:
-        raise ValueError(f"scenario field hardware {shown(hardware)} is neither a preset "
-                         f"nor a usable path: {problem}")
-    # A preset name is the preset, never a file next to the YAML (the rule load_hardware reads
-    # it by: see inference.hardware.preset_file).
-    hardware = _near(hardware, base_dir, preset=preset_file(hardware, PRESET_DIR) is not None)
+    hardware = _hardware_field(top.get("hardware", d.hardware), base_dir)
     variant = top.get("variant", d.variant)
     if not isinstance(variant, (str, dict)):
         raise ValueError(f"scenario field variant must be a recipe name or a mapping, got {shown(variant)}")
@@ -415,6 +416,32 @@ def _scenario(raw: Any, origin: str, base_dir: Path | None) -> Scenario:
                                   strict=False, high=MAX_SECONDS),
         workload=workload, cache=cache, simulator=sim, faults=faults, source=origin,
     )
+
+
+#: The default name of a hardware given inline (a mapping without `name`), as its errors name it.
+INLINE_HARDWARE_ORIGIN = "<inline hardware>"
+
+
+def _hardware_field(raw: Any, base_dir: Path | None) -> str | Hardware:
+    """The ``hardware`` field: a preset name or a YAML path (a relative one resolved as `_near`
+    does), or a mapping of the hardware schema (`inference.hardware`), read as its YAML is."""
+    if isinstance(raw, dict):
+        try:
+            return hardware_from_dict(raw, INLINE_HARDWARE_ORIGIN)
+        except ValueError as exc:   # its own "hardware <origin>: " prefix said nothing more
+            detail = str(exc).removeprefix(f"hardware {INLINE_HARDWARE_ORIGIN}: ")
+            raise ValueError(f"scenario field hardware (an inline mapping of the hardware "
+                             f"schema): {detail}") from None
+    if not isinstance(raw, str):   # str() made [1, 2] a name
+        raise ValueError(f"scenario field hardware must be a preset name, a YAML path or a "
+                         f"mapping of the hardware schema, got {shown(raw)}")
+    problem = unusable_spec(raw, PRESET_DIR)
+    if problem is not None:
+        raise ValueError(f"scenario field hardware {shown(raw)} is neither a preset "
+                         f"nor a usable path: {problem}")
+    # A preset name is the preset, never a file next to the YAML (the rule load_hardware reads
+    # it by: see inference.hardware.preset_file).
+    return _near(raw, base_dir, preset=preset_file(raw, PRESET_DIR) is not None)
 
 
 def _workload(raw: Any, base_dir: Path | None) -> Workload:
@@ -586,6 +613,13 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
     is, itself."""
     if isinstance(spec, Scenario):
         origin = f"Scenario {shown(spec.name)} (an object)"
+        if isinstance(spec.hardware, Hardware):
+            # checked as the env's `hardware=` is, its errors naming the object's fields;
+            # `to_dict` below could not write some of what it refuses
+            try:
+                check_hardware(spec.hardware)
+            except ValueError as exc:
+                raise ValueError(f"{origin}: scenario field hardware: {exc}") from None
         loaded = _from_mapping(spec.to_dict(), origin)
         try:
             check_as_loaded(spec, loaded, "scenario field ", _written_fields)

@@ -26,7 +26,7 @@ from envs.scenario import (
     scenario_names,
 )
 from envs.traces import batch_requests, read_trace
-from inference.hardware import PRESET_DIR, load_hardware
+from inference.hardware import PRESET_DIR, hardware_to_dict, load_hardware
 
 V0, SPLIT = envs.ENV_IDS
 
@@ -427,7 +427,7 @@ def test_a_continuous_dists_parameters_and_whole_floats_need_not_be_integers() -
     ({"workload": {"batch": {"value": 5, "min": 8}}}, "workload.batch: 5 lies outside min..max 8..1e+09"),
     ({"description": [1, 2]}, "description must be a string, got [1, 2]"),
     ({"name": None}, "name must be a string, got None"),
-    ({"hardware": None}, "hardware must be a string, got None"),
+    ({"hardware": None}, "hardware must be a preset name, a YAML path or a mapping of the hardware schema, got None"),
     ({"faults": [{"device": "npu", "kind": "offline", "start_task": 0, "end_task": 5,
                   "factor": 0.5}]}, "faults[0].factor is for kind: throttle"),
     # the edges of each documented range
@@ -1204,6 +1204,109 @@ def test_a_hardware_object_survives_the_env_specs_json(env_id: str) -> None:
     with pytest.raises(ValueError, match=r"^hardware <hardware mapping>: devices must be a "
                                          r"non-empty list"):
         gym.make(env_id, hardware={"name": "x", "disk_bandwidth": 1e9, "devices": []})
+
+
+def _edited_edge() -> Any:
+    """The edge preset with its gpu's memory and its cpu-gpu link changed: figures no preset
+    holds, so an env that read `edge` back instead would step otherwise."""
+    edge = load_hardware("edge").with_device("gpu", memory=20_000_000_000)
+    cpu, gpu = edge.device_id("cpu"), edge.device_id("gpu")
+    link = dataclasses.replace(edge.links[(cpu, gpu)], bandwidth=3e9)
+    return dataclasses.replace(edge, links={**edge.links, (cpu, gpu): link, (gpu, cpu): link})
+
+
+@pytest.mark.parametrize("env_id", [V0, SPLIT])
+def test_a_scenario_holding_a_hardware_writes_plain_data_that_makes_the_same_env(
+        env_id: str) -> None:
+    # The env put a `hardware=` Hardware (or its mapping) in its scenario's str-typed field,
+    # and to_dict() kept the object: json.dumps failed ("keys must be str ... not tuple"),
+    # and `scenario=` that mapping was refused ("hardware must be a string").
+    import json
+    hardware = _edited_edge()
+    for given in (hardware, hardware_to_dict(hardware)):
+        env = gym.make(env_id, hardware=given, episode_tasks=15)
+        written = json.loads(json.dumps(env.unwrapped.scenario.to_dict()))
+        assert written["hardware"] == hardware_to_dict(hardware)
+        again = gym.make(env_id, scenario=written)
+        assert again.unwrapped.hardware == hardware
+        assert again.unwrapped.scenario == env.unwrapped.scenario
+        first, second = _trajectory(env, 3, 12), _trajectory(again, 3, 12)
+        assert len(first) == len(second) == 37
+        for a, b in zip(first, second, strict=True):
+            np.testing.assert_array_equal(a, b)
+        # the Scenario object itself, given back as `scenario=`, makes the same env too
+        assert gym.make(env_id, scenario=env.unwrapped.scenario).unwrapped.hardware == hardware
+
+
+def test_a_scenario_yaml_may_hold_its_hardware_inline(tmp_path: Path) -> None:
+    import yaml
+
+    from agents.files import write_text
+    hardware = _edited_edge()
+    sc = dataclasses.replace(load_scenario("article"), hardware=hardware, episode_tasks=15)
+    written = sc.to_dict()
+    del written["source"]   # where it was read from: a YAML file's own path is its source
+    path = write_text(tmp_path / "inline.yaml", yaml.safe_dump(written, sort_keys=False))
+    loaded = load_scenario(str(path))
+    assert loaded.hardware == hardware
+    assert dataclasses.replace(loaded, source="") == dataclasses.replace(sc, source="")
+    env = gym.make(V0, scenario=str(path))
+    assert env.unwrapped.hardware == hardware
+    first = _trajectory(env, 4, 12)
+    second = _trajectory(gym.make(V0, scenario=sc), 4, 12)
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda hw: {**hw, "devices": []}, "devices must be a non-empty list"),
+    (lambda hw: {**hw, "disk_bandwidth": -1}, "disk_bandwidth"),
+    (lambda hw: {**hw, "links": hw["links"][1:]}, "no link between"),
+    (lambda hw: {**hw, "gpus": 2}, "gpus"),
+])
+def test_a_bad_inline_hardware_is_one_error_naming_the_scenario_field(edit, message: str) -> None:
+    raw = load_scenario("article").to_dict()
+    del raw["source"]
+    raw["hardware"] = edit(hardware_to_dict(load_hardware("edge")))
+    with pytest.raises(ValueError) as caught:
+        scenario_from_dict(raw, "my.yaml")
+    text = str(caught.value)
+    assert text.startswith("my.yaml: scenario field hardware (an inline mapping of the "
+                           "hardware schema): ")
+    assert message in text and "\n" not in text and "<inline hardware>" not in text
+    with pytest.raises(ValueError, match=r"^<scenario mapping>: scenario field hardware \(an "
+                                         r"inline mapping"):
+        gym.make(V0, scenario=raw)
+
+
+def test_a_scenario_object_holding_a_bad_hardware_is_refused_naming_its_field() -> None:
+    bad = load_hardware("edge").with_device("gpu", memory=-1)
+    sc = dataclasses.replace(load_scenario("article"), hardware=bad)
+    with pytest.raises(ValueError, match=r"^Scenario 'article' \(an object\): scenario field "
+                                         r"hardware: hardware 'edge' \(an object\): "
+                                         r"devices\[gpu\]\.memory"):
+        load_scenario(sc)
+
+
+@pytest.mark.parametrize(("hardware", "named"), [
+    ("edge", "hardware 'edge' lies"),                        # a name as given, as before
+    (load_hardware("edge"), "hardware 'edge' (an object) lies"),   # not its 2 KB repr
+])
+def test_the_envs_latency_error_names_its_hardware(hardware: Any, named: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    env = envs.InferenceAllocEnv(hardware=hardware, episode_tasks=5)
+    env.reset(seed=0)
+    run = env.sim.run
+
+    def infinite(*args: Any, **kwargs: Any) -> Any:
+        result = run(*args, **kwargs)
+        result.latency = math.inf
+        return result
+
+    monkeypatch.setattr(env.sim, "run", infinite)
+    with pytest.raises(RuntimeError, match="simulated to a latency of inf") as caught:
+        env.step(env.action_space.sample())
+    assert named in str(caught.value) and len(str(caught.value)) < 400
 
 
 def test_a_path_named_like_a_preset_stays_that_file_in_the_env_and_its_spec(tmp_path, monkeypatch):
