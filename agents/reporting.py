@@ -62,7 +62,7 @@ from agents.registry import (
 )
 from envs import ENV_IDS
 from envs.scenario import SCENARIO_DIR, load_scenario
-from inference.hardware import PRESET_DIR, load_hardware, preset_file
+from inference.hardware import PRESET_DIR, Hardware, load_hardware, preset_file
 from inference.variants import variant_label
 from inference.yamlio import path_version
 
@@ -305,13 +305,22 @@ def _cached_context_key(scenario: str, hardware: str | None, variant: str | None
     # Each name read as load_scenario and load_hardware read it: a preset name is the preset,
     # even where a file of that name lies in the working directory.
     spelt = hardware if hardware is not None else sc.hardware
+    if isinstance(spelt, Hardware):
+        # held inline in the scenario's YAML: named by its name (its file is the scenario's,
+        # whose key, and version, the setting's key holds already)
+        return _scenario_key(scenario), spelt.name, variant_label(
+            variant if variant is not None else sc.variant)
     path = preset_file(spelt, PRESET_DIR) or Path(spelt)
     if path.suffix not in (".yaml", ".yml") and not path.exists():
         path = PRESET_DIR / f"{path}.yaml"
     recipe = variant_label(variant if variant is not None else sc.variant)
+    return _scenario_key(scenario), str(path.resolve()), recipe
+
+
+def _scenario_key(scenario: str) -> str:
+    """The scenario as a setting's key names it: a file's resolved path, or a preset's name."""
     read_as_file = preset_file(scenario, SCENARIO_DIR) is None and Path(scenario).exists()
-    scenario_key = str(Path(scenario).resolve()) if read_as_file else scenario
-    return scenario_key, str(path.resolve()), recipe
+    return str(Path(scenario).resolve()) if read_as_file else scenario
 
 
 def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]) -> list[Context]:
@@ -363,6 +372,10 @@ def _env_in(ctx: Context, env_id: str, cfg: EvalConfig) -> Any:
 
 def _devices(ctx: Context) -> tuple[str, ...]:
     """The device names of the context's hardware (its resolved file, read once a version)."""
+    if ctx.hardware is None:
+        own = load_scenario(ctx.scenario).hardware
+        if isinstance(own, Hardware):   # inline in the scenario's YAML: no file to read
+            return own.device_names
     path = ctx.key()[1]
     return _device_names(path, path_version(Path(path)))
 

@@ -1224,6 +1224,33 @@ def test_the_baselines_a_setting_runs_follow_an_edited_hardware_file(tmp_path: P
     assert runnable_baselines(cfg, ctx) == ["best-static"]
 
 
+def test_a_setting_of_a_scenario_holding_its_hardware_inline_names_it_by_its_name(
+        tmp_path: Path) -> None:
+    # A scenario YAML may hold its hardware inline (a mapping of the hardware schema): the
+    # setting's key read it as a path (TypeError in preset_file), and the baselines' devices
+    # from a file it has none of.
+    from agents.reporting import Context, runnable_baselines, section_of, setting_names
+    from envs.scenario import load_scenario
+    from inference.hardware import hardware_to_dict, load_hardware
+    raw = load_scenario("article").to_dict()
+    del raw["source"]
+    hardware = hardware_to_dict(load_hardware("edge").with_device("gpu", memory=2e10))
+    for device in hardware["devices"]:   # a device no file of that name has
+        device["name"] = device["name"].replace("npu", "dsp")
+    for link in hardware["links"]:
+        link["between"] = [end.replace("npu", "dsp") for end in link["between"]]
+    raw["hardware"] = hardware
+    (tmp_path / "my.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    own = Context(str(tmp_path / "my.yaml"), None, None)
+    assert section_of(own) == "my" and setting_names(own) == ("edge", "glm-5.3-flash")
+    # another hardware given: the section names it, as for a scenario naming its hardware
+    assert section_of(Context(own.scenario, "server", None), [own]) == "my (hardware server)"
+    cfg = EvalConfig(baselines=["best-static", "all-gpu", "all-npu"])
+    assert runnable_baselines(cfg, own) == ["best-static", "all-gpu"]   # it has no npu
+    assert runnable_baselines(cfg, Context(own.scenario, "server", None)) == [
+        "best-static", "all-gpu", "all-npu"]
+
+
 def test_a_model_row_pooling_training_runs_says_its_interval_is_of_pooled_samples() -> None:
     """A model row's n is seeds x training runs, and its 95% CI treats them as independent
     samples, though every run is scored on the same held-out seeds: the interval is narrower
