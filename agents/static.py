@@ -90,15 +90,17 @@ def _unbounded_like(space: Any, own: Any) -> bool:
             and bool(np.all(np.isneginf(space.low))) and bool(np.all(np.isposinf(space.high))))
 
 
-def _normalises_observations(env: Any) -> bool:
-    """Is an SB3 ``VecNormalize`` with ``norm_obs`` in the chain of vector-env wrappers of
-    `env` (each holds the next as ``venv``)?"""
+def _observation_normaliser(env: Any) -> Any:
+    """The wrapper in `env`'s chain that normalises observations with running statistics
+    (``obs_rms``), or None: SB3's ``VecNormalize`` with ``norm_obs``, or Gymnasium's
+    ``NormalizeObservation`` (whose vector form kept the space on Gymnasium 1.0). Each wrapper
+    holds the next as ``venv`` (SB3) or ``env`` (Gymnasium)."""
     seen = 0
     while env is not None and seen < 100:      # a chain, never a cycle; bounded all the same
-        if getattr(env, "norm_obs", False) is True and hasattr(env, "obs_rms"):
-            return True
-        env, seen = getattr(env, "venv", None), seen + 1
-    return False
+        if hasattr(env, "obs_rms") and getattr(env, "norm_obs", True) is True:
+            return env
+        env, seen = getattr(env, "venv", None) or getattr(env, "env", None), seen + 1
+    return None
 
 
 def check_own_spaces(env: Any, reader: str, reads_observations: bool = True) -> None:
@@ -114,15 +116,11 @@ def check_own_spaces(env: Any, reader: str, reads_observations: bool = True) -> 
     SB3's ``Monitor`` and ``VecNormalize`` with ``norm_obs=False``) pass, and so does
     ``ClipAction``, which declares an unbounded box but hands the env's own actions on
     unchanged. A vector env is judged by a sub-env's spaces. ``VecNormalize`` with ``norm_obs``
-    keeps the space and rescales the observations, so it is refused by its flag: its first
-    observation (about 0 everywhere, with one env) passes the policies' check of each
-    observation's entries."""
+    keeps the space and rescales the observations, so it is refused by its flag (and so is
+    any wrapper holding running observation statistics, ``obs_rms``): its first observation
+    (about 0 everywhere, with one env) passes the policies' check of each observation's
+    entries."""
     base = unwrap_env(env)
-    if reads_observations and _normalises_observations(env):
-        raise NotOwnSpaces(
-            f"{reader} reads the env's own observations, and a VecNormalize on the env rescales "
-            f"them (norm_obs=True): build {reader} on the env under it, or normalise the "
-            f"rewards alone (VecNormalize(venv, norm_obs=False))")
     if isinstance(env, VectorEnv):
         observations, actions = env.single_observation_space, env.single_action_space
     else:
@@ -143,6 +141,13 @@ def check_own_spaces(env: Any, reader: str, reads_observations: bool = True) -> 
             f"{reader} answers in the env's own actions ({own_actions}), and a wrapper on the "
             f"env takes {actions} instead, which it would misread: build {reader} on "
             f"env.unwrapped, or map its actions into the wrapper's yourself")
+    # a normaliser that keeps the space (SB3's VecNormalize; Gymnasium 1.0's vector one)
+    normaliser = _observation_normaliser(env) if reads_observations else None
+    if normaliser is not None:
+        raise NotOwnSpaces(
+            f"{reader} reads the env's own observations, and a {type(normaliser).__name__} on "
+            f"the env rescales them: build {reader} on the env under it, or normalise the "
+            f"rewards alone (VecNormalize(venv, norm_obs=False), NormalizeReward)")
 
 
 def is_split(env: Any) -> bool:

@@ -325,6 +325,12 @@ def test_a_fixed_policy_is_refused_on_an_env_whose_wrappers_change_its_spaces(
                                                   episode_tasks=5))
     with pytest.raises(ValueError, match="^heft reads the env's own observations"):
         make_policy("heft", vec)
+    # ... which Gymnasium 1.0's kept (Box(0, 1)): refused by its running statistics
+    vec.single_observation_space = vec.env.single_observation_space
+    vec.observation_space = vec.env.observation_space
+    with pytest.raises(ValueError, match="^heft reads the env's own observations, and a "
+                                         "NormalizeObservation on the env rescales them"):
+        make_policy("heft", vec)
     vec.close()
     # SB3's VecNormalize keeps the space and rescales the entries: refused by its flag, as its
     # first observation of one env (about 0 everywhere) lies inside [0, 1]
