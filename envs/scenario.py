@@ -606,6 +606,8 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
     """A scenario by preset name (``article``, ``bursty``, ...), by YAML path, as is, or from a
     mapping: the schema of this module's docstring, as `Scenario.to_dict` writes it (its
     `source` key, where the scenario was first read from, is kept; paths are not rewritten).
+    A YAML file may hold that mapping as it is: its `source` key is read over, the file
+    being the source.
     A mapping that is not a valid scenario is a ValueError naming the field, and so is a
     Scenario (`dataclasses.replace` checks nothing) whose mapping is not, or which holds
     another type than the mapping reads back as (`inference.checks.check_as_loaded`: a
@@ -629,6 +631,13 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
     if isinstance(spec, Mapping):
         return _from_mapping(spec, MAPPING_ORIGIN)
     raw, origin, read = load_named_yaml(spec, SCENARIO_DIR, "scenario")
+    if isinstance(raw, dict) and "source" in raw:
+        # `to_dict`'s mapping dumped to a file as it is (it was refused as an unknown key): a
+        # file's source is the file itself, so the key is read over
+        raw = dict(raw)
+        if not isinstance(raw.pop("source"), str):
+            raise ValueError(f"{origin}: scenario field source (where Scenario.to_dict's "
+                             f"scenario was read from) must be a string")
     # Relative paths in it resolve against the folder of the file read (a preset's: the
     # presets'); absolute, so that they stay right if the working directory changes before
     # the env reads them.

@@ -1244,10 +1244,10 @@ def test_a_scenario_yaml_may_hold_its_hardware_inline(tmp_path: Path) -> None:
     from agents.files import write_text
     hardware = _edited_edge()
     sc = dataclasses.replace(load_scenario("article"), hardware=hardware, episode_tasks=15)
-    written = sc.to_dict()
-    del written["source"]   # where it was read from: a YAML file's own path is its source
+    written = sc.to_dict()     # its source key as well: a file's own path is its source
     path = write_text(tmp_path / "inline.yaml", yaml.safe_dump(written, sort_keys=False))
     loaded = load_scenario(str(path))
+    assert loaded.source == str(path)
     assert loaded.hardware == hardware
     assert dataclasses.replace(loaded, source="") == dataclasses.replace(sc, source="")
     env = gym.make(V0, scenario=str(path))
@@ -1256,6 +1256,24 @@ def test_a_scenario_yaml_may_hold_its_hardware_inline(tmp_path: Path) -> None:
     second = _trajectory(gym.make(V0, scenario=sc), 4, 12)
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_scenarios_to_dict_dumped_to_yaml_loads_as_it_is(tmp_path: Path) -> None:
+    """to_dict writes `source`, which a YAML file holding that mapping as it is refused as an
+    unknown key; the file is its own source, so the key is read over (a string only)."""
+    import yaml
+
+    from agents.files import write_text
+    sc = load_scenario("bursty")
+    path = write_text(tmp_path / "dumped.yaml", yaml.safe_dump(sc.to_dict(), sort_keys=False))
+    loaded = load_scenario(str(path))
+    assert loaded.source == str(path) != sc.source
+    assert dataclasses.replace(loaded, source=sc.source) == sc
+    bad = write_text(tmp_path / "bad.yaml", yaml.safe_dump({**sc.to_dict(), "source": [1]}))
+    with pytest.raises(ValueError, match=re.escape(
+            f"{bad}: scenario field source (where Scenario.to_dict's scenario was read from) "
+            f"must be a string")):
+        load_scenario(str(bad))
 
 
 @pytest.mark.parametrize(("edit", "message"), [
