@@ -43,15 +43,9 @@ def _main(argv: list[str] | None, prog: str) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     # torch and SB3 load only now: --help and a refused option answer at once
-    from agents.rollout_steps import rounding_notes
-    from agents.training import RunFailed, RunsFailed, comparison_table, plan, print_cause, train
+    from agents.training import RunFailed, RunsFailed, comparison_table, print_cause, train
 
     try:
-        if config.resume is None:
-            # the plan's refusals first (train plans again, at once): a note above one was noise
-            plan(config, given.hp_source)
-            for note in rounding_notes(config):     # SB3 trains whole rollouts: more than asked
-                print(note, file=sys.stderr)
         try:
             results, failed = train(config, given), None
         except RunsFailed as exc:   # each failure was reported as it happened (PlanStopped:

@@ -125,6 +125,7 @@ from agents.registry import (
     runs_on,
     valid_names,
 )
+from agents.rollout_steps import rounding_notes
 from agents.run_folder import (
     BEST_MODEL,
     BEST_RECORD,
@@ -1065,6 +1066,9 @@ def train(config: TrainConfig, given: set[str] | None = None,
     results: list[RunResult] = []
     failures: list[RunFailed | FinishedUnrecorded] = []
     specs = plan(config, given.hp_source if isinstance(given, GivenOptions) else "")
+    # after the plan's refusals (a note above one was noise), before the first run
+    for note in rounding_notes(config):     # SB3 trains whole rollouts: more than asked
+        print(note, file=sys.stderr)
     for spec in specs:
         try:
             results.append(train_run(config, spec))

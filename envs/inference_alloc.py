@@ -791,13 +791,14 @@ class InferenceAllocEnv(gym.Env):
         --eval-tasks, the online study's samples, a 1-task env built to read the device
         names): the warning `reset` gives, for the scenario still holds the fault for its own,
         longer episodes. An argument longer than the scenario's own may reach it."""
+        longest = max(own_tasks, sc.episode_tasks)
         for i, fault in enumerate(sc.faults):
-            if fault.start_task >= max(own_tasks, sc.episode_tasks):
+            if fault.start_task >= longest:
                 with naming_field(sc, f"faults[{i}]"):
                     raise ValueError(
-                        f"start_task {fault.start_task} is at or past the episode's {own_tasks} "
-                        f"tasks (episode_tasks: {own_tasks}; tasks 0..{own_tasks - 1}): it "
-                        f"would never fire; start it before task {own_tasks}, or raise "
+                        f"start_task {fault.start_task} is at or past the episode's {longest} "
+                        f"tasks (episode_tasks: {longest}; tasks 0..{longest - 1}): it "
+                        f"would never fire; start it before task {longest}, or raise "
                         f"episode_tasks")
         n = sc.episode_tasks
         late = [(i, fault) for i, fault in enumerate(sc.faults) if fault.start_task >= n]

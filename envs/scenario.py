@@ -71,7 +71,7 @@ from inference.hardware import (
     hardware_to_dict,
     load_named_yaml,
     preset_file,
-    unusable_spec,
+    require_usable_spec,
 )
 from inference.messages import did_you_mean, shown
 from inference.simulator import MAX_CONTENTION, MAX_OVERHEAD_S, MAX_PREFETCH_DEPTH, MIN_CACHE_DECAY
@@ -435,10 +435,7 @@ def _hardware_field(raw: Any, base_dir: Path | None) -> str | Hardware:
     if not isinstance(raw, str):   # str() made [1, 2] a name
         raise ValueError(f"scenario field hardware must be a preset name, a YAML path or a "
                          f"mapping of the hardware schema, got {shown(raw)}")
-    problem = unusable_spec(raw, PRESET_DIR)
-    if problem is not None:
-        raise ValueError(f"scenario field hardware {shown(raw)} is neither a preset "
-                         f"nor a usable path: {problem}")
+    require_usable_spec(raw, PRESET_DIR, "scenario field hardware")
     # A preset name is the preset, never a file next to the YAML (the rule load_hardware reads
     # it by: see inference.hardware.preset_file).
     return _near(raw, base_dir, preset=preset_file(raw, PRESET_DIR) is not None)

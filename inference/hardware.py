@@ -367,6 +367,15 @@ def unusable_spec(spec: str | Path, preset_dir: Path) -> str | None:
     return unusable_path(spec) or unusable_path(preset_dir / f"{spec}.yaml")
 
 
+def require_usable_spec(spec: str | Path, preset_dir: Path, what: str) -> None:
+    """A ValueError, naming `what` (``scenario``, ``scenario field hardware``), where `spec`
+    can name neither a YAML file nor a preset in `preset_dir` (`unusable_spec`)."""
+    problem = unusable_spec(spec, preset_dir)
+    if problem is not None:
+        raise ValueError(f"{what} {shown(spec)} is neither a preset nor a usable path: "
+                         f"{problem}")
+
+
 def preset_file(spec: str | Path, preset_dir: Path) -> Path | None:
     """The preset file in `preset_dir` that `spec` names, or None: read `spec` as a path.
 
@@ -410,10 +419,7 @@ def load_named_yaml(spec: str | Path, preset_dir: Path, what: str) -> tuple[Any,
         names = ", ".join(sorted(p.stem for p in preset_dir.glob("*.yaml")))
         raise ValueError(f"{what} must be a preset name ({names}) or a path to a YAML file, "
                          f"got {shown(spec)}")
-    problem = unusable_spec(spec, preset_dir)
-    if problem is not None:
-        raise ValueError(f"{what} {shown(spec)} is neither a preset nor a usable path: "
-                         f"{problem}")
+    require_usable_spec(spec, preset_dir, what)
     preset = preset_file(spec, preset_dir)
     if preset is not None:
         return load_yaml_file(preset, f"{what} preset"), str(spec), preset
