@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agents.base import Policy
-from agents.static import is_split, placement_action, unwrap_env
+from agents.static import check_own_spaces, is_split, placement_action, unwrap_env
 from envs.observation import (
     SPEED_SCALE,
     check_in_box,
@@ -82,6 +82,8 @@ class HeftPolicy(Policy):
         base = unwrap_env(env)
         self.calibrated = bool(calibrated)
         self.name = "heft-calibrated" if self.calibrated else "heft"
+        # built directly (not by make_policy), a wrapper that changes the spaces went unseen
+        check_own_spaces(env, type(self).__name__)
         self.n_devices = d = base.n_devices
         self.split = is_split(env)
         self.obs_dim = 5 + 7 * d

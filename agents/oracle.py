@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import Policy
-from agents.static import is_split, placement_action, unwrap_env
+from agents.static import check_own_spaces, is_split, placement_action, unwrap_env
 from envs.observation import BATCH_SCALE, OUTPUT_SCALE, PROMPT_SCALE
 
 
@@ -50,6 +50,7 @@ class OraclePolicy(Policy):
     def __init__(self, env: Any) -> None:
         self._live = env
         self.n_devices = self.env.n_devices     # a VecEnv or another env is refused here
+        check_own_spaces(env, "OraclePolicy")
         self.split = is_split(env)
 
     @property

@@ -217,8 +217,10 @@ class StaticPolicy(Policy):
     @classmethod
     def for_env(cls, env: Any, placement: Sequence[int | str], name: str | None = None
                 ) -> StaticPolicy:
-        """A static policy for `env`'s hardware; devices may be given by name or index."""
+        """A static policy for `env`'s hardware; devices may be given by name or index. An env
+        whose wrappers change its spaces is refused (`check_own_spaces`)."""
         base = unwrap_env(env)
+        check_own_spaces(env, name or "StaticPolicy", reads_observations=False)
         ids = [base.hardware.device_id(d) if isinstance(d, str) else int(d) for d in placement]
         return cls(ids, base.n_devices, base.device_names, name=name, split=is_split(env))
 

@@ -380,6 +380,31 @@ def test_a_fixed_policy_acts_as_on_its_env_behind_wrappers_that_keep_its_spaces(
     vector.close()
 
 
+def test_the_policy_classes_built_directly_refuse_a_wrapper_that_changes_the_spaces() -> None:
+    """make_policy checked the wrappers, the classes it calls did not: HeftPolicy built
+    directly behind NormalizeObservation decoded rescaled entries, and HeftSplitPolicy behind
+    RescaleAction(-2, 2) answered with every weight halved, without a word."""
+    from gymnasium.wrappers import FrameStackObservation, NormalizeObservation, RescaleAction
+
+    from agents.heft_split import HeftSplitPolicy
+
+    normalised = NormalizeObservation(InferenceAllocEnv("article", episode_tasks=5))
+    for build, reader in ((lambda e: HeftPolicy(e, calibrated=True), "HeftPolicy"),
+                          (OraclePolicy, "OraclePolicy")):
+        with pytest.raises(ValueError, match=f"^{reader} reads the env's own observations"):
+            build(normalised)
+        build(normalised.unwrapped)
+    split = InferenceAllocSplitEnv("article", episode_tasks=5)
+    with pytest.raises(ValueError, match="^HeftSplitPolicy answers in the env's own actions"):
+        HeftSplitPolicy(RescaleAction(split, np.float32(-2), np.float32(2)))
+    # a static placement reads no entry: the normaliser passes, a stack of observations not
+    assert StaticPolicy.for_env(normalised, ["cpu", "gpu", "gpu"]).placement == (0, 1, 1)
+    stacked = FrameStackObservation(InferenceAllocEnv("article", episode_tasks=5), 3)
+    with pytest.raises(ValueError, match=r"^mine takes the env's own observations, one of "
+                                         r"shape \(26,\)"):
+        StaticPolicy.for_env(stacked, ["cpu", "gpu", "gpu"], name="mine")
+
+
 def test_a_gated_policy_refuses_a_rescaled_observation_before_its_inner_policy_acts() -> None:
     """The gate checked each row only after the inner policy had predicted on it: the refusal
     named the inner policy (heft, not gated-heft) and a random inner's stream moved on."""
