@@ -796,10 +796,11 @@ def _score(result: RunResult, cfg: TrainConfig, logger: Any,
     run_dir = result.run_dir
     try:
         try:
-            if result.stopped is not None:
-                # what was recorded since the last write (the stopped rollout's latency/,
-                # yours), at the stop; final/ follows at the same step
-                logger.dump(result.steps)
+            # what was recorded since the last write, at the run's last step (a stop's
+            # rollout, yours; the stretch after a --log-interval's, A2C's or DQN's last write,
+            # which only final/'s write took along: --eval-tasks 0 writes none, and the
+            # curves ended short of the model saved); final/ follows at the same step
+            logger.dump(result.steps)
             if cfg.eval_tasks:
                 score_final_model(result, cfg, logger)
             if selection is not None and selection.best is not None:

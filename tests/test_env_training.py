@@ -729,6 +729,24 @@ def test_a_log_interval_writes_the_grouped_scalars_every_nth_rollout(tmp_path: P
     assert len(read_scalars(every_4th, "latency/per_sample")[0]) == 128
 
 
+def test_a_run_without_a_held_out_episode_writes_its_last_points(tmp_path: Path) -> None:
+    """The grouped scalars recorded after the last write (a --log-interval's stretch, A2C's
+    100 rollouts, DQN's 4 episodes) are written at the run's last step: the final/ row's write
+    took them along, but --eval-tasks 0 writes no final/ row, and the curves ended at the write
+    before, short of the model saved (A2C, 2,000 steps: latency/ and train/ ended at 1,600)."""
+    from agents.config import TrainConfig
+    from agents.plots import read_scalars
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=96, log_interval=4,
+                         checkpoint_interval=0, log_dir=str(tmp_path), episode_tasks=20,
+                         eval_tasks=0, progress_bar=False,
+                         hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (result,) = train(config, report=lambda line: None)
+    for tag in ("latency/mean", "devices/cpu_share", "train/value_loss"):
+        assert list(read_scalars(result.run_dir, tag)[0]) == [64, 96], tag
+
+
 def test_a_step_info_without_a_latency_is_no_sample(log: _Logger) -> None:
     """Only a task's step info carries a latency: an info without one adds nothing to the
     window or the per-sample curve, and a rollout of such steps alone records nothing."""
