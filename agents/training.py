@@ -270,6 +270,10 @@ class RunResult:
     # a mix's scenarios after the first: the final model's latencies on each one's held-out
     # episode (``score_final_model``), the comparison table's other sections
     other_scenarios: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    # a warm run that cloned its conservative this session: behaviour_clone's figures
+    # (train / held-out agreement, samples), said in the finished line: a poor clone warms
+    # nothing up, and TensorBoard's warmup/ tags were the only place that told
+    clone: dict[str, float] | None = None
 
 
 @dataclass
@@ -720,7 +724,8 @@ def _run(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first:
                        new_steps=model.num_timesteps - start,
                        evaluated=held.last if held is not None else None,
                        stopped=user.stopped(model.num_timesteps, cfg.timesteps,
-                                            _resume_command(run_dir)) if user else None)
+                                            _resume_command(run_dir)) if user else None,
+                       clone=agent.clone_stats if fresh else None)
     _score(result, cfg, logger, selection, best)
     return result
 
@@ -1115,6 +1120,10 @@ def finished_line(r: RunResult) -> str:
         held += (f"; best @ {r.best.record.num_timesteps} steps (validation-chosen): held-out "
                  f"mean latency {r.best.latency.mean():.2f} s = {r.best.vs_best_static:.3f}x "
                  "best-static")
+    if r.clone is not None:
+        held += (f"; clone of the conservative from {r.clone['samples']:.0f} observations "
+                 f"agreeing with it on {r.clone['train_agreement']:.0%} "
+                 f"({r.clone['heldout_agreement']:.0%} held out)")
     steps = f"{r.steps} steps" if new == r.steps else f"{r.steps} steps ({new} new)"
     if r.stopped is not None:
         steps += f", {r.stopped}"

@@ -420,9 +420,19 @@ def test_recurrent_ppo_trains_warm_beside_cold_in_train_py(tmp_path: Path) -> No
                          episode_tasks=20, hp=dict(SMALL), clone_samples=40,
                          log_dir=str(tmp_path), checkpoint_interval=0, eval_tasks=0,
                          eval_interval=0, progress_bar=False)
-    (result,) = train(config, report=lambda line: None)
+    lines: list[str] = []
+    (result,) = train(config, report=lines.append)
     assert result.spec.label == "recurrent-ppo-warm" and result.steps == 16
     assert (result.run_dir / "warmup.json").is_file()
+    # the clone's agreement is said where the run ends, not in TensorBoard alone: a poor clone
+    # (few observations) warms nothing up, and the run then scores as the cold one
+    clone = result.clone
+    assert clone is not None and clone["samples"] == 40
+    assert all(0.0 <= clone[k] <= 1.0 for k in ("train_agreement", "heldout_agreement"))
+    (finished,) = [line for line in lines if line.startswith("finished recurrent-ppo-warm")]
+    assert (f"clone of the conservative from 40 observations agreeing with it on "
+            f"{clone['train_agreement']:.0%} ({clone['heldout_agreement']:.0%} held out)"
+            in finished)
 
 
 def test_a_cloned_recurrent_ppo_fine_tunes_with_its_warm_start_values() -> None:
