@@ -114,6 +114,7 @@ from agents.evaluation import episode_latencies, make_env, overload_note, short_
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, check_room, write_text
 from agents.locks import FolderBusy, holding
+from agents.overrides import layer_hyperparams
 from agents.registry import (
     SB3_NAMES,
     check_first_action,
@@ -575,6 +576,10 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
     # (file paths compared absolute, as runs record them)
     given_abs, saved_abs = _absolute_files(config), _absolute_files(saved)
+    # config.yaml's hp holds every hyper-parameter the run used, --hp the overrides alone: the
+    # run's own --hp n_steps=64 (its command line run again with --resume) was refused as a
+    # change; overrides that change none of the run's values are its own
+    given_abs.hp = layer_hyperparams(saved.hp, config.hp)
     extra = sorted(k for k in given - RESUMABLE - {"resume", "log_dir"}
                    if getattr(given_abs, k) != getattr(saved_abs, k))
     kept = [k for k in KEPT_EPISODES if k in extra]
@@ -590,7 +595,9 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
     if extra:
         raise ConfigError(f"--resume continues {run_dir.name} with its saved config; only "
                           f"{', '.join(flag_of(k) for k in sorted(RESUMABLE))}"
-                          f" may change (got {', '.join(extra)})")
+                          f" may change (got {', '.join(flag_of(k) for k in extra)}); resume "
+                          f"without them, or start a new run ({command('train')} without "
+                          f"--resume)")
     cfg = dataclasses.replace(saved, resume=None, log_dir=str(run_dir.parent),
                               **{k: getattr(config, k) for k in given & RESUMABLE})
     if "scenario_weights" in given:     # new weights, of the run's scenarios

@@ -2562,7 +2562,24 @@ def test_a_run_records_its_files_absolutely_and_resumes_given_its_own_config(
     assert main(["--resume", str(run), "--hardware", "my.yaml", "--timesteps", "128"]) == 0
     assert main(["--resume", str(run), "--config", str(run / "config.yaml"), "--timesteps", "160",
                  "--seeds", "5"]) == 2                      # a changed value is still refused
-    assert "may change (got seeds)" in capsys.readouterr().err
+    assert "may change (got --seeds); resume without them" in capsys.readouterr().err
+
+
+def test_a_resume_takes_the_runs_own_command_line_with_its_hp(tmp_path: Path, capsys) -> None:
+    """config.yaml's hp holds every hyper-parameter the run used, --hp the overrides alone:
+    the run's own command line run again with --resume (what a researcher does after an
+    interruption) was refused as "only ... may change (got hp)". Another value is refused."""
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    command = ["--agents", "ppo", "--warmup", "none", "--hp", "n_steps=32", "batch_size=32",
+               "policy_kwargs={net_arch: [8]}", "--episode-tasks", "20", "--eval-tasks", "0",
+               "--checkpoint-interval", "32", "--log-dir", str(runs), "--no-progress-bar"]
+    assert main([*command, "--timesteps", "64"]) == 0
+    capsys.readouterr()
+    assert main([*command, "--timesteps", "96", "--resume"]) == 0, capsys.readouterr().err
+    assert "96 steps (32 new)" in capsys.readouterr().out
+    assert main([*command, "--timesteps", "128", "--resume", "--hp", "n_steps=64"]) == 2
+    assert "may change (got --hp)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("flag", "saved", "given"), [("--eval-seed", 10000, "5"),
