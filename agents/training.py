@@ -1067,12 +1067,20 @@ def _absolute_files(config: TrainConfig) -> TrainConfig:
 
 def train(config: TrainConfig, given: set[str] | None = None,
           report: Callable[[str], None] = print) -> list[RunResult]:
-    """Every run of `config` (or the one resumed), one `report` line per finished run."""
+    """Every run of `config` (or the one resumed), one `report` line per finished run.
+
+    `given`: the options set (train.py's flags and --config file), which a resume takes over
+    the run's config.yaml (``RESUMABLE``) or refuses where they differ from it. None (a config
+    built in Python): those that differ from TrainConfig's defaults; name one set to its
+    default in `given` for a resume to take it."""
     # train.py's parse_config validated it already; a config built in Python had not, and
     # an option only a run trips on (--select-best without eval/ points) left a folder behind
     config.validate()
     if config.resume is not None:
-        result = resume_run(config, given or set())
+        # without `given`, every option was read as not set: TrainConfig(resume=..., timesteps=
+        # 4000) resumed to the run's own total, and a scenario or reward of another run was
+        # dropped without a word, the run's own trained on
+        result = resume_run(config, _options_set(config) if given is None else given)
         report(finished_line(result))
         return [result]
     config = _absolute_files(config)
@@ -1102,6 +1110,13 @@ def train(config: TrainConfig, given: set[str] | None = None,
     if failures:
         raise RunsFailed(failures, results)
     return results
+
+
+def _options_set(config: TrainConfig) -> set[str]:
+    """The options of a config built in Python that differ from TrainConfig's defaults."""
+    default = TrainConfig()
+    return {f.name for f in dataclasses.fields(TrainConfig)
+            if getattr(config, f.name) != getattr(default, f.name)}
 
 
 def print_cause(failed: RunFailed | WriteFailed) -> None:

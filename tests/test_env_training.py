@@ -2037,6 +2037,26 @@ def test_a_resume_takes_its_own_per_sample_and_log_intervals(tmp_path: Path) -> 
     assert list(read_scalars(run.run_dir, "latency/mean")[0]) == [16, 32, 48, 64, 96, 128]
 
 
+def test_a_resume_built_in_python_takes_or_refuses_the_options_it_sets(tmp_path: Path) -> None:
+    """train() without `given` read every option of the config as not set: a resume to
+    timesteps=96 was refused as the run's own 64 already done, and another scenario or reward
+    was dropped without a word (the run's own trained on). Those that differ from the
+    defaults are the ones set."""
+    from agents.config import ConfigError, TrainConfig
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, checkpoint_interval=32,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False, hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (run,) = train(config, report=lambda line: None)
+    with pytest.raises(ConfigError, match=r"may change \(got --reward, --scenario\)"):
+        train(TrainConfig(resume=str(run.run_dir), timesteps=96, scenario="bursty",
+                          reward="latency"), report=lambda line: None)
+    (resumed,) = train(TrainConfig(resume=str(run.run_dir), timesteps=96, progress_bar=False),
+                       report=lambda line: None)
+    assert resumed.steps == 96 and resumed.new_steps == 32
+
+
 def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkeypatch) -> None:
     """A run that crashed at step 50, past its checkpoint at 32, had written the per-task
     latencies of samples 32-49: the resume from 32 writes them again, and TensorBoard's reader
