@@ -198,12 +198,16 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(steps, path) of the readable model checkpoints and final model of a run, by steps."""
+    """(steps, path) of the readable model checkpoints and final model of a run, by steps;
+    model.zip after a checkpoint of its steps. That checkpoint is saved within the last
+    rollout, before the update that ends it (PPO, A2C, ...: a run whose --timesteps is a
+    multiple of --checkpoint-interval, as the defaults' 60,000 of 10,000), model.zip after it:
+    a --resume of a finished run took the checkpoint, one update short of the run's model."""
     found = []
     for path in _model_files(run_dir):
         if path.is_file() and (steps := saved_steps(path)) is not None:
             found.append((steps, path))
-    return sorted(found, key=lambda sp: (sp[0], sp[1].name != "model.zip"))
+    return sorted(found, key=lambda sp: (sp[0], sp[1].name == "model.zip"))
 
 
 def _model_files(run_dir: Path) -> list[Path]:

@@ -1255,7 +1255,8 @@ def test_a_run_folder_the_file_system_refuses_is_a_write_failure_naming_it(
 def test_checkpoints_are_the_readable_zips_by_steps(tmp_path: Path) -> None:
     """A run's checkpoints and model.zip by step count, each zip whose step count cannot be
     read (not a zip, no count, a count that is null or no number) left out, not an error; of
-    equal steps model.zip first (a resume takes the last: the checkpoint)."""
+    equal steps model.zip last (a resume takes it: saved after the checkpoint's update,
+    test_a_resume_of_a_finished_run_goes_on_from_its_model_not_its_last_checkpoint)."""
     import json
 
     from agents.run_folder import checkpoints, saved_steps
@@ -1278,7 +1279,7 @@ def test_checkpoints_are_the_readable_zips_by_steps(tmp_path: Path) -> None:
     (folder / "model_5_steps.zip").mkdir()
     assert saved_steps(folder / "model_4_steps.zip") is None
     assert saved_steps(folder / "model_5_steps.zip") is None      # a folder: an OSError
-    assert checkpoints(tmp_path) == [(32, final), (32, good[32]), (64, good[64])]
+    assert checkpoints(tmp_path) == [(32, good[32]), (32, final), (64, good[64])]
 
 
 def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
@@ -1298,6 +1299,30 @@ def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
     assert [name for name in saved if name.endswith(".zip")] == [
         "model_32_steps.zip", "model_64_steps.zip", "model_96_steps.zip"]
     assert (result.run_dir / "replay_buffer.pkl").is_file()
+
+
+def test_a_resume_of_a_finished_run_goes_on_from_its_model_not_its_last_checkpoint(
+        tmp_path: Path) -> None:
+    """PPO's checkpoint at a run's last step is saved within its last rollout, before the
+    update that ends it, and model.zip after it: a --resume of the finished run (its
+    --timesteps a multiple of --checkpoint-interval, as the defaults' are) took that
+    checkpoint, whose model is one update short of the run's."""
+    from stable_baselines3 import PPO
+
+    from agents.config import TrainConfig
+    from agents.run_folder import checkpoints
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, checkpoint_interval=32,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False, hp={"n_steps": 32, "batch_size": 32, "n_epochs": 1})
+    (run,) = train(config, report=lambda line: None)
+    last = run.run_dir / "checkpoints" / "model_64_steps.zip"
+    assert PPO.load(last)._n_updates + 1 == PPO.load(run.run_dir / "model.zip")._n_updates == 2
+    assert checkpoints(run.run_dir)[-2:] == [(64, last), (64, run.run_dir / "model.zip")]
+    (resumed,) = train(TrainConfig(resume=str(run.run_dir), timesteps=96, progress_bar=False),
+                       {"resume", "timesteps"}, report=lambda line: None)
+    assert PPO.load(run.run_dir / "model.zip")._n_updates == 3
 
 
 def test_keep_checkpoints_keeps_the_newest_with_their_files_and_a_resume_goes_on(

@@ -274,9 +274,10 @@ def test_a_resumed_warm_sac_run_continues_with_its_warm_up_and_replay_buffer(
     resumed = training.resume_run(dataclasses.replace(
         config, resume=result.run_dir.name, timesteps=192), {"resume", "timesteps"})
     assert resumed.steps == 192
-    # built as train_run builds it, the warm-up's class, with the run's buffer (the 128-step
-    # checkpoint's: SB3 calls the callback that saves it before storing that step's transition)
-    assert attached == [(WarmSAC, 127)]
+    # built as train_run builds it, the warm-up's class, with the run's buffer: model.zip's,
+    # all 128 transitions (the 128-step checkpoint's held 127: SB3 calls the callback that
+    # saves it before storing that step's transition and training on it)
+    assert attached == [(WarmSAC, 128)]
 
 
 def test_sacs_clone_loss_is_the_squared_error_inside_and_one_sided_below_the_edge() -> None:
