@@ -2461,6 +2461,50 @@ def test_a_resume_stopped_as_its_model_is_saved_keeps_the_old_models_files(
     assert leftover_temp_files(run) == []
 
 
+def test_a_run_stopped_after_its_last_checkpoint_is_finished_by_a_resume(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """Stopped after its checkpoint of the whole --timesteps, as model.zip was written (or in
+    the last update, or the last eval/ point): --resume refused it ("already has 64 steps;
+    give --timesteps above that") and evaluate.py sent it back to --resume. A resume now
+    finishes it from that checkpoint without a step, each TensorBoard step shown once."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    args = ["--agents", "ppo", "--warmup", "none", "--hp", "n_steps=32", "batch_size=32",
+            "--episode-tasks", "20", "--eval-tasks", "20", "--eval-interval", "32",
+            "--checkpoint-interval", "32", "--log-dir", str(runs), "--no-progress-bar"]
+    real_save = BaseAlgorithm.save
+
+    def stopped(self, path, *rest, **kwargs):
+        if ".model.zip." in Path(path).name:
+            raise KeyboardInterrupt
+        return real_save(self, path, *rest, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BaseAlgorithm, "save", stopped)
+        assert main([*args, "--timesteps", "64"]) == 130
+    (run,) = runs.iterdir()
+    assert not (run / "model.zip").exists()
+    capsys.readouterr()
+    assert main(["--resume", str(run), "--timesteps", "48"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "already has 64 steps; give --timesteps above that (the new total) to continue it, "
+        "or resume it without --timesteps to finish it there (its model.zip)\n")
+    assert main(["--resume", str(run)]) == 0
+    assert "64 steps (0 new)" in capsys.readouterr().out
+    assert saved_steps(run / "model.zip") == 64
+    assert main(["--resume", str(run)]) == 2        # finished: nothing more to do
+    assert capsys.readouterr().err.endswith("(the new total) to continue it\n")
+    assert main(["--resume", str(run), "--timesteps", "96"]) == 0
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = {tag: [e.step for e in acc.Scalars(tag)]
+             for tag in ("eval/latency_mean", "final/latency_mean", "latency/per_sample")}
+    assert steps == {"eval/latency_mean": [0, 32, 64, 96], "final/latency_mean": [64, 96],
+                     "latency/per_sample": list(range(96))}
+
+
 def test_a_resumed_warm_runs_guard_trips_continue_from_its_checkpoint(tmp_path: Path) -> None:
     """The warm-up's trip count was not saved: warmup/guard_trips restarted at 0 on --resume."""
     import json
