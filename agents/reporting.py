@@ -207,7 +207,7 @@ def _zip_info(path: Path) -> tuple[str, str]:
 
 def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
     """The models to evaluate (``--models`` or every finished run under ``--runs``) and notes."""
-    from agents.run_folder import check_run_folder, folders_in
+    from agents.run_folder import check_run_folder, checkpoints, folders_in
 
     notes: list[str] = []
     entries = []
@@ -225,6 +225,12 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                     raise ConfigError(f"--models {p} is not a run folder (no config.yaml, no "
                                       f"model.zip): give a run folder of {program('train')} "
                                       f"or a model .zip")
+                if not (p / "model.zip").is_file() and not checkpoints(p):
+                    # --resume refuses it too: the hint below sent a user from one to the other
+                    raise ConfigError(f"run folder {p} has no model.zip nor checkpoint (it "
+                                      f"stopped before its first checkpoint): nothing to "
+                                      f"evaluate or resume; remove it and train it again "
+                                      f"({command('train')})")
                 if not (p / "model.zip").is_file():
                     raise ConfigError(f"run folder {p} has no model.zip (unfinished run? "
                                       f"continue it with: {command('train')} --resume {p})")

@@ -612,7 +612,13 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
             raise ConfigError(f"run {run_dir} has no readable checkpoint or model to resume "
                               f"from: {'; '.join(unreadable)}; restore the run's files, or "
                               f"train a new run ({command('train')} without --resume)")
-        raise ConfigError(f"run {run_dir} has no checkpoint or model to resume from")
+        # a run killed (SIGKILL, out of memory, a power loss) before its first checkpoint keeps
+        # its folder, which --resume (latest) then found every time, with no word on what to do
+        every = (f"every {cfg.checkpoint_interval:,} steps" if cfg.checkpoint_interval
+                 else "none with --checkpoint-interval 0")
+        raise ConfigError(f"run {run_dir} has no checkpoint or model to resume from (it "
+                          f"stopped before its first checkpoint: {every}); remove it and train "
+                          f"a new run ({command('train')} without --resume)")
     steps, path = found[-1]
     newer = unreadable_models(run_dir, newer_than=steps)
     if newer:   # the run went back to an older save without a word (DQN's buffer emptied)

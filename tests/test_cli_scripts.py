@@ -79,6 +79,17 @@ def script(name: str, *args: str, timeout: float = JOB_TIMEOUT_S
                           capture_output=True, timeout=timeout)
 
 
+def checkpoint_at(run: Path, steps: int) -> Path:
+    """A checkpoint of `steps` steps in the run folder `run`, as a resume finds it (a zip whose
+    SB3 data records the steps): an unfinished run, which --resume and evaluate.py tell apart
+    from one killed before its first checkpoint."""
+    path = run / "checkpoints" / f"model_{steps}_steps.zip"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps({"num_timesteps": steps}))
+    return path
+
+
 def load_main(name: str):
     spec = importlib.util.spec_from_file_location(name.removesuffix(".py") + "_cli", ROOT / name)
     module = importlib.util.module_from_spec(spec)
@@ -272,6 +283,7 @@ def test_models_of_a_folder_that_is_no_run_says_so_without_the_resume_hint(
     assert f"--models {plain} is not a run folder (no config.yaml, no model.zip)" in err
     assert "--resume" not in err
     (plain / "config.yaml").write_text("agent: ppo\n")
+    checkpoint_at(plain, 32)
     assert main(["--models", str(plain), *args]) == 2
     assert f"continue it with: python train.py --resume {plain}" in capsys.readouterr().err
 
@@ -2461,6 +2473,31 @@ def test_a_resume_stopped_as_its_model_is_saved_keeps_the_old_models_files(
     assert leftover_temp_files(run) == []
 
 
+def test_a_run_killed_before_its_first_checkpoint_is_refused_naming_what_to_do(
+        tmp_path: Path, capsys) -> None:
+    """A run killed (SIGKILL, out of memory) before its first checkpoint keeps its folder:
+    --resume said only "has no checkpoint or model to resume from", and evaluate.py sent it
+    to --resume ("unfinished run? continue it with: ... --resume")."""
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    assert main(["--agents", "ppo", "--warmup", "none", "--hp", "n_steps=32", "batch_size=32",
+                 "--episode-tasks", "20", "--eval-tasks", "0", "--checkpoint-interval", "32",
+                 "--timesteps", "64", "--log-dir", str(runs), "--no-progress-bar"]) == 0
+    (run,) = runs.iterdir()
+    shutil.rmtree(run / "checkpoints")      # as a kill at step 20 leaves it
+    (run / "model.zip").unlink()
+    capsys.readouterr()
+    assert main(["--resume", "--log-dir", str(runs)]) == 2
+    assert capsys.readouterr().err == (
+        f"train.py: error: run {run} has no checkpoint or model to resume from (it stopped "
+        f"before its first checkpoint: every 32 steps); remove it and train a new run "
+        f"(python train.py without --resume)\n")
+    evaluate = load_main("evaluate.py")
+    assert evaluate(["--models", str(run), "--out", str(tmp_path / "r"), "--no-online"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to evaluate or resume; remove it" in err and "--resume" not in err
+
+
 def test_a_run_stopped_after_its_last_checkpoint_is_finished_by_a_resume(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """Stopped after its checkpoint of the whole --timesteps, as model.zip was written (or in
@@ -3347,6 +3384,7 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     # the hint says what to run next as the user runs it, then the checkout's form again
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "config.yaml").write_text("agent: ppo\n")   # a run, unfinished
+    checkpoint_at(tmp_path / "unfinished", 32)
     monkeypatch.chdir(tmp_path)
     (script_status, _, script_err), (status, _, err) = (
         said(main, hint, capsys) for main in (script, console))
@@ -3397,6 +3435,7 @@ def test_python_m_runs_the_cli_named_as_it_ran(module: str, script_name: str, hi
     assert "train.py" not in helped.stdout and "evaluate.py" not in helped.stdout
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "config.yaml").write_text("agent: ppo\n")   # a run, unfinished
+    checkpoint_at(tmp_path / "unfinished", 32)
     refused = run(*hint)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.startswith(f"{command}: error: ") and expected in refused.stderr
