@@ -13,12 +13,14 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envs.workload import file_version, generate_episode
+from envs.workload import file_digest, file_version, generate_episode
 from inference.simulator import Shares, Simulator
 from inference.task import STAGES
 from inference.variants import COST_PARAMS, resolve_variant
@@ -130,13 +132,52 @@ def _memo_key(env: InferenceAllocEnv, scenario: Scenario) -> tuple[str, tuple[ty
 
 def _key_of(env: InferenceAllocEnv, scenario: Scenario) -> str:
     """`best_static_key` of `env` with its scenario as searched, `scenario`."""
+    return repr(tuple(_setting(env, scenario, file_version).values()))
+
+
+def _setting(env: InferenceAllocEnv, scenario: Scenario,
+             trace_version: Callable[[str], object]) -> dict[str, object]:
+    """What `env` with `scenario` depends on, part by part: the keys' text (`_key_of`, in this
+    order) and a run's record of its setting (`setting_digests`). `trace_version`: what
+    stands for the replayed trace (a stat within a process, its contents across them)."""
     trace = scenario.workload.trace
     recipe = resolve_variant(scenario.variant)
     # an implementation's constructor arguments as registered now (COST_PARAMS): a name's
     # arguments changed in one process were answered with the first arguments' placement
     params = tuple(COST_PARAMS.get(recipe[stage], {}) for stage in STAGES)
-    return repr((scenario, trace and file_version(trace), env.hardware, env.model, env.variant,
-                 params, CALIBRATION_TASKS, CALIBRATION_SEED))
+    return {"scenario": scenario, "trace": trace and trace_version(trace),
+            "hardware": env.hardware, "model": env.model, "variant": env.variant,
+            "stage_arguments": params, "calibration_tasks": CALIBRATION_TASKS,
+            "calibration_seed": CALIBRATION_SEED}
+
+
+#: Scenario fields that the record of a setting leaves out: its text about itself.
+_NOT_RECORDED = ("description", "source")
+#: The record's name of each part of `_setting` but the scenario, whose fields it records one
+#: by one (its hardware, model and variant as it names them; these, what they name now).
+_PARTS = {"trace": "trace", "hardware": "hardware_figures", "model": "model_figures",
+          "variant": "stages", "stage_arguments": "stages", "calibration_tasks": "calibration",
+          "calibration_seed": "calibration"}
+
+
+def setting_digests(env: InferenceAllocEnv) -> dict[str, str]:
+    """A digest of each part of everything an episode of `env` depends on besides its seed and
+    policy, as `setting_key` holds it, for a record kept across processes: each of the
+    scenario's fields (workload, hardware and variant as named, noise, faults, ...), the
+    hardware's figures and the model's as named now, the variant's stages (its implementations
+    and their arguments), the best-static search's calibration, and the replayed trace's
+    contents (not its file's stat, which a copy or a checkout of the same bytes changes). A
+    run folder records them (``agents.run_setting``): its ``--resume`` compares them to the
+    setting's now, so an edited scenario, hardware or trace file is named, not trained on."""
+    setting = _setting(env, env.scenario, file_digest)
+    scenario: Any = setting.pop("scenario")
+    parts: dict[str, list[object]] = {
+        f.name: [getattr(scenario, f.name)] for f in dataclasses.fields(scenario)
+        if f.name not in _NOT_RECORDED}
+    for name, value in setting.items():
+        parts.setdefault(_PARTS[name], []).append(value)
+    return {name: hashlib.sha256(repr(values).encode()).hexdigest()[:16]
+            for name, values in parts.items()}
 
 
 def search_best_static(env: InferenceAllocEnv) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ train/test distribution shift that keeps its hit rate low.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -61,6 +62,17 @@ def file_version(trace: str) -> tuple[object, ...]:
     by the bare string replayed a CSV as it was when first read, after it had been rewritten or
     deleted, or (a relative path) after the working directory changed."""
     return path_version(TRACES.get(trace, Path(trace)))
+
+
+def file_digest(trace: str) -> str:
+    """A digest of the contents of the file a trace name or path reads now: what a record kept
+    across processes holds (`file_version`'s stat changes with a copy or a checkout of the
+    same bytes). A file that cannot be read is its path: its loader names what is wrong."""
+    path = TRACES.get(trace, Path(trace))
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, ValueError):   # ValueError: a NUL byte in the name
+        return str(path)
 
 
 @lru_cache(maxsize=8)
