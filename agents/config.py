@@ -81,6 +81,10 @@ MAX_EPISODES = 1000             # evaluate.py's --episodes a seed: 2 by default,
 # torch, which an option's check must not); --article-clients takes no more clients than this
 ARTICLE_JOB_TASKS = 1000
 VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVecEnv (agents.vec_envs)
+# keys of a run folder's config.yaml that record the run, not options of one: a --config file
+# reads them over (a new run records its own). settings: its setting's digests, which
+# --resume compares (agents.run_setting)
+RUN_RECORDS = ("settings",)
 
 
 class ConfigError(ValueError):
@@ -716,6 +720,8 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     keys: dict[str, Any] = {}    # the spelling each option was given in
     for key, value in data.items():
+        if cls is TrainConfig and key in RUN_RECORDS:
+            continue
         option = str(key).replace("-", "_")
         name = names.get(option)
         if name is None:

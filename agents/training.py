@@ -13,7 +13,10 @@ partial warm-ups read ``-warm-clone+guard``) holds:
   ``model.zip`` was saved, from where a resume reads what a run stopped after it logged
   (``agents.event_files``);
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
-  its ``hp`` every hyper-parameter the run used (the YAML's and the overrides);
+  its ``hp`` every hyper-parameter the run used (the YAML's and the overrides), and its
+  ``settings`` a digest of each part of each training scenario's setting as the run started
+  (workload, hardware, variant, trace contents...), which ``--resume`` compares to the
+  setting's now, refusing one edited since (``agents.run_setting``);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the
   VecNormalize statistics, for DQN and SAC the latest replay buffer, and with warm-up the
   guard's state, which it and its ``warmup/guard_trips`` curve continue from on ``--resume``);
@@ -147,6 +150,7 @@ from agents.run_folder import (
     saved_steps,
     unreadable_models,
 )
+from agents.run_setting import check_setting, recorded_settings, run_config_text
 from agents.sb3_factory import (
     OtherDeviceCount,
     SB3Agent,
@@ -650,11 +654,14 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
                           f"{spec.agent}: {exc}") from None
     seed = resume_seed(spec.seed, steps)
     warm = warmup_config(cfg, spec.warmup, done_steps=steps // cfg.n_envs)
+    # the envs as the saved config builds them now, against the setting the run started on
+    # (config.yaml's record): an edited scenario, hardware or trace file was trained on
+    env = env_for(cfg)
+    check_setting(run_dir.name, cfg, recorded_settings(run_dir / "config.yaml"), env)
     if warm is not None:
         # as plan() checks a new run's, before the envs are built: config.yaml names a policy
         # of yours as given, imported from the working directory (another folder's resume
         # failed with a traceback), and --vec-env may have changed
-        env = env_for(cfg)
         try:
             conservative = make_fixed_policy(cfg.conservative, env, "--conservative policy")
         except ValueError as exc:
@@ -705,7 +712,8 @@ def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: i
         except ValueError as exc:      # a damaged warmup.json: the CLI's one-line error
             raise ConfigError(str(exc)) from None
     best = best_so_far(run_dir, cfg) if cfg.select_best else None
-    write_text(run_dir / "config.yaml", to_yaml(cfg))
+    # the record as checked (a run folder older than it gets it now, for its next resume)
+    write_text(run_dir / "config.yaml", run_config_text(cfg, first))
     return _run(agent, run_dir, cfg, spec, first, fresh=False, best=best)
 
 
@@ -788,7 +796,7 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
         user = UserCallbacks(cfg.callbacks) if cfg.callbacks else None
         t0 = time.perf_counter()
         if fresh:
-            write_text(run_dir / "config.yaml", to_yaml(cfg))
+            write_text(run_dir / "config.yaml", run_config_text(cfg, first))
         # SB3's own log_interval unless one is given: each algorithm's default differs
         interval = {} if cfg.log_interval is None else {"log_interval": cfg.log_interval}
         agent.learn(max(cfg.timesteps - start, 0), callback=callbacks + ([user] if user else []),

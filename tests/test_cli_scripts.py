@@ -2743,8 +2743,8 @@ def rewrite_zip(path: Path, change) -> None:
                 zf.writestr(name, kept)
 
 
-@pytest.mark.parametrize("case", ["other hardware", "other agent", "truncated policy.pth",
-                                  "no policy.pth"])
+@pytest.mark.parametrize("case", ["other hardware", "other hardware, unrecorded", "other agent",
+                                  "truncated policy.pth", "no policy.pth"])
 def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
         case: str, tmp_path: Path, cpu_npu_hardware: str, capsys) -> None:
     """SB3's load of the run's model was a traceback out of --resume: its hardware file
@@ -2760,6 +2760,13 @@ def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
     model = run / "model.zip"
     shutil.rmtree(run / "checkpoints")     # model.zip the one model to resume from
     if case == "other hardware":           # the run's hardware file, three devices now
+        Path(cpu_npu_hardware).write_text((PRESET_DIR / "edge.yaml").read_text())
+        # config.yaml's record of the setting names it before the model is loaded
+        expected = ("has changed since the run started: its hardware figures differ",
+                    f"restore hardware {cpu_npu_hardware} as it was, or train a new run")
+    elif case == "other hardware, unrecorded":     # a run folder older than that record
+        config = run / "config.yaml"
+        config.write_text(config.read_text().split("\n# what each scenario's")[0] + "\n")
         Path(cpu_npu_hardware).write_text((PRESET_DIR / "edge.yaml").read_text())
         expected = (f"model file {model} was trained on hardware of 2 devices",
                     f"its hardware {cpu_npu_hardware} is not the hardware the run was trained "

@@ -2125,3 +2125,169 @@ def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkey
     assert {tag: s for tag, s in steps.items() if any(np.diff(s) <= 0)} == {}
     assert steps["latency/per_sample"] == list(range(96))
     assert steps["eval/vs_best_static"] == [0, 24, 48, 72, 96]
+
+
+# ----------------------------------------------------------------------- a resume's setting
+def tiny_train(tmp_path: Path, scenario: str | list[str], **options: Any) -> Path:
+    """A 32-step run on `scenario` under tmp_path/runs, checkpointed at its end: its folder."""
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    (run,) = train(TrainConfig(agents=["ppo"], warmup=["none"], scenario=scenario,
+                               timesteps=32, checkpoint_interval=32, episode_tasks=20,
+                               eval_tasks=0, log_dir=str(tmp_path / "runs"), progress_bar=False,
+                               hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1}, **options),
+                   report=lambda line: None)
+    return run.run_dir
+
+
+def resume_to(run_dir: Path, timesteps: int) -> Any:
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    (resumed,) = train(TrainConfig(resume=str(run_dir), timesteps=timesteps, progress_bar=False),
+                       {"resume", "timesteps", "progress_bar"}, report=lambda line: None)
+    return resumed
+
+
+def refused_resume(run_dir: Path, timesteps: int = 64) -> str:
+    """The one-line refusal of a resume of `run_dir`, which leaves its files as they were."""
+    from agents.config import ConfigError
+
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError) as caught:
+        resume_to(run_dir, timesteps)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"cannot resume {run_dir.name}: ")
+    return message
+
+
+def own_scenario(tmp_path: Path, preset: str = "article", name: str = "mine.yaml") -> Path:
+    from envs.scenario import SCENARIO_DIR
+
+    path = tmp_path / name
+    path.write_text((SCENARIO_DIR / f"{preset}.yaml").read_text(encoding="utf-8"),
+                    encoding="utf-8")
+    return path
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("old", "new", "parts"), [
+    ("arrival_rate: 0.022", "arrival_rate: 0.2", "workload differs"),
+    ("variant: glm-5.3-flash\n", "variant: glm-5.3\n", "variant, stages differ"),
+    ("hardware: server\n", "hardware: edge\n", "hardware, hardware figures differ")])
+def test_a_resume_refuses_a_scenario_file_edited_since_the_run_started(
+        tmp_path: Path, old: str, new: str, parts: str) -> None:
+    """A run names its scenario by path, which --resume read again: the file edited in between
+    (arrival_rate 0.022 -> 0.2) was trained on without a word, its later eval/ points of
+    another episode on the same curve (0.78x -> 3.04x best-static). Now config.yaml records
+    the setting's digests; an unchanged file resumes, an edited one is refused naming the
+    file and the part, and resumes again once restored."""
+    scenario = own_scenario(tmp_path)
+    original = scenario.read_text(encoding="utf-8")
+    run_dir = tiny_train(tmp_path, str(scenario))
+    assert resume_to(run_dir, 64).steps == 64            # unchanged: it goes on
+    edit(scenario, old, new)
+    message = refused_resume(run_dir, 96)
+    assert f"scenario {scenario} has changed since the run started: its {parts} from " in message
+    assert f"restore {scenario} as it was, or train a new run" in message
+    scenario.write_text(original, encoding="utf-8")
+    assert resume_to(run_dir, 96).steps == 96
+
+
+def test_a_resume_refuses_a_hardware_file_or_trace_edited_since(tmp_path: Path) -> None:
+    """The hardware file of --hardware (only its device count was checked, as the model's
+    observation space) and a replayed trace's CSV are part of the setting; the trace by its
+    contents, so the same bytes written again resume."""
+    from inference.hardware import PRESET_DIR
+
+    hardware = tmp_path / "my-server.yaml"
+    hardware.write_text((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"),
+                        encoding="utf-8")
+    trace = tmp_path / "trace.csv"
+    rows = "".join(f"2024-01-01 00:{i // 6:02d}:{10 * (i % 6):02d}.0,500,50\n" for i in range(60))
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows, encoding="utf-8")
+    scenario = tmp_path / "replay.yaml"
+    scenario.write_text(f"name: replay\nworkload: {{trace: {trace}}}\n", encoding="utf-8")
+    run_dir = tiny_train(tmp_path, str(scenario), hardware=str(hardware))
+    trace.write_text(trace.read_text(encoding="utf-8"), encoding="utf-8")   # same bytes
+    assert resume_to(run_dir, 64).steps == 64
+    trace.write_text(trace.read_text(encoding="utf-8").replace(",500,50", ",900,50"),
+                     encoding="utf-8")
+    message = refused_resume(run_dir, 96)
+    assert "its trace differs" in message and f"restore trace {trace} as it was" in message
+    edit(hardware, "launch_overhead: 2.0e-6", "launch_overhead: 4.0e-6")
+    message = refused_resume(run_dir, 96)
+    assert "its trace, hardware figures differ" in message, message
+    assert f"restore hardware {hardware} and trace {trace} as they were" in message
+    assert "project" not in message
+
+
+def test_a_mix_refuses_a_resume_when_one_of_its_scenario_files_was_edited(
+        tmp_path: Path) -> None:
+    """A mix records a digest per scenario: the second file's edit is named, not missed."""
+    first = own_scenario(tmp_path, "article", "first.yaml")
+    second = own_scenario(tmp_path, "bursty", "second.yaml")
+    run_dir = tiny_train(tmp_path, [str(first), str(second)])
+    edit(second, "noise: 0.05", "noise: 0.2")
+    message = refused_resume(run_dir)
+    assert f"scenario {second} has changed since the run started: its noise differs" in message
+    assert str(first) not in message
+
+
+def test_a_run_folder_without_the_record_resumes_as_before(tmp_path: Path) -> None:
+    """A run folder written before config.yaml recorded the setting has none to compare: it
+    resumes (on the setting as it is now, as before), and records that for its next resume."""
+    import yaml
+
+    from agents.run_setting import SETTINGS
+
+    scenario = own_scenario(tmp_path)
+    run_dir = tiny_train(tmp_path, str(scenario))
+    config = run_dir / "config.yaml"
+    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+    assert set(raw[SETTINGS]) == {str(scenario)}
+    del raw[SETTINGS]
+    config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    edit(scenario, "arrival_rate: 0.022", "arrival_rate: 0.03")
+    assert resume_to(run_dir, 64).steps == 64
+    assert SETTINGS in yaml.safe_load(config.read_text(encoding="utf-8"))
+    edit(scenario, "arrival_rate: 0.03", "arrival_rate: 0.04")
+    assert "its workload differs" in refused_resume(run_dir, 96)
+
+
+@pytest.mark.parametrize(("part", "named"), [("workload", "preset scenario article"),
+                                             ("hardware_figures", "hardware preset server")])
+def test_a_preset_changed_by_a_project_update_refuses_a_resume_naming_it(
+        tmp_path: Path, part: str, named: str) -> None:
+    """A preset is part of the project: an update that changes it changes the setting the
+    model trained on, so a resume is refused as for a file of one's own, naming the preset.
+    (The recorded digest stands in for the update: the preset files are the project's.)"""
+    import yaml
+
+    from agents.run_setting import SETTINGS
+
+    run_dir = tiny_train(tmp_path, "article")
+    config = run_dir / "config.yaml"
+    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+    raw[SETTINGS]["article"][part] = "0" * 16
+    config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    message = refused_resume(run_dir)
+    assert (f"scenario article has changed since the run started: its "
+            f"{part.replace('_', ' ')} differs") in message
+    assert f"restore {named} as it was (a preset or the code: as the project version" in message
+
+
+def test_a_run_config_with_its_record_is_a_config_file_of_a_new_run(tmp_path: Path) -> None:
+    """train.py --config RUN/config.yaml reads the record over: it is no option."""
+    from agents.config import TrainConfig, parse_config
+
+    run_dir = tiny_train(tmp_path, "article")
+    config, _ = parse_config(TrainConfig, ["--config", str(run_dir / "config.yaml")])
+    assert config.timesteps == 32 and config.scenario == "article"

@@ -1,0 +1,139 @@
+"""A run's setting, recorded as it starts and checked as it resumes.
+
+A run folder's ``config.yaml`` names its scenarios (and ``--hardware``) by preset name or file
+path, and ``--resume`` reads them again: a scenario, hardware or trace file edited between the
+two (or a preset changed by a project update) was trained on without a word, and the run's
+later eval/ points came from another episode on the same curve. So ``config.yaml`` also holds,
+under ``settings``, a digest of each part of each training scenario's whole setting as the run
+started (``envs.reference.setting_digests``: the scenario's fields, the hardware's figures,
+the model, the variant, the replayed trace's contents, the best-static calibration), and a
+resume whose envs, built again from the saved config, give other digests is refused, naming
+the scenario, the parts that differ and what to restore. ``train.py --config`` reads the key
+over (a new run records its own). A run folder written before the record resumes as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.commands import command
+from agents.config import ConfigError, TrainConfig, to_yaml
+from envs.inference_alloc import InferenceAllocEnv
+from envs.reference import setting_digests
+from envs.scenario import SCENARIO_DIR
+from envs.scenario_mix import ScenarioMixEnv
+from envs.traces import TRACES
+from inference.hardware import PRESET_DIR, preset_file
+from inference.messages import shown
+from inference.yamlio import safe_load
+
+#: config.yaml's key of the record (``agents.config.RUN_RECORDS`` reads it over as an option)
+SETTINGS = "settings"
+#: The parts of a setting that the scenario itself sets (its file, or its preset): its fields.
+_SCENARIO_FIELDS = ("name", "hardware", "variant", "model", "episode_tasks", "noise",
+                    "failed_dispatch_s", "workload", "cache", "simulator", "faults")
+
+Settings = dict[str, dict[str, str]]
+
+
+def scenario_envs(env: Any) -> list[InferenceAllocEnv]:
+    """The env of each scenario `env` trains on: a mix's, in their order, or its own."""
+    base = env.unwrapped
+    return list(base.envs) if isinstance(base, ScenarioMixEnv) else [base]
+
+
+def settings_of(env: Any, cfg: TrainConfig) -> Settings:
+    """Each training scenario of `cfg` (as config.yaml names it) with its setting's digests,
+    read from `env`, the run's training env."""
+    return dict(zip(cfg.training_scenarios(), map(setting_digests, scenario_envs(env)),
+                    strict=True))
+
+
+def run_config_text(cfg: TrainConfig, env: Any) -> str:
+    """A run folder's config.yaml: the run's config (``to_yaml``), then the record of its
+    setting as `env` (its training env) has it now."""
+    record = yaml.safe_dump({SETTINGS: settings_of(env, cfg)}, sort_keys=False,
+                            default_flow_style=None)
+    return (f"{to_yaml(cfg)}# what each scenario's setting was as the run started (digests): "
+            f"--resume refuses another\n{record}")
+
+
+def recorded_settings(path: Path) -> Settings | None:
+    """The record of config.yaml at `path` (read by ``read_run_config`` already), or None for a
+    run folder written before it. A damaged record is a ConfigError naming the file."""
+    try:
+        data = safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):   # read just now: refused already
+        return None
+    record = data.get(SETTINGS) if isinstance(data, dict) else None
+    if record is None:
+        return None
+    if not (isinstance(record, dict) and all(
+            isinstance(name, str) and isinstance(parts, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in parts.items())
+            for name, parts in record.items())):
+        raise ConfigError(f"{shown(path, quote=False)}: its {SETTINGS} record is damaged (a "
+                          f"mapping of scenario: {{part: digest}}, as the run wrote it); "
+                          f"restore it, or remove the key to resume without the check")
+    return record
+
+
+def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, env: Any) -> None:
+    """Refuse a resume whose training env `env`, built from the saved `cfg`, is not the setting
+    config.yaml `recorded` as the run started: one line naming the first such scenario, the
+    parts that differ and what to restore. None (a run folder older than the record): no
+    check. A part that only one side has (recorded by another version) is not compared."""
+    if not recorded:
+        return
+    now = settings_of(env, cfg)
+    changed = {name: [part for part, digest in parts.items()
+                      if part in recorded[name] and recorded[name][part] != digest]
+               for name, parts in now.items() if name in recorded}
+    changed = {name: parts for name, parts in changed.items() if parts}
+    if not changed:
+        return
+    name, parts = next(iter(changed.items()))
+    env_of = dict(zip(cfg.training_scenarios(), scenario_envs(env), strict=True))[name]
+    sources = _sources(name, parts, cfg, env_of)
+    more = f" (and {len(changed) - 1} more of its scenarios)" if len(changed) > 1 else ""
+    project = any(source.startswith(("preset ", "hardware preset ", "packaged ", "the project"))
+                  for source in sources)
+    raise ConfigError(
+        f"cannot resume {run_name}: scenario {shown(name, quote=False)} has changed since the "
+        f"run started{more}: its {', '.join(p.replace('_', ' ') for p in parts)} differ{'s' if len(parts) == 1 else ''} from "
+        f"the digests its config.yaml recorded then; restore {' and '.join(sources)} as "
+        f"{'it was' if len(sources) == 1 else 'they were'}"
+        f"{' (a preset or the code: as the project version the run started on had it)' if project else ''}"
+        f", or train a new run on the new setting ({command('train')} without --resume)")
+
+
+def _sources(name: str, parts: list[str], cfg: TrainConfig, env: InferenceAllocEnv
+             ) -> list[str]:
+    """What sets the `parts` of scenario `name` that differ, as a user restores it: the
+    scenario for its own fields; what its hardware or trace names, where the name is the
+    same and what it reads is not; the project's code for what no file of a run sets."""
+    scenario = (f"preset scenario {name}" if preset_file(name, SCENARIO_DIR) is not None
+                else shown(name, quote=False))
+    sources = []
+    if any(part in _SCENARIO_FIELDS for part in parts):
+        sources.append(scenario)
+    hardware = env.scenario.hardware    # --hardware's, where given
+    if "hardware_figures" in parts and "hardware" not in parts:
+        if not isinstance(hardware, str):       # the scenario's own mapping
+            sources.append(scenario)
+        elif preset_file(hardware, PRESET_DIR) is not None:
+            sources.append(f"hardware preset {hardware}")
+        else:
+            sources.append(f"hardware {shown(hardware, quote=False)}")
+    trace = env.scenario.workload.trace
+    if "trace" in parts and "workload" not in parts and trace is not None:
+        sources.append(f"packaged trace {trace}" if trace in TRACES
+                       else f"trace {shown(trace, quote=False)}")
+    if (not sources or "calibration" in parts
+            or any(part in ("model_figures", "stages") for part in parts)
+            and not {"model", "variant"} & set(parts)):
+        sources.append("the project's code")
+    return list(dict.fromkeys(sources))
