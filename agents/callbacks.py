@@ -318,13 +318,6 @@ class EvalPoints(BaseCallback):
         self._point(self.num_timesteps)
         self._last_step = self.num_timesteps
 
-    def taken(self, step: int) -> None:
-        """A point at `step` is in the run's events already (a resumed run that only finishes,
-        ``agents.training._learn``): the end of training at `step` takes none."""
-        self._last_step = step
-
-    point_tag = ""      # a tag every point writes, by which a run's events show it
-
     def _point(self, step: int) -> None:
         raise NotImplementedError
 
@@ -332,8 +325,6 @@ class EvalPoints(BaseCallback):
 class HeldOutEval(EvalPoints):
     """The ``eval/`` tags of the tables above, at the points of ``EvalPoints``, on the
     held-out episode of each scenario."""
-
-    point_tag = "eval/latency_mean"     # written at every point
 
     def __init__(self, episodes: Sequence[ScenarioEpisode], interval: int) -> None:
         super().__init__(episodes, interval)
@@ -367,8 +358,6 @@ class BestModelSelection(EvalPoints):
     model beats every earlier point's (and `best`'s, the record a resumed run kept: ``beats``),
     it is saved as ``best_model.zip`` in `run_dir`, then its record
     (``agents.run_folder.BestModel``) as ``best_model.json``, each written whole."""
-
-    point_tag = "eval/validation_vs_best_static"     # written at every point
 
     def __init__(self, episodes: Sequence[ScenarioEpisode], interval: int, run_dir: Path,
                  episode: tuple[int, int], best: BestModel | None = None) -> None:

@@ -55,7 +55,7 @@ def mark_events(logger: Any, run_dir: Path, steps: int) -> None:
     write_text(run_dir / RECORD, json.dumps({"num_timesteps": steps, "sizes": sizes}) + "\n")
 
 
-def logged_at(run_dir: Path, tag: str, step: int, whole: bool = False) -> bool:
+def logged_at(run_dir: Path, tag: str, step: int) -> bool:
     """Whether TensorBoard shows a point of `tag` at `step` from the events files in `run_dir`,
     the model of `step` steps being the newest saved. TensorBoard reads the files by name, and
     a restart marker (``SessionLog.START`` at step P, as SummaryWriter's ``purge_step`` writes)
@@ -63,12 +63,10 @@ def logged_at(run_dir: Path, tag: str, step: int, whole: bool = False) -> bool:
 
     Only the events written since that model was saved are read: one of `step` logged before
     it is of a stretch of training that a later resume from an earlier step replaced, and that
-    resume's marker, written before the save, dropped it. `whole`: every event is read (the
-    newest save of `step` steps is a checkpoint, and the record may be of a model.zip of the
-    same steps whose save failed after it, past the events since the checkpoint)."""
+    resume's marker, written before the save, dropped it."""
     from tensorboard.compat.proto.event_pb2 import SessionLog
 
-    start = {} if whole else _sizes_at(run_dir, step)
+    start = _sizes_at(run_dir, step)
     logged = False
     for path in events_files(run_dir):
         for event in _events(path, start.get(path.name, 0)):

@@ -45,9 +45,7 @@ add, change or drop them: ``RESUMABLE``; config.yaml records those of the run's 
 What a failed run leaves: the folder is created only once the env and the agent are built
 (warm-up cloning included), so bad options never leave one. If training then fails (or is
 interrupted) before the first checkpoint, the folder is removed; after it, the folder is
-kept without ``model.zip`` and ``--resume`` continues it (one stopped after its checkpoint of
-its whole ``--timesteps``, in its last update, eval/ point or save, it finishes: that
-checkpoint's model saved as ``model.zip`` and scored, without a step). Every file is written to a temp
+kept without ``model.zip`` and ``--resume`` continues it. Every file is written to a temp
 file and renamed, so none is ever half-written. An existing folder is never reused for a
 new run: a clash in the same second gets a ``-1``, ``-2``... suffix. A failed run (or one
 whose write was refused after its training, its model.zip complete) is reported when it
@@ -116,7 +114,7 @@ from agents.config import (
 )
 from agents.divergence import Diverged, DivergenceGuard, diverged, finite_weights
 from agents.evaluation import episode_latencies, make_env, overload_note, short_name, unique_name
-from agents.event_files import logged_at, mark_events, tensorboard_writer
+from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, check_room, write_text
 from agents.locks import FolderBusy, holding
 from agents.overrides import layer_hyperparams
@@ -629,16 +627,9 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
         raise ConfigError(f"cannot resume {run_dir.name} from its newest save: "
                           f"{'; '.join(newer)}; restore it, or move it out of the run folder "
                           f"to resume from {path} at {steps} steps")
-    # A run stopped after a checkpoint of its whole --timesteps but before its model.zip (in
-    # its last update, eval/ point or save) is finished from that checkpoint, without a step:
-    # it was refused as "already has N steps", and evaluate.py sent it back to --resume.
-    finishing = (steps >= cfg.timesteps and path.name != "model.zip"
-                 and cfg.timesteps == saved.timesteps)
-    if steps >= cfg.timesteps and not finishing:
-        unfinished = (", or resume it without --timesteps to finish it there (its model.zip)"
-                      if path.name != "model.zip" and saved.timesteps <= steps else "")
+    if steps >= cfg.timesteps:
         raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
-                          f"above that (the new total) to continue it{unfinished}")
+                          f"above that (the new total) to continue it")
     try:    # the run's own (config.yaml names them as given, imported from here) or new ones
         check_callbacks(cfg.callbacks)
     except ValueError as exc:
@@ -782,16 +773,6 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
         model.set_logger(logger)
         callbacks, held, selection = _callbacks(agent, run_dir, cfg, spec, first, fresh, best,
                                                 written)
-        finishing = start >= cfg.timesteps      # a resume that only finishes it (_resume_in)
-        if finishing:
-            # its eval/ points at the end, of the model it saves: where the stopped run wrote
-            # them already (after its last checkpoint, before model.zip), they are not written
-            # twice (final/ then scores model.zip itself). Read whole: the record of the events
-            # may be of the model.zip whose save failed, past those points
-            for points in (held, selection):
-                if points is not None and logged_at(run_dir, points.point_tag, start,
-                                                    whole=True):
-                    points.taken(start)
         # yours last: ours write and checkpoint as they would without them
         user = UserCallbacks(cfg.callbacks) if cfg.callbacks else None
         t0 = time.perf_counter()
@@ -799,18 +780,12 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
             write_text(run_dir / "config.yaml", run_config_text(cfg, first))
         # SB3's own log_interval unless one is given: each algorithm's default differs
         interval = {} if cfg.log_interval is None else {"log_interval": cfg.log_interval}
-        agent.learn(max(cfg.timesteps - start, 0), callback=callbacks + ([user] if user else []),
+        agent.learn(cfg.timesteps - start, callback=callbacks + ([user] if user else []),
                     reset_num_timesteps=fresh,
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar, **interval)
         seconds = time.perf_counter() - t0
-        # where the events end as it is saved: a resume from it reads on from there. A run
-        # finished without a step keeps its checkpoint's record: a resume from its model.zip
-        # reads the stopped run's events from there, which may show that step's per-task
-        # latency (past the record made now, it was read as not shown, and written twice)
-        if finishing:
-            tensorboard_writer(logger).flush()
-        else:
-            mark_events(logger, run_dir, model.num_timesteps)
+        # where the events end as it is saved: a resume from it reads on from there
+        mark_events(logger, run_dir, model.num_timesteps)
         # a resume continues from model.zip when it is the newest: DQN and SAC need their
         # buffer beside it, or it starts again from an empty one
         save_model_files(model, run_dir / "model.zip", model.num_timesteps, agent.warmup)
