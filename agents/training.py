@@ -553,6 +553,10 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
         close_venv(venv)
 
 
+class AlreadyTrained(ConfigError):
+    """A resume to a total of steps the run has reached already."""
+
+
 def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
     """Continue a run from its last checkpoint, in its folder, to ``config.timesteps`` steps."""
     run_dir = find_run(config.log_dir, config.resume or "latest")
@@ -628,8 +632,8 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
                           f"{'; '.join(newer)}; restore it, or move it out of the run folder "
                           f"to resume from {path} at {steps} steps")
     if steps >= cfg.timesteps:
-        raise ConfigError(f"run {run_dir.name} already has {steps} steps; give --timesteps "
-                          f"above that (the new total) to continue it")
+        raise AlreadyTrained(f"run {run_dir.name} already has {steps} steps; give --timesteps "
+                             f"above that (the new total) to continue it")
     try:    # the run's own (config.yaml names them as given, imported from here) or new ones
         check_callbacks(cfg.callbacks)
     except ValueError as exc:
@@ -1094,7 +1098,16 @@ def train(config: TrainConfig, given: set[str] | None = None,
         # without `given`, every option was read as not set: TrainConfig(resume=..., timesteps=
         # 4000) resumed to the run's own total, and a scenario or reward of another run was
         # dropped without a word, the run's own trained on
-        result = resume_run(config, _options_set(config) if given is None else given)
+        options = _options_set(config) if given is None else given
+        try:
+            result = resume_run(config, options)
+        except AlreadyTrained as exc:
+            if given is not None or "timesteps" in options:
+                raise
+            # TrainConfig(resume=..., timesteps=60000), the default typed out, read as unset
+            raise AlreadyTrained(f"{exc} (timesteps={config.timesteps:,}, TrainConfig's "
+                                 f"default, reads as not given: pass given={{'timesteps'}} "
+                                 f"to train() to resume to it)") from None
         report(finished_line(result))
         return [result]
     config = _absolute_files(config)

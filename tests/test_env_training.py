@@ -2080,6 +2080,14 @@ def test_a_resume_built_in_python_takes_or_refuses_the_options_it_sets(tmp_path:
     (resumed,) = train(TrainConfig(resume=str(run.run_dir), timesteps=96, progress_bar=False),
                        report=lambda line: None)
     assert resumed.steps == 96 and resumed.new_steps == 32
+    # the default typed out reads as not set, and the refusal says so and what to pass
+    from agents.config import DEFAULT_TIMESTEPS
+    with pytest.raises(ConfigError, match=re.escape(
+            f"already has 96 steps; give --timesteps above that (the new total) to continue it "
+            f"(timesteps={DEFAULT_TIMESTEPS:,}, TrainConfig's default, reads as not given: "
+            f"pass given={{'timesteps'}} to train() to resume to it)")):
+        train(TrainConfig(resume=str(run.run_dir), timesteps=DEFAULT_TIMESTEPS),
+              report=lambda line: None)
 
 
 def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkeypatch) -> None:
