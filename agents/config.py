@@ -720,7 +720,10 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     keys: dict[str, Any] = {}    # the spelling each option was given in
     for key, value in data.items():
-        if cls is TrainConfig and key in RUN_RECORDS:
+        # a run's record, as the run wrote it (a mapping per scenario); any other value is a
+        # user's key, refused below as no option
+        if (cls is TrainConfig and key in RUN_RECORDS and isinstance(value, dict)
+                and all(isinstance(v, dict) for v in value.values())):
             continue
         option = str(key).replace("-", "_")
         name = names.get(option)

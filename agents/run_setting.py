@@ -14,6 +14,7 @@ over (a new run records its own). A run folder written before the record resumes
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from agents.commands import command
 from agents.config import ConfigError, TrainConfig, to_yaml
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import setting_digests
-from envs.scenario import SCENARIO_DIR
+from envs.scenario import SCENARIO_DIR, Scenario
 from envs.scenario_mix import ScenarioMixEnv
 from envs.traces import TRACES
 from inference.hardware import PRESET_DIR, preset_file
@@ -33,8 +34,7 @@ from inference.yamlio import safe_load
 #: config.yaml's key of the record (``agents.config.RUN_RECORDS`` reads it over as an option)
 SETTINGS = "settings"
 #: The parts of a setting that the scenario itself sets (its file, or its preset): its fields.
-_SCENARIO_FIELDS = ("name", "hardware", "variant", "model", "episode_tasks", "noise",
-                    "failed_dispatch_s", "workload", "cache", "simulator", "faults")
+_SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(Scenario))
 
 Settings = dict[str, dict[str, str]]
 
@@ -90,8 +90,8 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
         return
     now = settings_of(env, cfg)
     changed = {name: [part for part, digest in parts.items()
-                      if part in recorded[name] and recorded[name][part] != digest]
-               for name, parts in now.items() if name in recorded}
+                      if part in old and old[part] != digest]
+               for name, parts, old in _paired(run_name, recorded, now)}
     changed = {name: parts for name, parts in changed.items() if parts}
     if not changed:
         return
@@ -99,15 +99,32 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
     env_of = dict(zip(cfg.training_scenarios(), scenario_envs(env), strict=True))[name]
     sources = _sources(name, parts, cfg, env_of)
     more = f" (and {len(changed) - 1} more of its scenarios)" if len(changed) > 1 else ""
-    project = any(source.startswith(("preset ", "hardware preset ", "packaged ", "the project"))
-                  for source in sources)
+    what = ", ".join(part.replace("_", " ") for part in parts)
+    restore = " and ".join(sources) + (" as it was" if len(sources) == 1 else " as they were")
+    if any(source.startswith(("preset ", "hardware preset ", "packaged ", "the project"))
+           for source in sources):
+        restore += " (a preset or the code: as the project version the run started on had it)"
     raise ConfigError(
         f"cannot resume {run_name}: scenario {shown(name, quote=False)} has changed since the "
-        f"run started{more}: its {', '.join(p.replace('_', ' ') for p in parts)} differ{'s' if len(parts) == 1 else ''} from "
-        f"the digests its config.yaml recorded then; restore {' and '.join(sources)} as "
-        f"{'it was' if len(sources) == 1 else 'they were'}"
-        f"{' (a preset or the code: as the project version the run started on had it)' if project else ''}"
-        f", or train a new run on the new setting ({command('train')} without --resume)")
+        f"run started{more} (its {what}, by the digests config.yaml recorded then); restore "
+        f"{restore}, train a new run on the new setting ({command('train')} without "
+        f"--resume), or remove the {SETTINGS} key from config.yaml to resume on it anyway")
+
+
+def _paired(run_name: str, recorded: Settings, now: Settings
+            ) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """(scenario, its digests now, its record) for each training scenario: by name, or by place
+    where config.yaml names them otherwise than the record (a file moved, config.yaml edited
+    to its new path: nothing matched, and the check passed whatever the file held)."""
+    if set(now) <= set(recorded):
+        return [(name, parts, recorded[name]) for name, parts in now.items()]
+    if len(now) != len(recorded):
+        raise ConfigError(f"cannot resume {run_name}: its config.yaml trains on "
+                          f"{len(now)} scenarios and its {SETTINGS} record holds {len(recorded)}; "
+                          f"restore config.yaml as the run wrote it, or remove its {SETTINGS} "
+                          f"key to resume without the check")
+    return [(name, parts, old) for (name, parts), old
+            in zip(now.items(), recorded.values(), strict=True)]
 
 
 def _sources(name: str, parts: list[str], cfg: TrainConfig, env: InferenceAllocEnv

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -145,19 +146,57 @@ def _setting(env: InferenceAllocEnv, scenario: Scenario,
     # an implementation's constructor arguments as registered now (COST_PARAMS): a name's
     # arguments changed in one process were answered with the first arguments' placement
     params = tuple(COST_PARAMS.get(recipe[stage], {}) for stage in STAGES)
+    # which implementation each stage runs, by name and by class: a recipe remapped to another
+    # implementation with the same arguments (hierarchical -> prefetched decode) kept the key
+    implementations = tuple((recipe[stage], f"{type(impl).__module__}.{type(impl).__qualname__}")
+                            for stage, impl in zip(STAGES, env.sim.stages, strict=True))
     return {"scenario": scenario, "trace": trace and trace_version(trace),
             "hardware": env.hardware, "model": env.model, "variant": env.variant,
-            "stage_arguments": params, "calibration_tasks": CALIBRATION_TASKS,
-            "calibration_seed": CALIBRATION_SEED}
+            "stage_arguments": params, "implementations": implementations,
+            "calibration_tasks": CALIBRATION_TASKS, "calibration_seed": CALIBRATION_SEED}
 
 
-#: Scenario fields that the record of a setting leaves out: its text about itself.
+#: Fields that the record of a setting leaves out, at any depth: text about the thing itself
+#: (a scenario's description, a device's citation), which no step reads.
 _NOT_RECORDED = ("description", "source")
 #: The record's name of each part of `_setting` but the scenario, whose fields it records one
 #: by one (its hardware, model and variant as it names them; these, what they name now).
 _PARTS = {"trace": "trace", "hardware": "hardware_figures", "model": "model_figures",
-          "variant": "stages", "stage_arguments": "stages", "calibration_tasks": "calibration",
-          "calibration_seed": "calibration"}
+          "variant": "stages", "stage_arguments": "stages", "implementations": "stages",
+          "calibration_tasks": "calibration", "calibration_seed": "calibration"}
+
+
+def _same(value: object, default: object) -> bool:
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):     # an array's elementwise answer
+        return False
+
+
+def _plain(value: object) -> object:
+    """`value` as plain data for a digest: of a dataclass, the fields whose value is not their
+    default (a field that a later version adds with a default that changes nothing keeps every
+    run's digests), text about itself left out (`_NOT_RECORDED`); containers item by item;
+    any other value its repr (a number's repr is exact; numpy's scalars as Python's)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            default = (f.default if f.default is not dataclasses.MISSING
+                       else f.default_factory() if f.default_factory is not dataclasses.MISSING
+                       else dataclasses.MISSING)
+            if f.name in _NOT_RECORDED or (default is not dataclasses.MISSING
+                                           and _same(item, default)):
+                continue
+            out[f.name] = _plain(item)
+        return out
+    if isinstance(value, dict):
+        return {repr(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
 
 
 def setting_digests(env: InferenceAllocEnv) -> dict[str, str]:
@@ -166,7 +205,9 @@ def setting_digests(env: InferenceAllocEnv) -> dict[str, str]:
     scenario's fields (workload, hardware and variant as named, noise, faults, ...), the
     hardware's figures and the model's as named now, the variant's stages (its implementations
     and their arguments), the best-static search's calibration, and the replayed trace's
-    contents (not its file's stat, which a copy or a checkout of the same bytes changes). A
+    contents (not its file's stat, which a copy or a checkout of the same bytes changes); each
+    of the values as plain data (`_plain`: fields at their defaults and text about a thing
+    itself left out), not of the code that reads them. A
     run folder records them (``agents.run_setting``): its ``--resume`` compares them to the
     setting's now, so an edited scenario, hardware or trace file is named, not trained on."""
     setting = _setting(env, env.scenario, file_digest)
@@ -176,7 +217,8 @@ def setting_digests(env: InferenceAllocEnv) -> dict[str, str]:
         if f.name not in _NOT_RECORDED}
     for name, value in setting.items():
         parts.setdefault(_PARTS[name], []).append(value)
-    return {name: hashlib.sha256(repr(values).encode()).hexdigest()[:16]
+    return {name: hashlib.sha256(json.dumps(_plain(values), sort_keys=True).encode()
+                                 ).hexdigest()[:16]
             for name, values in parts.items()}
 
 

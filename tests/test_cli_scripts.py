@@ -2756,8 +2756,8 @@ def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
     if case == "other hardware":           # the run's hardware file, three devices now
         Path(cpu_npu_hardware).write_text((PRESET_DIR / "edge.yaml").read_text())
         # config.yaml's record of the setting names it before the model is loaded
-        expected = ("has changed since the run started: its hardware figures differ",
-                    f"restore hardware {cpu_npu_hardware} as it was, or train a new run")
+        expected = ("has changed since the run started (its hardware figures, by",
+                    f"restore hardware {cpu_npu_hardware} as it was, train a new run")
     elif case == "other hardware, unrecorded":     # a run folder older than that record
         config = run / "config.yaml"
         config.write_text(config.read_text().split("\n# what each scenario's")[0] + "\n")
