@@ -662,6 +662,7 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
         except ValueError as exc:
             raise ConfigError(f"--resume {run_dir.name}: {exc}") from None
         check_conservative(cfg, conservative, env, [warm])
+    env.close()
     venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     try:
         return _resume(cfg, spec, run_dir, path, steps, seed, venv, first, warm)
