@@ -225,13 +225,14 @@ def discover_models(cfg: EvalConfig) -> tuple[list[ModelEntry], list[str]]:
                     raise ConfigError(f"--models {p} is not a run folder (no config.yaml, no "
                                       f"model.zip): give a run folder of {program('train')} "
                                       f"or a model .zip")
-                if not (p / "model.zip").is_file() and not checkpoints(p):
-                    # --resume refuses it too: the hint below sent a user from one to the other
-                    raise ConfigError(f"run folder {p} has no model.zip nor checkpoint (it "
-                                      f"stopped before its first checkpoint): nothing to "
-                                      f"evaluate or resume; remove it and train it again "
-                                      f"({command('train')})")
                 if not (p / "model.zip").is_file():
+                    if not checkpoints(p):
+                        # --resume refuses it too: the hint below sent a user from one to the
+                        # other
+                        raise ConfigError(f"run folder {p} has no model.zip nor checkpoint (it "
+                                          f"stopped before its first checkpoint): nothing to "
+                                          f"evaluate or resume; remove it and train it again "
+                                          f"({command('train')})")
                     raise ConfigError(f"run folder {p} has no model.zip (unfinished run? "
                                       f"continue it with: {command('train')} --resume {p})")
                 entries.append(_entry(p / "model.zip", p))

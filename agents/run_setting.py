@@ -52,10 +52,10 @@ def settings_of(env: Any, cfg: TrainConfig) -> Settings:
                     strict=True))
 
 
-def run_config_text(cfg: TrainConfig, env: Any) -> str:
+def run_config_text(cfg: TrainConfig, settings: Settings) -> str:
     """A run folder's config.yaml: the run's config (``to_yaml``), then the record of its
-    setting as `env` (its training env) has it now."""
-    record = yaml.safe_dump({SETTINGS: settings_of(env, cfg)}, sort_keys=False,
+    setting, `settings` (``settings_of`` its training env, as checked on a resume)."""
+    record = yaml.safe_dump({SETTINGS: settings}, sort_keys=False,
                             default_flow_style=None)
     return (f"{to_yaml(cfg)}# what each scenario's setting was as the run started (digests): "
             f"--resume refuses another\n{record}")
@@ -81,20 +81,22 @@ def recorded_settings(path: Path) -> Settings | None:
     return record
 
 
-def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, env: Any) -> None:
+def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, env: Any
+                  ) -> Settings:
     """Refuse a resume whose training env `env`, built from the saved `cfg`, is not the setting
     config.yaml `recorded` as the run started: one line naming the first such scenario, the
     parts that differ and what to restore. None (a run folder older than the record): no
-    check. A part that only one side has (recorded by another version) is not compared."""
-    if not recorded:
-        return
+    check. A part that only one side has (recorded by another version) is not compared.
+    Returns the setting's digests now, which the resumed run records."""
     now = settings_of(env, cfg)
+    if not recorded:
+        return now
     changed = {name: [part for part, digest in parts.items()
                       if part in old and old[part] != digest]
                for name, parts, old in _paired(run_name, recorded, now)}
     changed = {name: parts for name, parts in changed.items() if parts}
     if not changed:
-        return
+        return now
     name, parts = next(iter(changed.items()))
     env_of = dict(zip(cfg.training_scenarios(), scenario_envs(env), strict=True))[name]
     sources = _sources(name, parts, cfg, env_of)

@@ -148,7 +148,13 @@ from agents.run_folder import (
     saved_steps,
     unreadable_models,
 )
-from agents.run_setting import check_setting, recorded_settings, run_config_text
+from agents.run_setting import (
+    Settings,
+    check_setting,
+    recorded_settings,
+    run_config_text,
+    settings_of,
+)
 from agents.sb3_factory import (
     OtherDeviceCount,
     SB3Agent,
@@ -652,7 +658,7 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
     # the envs as the saved config builds them now, against the setting the run started on
     # (config.yaml's record): an edited scenario, hardware or trace file was trained on
     env = env_for(cfg)
-    check_setting(run_dir.name, cfg, recorded_settings(run_dir / "config.yaml"), env)
+    settings = check_setting(run_dir.name, cfg, recorded_settings(run_dir / "config.yaml"), env)
     if warm is not None:
         # as plan() checks a new run's, before the envs are built: config.yaml names a policy
         # of yours as given, imported from the working directory (another folder's resume
@@ -665,14 +671,15 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
     env.close()
     venv, first = build_vec_env(cfg, spec.agent, seed, companion(path, "vecnormalize", steps))
     try:
-        return _resume(cfg, spec, run_dir, path, steps, seed, venv, first, warm)
+        return _resume(cfg, spec, run_dir, path, steps, seed, venv, first, warm, settings)
     finally:
         close_venv(venv)
 
 
 def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: int, seed: int,
-            venv: Any, first: Any, warm: WarmupConfig | None) -> RunResult:
-    """`resume_run`'s model, loaded from the checkpoint at `path` onto `venv`, trained on."""
+            venv: Any, first: Any, warm: WarmupConfig | None, settings: Settings) -> RunResult:
+    """`resume_run`'s model, loaded from the checkpoint at `path` onto `venv`, trained on;
+    `settings` its setting's digests, as `check_setting` computed them."""
     algo = algorithm_class(spec.agent, warm=warm is not None)
     try:    # evaluate.py's checks and one-line refusals of the same zip
         model = load_to_train(path, spec.agent, algo, first, venv)
@@ -709,7 +716,7 @@ def _resume(cfg: TrainConfig, spec: RunSpec, run_dir: Path, path: Path, steps: i
             raise ConfigError(str(exc)) from None
     best = best_so_far(run_dir, cfg) if cfg.select_best else None
     # the record as checked (a run folder older than it gets it now, for its next resume)
-    write_text(run_dir / "config.yaml", run_config_text(cfg, first))
+    write_text(run_dir / "config.yaml", run_config_text(cfg, settings))
     return _run(agent, run_dir, cfg, spec, first, fresh=False, best=best)
 
 
@@ -782,7 +789,7 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
         user = UserCallbacks(cfg.callbacks) if cfg.callbacks else None
         t0 = time.perf_counter()
         if fresh:
-            write_text(run_dir / "config.yaml", run_config_text(cfg, first))
+            write_text(run_dir / "config.yaml", run_config_text(cfg, settings_of(first, cfg)))
         # SB3's own log_interval unless one is given: each algorithm's default differs
         interval = {} if cfg.log_interval is None else {"log_interval": cfg.log_interval}
         agent.learn(cfg.timesteps - start, callback=callbacks + ([user] if user else []),
