@@ -436,10 +436,12 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
     for entry in entries:
         for scenario in scenarios:    # each: a later scenario's hardware may not fit the model
             try:
-                load_policy(entry.path, _model_env(cfg, entry, scenario))
+                env = _model_env(cfg, entry, scenario)
+                load_policy(entry.path, env)
             except (FileNotFoundError, ValueError) as exc:
                 where = f" (scenario {scenario})" if len(scenarios) > 1 else ""
                 raise ConfigError(f"{exc}{where}{_hardware_hint(cfg, entry, exc)}") from None
+            notes += _setting_notes(cfg, entry, scenario, env)
     if not entries and not any_runnable:
         # else an empty table, CSV and latency CDF were written over --out's, and exit 0
         raise ConfigError(
@@ -447,6 +449,31 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
             f"--models) and no baseline the hardware can run (--baselines: "
             f"{' '.join(cfg.baselines) or 'none'})")
     return notes
+
+
+# The parts of a run's recorded setting that evaluate.py's own options set (``--episode-tasks``
+# always differs from training's, ``--hardware`` where given): not compared.
+_EVALUATION_PARTS = ("episode_tasks",)
+_HARDWARE_PARTS = ("hardware", "hardware_figures", "calibration")
+
+
+def _setting_notes(cfg: EvalConfig, entry: ModelEntry, scenario: str, env: Any) -> list[str]:
+    """A note where `entry`'s run trained on `scenario` and its setting has changed since
+    (``changed_since_training``: a scenario, hardware or trace file edited, a preset the
+    project changed): the model is evaluated on the setting as it is now, which is not the
+    one its run's curves and recorded scores are of."""
+    from agents.run_setting import changed_since_training
+
+    if entry.run_dir is None or scenario not in entry.trained_on():
+        return []
+    ignore = _EVALUATION_PARTS + (_HARDWARE_PARTS if cfg.hardware else ())
+    changed = changed_since_training(entry.run_dir, scenario, env, ignore)
+    if changed is None:
+        return []
+    parts, restore = changed
+    return [f"{entry.label} ({entry.run_dir.name}): scenario {scenario} has changed since the "
+            f"run trained on it (its {parts}): evaluated on it as it is now; restore {restore} "
+            f"to evaluate the model on the setting it was trained on"]
 
 
 def _hardware_hint(cfg: EvalConfig, entry: ModelEntry, exc: Exception) -> str:

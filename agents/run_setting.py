@@ -15,6 +15,7 @@ over (a new run records its own). A run folder written before the record resumes
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -91,26 +92,59 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
     now = settings_of(env, cfg)
     if not recorded:
         return now
-    changed = {name: [part for part, digest in parts.items()
-                      if part in old and old[part] != digest]
-               for name, parts, old in _paired(run_name, recorded, now)}
+    changed = {name: _differing(parts, old) for name, parts, old in _paired(run_name, recorded, now)}
     changed = {name: parts for name, parts in changed.items() if parts}
     if not changed:
         return now
     name, parts = next(iter(changed.items()))
     env_of = dict(zip(cfg.training_scenarios(), scenario_envs(env), strict=True))[name]
-    sources = _sources(name, parts, cfg, env_of)
     more = f" (and {len(changed) - 1} more of its scenarios)" if len(changed) > 1 else ""
-    what = ", ".join(part.replace("_", " ") for part in parts)
+    raise ConfigError(
+        f"cannot resume {run_name}: scenario {shown(name, quote=False)} has changed since the "
+        f"run started{more} (its {_named(parts)}, by the digests config.yaml recorded then); "
+        f"restore {_restore(name, parts, env_of)}, train a new run on the new setting "
+        f"({command('train')} without --resume), or remove the {SETTINGS} key from "
+        f"config.yaml to resume on it anyway")
+
+
+def changed_since_training(run_dir: Path, name: str, env: Any, ignore: Collection[str] = ()
+                           ) -> tuple[str, str] | None:
+    """What of scenario `name`'s setting in `env` (one scenario's env) differs from what the
+    run at `run_dir` recorded for it as it started, `ignore`'s parts left out, as the parts
+    ("hardware figures, trace") and what to restore; None where it is the same or nothing is
+    recorded for it (a run folder older than the record, a scenario it did not train on, a
+    damaged record, which its --resume names). evaluate.py says so beside a model it evaluates
+    on a setting edited since: its run's curves and scores were of another one."""
+    try:
+        recorded = recorded_settings(run_dir / "config.yaml")
+    except ConfigError:
+        return None
+    old = (recorded or {}).get(name)
+    if not old:
+        return None
+    parts = [part for part in _differing(setting_digests(env.unwrapped), old)
+             if part not in ignore]
+    return (_named(parts), _restore(name, parts, env.unwrapped)) if parts else None
+
+
+def _differing(now: dict[str, str], old: dict[str, str]) -> list[str]:
+    """The parts whose digests `now` and `old` both have and differ in (a part only one side
+    has, recorded by another version, is not compared)."""
+    return [part for part, digest in now.items() if part in old and old[part] != digest]
+
+
+def _named(parts: list[str]) -> str:
+    return ", ".join(part.replace("_", " ") for part in parts)
+
+
+def _restore(name: str, parts: list[str], env: InferenceAllocEnv) -> str:
+    """What to restore, as the message says it, for the `parts` of scenario `name` that differ."""
+    sources = _sources(name, parts, env)
     restore = " and ".join(sources) + (" as it was" if len(sources) == 1 else " as they were")
     if any(source.startswith(("preset ", "hardware preset ", "packaged ", "the project"))
            for source in sources):
         restore += " (a preset or the code: as the project version the run started on had it)"
-    raise ConfigError(
-        f"cannot resume {run_name}: scenario {shown(name, quote=False)} has changed since the "
-        f"run started{more} (its {what}, by the digests config.yaml recorded then); restore "
-        f"{restore}, train a new run on the new setting ({command('train')} without "
-        f"--resume), or remove the {SETTINGS} key from config.yaml to resume on it anyway")
+    return restore
 
 
 def _paired(run_name: str, recorded: Settings, now: Settings
@@ -129,8 +163,7 @@ def _paired(run_name: str, recorded: Settings, now: Settings
             in zip(now.items(), recorded.values(), strict=True)]
 
 
-def _sources(name: str, parts: list[str], cfg: TrainConfig, env: InferenceAllocEnv
-             ) -> list[str]:
+def _sources(name: str, parts: list[str], env: InferenceAllocEnv) -> list[str]:
     """What sets the `parts` of scenario `name` that differ, as a user restores it: the
     scenario for its own fields; what its hardware or trace names, where the name is the
     same and what it reads is not; the project's code for what no file of a run sets."""

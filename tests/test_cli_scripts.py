@@ -2737,6 +2737,40 @@ def rewrite_zip(path: Path, change) -> None:
                 zf.writestr(name, kept)
 
 
+def test_evaluating_a_run_on_a_setting_edited_since_says_so(tmp_path: Path, capsys) -> None:
+    """A run's hardware file edited after training (a figure, the devices the same): evaluate.py
+    scored the model on the new setting without a word, beside the curves and scores of the
+    old. Now a note names the run, the scenario, the parts and what to restore. Nothing is
+    said where the setting is as it was, where --hardware gives another on purpose, or for a
+    scenario the run did not train on."""
+    from inference.hardware import PRESET_DIR
+
+    hardware = tmp_path / "mine.yaml"
+    hardware.write_text((PRESET_DIR / "server.yaml").read_text())
+    runs = tmp_path / "runs"
+    run = tiny_run(runs, "--hardware", str(hardware))
+    main = load_main("evaluate.py")
+
+    def said(*flags: str) -> str:
+        capsys.readouterr()
+        assert main(["--runs", str(runs), "--out", str(tmp_path / "results"), "--episodes", "1",
+                     "--episode-tasks", "10", "--seeds", "1", "--baselines", "best-static",
+                     "--no-online", "--no-progress-bar", *flags]) == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    note = "has changed since the run trained on it"
+    assert note not in said()       # the setting as it was, at another --episode-tasks
+    raw = yaml.safe_load(hardware.read_text())
+    gpu = next(d for d in raw["devices"] if d["name"] == "gpu")
+    gpu["peak_flops"] = float(gpu["peak_flops"]) / 2   # the same three devices: the model loads on it
+    hardware.write_text(yaml.safe_dump(raw))
+    assert (f"ppo ({run.name}): scenario article {note} (its hardware figures): evaluated "
+            f"on it as it is now; restore hardware {hardware} as it was to evaluate the model "
+            f"on the setting it was trained on") in said()
+    assert note not in said("--hardware", str(hardware))    # another hardware on purpose
+    assert note not in said("--scenarios", "bursty")        # not what it trained on
+
+
 @pytest.mark.parametrize("case", ["other hardware", "other hardware, unrecorded", "other agent",
                                   "truncated policy.pth", "no policy.pth"])
 def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
