@@ -1500,6 +1500,42 @@ def test_best_static_is_searched_once_and_saved(tmp_path: Path) -> None:
     assert not list(path.parent.glob("*.tmp"))
 
 
+def test_best_static_is_a_placement_its_devices_hold(tmp_path: Path) -> None:
+    """An NPU of 8 GB never holds the model's weights: [npu, npu, npu] failed over on every
+    task to the device with the least backlog, a dynamic placement, and was searched as the
+    best static one. Now best-static runs where it says on every task, and is the best such
+    placement by the same nominal search."""
+    import yaml
+
+    from envs.reference import memory_masks, static_candidates
+    from inference.hardware import PRESET_DIR
+
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())
+    next(d for d in raw["devices"] if d["name"] == "npu")["memory"] = 8e9
+    (tmp_path / "small-npu.yaml").write_text(yaml.safe_dump(raw))
+    env = InferenceAllocEnv("article", hardware=str(tmp_path / "small-npu.yaml"),
+                            episode_tasks=40)
+    npu = env.device_names.index("npu")
+    placement = search_best_static(env)
+    assert npu not in placement[1:]
+    policy = StaticPolicy.for_env(env, placement)
+    obs, _ = env.reset(seed=10000)
+    for _ in range(40):
+        obs, _, _, _, info = env.step(policy.predict(obs)[0])
+        assert info["failed_dispatch"] == 0 and info["placement"] == tuple(
+            env.device_names[d] for d in placement)
+    # the masks of the episode just run: the NPU holds load alone
+    masks = memory_masks(env, env._episode.tasks)   # type: ignore[union-attr]
+    assert all(npu not in p[1:] for p in static_candidates(3, masks))
+    # a device holding a stage on half the tasks keeps it; where no placement is held on at
+    # least half, every one is searched
+    held = [((True, True, False),) * 3] * 2 + [((True, False, False),) * 3] * 2
+    assert static_candidates(3, held) == [p for p in all_placements(3) if 2 not in p]
+    one_each = [(row,) * 3 for row in ((True, False, False), (False, True, False),
+                                       (False, False, True))]
+    assert static_candidates(3, one_each) == all_placements(3) == static_candidates(3, [])
+
+
 def test_a_saved_best_static_is_searched_again_once_its_trace_is_rewritten(
         tmp_path: Path) -> None:
     trace, path = tmp_path / "trace.csv", tmp_path / "best_static.json"
