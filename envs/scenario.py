@@ -24,7 +24,8 @@ leaves out: clients, bursts, a trace, faults)::
       trace: null                    # azure-code | azure-conv | CSV path: replaces the synthetic sizes
       trace_time_scale: 1.0          # > 1 replays the trace faster (more load); ~0.05 for one server
       trace_window_s: 0.5            # batching window (see envs/traces.py)
-      trace_max_batch: 32            # these three trace_ settings, if not default, need a trace
+      trace_max_batch: 32            # these trace_ settings, if not default, need a trace
+      trace_span: [0.0, 1.0]         # the part of the trace's time episodes are drawn from
     cache:
       precomputed_size: 12           # domains the precomputed cache holds ...
       train_shift: 24                # ... taken from a training mix shifted this many ranks
@@ -243,6 +244,9 @@ class Workload:
     trace_time_scale: float = 1.0
     trace_window_s: float = 0.5
     trace_max_batch: int = 32
+    # [start, end) of the trace's duration, as fractions, that episode windows are drawn
+    # from: [0, 0.8] to train on and [0.8, 1] to evaluate on keep held-out episodes unseen
+    trace_span: tuple[float, float] = (0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -466,13 +470,23 @@ def _workload(raw: Any, base_dir: Path | None) -> Workload:
                                  low=MIN_RATE, strict=False, high=1 / MIN_RATE),
         trace_window_s=_number(w_raw.get("trace_window_s", w.trace_window_s), "workload.trace_window_s", strict=False),
         trace_max_batch=_int(w_raw.get("trace_max_batch", w.trace_max_batch), "workload.trace_max_batch"),
+        trace_span=_span(w_raw.get("trace_span", w.trace_span), "workload.trace_span"),
     )
     if trace is None:
         _check_no_trace_settings(workload, w)
     return workload
 
 
-TRACE_SETTINGS = ("trace_time_scale", "trace_window_s", "trace_max_batch")
+TRACE_SETTINGS = ("trace_time_scale", "trace_window_s", "trace_max_batch", "trace_span")
+
+
+def _span(raw: Any, where: str) -> tuple[float, float]:
+    """A [start, end] pair of fractions, 0 <= start < end <= 1."""
+    if not (isinstance(raw, (list, tuple)) and len(raw) == 2 and all(
+            is_number(x) and math.isfinite(x) for x in raw)) or not 0 <= raw[0] < raw[1] <= 1:
+        raise ValueError(f"scenario field {where} must be [start, end], fractions of the "
+                         f"trace's duration with 0 <= start < end <= 1, got {shown(raw)}")
+    return float(raw[0]), float(raw[1])
 
 
 def _check_no_trace_settings(workload: Workload, default: Workload) -> None:
@@ -482,7 +496,8 @@ def _check_no_trace_settings(workload: Workload, default: Workload) -> None:
     for key in TRACE_SETTINGS:
         value = getattr(workload, key)
         if value != getattr(default, key):
-            raise ValueError(f"scenario field workload.{key} ({value:g}) is read only with a "
+            shown_value = list(value) if isinstance(value, tuple) else f"{value:g}"
+            raise ValueError(f"scenario field workload.{key} ({shown_value}) is read only with a "
                              f"replayed trace; give workload.trace too, or leave {key} out")
 
 

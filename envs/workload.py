@@ -91,13 +91,31 @@ class Episode:
     noise: np.ndarray            # (n_tasks, 3) multiplicative stage noise
 
 
+def span_batches(arrival: np.ndarray, span: tuple[float, float], trace: str) -> tuple[int, int]:
+    """The batches [first, last) of a trace, by their `arrival` times (in order), that arrive
+    in `span` of its duration: [start, end) as fractions, the end included where it is 1. A
+    span of no batch is a ValueError naming it."""
+    if span == (0.0, 1.0):
+        return 0, len(arrival)
+    t0 = float(arrival[0]) if len(arrival) else 0.0
+    duration = float(arrival[-1]) - t0 if len(arrival) else 0.0
+    first = int(np.searchsorted(arrival, t0 + span[0] * duration, side="left"))
+    last = (len(arrival) if span[1] == 1.0
+            else int(np.searchsorted(arrival, t0 + span[1] * duration, side="left")))
+    if last <= first:
+        raise ValueError(f"workload.trace_span {list(span)} holds no batch of trace {trace} "
+                         f"({len(arrival)} batches over {duration:g} s): widen it")
+    return first, last
+
+
 def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int) -> Episode:
     """Draw one episode's task stream (at most n_tasks; a trace may hold fewer)."""
     w = scenario.workload
     if w.trace is not None:
         batches = _trace_batches(w.trace, w.trace_time_scale, w.trace_window_s, w.trace_max_batch)
-        n = min(n_tasks, len(batches))
-        start = int(rng.integers(0, len(batches) - n + 1))
+        first, last = span_batches(batches.arrival, w.trace_span, w.trace)
+        n = min(n_tasks, last - first)
+        start = first + int(rng.integers(0, last - first - n + 1))
         window = slice(start, start + n)
         arrivals = batches.arrival[window] - batches.arrival[start]
         batch = batches.batch[window]

@@ -176,6 +176,51 @@ def test_trace_time_scale_is_an_env_argument_as_in_a_scenario() -> None:
     assert slow_gaps.mean() > 3 * np.diff([t.arrival for t in real.unwrapped._episode.tasks]).mean()
 
 
+def test_a_trace_span_keeps_training_and_held_out_episodes_apart(tmp_path: Path) -> None:
+    """Every seed drew its window from the whole trace, so a held-out episode replayed
+    requests training had seen (azure-conv at 0.05: 60,000 steps pass over its 16,772
+    batches 3.6 times). `workload.trace_span` splits it by time: windows of [0, 0.5] and of
+    [0.5, 1] share no batch, and together cover both halves."""
+    rows = [f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.000000,{1000 + i},{10 + i % 7}"
+            for i in range(100)]      # one request a second: each a batch of its own
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+
+    def prompts(span: list[float], seeds: range) -> set[int]:
+        (tmp_path / "s.yaml").write_text(f"name: s\nworkload: {{trace: {trace}, trace_span: "
+                                         f"{span}}}\n")
+        env = gym.make(f"envs:{V0}", scenario=str(tmp_path / "s.yaml"), episode_tasks=10)
+        seen = set()
+        for seed in seeds:
+            _, info = env.reset(seed=seed)
+            for _ in range(10):
+                seen.add(info["task"]["prompt_tokens"])
+                _, _, _, _, info = env.step(env.action_space.sample())
+        return seen
+
+    first, second = prompts([0, 0.5], range(20)), prompts([0.5, 1], range(20))
+    assert max(first) < 1050 <= min(second)
+    assert min(first) < 1010 and max(second) >= 1090      # windows anywhere in each half
+    assert len(prompts([0, 1], range(20))) > 50           # the default: the whole trace
+    load = dataclasses.replace(load_scenario("article").workload, trace=str(trace),
+                               trace_span=(0.991, 0.995))
+    sc = dataclasses.replace(load_scenario("article"), workload=load)
+    with pytest.raises(ValueError, match=r"trace_span \[0.991, 0.995\] holds no batch of trace "
+                                         r".*t.csv \(100 batches over 99 s\): widen it"):
+        gym.make(f"envs:{V0}", scenario=sc)
+
+
+@pytest.mark.parametrize("span", [[0.8, 0.2], [0.5, 0.5], [0, 2], [-0.1, 1], [0, float("nan")],
+                                  [0.5], "0,1", [True, 1]])
+def test_a_trace_span_is_two_fractions_in_order(span: Any) -> None:
+    with pytest.raises(ValueError, match=r"workload.trace_span must be \[start, end\], "
+                                         r"fractions of the trace's duration"):
+        scenario_from_dict({"workload": {"trace": "azure-conv", "trace_span": span}}, "s")
+    with pytest.raises(ValueError, match=r"workload.trace_span \(\[0.0, 0.5\]\) is read only "
+                                         r"with a replayed trace"):
+        scenario_from_dict({"workload": {"trace_span": [0, 0.5]}}, "s")
+
+
 def test_a_trace_setting_at_its_default_loads_without_a_trace() -> None:
     """The other side of refusing a trace setting without a trace: its default changes
     nothing, and `Scenario.to_dict` writes it for every scenario, so it reads back."""

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
@@ -120,6 +121,8 @@ def test_the_readmes_scenario_example_gives_every_field_and_the_loaders_defaults
             assert (value.dist, value.value) == ("constant", float(note)), f"{where}; {value!r}"
         elif isinstance(value, (int, float)):
             assert float(note) == value, f"{where}; the loader's default is {value!r}"
+        elif isinstance(value, tuple):      # a pair, [a, b] as YAML writes it
+            assert yaml.safe_load(note) == list(value), f"{where}; the loader's default is {value!r}"
         else:
             assert note == value, f"{where}; the loader's default is {value!r}"
 
