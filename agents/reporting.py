@@ -63,7 +63,8 @@ from agents.registry import (
 from envs import ENV_IDS
 from envs.scenario import SCENARIO_DIR, load_scenario
 from inference.hardware import PRESET_DIR, Hardware, load_hardware, preset_file
-from inference.variants import variant_label
+from inference.messages import shown
+from inference.variants import resolve_variant, variant_label
 from inference.yamlio import path_version
 
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
@@ -334,6 +335,7 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
     """The settings to evaluate in: each scenario on every (hardware, variant) a model was
     trained for (--hardware overrides them all); the baselines run in each, beside its models.
     Settings spelt differently but the same (``edge`` and ``presets/edge.yaml``) are one."""
+    _check_run_variants(entries)
     found = [(cfg.hardware or e.hardware, e.variant) for e in entries] or [(cfg.hardware, None)]
     out: dict[tuple[str, str, str], Context] = {}
     for scenario in scenarios:
@@ -341,6 +343,24 @@ def contexts_of(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str]
             ctx = Context(scenario, hardware, variant)
             out.setdefault(ctx.key(), ctx)
     return list(out.values())
+
+
+def _check_run_variants(entries: list[ModelEntry]) -> None:
+    """Each run's variant is one this process knows, else a ValueError naming the run. A stage
+    implementation a user registered in their own process is unknown here: the bare refusal
+    named no run, so one such run among several failed them all with no way out."""
+    for entry in entries:
+        if entry.variant is None:
+            continue
+        try:
+            resolve_variant(entry.variant)
+        except ValueError as exc:
+            run = entry.run_dir if entry.run_dir is not None else entry.path
+            raise ValueError(
+                f"run {run} trained on variant {shown(entry.variant)}: {exc}; an implementation "
+                f"of your own is known only where its module is imported: evaluate from Python "
+                f"after importing it (`import mystages; agents.evaluate_cli.main([...])`), or "
+                f"leave this run out (--models naming the others)") from None
 
 
 def section_of(ctx: Context, others: list[Context] | None = None) -> str:

@@ -408,6 +408,30 @@ def test_summary_csv_gives_each_rows_hardware_and_variant_in_columns_of_their_ow
                         ("article (hardware edge, variant glm-5.3)", "edge", "glm-5.3")}
 
 
+def test_a_run_on_a_stage_implementation_of_the_users_own_is_named_with_the_way_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run trained on an implementation its user registered in their own process failed
+    every run of --runs with a bare "unknown prefill implementation 'wide'", naming no run and
+    no remedy: the refusal now names the run, and says how to evaluate it or leave it out."""
+    from inference import variants
+    from inference.stages.prefill import WindowAttention
+
+    monkeypatch.setitem(variants.IMPLEMENTATIONS["prefill"], "wide", WindowAttention)
+    fake_run(tmp_path / "runs", "a", agents=["ppo"], warmup=["none"])
+    wide = fake_run(tmp_path / "runs", "b", agents=["ppo"], warmup=["none"],
+                    variant="direct+wide+sequential")
+    monkeypatch.undo()      # evaluate.py's process: the module registering it is not imported
+    cfg = cfg_for(runs=str(tmp_path / "runs"), baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    with pytest.raises(ConfigError) as refused:
+        check_inputs(cfg, entries, ["article"])
+    message = str(refused.value)
+    assert message.startswith(f"run {wide} trained on variant 'direct+wide+sequential': "
+                              "unknown prefill implementation 'wide'")
+    assert "import mystages; agents.evaluate_cli.main([...])" in message
+    assert "--models" in message and "\n" not in message
+
+
 def test_a_hardware_file_without_a_yaml_suffix_is_that_file(tmp_path: Path) -> None:
     """load_hardware reads any file that exists, whatever its suffix: the section's hardware
     is that file (its devices decide the baselines), not a preset of its name."""
