@@ -50,6 +50,7 @@ from inference.simulator import Shares, SimConfig, Simulator, TaskResult
 from inference.task import STAGES, Task
 from inference.variants import build_stages, resolve_variant, variant_label
 from inference.work import StageWork
+from inference.yamlio import with_text_number_hint
 
 Masks = tuple[tuple[bool, ...], ...]      # per stage, per device: may it run there?
 Works = tuple[StageWork, StageWork, StageWork]
@@ -189,7 +190,10 @@ def scenario_with_arguments(scenario: str | Scenario | Mapping[str, Any], *,
             sc.workload, trace_time_scale=float(trace_time_scale)))
     if isinstance(hardware, Mapping):
         # a Hardware's plain form, as the env's spec holds it (`_json_able`), read as its YAML
-        hardware = hardware_from_dict(dict(hardware), HARDWARE_MAPPING_ORIGIN)
+        try:
+            hardware = hardware_from_dict(dict(hardware), HARDWARE_MAPPING_ORIGIN)
+        except ValueError as exc:   # yaml.safe_load's '2.29e14' says how to read it
+            raise ValueError(with_text_number_hint(str(exc))) from None
     if hardware is not None:
         # Anything but a path goes to load_hardware as given, which names a wrong type
         # (path_text would fail on it inside os.fspath, naming no argument). A Hardware rides

@@ -77,7 +77,7 @@ from inference.hardware import (
 from inference.messages import did_you_mean, shown
 from inference.simulator import MAX_CONTENTION, MAX_OVERHEAD_S, MAX_PREFETCH_DEPTH, MIN_CACHE_DECAY
 from inference.task import MAX_SIZE
-from inference.yamlio import unusable_path
+from inference.yamlio import unusable_path, with_text_number_hint
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 #: dist -> (parameters it needs, parameters it may have), as envs.workload._draw reads them;
@@ -641,7 +641,10 @@ def load_scenario(spec: str | Path | Scenario | Mapping[str, Any]) -> Scenario:
             raise ValueError(f"{origin}: {exc}") from None
         return spec
     if isinstance(spec, Mapping):
-        return _from_mapping(spec, MAPPING_ORIGIN)
+        try:
+            return _from_mapping(spec, MAPPING_ORIGIN)
+        except ValueError as exc:   # yaml.safe_load's '1e3' says how to read it
+            raise ValueError(with_text_number_hint(str(exc))) from None
     raw, origin, read = load_named_yaml(spec, SCENARIO_DIR, "scenario")
     if isinstance(raw, dict) and "source" in raw:
         # `to_dict`'s mapping dumped to a file as it is (it was refused as an unknown key): a

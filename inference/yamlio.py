@@ -206,11 +206,28 @@ for _kind in ("int", "float", "bool", "timestamp"):
         f"tag:yaml.org,2002:{_kind}",
         _checked_scalar(getattr(yaml.constructor.SafeConstructor, f"construct_yaml_{_kind}")))
 
+
+#: A number written with an exponent, with or without a dot and the exponent's sign. YAML 1.1's
+#: floats need both, so PyYAML's own SafeLoader reads ``1e9`` and ``2.29e14`` as strings.
+EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 NumberFriendlyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+    "tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
+
+_REFUSED_TEXT = re.compile(r", got '([^'\\]*)'$")
+
+
+def with_text_number_hint(message: str) -> str:
+    """`message`, the refusal of a mapping given in Python, with a hint where the value it
+    refuses is text that `yaml.safe_load` made of a number in a YAML file (``'2.29e14'``, as
+    the README's examples write numbers): a file this module reads gives the number. Only
+    for a mapping: in a file read here, such text was quoted on purpose."""
+    found = _REFUSED_TEXT.search(message)
+    if found is None or not EXPONENT_FLOAT.match(found[1]) \
+            or not isinstance(yaml.safe_load(found[1]), str):
+        return message
+    return (f"{message} (PyYAML's yaml.safe_load reads {found[1]}, a number with no dot or "
+            f"no exponent sign, as text: pass the file's path instead, or load the file with "
+            f"inference.yamlio.safe_load)")
 
 
 def safe_load(text_or_stream: str | IO[str]) -> Any:

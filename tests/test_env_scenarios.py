@@ -1251,6 +1251,38 @@ def test_a_hardware_object_survives_the_env_specs_json(env_id: str) -> None:
         gym.make(env_id, hardware={"name": "x", "disk_bandwidth": 1e9, "devices": []})
 
 
+def test_a_mapping_that_yaml_safe_load_read_a_number_of_as_text_says_how_to_read_it(
+        tmp_path: Path) -> None:
+    """PyYAML's own safe_load reads `peak_flops: 2.29e14`, as the README writes numbers, as the
+    text '2.29e14' (YAML 1.1 floats need a dot and a signed exponent), and the mapping was
+    refused as "must be a number" with no word on why: the refusal now says how to read it.
+    Text that is no number, and a file that quotes one on purpose, are refused as before."""
+    import yaml
+
+    hint = ("(PyYAML's yaml.safe_load reads 2.29e14, a number with no dot or no exponent sign, "
+            "as text: pass the file's path instead, or load the file with "
+            "inference.yamlio.safe_load)")
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    raw["devices"][0]["peak_flops"] = "2.29e14"
+    with pytest.raises(ValueError) as caught:
+        gym.make(f"envs:{V0}", hardware=raw)
+    assert str(caught.value) == (f"hardware <hardware mapping>: devices[{raw['devices'][0]['name']}]"
+                                 f".peak_flops must be a number, got '2.29e14' {hint}")
+    scenario = yaml.safe_load((SCENARIO_DIR / "article.yaml").read_text(encoding="utf-8"))
+    scenario["workload"]["arrival_rate"] = "2.29e14"
+    with pytest.raises(ValueError) as caught:
+        gym.make(f"envs:{V0}", scenario=scenario)
+    assert str(caught.value).endswith(f"arrival_rate must be a finite number, got '2.29e14' {hint}")
+    raw["devices"][0]["peak_flops"] = "fast"
+    with pytest.raises(ValueError, match=r"must be a number, got 'fast'$"):
+        gym.make(f"envs:{V0}", hardware=raw)
+    raw["devices"][0]["peak_flops"] = 1.0
+    quoted = yaml.safe_dump(raw).replace("peak_flops: 1.0", "peak_flops: '2.29e14'", 1)
+    (tmp_path / "quoted.yaml").write_text(quoted, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"must be a number, got '2.29e14'$"):
+        gym.make(f"envs:{V0}", hardware=str(tmp_path / "quoted.yaml"))
+
+
 def _edited_edge() -> Any:
     """The edge preset with its gpu's memory and its cpu-gpu link changed: figures no preset
     holds, so an env that read `edge` back instead would step otherwise."""
