@@ -219,6 +219,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         _require(bool(self.agents), "--agents needs at least one agent")
+        from agents.registry import SB3_NAMES, unknown_learner  # light: no torch, no SB3
+
+        for agent in self.agents:
+            known = isinstance(agent, str) and agent.strip().lower() in SB3_NAMES
+            _require(known, unknown_learner(agent.strip() if isinstance(agent, str) else agent))
         _require(bool(self.warmup), "--warmup needs at least one spec (none, all, ...)")
         _require(bool(self.seeds), "--seeds needs at least one seed")
         scenarios = self.training_scenarios()

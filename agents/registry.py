@@ -119,6 +119,19 @@ def valid_names(learners: bool = True) -> str:
                       *NAME_PATTERNS))
 
 
+def unknown_learner(name: object) -> str:
+    """The refusal of an agent train.py cannot train. It lists the learners alone: every
+    policy name listed beside them named `<module>:<attribute>` as valid, the very form
+    refused, though train.py trains only the built-in learners."""
+    from agents.commands import command, program
+
+    return (f"unknown agent {shown(name)}{did_you_mean([name], SB3_NAMES)}: {program('train')} "
+            f"trains {', '.join(SB3_NAMES)}, the built-in Stable-Baselines3 and sb3-contrib "
+            f"learners; a learner of your own runs in the online study "
+            f"({command('evaluate')} --online --online-agents <module>:<builder>), or joins "
+            f"these as CONTRIBUTING.md says (agents.sb3_hyperparams.ALGORITHMS)")
+
+
 def _nearest(name: str, learners: bool = True, env: Any = None) -> str:
     """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out, and
     all-<device> for each device of `env`'s hardware, as it spells it), in any case as the

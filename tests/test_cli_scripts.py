@@ -645,6 +645,24 @@ def test_an_rl_zoo_option_among_the_hyperparameters_points_to_train_py(key, poin
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("agent", ["algos:qrdqn", "qrdqn"])
+def test_an_agent_train_py_cannot_train_lists_the_learners_and_the_way_for_ones_own(
+        agent: str, tmp_path: Path, capsys) -> None:
+    """`--agents algos:qrdqn` was refused listing "every policy name: ..., <module>:<attribute>",
+    the very form refused as valid: train.py trains the built-in learners alone. The refusal
+    lists those, and says where a learner of one's own runs (README, the online study)."""
+    main = load_main("train.py")
+    assert main(["--agents", agent, "--log-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"train.py: error: unknown agent '{agent}'"), err
+    assert ("train.py trains ppo, a2c, dqn, maskable-ppo, sac, trpo, recurrent-ppo, the "
+            "built-in Stable-Baselines3 and sb3-contrib learners; ") in err, err
+    assert "python evaluate.py --online --online-agents <module>:<builder>" in err, err
+    assert "CONTRIBUTING.md" in err and "<module>:<attribute>" not in err, err
+    assert "heft" not in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_layer_width_may_be_the_largest_the_error_names() -> None:
     """The widths' range 1..MAX_LAYER_WIDTH is closed: its top is taken, one more refused."""
     check_override_types("ppo", {}, {"policy_kwargs": {"net_arch": [MAX_LAYER_WIDTH, 1]}})
