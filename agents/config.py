@@ -406,7 +406,7 @@ class EvalConfig:
         _require_choice("--online-reward", self.online_reward, REWARDS)
         if self.online_agents is not None:
             from agents.evaluation import ONLINE_FIXED, ONLINE_LEARNERS
-            from agents.imported import PATTERN, is_import_name
+            from agents.imported import PATTERN, import_form_hint, is_import_name
 
             _require(bool(self.online_agents), "--online-agents needs at least one agent")
             ours = (*ONLINE_LEARNERS, *ONLINE_FIXED)
@@ -415,7 +415,8 @@ class EvalConfig:
                 # (evaluation.check_online_agents)
                 _require(agent in ours or is_import_name(agent),
                          f"--online-agents must be one of {', '.join(ours)}, got {shown(agent)}"
-                         f"{did_you_mean([agent], ours)}; or one of yours as {PATTERN}")
+                         f"{import_form_hint(agent) or did_you_mean([agent], ours)}; or one of "
+                         f"yours as {PATTERN}")
         _require(self.article_clients is None or self.article_clients >= 0,
                  f"--article-clients must be >= 0, got {self.article_clients}")
         # a client sends one request at a time: 1e9 clients for 1,000 requests built them all

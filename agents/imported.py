@@ -30,6 +30,7 @@ trust. ``train.py --callbacks`` names callbacks of yours the same way (``import_
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -61,6 +62,60 @@ def is_import_name(name: str) -> bool:
     fixed placement's pattern and wins: a module of yours named ``static`` is not reachable
     here."""
     return is_module_attribute(name) and not name.strip().lower().startswith("static:")
+
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+_ATTRIBUTE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def import_form_hint(name: object) -> str:
+    """' (...)': how to write `name`, meant as a policy of yours but not read as one, as
+    ``<module>:<attribute>``; '' for another name. A file's path (``pol/rules.py:X``,
+    ``./mine.py:X``) gets the module's dotted name; ``mine.X``, whose ``mine`` is importable,
+    gets ``mine:X``. Each was "unknown", with no word on the form that was meant."""
+    if not isinstance(name, str):
+        return ""
+    text = name.strip()
+    module, colon, attribute = text.rpartition(":")
+    a_file = "/" in module or "\\" in module or module.endswith(".py")
+    if colon and a_file and not is_module_attribute(text) and _ATTRIBUTE.match(attribute):
+        parts = [p for p in re.split(r"[/\\]", module.removesuffix(".py")) if p not in ("", ".")]
+        dotted = f"{'.'.join(parts)}:{attribute}"
+        relative = not os.path.isabs(module) and ":" not in module and ".." not in parts
+        guess = f": write {shown(dotted)}" if relative and is_import_name(dotted) else ""
+        return (f" (a module is named by its dotted import name, importable from the working "
+                f"directory or sys.path, not by its file{guess})")
+    if not colon and _DOTTED.match(text):
+        parts = text.split(".")
+        for cut in range(len(parts) - 1, 0, -1):    # the longest module first: pol.rules.X
+            module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
+            if _importable(module):
+                return f" (did you mean {shown(f'{module}:{attribute}')}?)"
+    return ""
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` is found from the working directory or sys.path, as `import_target`
+    finds it, without running its code: a package's modules are looked for in its folders."""
+    top, *rest = module.split(".")
+    cwd = os.getcwd()
+    added = cwd not in {os.path.abspath(p) for p in sys.path}
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for part in rest:
+        here = [os.path.join(folder, part) for folder in folders]
+        if not any(os.path.isfile(f"{h}.py") or os.path.isdir(h) for h in here):
+            return False
+        folders = [h for h in here if os.path.isdir(h)]
+    return spec is not None
 
 
 class ImportNameError(ValueError):

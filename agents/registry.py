@@ -41,6 +41,7 @@ from agents.heft_split import HeftSplitPolicy
 from agents.imported import PATTERN as IMPORT_PATTERN
 from agents.imported import (
     ImportNameError,
+    import_form_hint,
     imported_env_id,
     imported_policy_maker,
     is_import_name,
@@ -136,6 +137,9 @@ def _nearest(name: str, learners: bool = True, env: Any = None) -> str:
     """`did_you_mean` over every concrete agent name (the all-<kind> ones spelt out, and
     all-<device> for each device of `env`'s hardware, as it spells it), in any case as the
     names are read (HEFT_CALIBRATED: 'heft-calibrated')."""
+    meant = import_form_hint(name)   # a policy of yours, not written as <module>:<attribute>
+    if meant:
+        return meant
     try:
         devices = unwrap_env(env).device_names if env is not None else ()
     except TypeError:       # not one of our envs: the fixed names alone

@@ -504,6 +504,48 @@ def test_a_missing_module_is_named_with_where_it_was_looked_for(tmp_path: Path, 
     assert str(tmp_path) not in sys.path        # the import's own path entry is taken back
 
 
+def test_a_policy_written_as_a_file_or_with_a_dot_is_told_its_module_attribute_form(
+        tmp_path: Path, monkeypatch, env) -> None:
+    """`pol/rules.py:X` and `./mine.py:X` were "unknown baseline", and `mine.X` got no "did you
+    mean mine:X": each now says the form meant, found without importing (running) the module."""
+    from agents.config import ConfigError, EvalConfig
+
+    monkeypatch.chdir(tmp_path)
+    policy = "class P:\n    def predict(self, obs, state=None, episode_start=None, " \
+             "deterministic=True):\n        return [0, 1, 1], state\n"
+    (tmp_path / "pkg_dotform").mkdir()
+    (tmp_path / "pkg_dotform" / "__init__.py").write_text("")
+    (tmp_path / "pkg_dotform" / "rules.py").write_text(policy)
+    (tmp_path / "mine_dotform.py").write_text(policy)
+    form = ("(a module is named by its dotted import name, importable from the working "
+            "directory or sys.path, not by its file")
+    for name, meant in (("pkg_dotform/rules.py:P", "pkg_dotform.rules:P"),
+                        ("./mine_dotform.py:P", "mine_dotform:P")):
+        with pytest.raises(ValueError) as caught:
+            make_fixed_policy(name, env, "baseline")
+        assert str(caught.value).startswith(f"unknown baseline '{name}' {form}: write "
+                                            f"'{meant}'); valid names: "), caught.value
+    with pytest.raises(ValueError, match=re.escape(f"unknown baseline '/abs/mine_dotform.py:P' "
+                                                   f"{form}); valid names: ")):
+        make_fixed_policy("/abs/mine_dotform.py:P", env, "baseline")
+    for name, meant in (("mine_dotform.P", "mine_dotform:P"),
+                        ("pkg_dotform.rules.P", "pkg_dotform.rules:P")):
+        with pytest.raises(ValueError, match=re.escape(f"unknown agent '{name}' (did you mean "
+                                                       f"'{meant}'?); valid names: ")):
+            make_policy(name, env)
+        with pytest.raises(ConfigError, match=re.escape(f"got '{name}' (did you mean "
+                                                        f"'{meant}'?); or one of yours")):
+            EvalConfig(online_agents=[name]).validate()
+    assert "pkg_dotform" not in sys.modules and "mine_dotform" not in sys.modules   # nothing ran
+    with pytest.raises(ValueError, match=r"^unknown agent 'nowhere_dotform\.P'; valid names: "):
+        make_policy("nowhere_dotform.P", env)     # no such module: no guess
+    try:
+        assert make_fixed_policy("pkg_dotform.rules:P", env, "baseline")   # the form told works
+    finally:
+        for module in ("pkg_dotform", "pkg_dotform.rules"):
+            sys.modules.pop(module, None)
+
+
 def test_a_module_already_imported_under_the_name_is_named_by_its_file(tmp_path: Path,
                                                                      monkeypatch, env) -> None:
     """random.py in the working directory: Python's own random, imported already, is the one
