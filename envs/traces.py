@@ -303,13 +303,43 @@ def _lines(where: str, file: BinaryIO) -> Iterator[tuple[int, str]]:
         yield lineno, line
 
 
+QUOTE = '"'
+# The rows are read as plain comma-separated text, with no CSV quoting: a quoted field was
+# refused as a bad value, and a quoted "4,808" as a fourth field.
+_QUOTED_VALUE_HINT = " (in quotes: write the fields without quotes)"
+_QUOTED_ROW_HINT = (" (it holds quotes: write the fields without quotes, and numbers without "
+                    "thousands separators)")
+
+
+def _header_hint(line: str) -> str:
+    """' (...)': what a common exporter did to the header `line`, and how to write it, where
+    the expected header is in it: another separator (a spreadsheet's ';' or a TSV's tabs),
+    a leading index column (pandas' ``to_csv`` without ``index=False``), quoted fields; ''
+    for any other header."""
+    separators = [(sep, what) for sep, what in ((";", "';'"), ("\t", "tabs")) if sep in line]
+    sep, what = separators[0] if separators and "," not in line else (",", "")
+    raw = [f.strip() for f in line.split(sep)]
+    fields = [f[1:-1] if len(f) >= 2 and f[0] == f[-1] == QUOTE else f for f in raw]
+    if fields[-len(HEADER):] != list(HEADER) or len(fields) > len(HEADER) + 1:
+        return ""
+    found = [f"columns separated by {what}: separate them by commas"] if what else []
+    if len(fields) > len(HEADER):
+        found.append("an unnamed index column first, as pandas' to_csv writes one: save with "
+                     "index=False" if fields[0] in ("", "Unnamed: 0")
+                     else f"a column {shown(fields[0])} first: leave it out")
+    if fields != raw:
+        found.append("fields in quotes: write them without quotes")
+    return f" ({'; '.join(found)})"
+
+
 def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
     """The checked rows: UTC nanoseconds since the first row's time, and both token counts."""
     lines = _lines(where, file)
     first = next(lines, None)
     if first is None or [f.strip() for f in first[1].split(",")] != list(HEADER):
         got = shown(first[1], limit=80) if first else "an empty file"   # columns renamed, reordered, added
-        raise ValueError(f"{where}: expected the header {','.join(HEADER)!r} on line 1, got {got}")
+        raise ValueError(f"{where}: expected the header {','.join(HEADER)!r} on line 1, got {got}"
+                         f"{_header_hint(first[1]) if first else ''}")
     times_ns, context, generated = array("q"), array("q"), array("q")
     parse_timestamp = _TimestampParser()
     limit = MAX_TOKENS
@@ -320,7 +350,7 @@ def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
         if len(fields) != len(HEADER):
             raise ValueError(
                 f"{where}, line {lineno}: expected {len(HEADER)} fields ({','.join(HEADER)}), "
-                f"got {len(fields)}"
+                f"got {len(fields)}{_QUOTED_ROW_HINT if QUOTE in line else ''}"
             )
         field = HEADER[0]
         try:
@@ -336,12 +366,15 @@ def _read_rows(where: str, file: BinaryIO) -> tuple[array, array, array]:
             field = HEADER[2]
             generated.append(_parse_tokens(fields[2].strip(), limit))
         except ValueError as error:
-            got = shown(fields[HEADER.index(field)], limit=40)
-            raise ValueError(f"{where}, line {lineno}, {field}: {error}, got {got}") from None
+            text = fields[HEADER.index(field)]
+            hint = _QUOTED_VALUE_HINT if QUOTE in text else ""
+            raise ValueError(f"{where}, line {lineno}, {field}: {error}, got "
+                             f"{shown(text, limit=40)}{hint}") from None
         if previous_ns is not None and now_ns < previous_ns:
             raise ValueError(
                 f"{where}, line {lineno}, {HEADER[0]}: timestamps go backwards "
-                f"({fields[0].strip()} is earlier than the previous row's)"
+                f"({fields[0].strip()} is earlier than the previous row's): sort the rows by "
+                f"{HEADER[0]}"
             )
         if first_ns is None:
             first_ns = now_ns

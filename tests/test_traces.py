@@ -501,6 +501,44 @@ def test_wrong_header_shows_the_header_found(tmp_path: Path, header: str) -> Non
         read_trace(path)
 
 
+@pytest.mark.parametrize(("header", "hint"), [
+    (f",{HEADER}", "an unnamed index column first, as pandas' to_csv writes one: save with "
+                   "index=False"),
+    ('"","TIMESTAMP","ContextTokens","GeneratedTokens"',
+     "an unnamed index column first, as pandas' to_csv writes one: save with index=False; "
+     "fields in quotes: write them without quotes"),
+    (HEADER.replace(",", ";"), "columns separated by ';': separate them by commas"),
+    (HEADER.replace(",", "\t"), "columns separated by tabs: separate them by commas"),
+    (f"id,{HEADER}", "a column 'id' first: leave it out"),
+])
+def test_a_header_a_common_exporter_wrote_says_how_to_write_it(tmp_path: Path, header: str,
+                                                                hint: str) -> None:
+    """pandas' index column, R's or a spreadsheet's quotes, ';' and tab separators: each was
+    "expected the header" alone, showing a header that holds the expected one."""
+    path = write_csv(tmp_path, GOOD, header=header)
+    with pytest.raises(ValueError) as info:
+        read_trace(path)
+    assert str(info.value).endswith(f"on line 1, got {header!r} ({hint})"), info.value
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ('"2023-11-16 18:17:04.0",4808,10', "line 3, TIMESTAMP: not a timestamp like 2023-11-16 "
+     "18:17:03.9799600, got '\"2023-11-16 18:17:04.0\"' (in quotes: write the fields without "
+     "quotes)"),
+    ('2023-11-16 18:17:04.0,"4,808",10', "line 3: expected 3 fields (TIMESTAMP,ContextTokens,"
+     "GeneratedTokens), got 4 (it holds quotes: write the fields without quotes, and numbers "
+     "without thousands separators)"),
+    ("2023-11-16 18:17:03.0,4808,10", "line 3, TIMESTAMP: timestamps go backwards (2023-11-16 "
+     "18:17:03.0 is earlier than the previous row's): sort the rows by TIMESTAMP"),
+])
+def test_a_row_a_common_exporter_wrote_says_how_to_write_it(tmp_path: Path, row: str,
+                                                             message: str) -> None:
+    path = write_csv(tmp_path, "2023-11-16 18:17:03.9799600,4808,10", row)
+    with pytest.raises(ValueError) as info:
+        read_trace(path)
+    assert str(info.value) == f"{path}, {message}"
+
+
 def test_batch_columns_are_batch_requests_tasks_read_only(traces: dict[str, Trace]) -> None:
     columns = batch_columns(traces["azure-code"], window_s=2.0, max_batch=8)
     tasks = batch_requests(traces["azure-code"], window_s=2.0, max_batch=8)
