@@ -375,6 +375,27 @@ def test_the_readmes_space_sizes_are_the_envs():
         env.close()
 
 
+def test_the_readmes_device_lookup_by_name_finds_the_device_on_hardware_of_another_order(
+        tmp_path):
+    """Your own policy: the README's constructor line finds the NPU where a hardware file lists
+    it elsewhere than third, where an index written in would mean another device."""
+    import gymnasium as gym
+    import yaml
+
+    from inference.hardware import PRESET_DIR
+
+    (line,) = _quoted(r"\(`(def __init__\(self, env\): [^`]+)`\)")
+    namespace: dict = {}
+    exec(f"class Rule:\n    {line}\n", namespace)
+    raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
+    raw["devices"].reverse()
+    (tmp_path / "reversed.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    env = gym.make("envs:InferenceAlloc-v0", hardware=str(tmp_path / "reversed.yaml"))
+    assert env.unwrapped.device_names[namespace["Rule"](env).npu] == "npu"
+    assert env.unwrapped.device_names[2] != "npu"      # the index the README warns of
+    env.close()
+
+
 def test_the_readmes_cli_defaults_and_article_job_are_the_shipped_ones():
     from agents import article_job
     from agents.config import ARTICLE_SEEDS, EVAL_SEEDS, HELDOUT_SEED, EvalConfig, TrainConfig
