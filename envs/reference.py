@@ -25,7 +25,7 @@ import numpy as np
 from envs.workload import file_digest, file_version, generate_episode
 from inference.simulator import Shares, Simulator
 from inference.task import STAGES
-from inference.variants import COST_PARAMS, resolve_variant
+from inference.variants import cost_params, resolve_variant
 
 if TYPE_CHECKING:
     from envs.inference_alloc import InferenceAllocEnv
@@ -165,9 +165,10 @@ def _setting(env: InferenceAllocEnv, scenario: Scenario,
     stands for the replayed trace (a stat within a process, its contents across them)."""
     trace = scenario.workload.trace
     recipe = resolve_variant(scenario.variant)
-    # an implementation's constructor arguments as registered now (COST_PARAMS): a name's
-    # arguments changed in one process were answered with the first arguments' placement
-    params = tuple(COST_PARAMS.get(recipe[stage], {}) for stage in STAGES)
+    # an implementation's constructor arguments as registered now (COST_PARAMS, or the entry
+    # it takes from a class it derives from): a name's arguments changed in one process were
+    # answered with the first arguments' placement
+    params = tuple(cost_params(stage, recipe[stage]) for stage in STAGES)
     # which implementation each stage runs, by name and by class: a recipe remapped to another
     # implementation with the same arguments (hierarchical -> prefetched decode) kept the key
     implementations = tuple((recipe[stage], f"{type(impl).__module__}.{type(impl).__qualname__}")

@@ -9,6 +9,7 @@ A variant is one implementation per stage; any mix is allowed::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,11 +32,19 @@ VARIANTS: dict[str, dict[str, str]] = {
     "glm-5.3-flash-opt": {"load": "adaptive", "prefill": "gated", "decode": "prefetched"},
 }
 
-# Constructor arguments for the 9B-class model the cost model prices, where the real stages'
-# own defaults (sized for the tiny model) differ. Calibrated figures: change with care.
+# Constructor arguments for the 9B-class model the cost model prices, by registered name. The
+# real stages' own defaults are sized for the tiny model, so every implementation has an entry,
+# {} where its defaults are the 9B-class values; one registered without an entry takes the
+# entry of the nearest class in its MRO registered under the same stage (`cost_params`).
+# Calibrated figures: change with care.
 COST_PARAMS: dict[str, dict[str, Any]] = {
+    "direct": {},
+    "cached": {},                       # cache_dir is for running it for real
+    "adaptive": {},                     # the simulated cache's size: SimConfig.cache_capacity
     "window": {"window": 2048},
+    "dynamic": {},                      # its cost face reads no argument
     "gated": {"window": 2048},          # gate_tokens=8192, open_fraction=0.25 are the defaults
+    "sequential": {},                   # takes no argument
     "hierarchical": {"block_size": 16},
     "prefetched": {"block_size": 16},
 }
@@ -82,10 +91,92 @@ def variant_label(spec: str | Mapping[str, str]) -> str:
 
 
 def build_stages(spec: str | Mapping[str, str]) -> tuple[Any, Any, Any]:
-    """Instances of the three stage implementations of a variant, with cost-model parameters."""
+    """Instances of the three stage implementations of a variant, with cost-model parameters
+    (`cost_params`)."""
     recipe = resolve_variant(spec)
     load, prefill, decode = (
-        IMPLEMENTATIONS[stage][recipe[stage]](**COST_PARAMS.get(recipe[stage], {}))
+        IMPLEMENTATIONS[stage][recipe[stage]](**cost_params(stage, recipe[stage]))
         for stage in STAGES
     )
     return load, prefill, decode
+
+
+def implementation_label(stage: str, name: str) -> str:
+    """How an error names the implementation registered as `name` under `stage`: both names,
+    the registry's and the class's (a subclass shares its parent's `name` attribute)."""
+    cls = IMPLEMENTATIONS[stage][name]
+    return f"{stage} implementation {shown(name)} ({getattr(cls, '__qualname__', shown(cls))})"
+
+
+def cost_params(stage: str, name: str) -> dict[str, Any]:
+    """The constructor arguments `build_stages` gives the implementation registered as `name`
+    under `stage`: its own `COST_PARAMS` entry, else the entry of the nearest class in its MRO
+    that is registered under `stage` with one (the shipped class it subclasses, or itself
+    under another name). A ValueError, naming the implementation, where that would price it
+    with a default the entry was not written for: no such class (its constructor's defaults
+    are sized for the tiny model), classes registered under two names with different
+    entries, or a constructor whose default for an argument of the entry differs from that
+    class's (`class Wide(WindowAttention)` with `window=8192`: 8192 or 2048?)."""
+    if name in COST_PARAMS:
+        return dict(COST_PARAMS[name])
+    cls = IMPLEMENTATIONS[stage][name]
+    label = implementation_label(stage, name)
+    for ancestor in getattr(cls, "__mro__", (cls,)):
+        owners = [n for n, c in IMPLEMENTATIONS[stage].items()
+                  if c is ancestor and n != name and n in COST_PARAMS]
+        if not owners:
+            continue
+        params = COST_PARAMS[owners[0]]
+        other = next((n for n in owners[1:] if COST_PARAMS[n] != params), None)
+        if other is not None:
+            raise ValueError(
+                f"{label} has no COST_PARAMS entry, and {ancestor.__qualname__}, whose entry it "
+                f"would take, is registered as {shown(owners[0])} and {shown(other)} with "
+                f"different ones; set COST_PARAMS[{shown(name)}] to its 9B-class constructor "
+                f"arguments")
+        changed = _changed_default(cls, ancestor, params)
+        if changed is not None:
+            raise ValueError(
+                f"{label} has no COST_PARAMS entry, and would take {ancestor.__qualname__}'s "
+                f"(COST_PARAMS[{shown(owners[0])}] = {shown(params)}), but its constructor "
+                f"{changed}; set COST_PARAMS[{shown(name)}] to its 9B-class constructor "
+                f"arguments")
+        return dict(params)
+    raise ValueError(
+        f"{label} has no COST_PARAMS entry, and no class it derives from is registered as a "
+        f"{stage} implementation with one: its constructor's defaults would price it, and a "
+        f"stage's defaults are sized for the tiny model; set inference.variants.COST_PARAMS"
+        f"[{shown(name)}] to its constructor arguments for the 9B-class model ({{}} if its "
+        f"defaults are those)")
+
+
+def _changed_default(cls: type, ancestor: type, params: Mapping[str, Any]) -> str | None:
+    """How `cls`'s constructor departs from `ancestor`'s for an argument of `params` ('defaults
+    window to 8192, not 64'); None when it keeps their defaults, or a signature cannot be read."""
+    try:
+        mine, theirs = inspect.signature(cls).parameters, inspect.signature(ancestor).parameters
+    except (TypeError, ValueError):
+        return None
+    passes_on = any(p.kind is p.VAR_KEYWORD for p in mine.values())
+    for key in params:
+        if key not in mine:
+            if passes_on:       # **kwargs handed on to the ancestor: its default holds
+                continue
+            return f"takes no {key!r} argument"
+        default = mine[key].default
+        theirs_default = theirs[key].default if key in theirs else inspect.Parameter.empty
+        if not _same(default, theirs_default):
+            return (f"defaults {key} to {_default_text(default)}, not "
+                    f"{_default_text(theirs_default)}")
+    return None
+
+
+def _default_text(default: Any) -> str:
+    return "nothing" if default is inspect.Parameter.empty else shown(default)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except (TypeError, ValueError):     # an array's elementwise answer
+        return False

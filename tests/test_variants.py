@@ -1,0 +1,148 @@
+"""The registry of stage implementations: what `build_stages` gives an implementation of your
+own (README, "A stage implementation of your own"), and what it refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from inference.model_config import get_model
+from inference.stages.decode import HierarchicalDecode, PrefetchedDecode
+from inference.stages.prefill import GatedAttention, WindowAttention
+from inference.task import Task
+from inference.variants import COST_PARAMS, IMPLEMENTATIONS, build_stages, cost_params
+from inference.work import StageWork, WorkPart
+
+GLM = get_model("glm-9b")
+
+
+@pytest.fixture
+def register(monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """register(stage, name, cls[, params]): as the README registers one, undone after."""
+    def register(stage: str, name: str, cls: type, params: dict | None = None) -> None:
+        monkeypatch.setitem(IMPLEMENTATIONS[stage], name, cls)
+        if params is not None:
+            monkeypatch.setitem(COST_PARAMS, name, params)
+    yield register
+
+
+def prefill(name: str) -> dict[str, str]:
+    return {"load": "direct", "prefill": name, "decode": "sequential"}
+
+
+def decode(name: str) -> dict[str, str]:
+    return {"load": "direct", "prefill": "window", "decode": name}
+
+
+# --- the constructor arguments (COST_PARAMS) ------------------------------------------------
+
+
+def test_every_shipped_implementation_has_an_entry_of_its_own():
+    # An implementation without one is priced by a class it derives from, or refused: the
+    # shipped ones are what a user's derive from.
+    for stage, impls in IMPLEMENTATIONS.items():
+        for name in impls:
+            assert name in COST_PARAMS, f"{stage} implementation {name!r}"
+
+
+def test_a_subclass_registered_without_an_entry_takes_its_parents(register):
+    # It ran with the constructor's default for the tiny model, a 64-token window where
+    # "window" has 2048: best-static on long-context read 24.53 s against 44.38 s for the
+    # identical class.
+    class MyWindow(WindowAttention):
+        pass
+
+    class MyPrefetched(PrefetchedDecode):
+        pass
+
+    register("prefill", "mywindow", MyWindow)
+    register("decode", "myprefetched", MyPrefetched)
+    assert build_stages(prefill("mywindow"))[1].window == build_stages("glm-5.3")[1].window
+    built = build_stages(decode("myprefetched"))[2]
+    assert built.block_size == COST_PARAMS["prefetched"]["block_size"] != MyPrefetched().block_size
+    long = Task(batch=4, prompt_tokens=32768, output_tokens=64)
+    assert build_stages(prefill("mywindow"))[1].work(long, GLM) \
+        == build_stages(prefill("window"))[1].work(long, GLM)
+
+
+def test_the_nearest_registered_ancestor_gives_the_entry(register):
+    class Mid(HierarchicalDecode):
+        def __init__(self, block_size: int = 4, seed: int = 0) -> None:
+            super().__init__(block_size, seed)
+
+    class Leaf(Mid):
+        pass
+
+    register("decode", "mid", Mid, {"block_size": 32})
+    register("decode", "leaf", Leaf)
+    assert cost_params("decode", "leaf") == {"block_size": 32}
+    # ... a class of its own: the entry of the class it is, under another name
+    register("decode", "alias", HierarchicalDecode)
+    assert cost_params("decode", "alias") == COST_PARAMS["hierarchical"]
+
+
+def test_an_entry_of_its_own_wins_over_its_parents(register):
+    class Narrow(WindowAttention):
+        pass
+
+    register("prefill", "narrow", Narrow, {"window": 512})
+    assert build_stages(prefill("narrow"))[1].window == 512
+
+
+def test_a_subclass_that_changes_a_default_of_its_parents_entry_is_refused(register):
+    # 2048 from "window"'s entry, or its own 8192? Taken silently either way it was a guess.
+    class Wide(WindowAttention):
+        def __init__(self, window: int = 8192) -> None:
+            super().__init__(window)
+
+    class Fixed(WindowAttention):
+        def __init__(self) -> None:
+            super().__init__(4096)
+
+    register("prefill", "wide", Wide)
+    register("prefill", "fixed", Fixed)
+    with pytest.raises(ValueError, match=r"^prefill implementation 'wide' \(.*Wide\) has no "
+                       r"COST_PARAMS entry, .*defaults window to 8192, not 64; set "
+                       r"COST_PARAMS\['wide'\]"):
+        build_stages(prefill("wide"))
+    with pytest.raises(ValueError, match=r"'fixed' .* takes no 'window' argument"):
+        build_stages(prefill("fixed"))
+    register("prefill", "wide", Wide, {"window": 8192})
+    assert build_stages(prefill("wide"))[1].window == 8192
+
+
+def test_a_subclass_that_hands_its_arguments_on_keeps_its_parents_entry(register):
+    class PassOn(GatedAttention):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+
+    register("prefill", "passon", PassOn)
+    assert build_stages(prefill("passon"))[1].window == COST_PARAMS["gated"]["window"]
+
+
+def test_a_class_with_no_registered_ancestor_and_no_entry_is_refused(register):
+    class Duck:
+        stage = "prefill"
+
+        def work(self, task: Task, model) -> StageWork:
+            return StageWork((WorkPart("attention", 0, 0, 1e12, 1e9),), needs_weights=True)
+
+    register("prefill", "duck", Duck)
+    with pytest.raises(ValueError, match=r"^prefill implementation 'duck' \(.*Duck\) has no "
+                       r"COST_PARAMS entry, .*sized for the tiny model; set "
+                       r"inference\.variants\.COST_PARAMS\['duck'\] .*\(\{\} if its defaults"):
+        build_stages(prefill("duck"))
+    register("prefill", "duck", Duck, {})
+    assert type(build_stages(prefill("duck"))[1]) is Duck
+
+
+def test_two_names_of_one_ancestor_with_different_entries_are_refused(register):
+    class Mine(WindowAttention):
+        pass
+
+    register("prefill", "window4k", WindowAttention, {"window": 4096})
+    register("prefill", "mine", Mine)
+    with pytest.raises(ValueError, match=r"'mine' .* registered as 'window' and 'window4k' "
+                       r"with different ones"):
+        build_stages(prefill("mine"))
