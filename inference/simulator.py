@@ -232,9 +232,14 @@ class Simulator:
                              f"got {shown(model)}")
         if config is not None and not isinstance(config, SimConfig):
             raise ValueError(f"config must be a SimConfig or None, got {shown(config)}")
-        if not isinstance(stages, Sequence) or len(stages) != 3 \
-                or [getattr(s, "stage", None) for s in stages] != list(STAGES):
-            raise ValueError(f"stages must be one implementation per stage in order {STAGES}")
+        if not isinstance(stages, Sequence) or len(stages) != 3:
+            raise ValueError(f"stages must be one implementation per stage in order {STAGES}, "
+                             f"got {shown(stages)}")
+        for want, impl in zip(STAGES, stages, strict=True):
+            if getattr(impl, "stage", None) != want:   # which one, and what it is
+                raise ValueError(f"stages must be one implementation per stage in order "
+                                 f"{STAGES}; the {want} one is a {type(impl).__qualname__}, "
+                                 f"whose stage is {shown(getattr(impl, 'stage', None))}")
         self.hardware = hardware
         self.model = model
         self.stages = tuple(stages)

@@ -92,13 +92,31 @@ def variant_label(spec: str | Mapping[str, str]) -> str:
 
 def build_stages(spec: str | Mapping[str, str]) -> tuple[Any, Any, Any]:
     """Instances of the three stage implementations of a variant, with cost-model parameters
-    (`cost_params`)."""
+    (`cost_params`). Each is checked as it is built: that its class is a stage of the kind it
+    is registered under and takes those parameters; a ValueError naming it otherwise."""
     recipe = resolve_variant(spec)
-    load, prefill, decode = (
-        IMPLEMENTATIONS[stage][recipe[stage]](**cost_params(stage, recipe[stage]))
-        for stage in STAGES
-    )
+    load, prefill, decode = (_build(stage, recipe[stage]) for stage in STAGES)
     return load, prefill, decode
+
+
+def _build(stage: str, name: str) -> Any:
+    cls = IMPLEMENTATIONS[stage][name]
+    label = implementation_label(stage, name)
+    kind = getattr(cls, "stage", None)
+    if kind != stage:
+        fix = (f"register it under IMPLEMENTATIONS[{kind!r}]" if kind in STAGES
+               else f"give it stage = {stage!r}")
+        raise ValueError(f"{label} has stage = {shown(kind)}, not {stage!r}, as the simulator "
+                         f"reads it: {fix}, or subclass a {stage} stage")
+    params = cost_params(stage, name)
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as exc:
+        raise ValueError(f"{label} does not take its COST_PARAMS arguments {shown(params)}: "
+                         f"{exc}") from None
+    except ValueError:      # no signature to read: the call itself will tell
+        pass
+    return cls(**params)
 
 
 def implementation_label(stage: str, name: str) -> str:

@@ -1008,6 +1008,15 @@ def test_a_simulator_takes_one_stage_implementation_per_stage_in_order():
             Simulator(SERVER, GLM, wrong)
 
 
+def test_a_stage_out_of_place_is_named():
+    # "stages must be one implementation per stage in order" named neither the class nor
+    # the place it stood in.
+    load, prefill, decode = build_stages("glm-5.3")
+    with pytest.raises(ValueError, match=r"; the prefill one is a SequentialDecode, whose "
+                       r"stage is 'decode'$"):
+        Simulator(SERVER, GLM, (load, decode, prefill))
+
+
 def test_a_fraction_placement_is_read_as_each_stages_proportions():
     """A stage's row of fractions need not sum to 1: it is divided by its sum, so a row
     scaled by any positive factor is the same placement (the same shares and latency)."""

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from inference.model_config import get_model
-from inference.stages.decode import HierarchicalDecode, PrefetchedDecode
+from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
+from inference.stages.load import DirectLoad
 from inference.stages.prefill import GatedAttention, WindowAttention
 from inference.task import Task
 from inference.variants import COST_PARAMS, IMPLEMENTATIONS, build_stages, cost_params
@@ -146,3 +147,30 @@ def test_two_names_of_one_ancestor_with_different_entries_are_refused(register):
     with pytest.raises(ValueError, match=r"'mine' .* registered as 'window' and 'window4k' "
                        r"with different ones"):
         build_stages(prefill("mine"))
+
+
+def test_arguments_the_class_does_not_take_are_named(register):
+    class Plain(SequentialDecode):
+        pass
+
+    register("decode", "plain", Plain, {"block_size": 16})
+    with pytest.raises(ValueError, match=r"^decode implementation 'plain' \(.*Plain\) does not "
+                       r"take its COST_PARAMS arguments \{'block_size': 16\}"):
+        build_stages(decode("plain"))
+
+
+# --- the stage a class is registered under --------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [SequentialDecode, DirectLoad])
+def test_a_class_registered_under_another_stage_is_named(register, cls):
+    # It read "stages must be one implementation per stage in order (...)", or a TypeError
+    # from the constructor, naming neither the implementation nor the stage.
+    class Elsewhere(cls):       # type: ignore[valid-type, misc]
+        pass
+
+    register("prefill", "elsewhere", Elsewhere, {})
+    with pytest.raises(ValueError, match=rf"^prefill implementation 'elsewhere' \(.*Elsewhere\) "
+                       rf"has stage = '{cls.stage}', not 'prefill'.*register it under "
+                       rf"IMPLEMENTATIONS\['{cls.stage}'\]"):
+        build_stages(prefill("elsewhere"))
