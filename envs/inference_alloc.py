@@ -431,7 +431,7 @@ class InferenceAllocEnv(gym.Env):
             self.model = get_model(sc.model)
         with naming_field(sc, "variant", given=variant is not None):
             self.variant = variant_label(sc.variant)
-            stages = build_stages(sc.variant)
+            stages = build_stages(sc.variant, self.model)
         self._check_the_weights_fit_somewhere(sc)
         device_names = self.hardware.device_names
         for i, fault in enumerate(sc.faults):

@@ -184,7 +184,7 @@ def compare(args: argparse.Namespace) -> list[Outcome]:
                          f"{shown(absent[0])}, which hardware {shown(hardware.name)} lacks "
                          f"(devices: {', '.join(hardware.device_names)}); give --placement "
                          f"with its devices")
-    built = [(recipe, build_stages(recipe)) for recipe in parse_variants(args.variants)]
+    built = [(recipe, build_stages(recipe, model)) for recipe in parse_variants(args.variants)]
     if args.cache is not None and all(stages[0].cache_kind is None for _, stages in built):
         # forced on no variant, the flag changed nothing and the title still said it was set
         flag = "--cache-hit" if args.cache else "--cache-miss"

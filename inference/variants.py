@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from inference.messages import did_you_mean, shown
+from inference.model_config import ModelConfig, get_model
+from inference.stage_checks import check_cost_face
 from inference.stages.decode import HierarchicalDecode, PrefetchedDecode, SequentialDecode
 from inference.stages.load import AdaptiveLoad, CachedLoad, DirectLoad
 from inference.stages.prefill import DynamicAttention, GatedAttention, WindowAttention
@@ -25,6 +27,9 @@ IMPLEMENTATIONS: dict[str, dict[str, type]] = {
     "decode": {"sequential": SequentialDecode, "hierarchical": HierarchicalDecode,
                "prefetched": PrefetchedDecode},
 }
+
+#: The model COST_PARAMS are sized for, and `build_stages` probes a cost face on by default.
+COST_MODEL = "glm-9b"
 
 VARIANTS: dict[str, dict[str, str]] = {
     "glm-5.3": {"load": "direct", "prefill": "window", "decode": "sequential"},
@@ -90,16 +95,20 @@ def variant_label(spec: str | Mapping[str, str]) -> str:
     return "+".join(recipe[s] for s in STAGES)
 
 
-def build_stages(spec: str | Mapping[str, str]) -> tuple[Any, Any, Any]:
+def build_stages(spec: str | Mapping[str, str],
+                 model: ModelConfig | None = None) -> tuple[Any, Any, Any]:
     """Instances of the three stage implementations of a variant, with cost-model parameters
     (`cost_params`). Each is checked as it is built: that its class is a stage of the kind it
-    is registered under and takes those parameters; a ValueError naming it otherwise."""
+    is registered under, takes those parameters, and prices a few probe tasks on `model` (the
+    9B-class glm-9b by default) as the simulator reads them (`stage_checks`); a ValueError
+    naming it otherwise. The simulator's hot path checks nothing."""
     recipe = resolve_variant(spec)
-    load, prefill, decode = (_build(stage, recipe[stage]) for stage in STAGES)
+    model = get_model(COST_MODEL) if model is None else model
+    load, prefill, decode = (_build(stage, recipe[stage], model) for stage in STAGES)
     return load, prefill, decode
 
 
-def _build(stage: str, name: str) -> Any:
+def _build(stage: str, name: str, model: ModelConfig) -> Any:
     cls = IMPLEMENTATIONS[stage][name]
     label = implementation_label(stage, name)
     kind = getattr(cls, "stage", None)
@@ -116,7 +125,9 @@ def _build(stage: str, name: str) -> Any:
                          f"{exc}") from None
     except ValueError:      # no signature to read: the call itself will tell
         pass
-    return cls(**params)
+    impl = cls(**params)
+    check_cost_face(impl, stage, label, model)
+    return impl
 
 
 def implementation_label(stage: str, name: str) -> str:

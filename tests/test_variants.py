@@ -3,6 +3,7 @@ own (README, "A stage implementation of your own"), and what it refuses."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -174,3 +175,80 @@ def test_a_class_registered_under_another_stage_is_named(register, cls):
                        rf"has stage = '{cls.stage}', not 'prefill'.*register it under "
                        rf"IMPLEMENTATIONS\['{cls.stage}'\]"):
         build_stages(prefill("elsewhere"))
+
+
+# --- the cost face, probed once when built --------------------------------------------------
+
+
+def faulty(change) -> type:
+    class Faulty(WindowAttention):
+        def work(self, task: Task, model) -> StageWork:
+            return change(super().work(task, model))
+    return Faulty
+
+
+def each_part(**fields):
+    return lambda w: w._replace(parts=tuple(p._replace(**fields) for p in w.parts))
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    # NaN FLOPs gave a mean latency of -552 s, negative FLOPs a faster stage, None an
+    # AttributeError traceback from the simulator's booking, all with no word of the stage.
+    (each_part(flops=math.nan), r"parts\[0\]\.flops = nan"),
+    (lambda w: w._replace(parts=tuple(p._replace(flops=-p.flops) for p in w.parts)),
+     r"parts\[0\]\.flops = -"),
+    (each_part(launches=math.inf), r"parts\[0\]\.launches = inf"),
+    (each_part(op=9), r"parts\[0\]\.op = 9"),
+    (lambda w: w._replace(footprint=-1.0), r"footprint = -1\.0"),
+    (lambda w: w._replace(io_bytes="1e9"), r"io_bytes = '1e9'"),
+    (lambda w: w._replace(parts=[*w.parts, (1, 2)]), r"parts\[\d\] = \(1, 2\), not a WorkPart"),
+    (lambda w: None, r"None, not a StageWork"),
+])
+def test_a_cost_face_that_gives_no_valid_work_is_refused_when_built(register, change, field):
+    register("prefill", "faulty", faulty(change), {"window": 2048})
+    with pytest.raises(ValueError, match=rf"^prefill implementation 'faulty' \(.*Faulty\): "
+                       rf"work\(\) of a task of .* gave {field}"):
+        build_stages(prefill("faulty"))
+
+
+def test_a_fault_at_one_end_of_the_task_sizes_is_found(register):
+    # A face right for the article's task but wrong for a one-token one.
+    def tiny_only(w: StageWork) -> StageWork:
+        return each_part(nbytes=math.nan)(w) if w.parts[0].flops < 1e12 else w
+
+    register("prefill", "tinyonly", faulty(tiny_only), {"window": 2048})
+    with pytest.raises(ValueError, match=r"'tinyonly' .*batch 1, 1 prompt .*nbytes = nan"):
+        build_stages(prefill("tinyonly"))
+
+
+def test_a_loaders_load_work_is_probed_for_a_hit_and_a_miss(register):
+    from inference.stages.load import CachedLoad
+
+    class HitNaN(CachedLoad):
+        def load_work(self, task, model, hit=None):
+            work = super().load_work(task, model, hit)
+            return work._replace(io_bytes=math.nan) if hit else work
+
+    class NoCacheKind:
+        stage = "load"
+
+        def work(self, task, model):
+            return DirectLoad().work(task, model)
+
+    register("load", "hitnan", HitNaN)
+    register("load", "nokind", NoCacheKind, {})
+    with pytest.raises(ValueError, match=r"^load implementation 'hitnan' \(.*HitNaN\): "
+                       r"load_work\(hit=True\) of .* gave io_bytes = nan"):
+        build_stages({"load": "hitnan", "prefill": "window", "decode": "sequential"})
+    with pytest.raises(ValueError, match=r"'nokind' .* has no cache_kind attribute"):
+        build_stages({"load": "nokind", "prefill": "window", "decode": "sequential"})
+
+
+def test_a_valid_face_of_your_own_builds(register):
+    class Halved(WindowAttention):
+        def work(self, task, model):
+            w = super().work(task, model)
+            return w._replace(parts=tuple(p._replace(flops=p.flops / 2) for p in w.parts))
+
+    register("prefill", "halved", Halved)
+    assert type(build_stages(prefill("halved"))[1]) is Halved
