@@ -100,24 +100,38 @@ def build_stages(spec: str | Mapping[str, str],
     """Instances of the three stage implementations of a variant, with cost-model parameters
     (`cost_params`). Each is checked as it is built: that its class is a stage of the kind it
     is registered under, takes those parameters, and prices a few probe tasks on `model` (the
-    9B-class glm-9b by default) as the simulator reads them (`stage_checks`); a ValueError
-    naming it otherwise. The simulator's hot path checks nothing."""
+    9B-class glm-9b by default) as the simulator reads them (`stage_checks`), once per class,
+    arguments and model in a process; a ValueError naming it otherwise. The simulator's hot
+    path checks nothing."""
     recipe = resolve_variant(spec)
     model = get_model(COST_MODEL) if model is None else model
     load, prefill, decode = (_build(stage, recipe[stage], model) for stage in STAGES)
     return load, prefill, decode
 
 
+#: (class, arguments, model) of each implementation whose checks `_build` has passed: they run
+#: once per process, not again for every env built (a class defined anew is another key).
+_CHECKED: set[tuple[type, tuple[tuple[str, Any], ...], ModelConfig]] = set()
+
+
 def _build(stage: str, name: str, model: ModelConfig) -> Any:
     cls = IMPLEMENTATIONS[stage][name]
-    label = implementation_label(stage, name)
     kind = getattr(cls, "stage", None)
     if kind != stage:
         fix = (f"register it under IMPLEMENTATIONS[{kind!r}]" if kind in STAGES
                else f"give it stage = {stage!r}")
-        raise ValueError(f"{label} has stage = {shown(kind)}, not {stage!r}, as the simulator "
-                         f"reads it: {fix}, or subclass a {stage} stage")
+        raise ValueError(f"{implementation_label(stage, name)} has stage = {shown(kind)}, not "
+                         f"{stage!r}, as the simulator reads it: {fix}, or subclass a {stage} "
+                         f"stage")
     params = cost_params(stage, name)
+    try:
+        key: Any = (cls, tuple(sorted(params.items())), model)
+        checked = key in _CHECKED
+    except TypeError:       # an argument that cannot be hashed: checked every time
+        key, checked = None, False
+    if checked:
+        return cls(**params)
+    label = implementation_label(stage, name)
     try:
         inspect.signature(cls).bind(**params)
     except TypeError as exc:
@@ -127,6 +141,8 @@ def _build(stage: str, name: str, model: ModelConfig) -> Any:
         pass
     impl = cls(**params)
     check_cost_face(impl, stage, label, model)
+    if key is not None:
+        _CHECKED.add(key)
     return impl
 
 

@@ -252,3 +252,23 @@ def test_a_valid_face_of_your_own_builds(register):
 
     register("prefill", "halved", Halved)
     assert type(build_stages(prefill("halved"))[1]) is Halved
+
+
+def test_the_cost_face_is_probed_once_per_class_arguments_and_model(register):
+    # Every env built calls build_stages; the probe is for the first of them.
+    calls = []
+
+    class Counted(WindowAttention):
+        def work(self, task, model):
+            calls.append(task)
+            return super().work(task, model)
+
+    register("prefill", "counted", Counted, {"window": 2048})
+    build_stages(prefill("counted"))
+    probed = len(calls)
+    assert probed > 0
+    build_stages(prefill("counted"))
+    assert len(calls) == probed
+    register("prefill", "counted", Counted, {"window": 1024})   # other arguments: again
+    build_stages(prefill("counted"))
+    assert len(calls) == 2 * probed
