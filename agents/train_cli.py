@@ -43,7 +43,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     # torch and SB3 load only now: --help and a refused option answer at once
-    from agents.training import RunFailed, RunsFailed, comparison_table, print_cause, train
+    from agents.run_records import RunFailed, RunsFailed
+    from agents.training import comparison_table, print_cause, train
 
     try:
         try:

@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 from stable_baselines3.common.logger import Logger  # noqa: E402
 
 import agents.training as training  # noqa: E402
+from agents import run_records  # noqa: E402
 from agents.callbacks import BestModelSelection, HeldOutEval, LatencyMetrics  # noqa: E402
 from agents.config import TrainConfig  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
@@ -92,7 +93,7 @@ def timed_parts() -> Iterator[dict[str, float]]:
             setattr(cls, name, method)
 
 
-def final_row_seconds(result: training.RunResult, cfg: TrainConfig,
+def final_row_seconds(result: run_records.RunResult, cfg: TrainConfig,
                       evaluated: tuple[int, dict[str, np.ndarray]] | None
                       ) -> tuple[float, np.ndarray]:
     """Seconds of the run's final row, and its latencies (None: the reference's re-run)."""

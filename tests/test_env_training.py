@@ -1148,7 +1148,8 @@ def test_the_hparams_view_tells_runs_of_another_reward_apart() -> None:
     """The reward a run trained on changes what it learns, and the HPARAMS view, where runs are
     compared side by side, left it out (only the config text held it)."""
     from agents.config import TrainConfig
-    from agents.training import RunSpec, _hparams
+    from agents.run_records import RunSpec
+    from agents.training import _hparams
 
     spec = RunSpec("ppo", "none", 0)
     views = [_hparams(TrainConfig(reward=reward), spec) for reward in ("relative", "latency")]
@@ -1161,7 +1162,8 @@ def test_the_hparams_view_shows_a_mixs_weights_only_where_given() -> None:
     """Runs of one mix drawn by other weights learn other things: the view tells them apart,
     and a run without --scenario-weights reads as every run did before there were weights."""
     from agents.config import TrainConfig
-    from agents.training import RunSpec, _hparams
+    from agents.run_records import RunSpec
+    from agents.training import _hparams
 
     spec = RunSpec("ppo", "none", 0)
     mix = ["article", "bursty"]
@@ -1175,7 +1177,8 @@ def test_the_hparams_view_shows_the_episode_a_run_trains_on() -> None:
     """The scenario's own episode showed as 0 tasks (article's is 200); a mix of scenarios of
     other lengths, where each keeps its own, shows 0."""
     from agents.config import TrainConfig
-    from agents.training import RunSpec, _hparams
+    from agents.run_records import RunSpec
+    from agents.training import _hparams
 
     spec = RunSpec("ppo", "none", 0)
     assert _hparams(TrainConfig(), spec)["episode_tasks"] == 200
@@ -1512,7 +1515,8 @@ def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkey
 ])
 def test_warm_up_specs_have_one_spelling_and_label(spec: str, canonical: str, label: str) -> None:
     """Run folders and tables read the label: the parts in WARMUP_PARTS order, joined by +."""
-    from agents.training import RunSpec, canonical_warmup
+    from agents.run_records import RunSpec
+    from agents.training import canonical_warmup
 
     assert canonical_warmup(spec) == canonical
     assert RunSpec("ppo", canonical, 0).label == label
@@ -2101,6 +2105,7 @@ def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkey
 
     from agents import training
     from agents.config import TrainConfig
+    from agents.run_records import RunsFailed
 
     class CrashAt50(BaseCallback):
         def _on_step(self) -> bool:
@@ -2120,7 +2125,7 @@ def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkey
                          episode_tasks=20, progress_bar=False, hp=hp)
     with monkeypatch.context() as patched:
         patched.setattr(training, "_callbacks", crashing)
-        with pytest.raises(training.RunsFailed, match="simulated crash"):
+        with pytest.raises(RunsFailed, match="simulated crash"):
             training.train(config, report=lambda line: None)
     (run_dir,) = tmp_path.iterdir()
     (resumed,) = training.train(TrainConfig(resume=str(run_dir), timesteps=96,
