@@ -110,7 +110,7 @@ def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
 
 def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     from agents.run_folder import BEST_MODEL
-    from agents.training import read_run_config, run_spec
+    from agents.run_plan import read_run_config, run_spec
 
     config_file = _run_config_of(path, run_dir)
     if config_file is None:

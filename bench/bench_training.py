@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 from stable_baselines3.common.logger import Logger  # noqa: E402
 
 import agents.training as training  # noqa: E402
-from agents import run_records  # noqa: E402
+from agents import run_plan, run_records  # noqa: E402
 from agents.callbacks import BestModelSelection, HeldOutEval, LatencyMetrics  # noqa: E402
 from agents.config import TrainConfig  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label:<40}{seconds[label]:>8.2f} s {100 * seconds[label] / learn:>6.1f}%")
 
         evaluated = result.evaluated
-        run_cfg = training.read_run_config(result.run_dir / "config.yaml")
+        run_cfg = run_plan.read_run_config(result.run_dir / "config.yaml")
         reference, ours = [], []
         for _ in range(args.repeats):
             ref_s, ref_latency = final_row_seconds(result, run_cfg, None)

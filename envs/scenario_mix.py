@@ -34,7 +34,7 @@ class MixRefused(ValueError):
     """A mix of scenarios refused, its message in the env's words, whose advice names its
     keywords (`hardware=`, `weights=`). `kind` says which refusal it is and `problem` what is
     wrong without that advice, so that a CLI over the env advises its own options instead
-    (``agents.training.env_for``): ``"setting"``, two scenarios' hardware, variant or model
+    (``agents.run_plan.env_for``): ``"setting"``, two scenarios' hardware, variant or model
     differ; ``"twice"``, one scenario is given twice, however spelt."""
 
     def __init__(self, message: str, kind: Literal["setting", "twice"], problem: str) -> None:

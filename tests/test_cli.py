@@ -438,8 +438,8 @@ def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_pat
     from agents.config import TrainConfig, read_yaml_options
     from agents.evaluation import make_env
     from agents.registry import make_fixed_policy
+    from agents.run_plan import plan
     from agents.sb3_hyperparams import check_keys
-    from agents.training import plan
     from agents.warmup import WarmupConfig
     from envs.inference_alloc import InferenceAllocEnv
     from envs.scenario import load_scenario

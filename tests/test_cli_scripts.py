@@ -204,7 +204,7 @@ def test_held_out_evaluation_leaves_training_unchanged(agent: str, tmp_path: Pat
     import torch
 
     from agents.registry import load_policy
-    from agents.training import env_for
+    from agents.run_plan import env_for
 
     main = load_main("train.py")
     weights = []
@@ -549,7 +549,7 @@ def test_dqn_trains_with_a_train_freq_pair_from_hp_or_its_yaml(tmp_path: Path,
 
 
 def test_a_conservative_that_never_acts_may_be_the_oracle_with_several_envs(tmp_path) -> None:
-    from agents.training import plan
+    from agents.run_plan import plan
 
     cfg = TrainConfig(conservative="oracle", n_envs=2, log_dir=str(tmp_path / "runs"))
     assert len(plan(dataclasses.replace(cfg, warmup=["clone"]))) == 1       # it only clones
@@ -558,7 +558,7 @@ def test_a_conservative_that_never_acts_may_be_the_oracle_with_several_envs(tmp_
 
 def test_without_warmup_a_conservative_the_env_cannot_take_is_left_be(tmp_path) -> None:
     """heft-split acts in the Split env only: a name, not a mistake, when nothing warms up."""
-    from agents.training import plan
+    from agents.run_plan import plan
 
     cfg = TrainConfig(conservative="heft-split", warmup=["none"], log_dir=str(tmp_path / "r"))
     assert len(plan(cfg)) == 1
@@ -2797,8 +2797,8 @@ def test_a_resume_whose_model_cannot_be_loaded_is_one_line_naming_it(
     edited since ("Observation spaces do not match"), another agent's zip in its place
     ("Action spaces do not match"), a damaged zip ("PytorchStreamReader failed", "Names of
     parameters do not match"). Now one line naming the file, exit 2, the folder untouched."""
+    from agents.run_plan import env_for
     from agents.sb3_factory import make_sb3
-    from agents.training import env_for
     from inference.hardware import PRESET_DIR
 
     runs = tmp_path / "runs"
@@ -3041,7 +3041,7 @@ def test_a_name_repeated_in_a_list_option_counts_once_but_a_mixs_scenario_is_ref
 
 def test_seeds_given_twice_train_once_and_skipped_studies_take_no_seeds(tmp_path: Path) -> None:
     from agents.config import EvalConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     specs = plan(TrainConfig(agents=["ppo"], warmup=["none"], seeds=[0, 0, 1],
                              log_dir=str(tmp_path / "runs")))
@@ -3501,9 +3501,10 @@ def _console_refusal(case: str, tmp: Path) -> str:
 
     from agents.commands import named
     from agents.reporting import discover_models
+    from agents.run_plan import plan, read_run_config
     from agents.sb3_factory import saved_model_info
     from agents.sb3_hyperparams import check_agent_env
-    from agents.training import plan, read_run_config, resume_run
+    from agents.training import resume_run
 
     run = tmp / "runs" / "a"
     run.mkdir(parents=True)

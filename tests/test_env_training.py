@@ -1515,8 +1515,8 @@ def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkey
 ])
 def test_warm_up_specs_have_one_spelling_and_label(spec: str, canonical: str, label: str) -> None:
     """Run folders and tables read the label: the parts in WARMUP_PARTS order, joined by +."""
+    from agents.run_plan import canonical_warmup
     from agents.run_records import RunSpec
-    from agents.training import canonical_warmup
 
     assert canonical_warmup(spec) == canonical
     assert RunSpec("ppo", canonical, 0).label == label
@@ -1532,6 +1532,7 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
     from agents.config import TrainConfig
     from agents.evaluation import episode_latencies
     from agents.registry import load_policy
+    from agents.run_plan import env_for
     from agents.sb3_factory import SB3Agent
 
     learned = []        # held-out episodes of the learned model (the baselines' are cached)
@@ -1549,7 +1550,7 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
                          hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
     (result,) = training.train(config, report=lambda line: None)
     assert len(learned) == runs     # eval/ at steps 0, 32 and 64, the last being the row's
-    env = training.env_for(config, episode_tasks=30, reward="latency")
+    env = env_for(config, episode_tasks=30, reward="latency")
     saved = load_policy(result.run_dir / "model.zip", env)
     assert np.array_equal(result.latency, episode_latencies(saved, env, config.eval_seed))
     if interval:        # the point the row took, kept for bench/bench_training.py
@@ -1588,7 +1589,7 @@ def test_selection_leaves_training_unchanged(selected) -> None:
     --select-best trains the same weights, to the bit, and saves the same model.zip."""
     from agents.config import TrainConfig
     from agents.registry import load_policy
-    from agents.training import env_for
+    from agents.run_plan import env_for
 
     weights = []
     for select in (False, True):
@@ -1610,7 +1611,8 @@ def test_selection_keeps_the_best_model_seen_on_the_validation_episode(selected)
     from agents.plots import read_scalars
     from agents.registry import load_policy
     from agents.run_folder import read_best_record, saved_steps
-    from agents.training import comparison_table, env_for
+    from agents.run_plan import env_for
+    from agents.training import comparison_table
 
     result, lines = selected[True]
     record = read_best_record(result.run_dir / "best_model.json")
@@ -1816,7 +1818,7 @@ def test_train_takes_the_short_env_names_and_gymnasiums_spelling(given, env_id):
     envs:InferenceAllocSplit-v0` (gymnasium.make's) were 'unknown env id'; the run records the
     registered id, which names its folder."""
     from agents.config import TrainConfig
-    from agents.training import env_for
+    from agents.run_plan import env_for
 
     cfg = TrainConfig(env_id=given)
     assert cfg.env_id == env_id

@@ -209,7 +209,7 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
 
     from agents.config import TrainConfig
     from agents.reporting import _context_key
-    from agents.training import _absolute_files
+    from agents.run_plan import absolute_files
     from envs import InferenceAllocEnv
     from envs.scenario import SCENARIO_DIR, load_scenario
     mine = yaml.safe_load((PRESET_DIR / "server.yaml").read_text(encoding="utf-8"))
@@ -232,8 +232,8 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
     assert load_scenario("./article").name == "my-article"
     # a run's saved config and evaluate's settings read the names the same way
     config = TrainConfig(scenario="article", hardware="server")
-    assert _absolute_files(config) == config
-    moved = _absolute_files(dataclasses.replace(config, hardware="./server"))
+    assert absolute_files(config) == config
+    moved = absolute_files(dataclasses.replace(config, hardware="./server"))
     assert moved.hardware == str(tmp_path / "server")
     assert _context_key("article", "server", None)[:2] == (
         "article", str((PRESET_DIR / "server.yaml").resolve()))

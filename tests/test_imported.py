@@ -638,7 +638,7 @@ def test_a_zip_without_an_importable_class_is_told_the_pattern(tmp_path: Path) -
 def test_train_takes_your_policy_as_the_conservative_one(user_module: str,
                                                          tmp_path: Path) -> None:
     from agents.config import ConfigError, TrainConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     cfg = TrainConfig(conservative=f"{user_module}:on_cpu", log_dir=str(tmp_path / "r"))
     assert len(plan(cfg)) == 2
@@ -738,7 +738,7 @@ def test_a_policy_that_reads_its_live_env_cannot_act_for_several_envs(user_modul
     of n envs from that env's task. The oracle's own predict refuses a batch; one of yours,
     answered row by row, was taken for --n-envs 2 as for --vec-env subproc it is not."""
     from agents.config import ConfigError, TrainConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     cfg = TrainConfig(conservative=f"{user_module}:LiveCurrentDevice",
                       log_dir=str(tmp_path / "r"))
@@ -771,7 +771,7 @@ def test_a_policy_whose_actions_the_env_refuses_is_refused_before_anything_runs(
     argument 2 is shorter than argument 1', or torch's Categorical support), as a baseline with
     the env's traceback once evaluate.py's models had run, neither naming the policy."""
     from agents.config import ConfigError, TrainConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     name = f"{user_module}:{attribute}"
     refusal = refusal.format(name=name)
@@ -794,7 +794,7 @@ def test_a_split_env_conservative_answering_device_ids_is_checked_as_the_warm_up
     line naming the policy, as in the discrete env. One-hot, 7 was an IndexError traceback
     ('index 7 is out of bounds for axis 2'), and -1 the last device, silently."""
     from agents.config import ConfigError, TrainConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     def config(attribute: str) -> TrainConfig:
         return TrainConfig(env_id="InferenceAllocSplit-v0", agents=["ppo"], warmup=["all"],

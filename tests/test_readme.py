@@ -669,7 +669,7 @@ def test_every_train_command_a_doc_gives_passes_train_pys_checks():
     which train.py refuses at once. A --resume (which needs a run) and a policy or callback of
     the README's mine.py are parsed alone."""
     from agents.config import ConfigError, TrainConfig, parse_config
-    from agents.training import plan
+    from agents.run_plan import plan
 
     commands = _whole_commands(TrainConfig)
     assert len(commands) >= 15, f"the docs' train.py commands were not found: {commands}"

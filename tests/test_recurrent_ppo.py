@@ -412,7 +412,8 @@ def test_a_warm_recurrent_ppo_repeats_from_the_same_seed_and_loads_back(env_id: 
 def test_recurrent_ppo_trains_warm_beside_cold_in_train_py(tmp_path: Path) -> None:
     """train.py's default --warmup none all trains recurrent-ppo cold and warm, as every other
     learner; the warm run saves its guard's state beside its model."""
-    from agents.training import plan, train
+    from agents.run_plan import plan
+    from agents.training import train
 
     specs = plan(TrainConfig(agents=["ppo", "recurrent-ppo"]))
     assert [s.label for s in specs] == ["ppo", "ppo-warm", "recurrent-ppo", "recurrent-ppo-warm"]

@@ -39,9 +39,9 @@ from agents.reporting import (
     scenarios_of,
     work_units,
 )
+from agents.run_plan import env_for
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95, t95
-from agents.training import env_for
 from inference.hardware import PRESET_DIR
 
 SPLIT = "InferenceAllocSplit-v0"

@@ -178,7 +178,7 @@ def test_a_warm_started_sac_takes_its_envs_warm_start_values() -> None:
 
 # ----------------------------------------------------------------------------- refusals
 def test_sac_on_the_discrete_env_names_the_env_it_trains_on_and_what_to_use() -> None:
-    from agents.training import plan
+    from agents.run_plan import plan
 
     message = (f"sac needs continuous \\(Box\\) actions: it trains on {SPLIT} \\(train.py --env "
                f"{SPLIT}\\), not {V0}; for {V0} use ppo, a2c, dqn, maskable-ppo")

@@ -11,9 +11,9 @@ import pytest
 import agents.sb3_factory as factory
 import agents.sb3_memory as memory
 from agents.config import ConfigError, TrainConfig
+from agents.run_plan import plan
 from agents.sb3_factory import make_sb3
 from agents.sb3_memory import check_memory, physical_memory, size_text
-from agents.training import plan
 
 MIB = 2**20
 

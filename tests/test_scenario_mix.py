@@ -173,7 +173,8 @@ def test_train_config_takes_one_scenario_as_before_and_several_as_a_list(tmp_pat
 def test_a_run_on_two_scenarios_resumes_and_is_evaluated_on_each(tmp_path: Path) -> None:
     from agents import reporting
     from agents.config import ConfigError, EvalConfig, TrainConfig
-    from agents.training import comparison_table, read_run_config, train
+    from agents.run_plan import read_run_config
+    from agents.training import comparison_table, train
 
     runs = tmp_path / "runs"
     config = TrainConfig(scenario=["article", "bursty"], warmup=["none"], timesteps=48,

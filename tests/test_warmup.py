@@ -1073,7 +1073,8 @@ def test_a_hyperparameter_file_is_read_once_per_version_and_never_shared(tmp_pat
     one read, and an edited file is read again."""
     import agents.sb3_hyperparams as hyperparams
     from agents.config import TrainConfig
-    from agents.training import build_vec_env, plan
+    from agents.run_plan import plan
+    from agents.training import build_vec_env
 
     path = tmp_path / "ppo.yaml"
     path.write_text("InferenceAlloc-v0:\n  n_steps: 16\n  batch_size: 16\n"
@@ -1122,7 +1123,7 @@ def test_a_trpo_sub_sampling_that_keeps_one_transition_is_refused_before_any_run
     line search failed and the policy never moved, a UserWarning the only sign. train.py
     refuses it against the rollout of --n-envs envs, not the one env it builds to check."""
     from agents.config import ConfigError, TrainConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     def config(factor: int, n_envs: int = 1, **hp) -> TrainConfig:
         return TrainConfig(agents=["trpo"], warmup=["none", "all"], n_envs=n_envs,
@@ -1153,7 +1154,7 @@ def test_a_trpo_sub_sampling_is_checked_against_the_rollout_each_warm_up_trains_
     checked, the cold one's with --hp and the warm one's only where a warm-up is asked for."""
     import agents.sb3_hyperparams as hyperparams
     from agents.config import ConfigError, TrainConfig
-    from agents.training import plan
+    from agents.run_plan import plan
 
     (tmp_path / "trpo.yaml").write_text(
         "InferenceAlloc-v0:\n  n_steps: 64\n  batch_size: 64\n  policy_kwargs: {net_arch: [8]}\n"
