@@ -44,7 +44,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
         return 2
     # torch and SB3 load only now: --help and a refused option answer at once
     from agents.run_records import RunFailed, RunsFailed
-    from agents.training import comparison_table, print_cause, train
+    from agents.run_scores import comparison_table
+    from agents.training import print_cause, train
 
     try:
         try:

@@ -11,7 +11,7 @@ env steps (SB3 predicts, one per held-out task); with ``--select-best``, the val
 too (``BestModelSelection``: predicts, and best_model.zip saved where the mean improves). Each
 part's time excludes the parts it calls.
 
-Then it times the run's final held-out row (``agents.training.score_final_model``) both ways in
+Then it times the run's final held-out row (``agents.run_scores.score_final_model``) both ways in
 this process, ``--repeats`` times each, alternately: the reference loads model.zip and runs the
 held-out episode again, as the trainer did before; ours takes the eval/ curve's last point,
 the same model's run of the same episode. Target: ours at most 0.05 of the reference's median
@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 from stable_baselines3.common.logger import Logger  # noqa: E402
 
 import agents.training as training  # noqa: E402
-from agents import run_plan, run_records  # noqa: E402
+from agents import run_plan, run_records, run_scores  # noqa: E402
 from agents.callbacks import BestModelSelection, HeldOutEval, LatencyMetrics  # noqa: E402
 from agents.config import TrainConfig  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
@@ -99,7 +99,7 @@ def final_row_seconds(result: run_records.RunResult, cfg: TrainConfig,
     """Seconds of the run's final row, and its latencies (None: the reference's re-run)."""
     row = dataclasses.replace(result, latency=None, evaluated=evaluated)
     start = time.perf_counter()
-    training.score_final_model(row, cfg, Logger(None, []))
+    run_scores.score_final_model(row, cfg, Logger(None, []))
     seconds = time.perf_counter() - start
     assert row.latency is not None
     return seconds, row.latency

@@ -1147,7 +1147,7 @@ def test_a_run_stopped_before_it_learns_leaves_no_folder(tmp_path: Path, monkeyp
             raise KeyboardInterrupt
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(training, "_held_out_eval" if stop == "ctrl-c" else "tensorboard_logger",
+    monkeypatch.setattr(training, "held_out_eval" if stop == "ctrl-c" else "tensorboard_logger",
                         stopped)
     runs = tmp_path / "runs"
     assert load_main("train.py")(["--timesteps", "64", "--warmup", "none",
@@ -2609,7 +2609,7 @@ def test_the_train_table_runs_only_baselines_the_hardware_and_env_can(tmp_path: 
     import yaml
 
     from agents.config import TrainConfig
-    from agents.training import table_baselines
+    from agents.run_scores import table_baselines
     from inference.hardware import PRESET_DIR
 
     raw = yaml.safe_load((PRESET_DIR / "server.yaml").read_text())

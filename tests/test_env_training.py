@@ -1528,6 +1528,7 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
     """The eval/ curve's last point is the saved model's run of the held-out episode: the
     final/ row loaded model.zip and ran that episode a second time, to the same latencies.
     Without eval/ points (--eval-interval 0) the row still runs the saved model itself."""
+    import agents.run_scores as run_scores
     import agents.training as training
     from agents.config import TrainConfig
     from agents.evaluation import episode_latencies
@@ -1536,14 +1537,14 @@ def test_the_final_row_takes_the_held_out_curves_last_point(interval: int, runs:
     from agents.sb3_factory import SB3Agent
 
     learned = []        # held-out episodes of the learned model (the baselines' are cached)
-    original = training.episode_latencies
+    original = run_scores.episode_latencies
 
     def counted(policy, env, seed, episodes=1):
         if isinstance(policy, SB3Agent):
             learned.append(seed)
         return original(policy, env, seed, episodes)
 
-    monkeypatch.setattr(training, "episode_latencies", counted)
+    monkeypatch.setattr(run_scores, "episode_latencies", counted)
     config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, log_dir=str(tmp_path),
                          episode_tasks=20, eval_tasks=30, eval_interval=interval,
                          checkpoint_interval=0, progress_bar=False,
@@ -1612,7 +1613,7 @@ def test_selection_keeps_the_best_model_seen_on_the_validation_episode(selected)
     from agents.registry import load_policy
     from agents.run_folder import read_best_record, saved_steps
     from agents.run_plan import env_for
-    from agents.training import comparison_table
+    from agents.run_scores import comparison_table
 
     result, lines = selected[True]
     record = read_best_record(result.run_dir / "best_model.json")
@@ -1737,7 +1738,7 @@ def test_the_comparison_table_names_hardware_and_variant_other_than_the_scenario
     from types import SimpleNamespace
 
     from agents.config import TrainConfig
-    from agents.training import comparison_table
+    from agents.run_scores import comparison_table
 
     run = SimpleNamespace(latency=np.ones(12), spec=SimpleNamespace(label="ppo", seed=0),
                           best=None)
@@ -1755,7 +1756,7 @@ def test_the_comparison_table_counts_the_tasks_a_replayed_trace_ran(tmp_path):
     from types import SimpleNamespace
 
     from agents.config import TrainConfig
-    from agents.training import comparison_table
+    from agents.run_scores import comparison_table
 
     trace = tmp_path / "trace.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
@@ -1777,7 +1778,7 @@ def test_the_comparison_table_says_when_the_workload_overloads_the_hardware(scen
     from types import SimpleNamespace
 
     from agents.config import TrainConfig
-    from agents.training import comparison_table
+    from agents.run_scores import comparison_table
 
     run = SimpleNamespace(latency=np.ones(200), spec=SimpleNamespace(label="ppo", seed=0),
                           best=None)
@@ -1887,7 +1888,7 @@ def test_the_held_out_baselines_follow_a_scenario_file_rewritten_at_its_path(tmp
     from agents.config import TrainConfig
     from agents.evaluation import episode_latencies, make_env
     from agents.registry import make_policy
-    from agents.training import _env_key, baseline_latency
+    from agents.run_scores import _env_key, baseline_latency
     scenario = tmp_path / "trial.yaml"
     config = TrainConfig(scenario=str(scenario), eval_tasks=40)
     for rate in (0.05, 0.5):

@@ -174,7 +174,8 @@ def test_a_run_on_two_scenarios_resumes_and_is_evaluated_on_each(tmp_path: Path)
     from agents import reporting
     from agents.config import ConfigError, EvalConfig, TrainConfig
     from agents.run_plan import read_run_config
-    from agents.training import comparison_table, train
+    from agents.run_scores import comparison_table
+    from agents.training import train
 
     runs = tmp_path / "runs"
     config = TrainConfig(scenario=["article", "bursty"], warmup=["none"], timesteps=48,
@@ -225,7 +226,8 @@ def test_the_table_of_a_mix_run_has_a_section_per_scenario_also_when_resumed(
     from agents.config import TrainConfig
     from agents.evaluation import episode_latencies, make_env
     from agents.registry import load_policy, make_policy
-    from agents.training import comparison_table, train
+    from agents.run_scores import comparison_table
+    from agents.training import train
 
     def expected(run_dir: Path, scenario: str) -> tuple[str, str]:
         env = make_env(scenario=scenario, episode_tasks=12)
@@ -495,7 +497,8 @@ def test_a_mix_runs_eval_and_select_best_on_every_scenario(tmp_path: Path) -> No
     from agents.evaluation import episode_latencies, make_env
     from agents.registry import load_policy, make_policy
     from agents.run_folder import read_best_record
-    from agents.training import comparison_table, train
+    from agents.run_scores import comparison_table
+    from agents.training import train
 
     config = mix_selection(tmp_path, timesteps=48)
     (result,) = train(config, report=lambda line: None)
