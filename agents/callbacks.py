@@ -151,7 +151,8 @@ class LatencyMetrics(BaseCallback):
     ``--per-sample-interval``): one point per env step is ~58 bytes, most of a long run's events
     file, and TensorBoard shows 1,000 points of a tag however many it holds.
     `written_through`: the run folder shows ``latency/per_sample`` up to that index already
-    (a resumed run's, ``agents.training._run``), so it writes those of later indices alone."""
+    (a resumed run's, ``agents.run_training.train_and_score``), so it writes those of later
+    indices alone."""
 
     def __init__(self, device_names: tuple[str, ...] | list[str], window: int = 100,
                  per_sample_interval: int = 1, written_through: int = -1) -> None:

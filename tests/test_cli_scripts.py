@@ -1113,13 +1113,13 @@ def test_an_interrupt_after_the_model_is_saved_says_the_run_is_complete(
     run): train.py said "interrupted" alone, which reads as a run lost. Its training is
     complete and kept: the message says so and how to evaluate it, as the user has it
     (infer-alloc-train, a wheel's console script, has infer-alloc-evaluate beside it)."""
-    import agents.training as training
+    import agents.run_training as run_training
     from agents.train_cli import main as console_main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "score_final_model", interrupted)
+    monkeypatch.setattr(run_training, "score_final_model", interrupted)
     runs = tmp_path / "runs"
     main = console_main if console else load_main("train.py")
     assert main(["--timesteps", "64", "--warmup", "none", "--checkpoint-interval", "0",
@@ -1140,14 +1140,14 @@ def test_a_run_stopped_before_it_learns_leaves_no_folder(tmp_path: Path, monkeyp
     import errno
     import os
 
-    import agents.training as training
+    import agents.run_training as run_training
 
     def stopped(*args, **kwargs):
         if stop == "ctrl-c":
             raise KeyboardInterrupt
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(training, "held_out_eval" if stop == "ctrl-c" else "tensorboard_logger",
+    monkeypatch.setattr(run_training, "held_out_eval" if stop == "ctrl-c" else "tensorboard_logger",
                         stopped)
     runs = tmp_path / "runs"
     assert load_main("train.py")(["--timesteps", "64", "--warmup", "none",
@@ -1354,7 +1354,7 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
     from stable_baselines3.common.logger import Logger
     from tensorboard.compat.tensorflow_stub.io import gfile
 
-    import agents.training as training
+    import agents.run_training as run_training
 
     # pytest's own hook takes a thread's traceback out of capsys' sight: this one sees it
     died: list[BaseException] = []
@@ -1379,7 +1379,7 @@ def test_a_full_disk_under_tensorboards_writer_is_one_line_naming_the_run(
         def score_final_model(*args, **kwargs):
             raise refused
 
-        monkeypatch.setattr(training, "score_final_model", score_final_model)
+        monkeypatch.setattr(run_training, "score_final_model", score_final_model)
     runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "64", "--warmup", "none",
                                   "--checkpoint-interval", "0", "--log-dir", str(runs), *TINY])
@@ -1406,9 +1406,9 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
     train, the table shows them, and the job exits 1 naming it."""
     import errno
 
-    import agents.training as training
+    import agents.run_training as run_training
 
-    original, calls = training.score_final_model, []
+    original, calls = run_training.score_final_model, []
 
     def refused_once(*args, **kwargs):
         calls.append(1)
@@ -1416,7 +1416,7 @@ def test_a_write_refused_after_one_runs_training_lets_the_plan_go_on(
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(training, "score_final_model", refused_once)
+    monkeypatch.setattr(run_training, "score_final_model", refused_once)
     runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
                                   "--checkpoint-interval", "0", "--eval-tasks", "10",
@@ -1457,7 +1457,7 @@ def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
     was a traceback)."""
     import errno
 
-    import agents.training as training
+    import agents.run_training as run_training
 
     mkdir = Path.mkdir
 
@@ -1467,7 +1467,7 @@ def test_a_write_refused_before_a_runs_training_ends_the_plan_in_one_line(
         return mkdir(self, *args, **kwargs)
 
     if refused == "lock":
-        monkeypatch.setattr(training, "holding", lock_refused)
+        monkeypatch.setattr(run_training, "holding", lock_refused)
         said, why = "cannot write", "/.train.lock: Permission denied\n"
     else:
         monkeypatch.setattr(Path, "mkdir", full)
@@ -1486,15 +1486,15 @@ def test_a_plan_stopped_by_a_refused_write_still_shows_the_runs_finished_before_
         monkeypatch, tmp_path: Path, capsys) -> None:
     """The second seed's lock refused: the first seed's run had finished, its model saved, but
     the WriteFailed left train() without its result, and train.py printed no table."""
-    import agents.training as training
+    import agents.run_training as run_training
 
-    holding, calls = training.holding, []
+    holding, calls = run_training.holding, []
 
     def second_refused(run_dir, *args, **kwargs):
         calls.append(run_dir)
         return (holding if len(calls) == 1 else lock_refused)(run_dir, *args, **kwargs)
 
-    monkeypatch.setattr(training, "holding", second_refused)
+    monkeypatch.setattr(run_training, "holding", second_refused)
     runs = tmp_path / "runs"
     code = load_main("train.py")(["--timesteps", "32", "--warmup", "none", "--seeds", "0", "1",
                                   "--checkpoint-interval", "0",
@@ -1650,7 +1650,7 @@ def test_a_refused_write_naming_its_file_is_said_with_the_file(tmp_path: Path) -
     import errno
     import os
 
-    from agents.training import _failure
+    from agents.run_training import _failure
 
     unnamed = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert _failure(unnamed, tmp_path) == \

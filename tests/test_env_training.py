@@ -1149,7 +1149,7 @@ def test_the_hparams_view_tells_runs_of_another_reward_apart() -> None:
     compared side by side, left it out (only the config text held it)."""
     from agents.config import TrainConfig
     from agents.run_records import RunSpec
-    from agents.training import _hparams
+    from agents.run_training import _hparams
 
     spec = RunSpec("ppo", "none", 0)
     views = [_hparams(TrainConfig(reward=reward), spec) for reward in ("relative", "latency")]
@@ -1163,7 +1163,7 @@ def test_the_hparams_view_shows_a_mixs_weights_only_where_given() -> None:
     and a run without --scenario-weights reads as every run did before there were weights."""
     from agents.config import TrainConfig
     from agents.run_records import RunSpec
-    from agents.training import _hparams
+    from agents.run_training import _hparams
 
     spec = RunSpec("ppo", "none", 0)
     mix = ["article", "bursty"]
@@ -1178,7 +1178,7 @@ def test_the_hparams_view_shows_the_episode_a_run_trains_on() -> None:
     other lengths, where each keeps its own, shows 0."""
     from agents.config import TrainConfig
     from agents.run_records import RunSpec
-    from agents.training import _hparams
+    from agents.run_training import _hparams
 
     spec = RunSpec("ppo", "none", 0)
     assert _hparams(TrainConfig(), spec)["episode_tasks"] == 200
@@ -1414,7 +1414,8 @@ def test_a_normalized_runs_models_each_have_their_vecnormalize_statistics(
     from stable_baselines3.common.vec_env import VecNormalize
 
     from agents.config import TrainConfig
-    from agents.training import build_vec_env, train
+    from agents.run_training import build_vec_env
+    from agents.training import train
 
     config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, normalize=True,
                          checkpoint_interval=32, log_dir=str(tmp_path), episode_tasks=20,
@@ -1832,7 +1833,7 @@ def test_a_runs_training_envs_take_its_reward_and_price_static(reward):
     from info["latency"], whichever it is); static is priced under each, for the guard and
     the latency/vs_static curve."""
     from agents.config import TrainConfig
-    from agents.training import build_vec_env
+    from agents.run_training import build_vec_env
 
     cfg = TrainConfig(reward=reward, episode_tasks=4, n_envs=2)
     venv, _ = build_vec_env(cfg, "ppo", seed=0)
@@ -1849,7 +1850,7 @@ def test_normalize_scales_the_rewards_the_agent_learns_from_and_only_them():
     import dataclasses
 
     from agents.config import TrainConfig
-    from agents.training import build_vec_env
+    from agents.run_training import build_vec_env
 
     cfg = TrainConfig(episode_tasks=8)
     raw, _ = build_vec_env(cfg, "ppo", seed=0)
@@ -2012,19 +2013,20 @@ def test_subproc_steps_the_envs_in_workers_that_end_with_the_run_and_its_resume(
     import multiprocessing
     import os
 
+    import agents.run_training as run_training
     import agents.training as training
     from agents.config import TrainConfig
 
     stepped_in = tmp_path / "pids"
     stepped_in.mkdir()
-    real_env_for = training.env_for
+    real_env_for = run_training.env_for
 
     class Recorded(gym.Wrapper):
         def step(self, action):
             (stepped_in / str(os.getpid())).touch()
             return self.env.step(action)
 
-    monkeypatch.setattr(training, "env_for", lambda *a, **k: Recorded(real_env_for(*a, **k)))
+    monkeypatch.setattr(run_training, "env_for", lambda *a, **k: Recorded(real_env_for(*a, **k)))
     small = {"warmup": ["none"], "n_envs": 2, "episode_tasks": 20, "eval_tasks": 0,
              "checkpoint_interval": 32, "progress_bar": False,
              "hp": {"n_steps": 16, "batch_size": 16, "n_epochs": 1}}
@@ -2106,7 +2108,7 @@ def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkey
     from stable_baselines3.common.callbacks import BaseCallback
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from agents import training
+    from agents import run_training, training
     from agents.config import TrainConfig
     from agents.run_records import RunsFailed
 
@@ -2116,7 +2118,7 @@ def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkey
                 raise RuntimeError("simulated crash")
             return True
 
-    built = training._callbacks
+    built = run_training._callbacks
 
     def crashing(*args, **kwargs):
         callbacks, held, selection = built(*args, **kwargs)
@@ -2127,7 +2129,7 @@ def test_a_run_resumed_after_a_crash_shows_each_step_once(tmp_path: Path, monkey
                          eval_interval=24, eval_tasks=20, log_dir=str(tmp_path),
                          episode_tasks=20, progress_bar=False, hp=hp)
     with monkeypatch.context() as patched:
-        patched.setattr(training, "_callbacks", crashing)
+        patched.setattr(run_training, "_callbacks", crashing)
         with pytest.raises(RunsFailed, match="simulated crash"):
             training.train(config, report=lambda line: None)
     (run_dir,) = tmp_path.iterdir()

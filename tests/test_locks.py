@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import reporting, training
+from agents import reporting, run_training, training
 from agents.config import ConfigError
 from agents.locks import FolderBusy, holding, lock_file
 
@@ -143,7 +143,7 @@ def test_a_run_holds_its_folders_lock_while_it_trains(tmp_path: Path,
     from agents.config import TrainConfig
 
     seen: list[str] = []
-    run = training._run
+    run = run_training.train_and_score
 
     def spy(agent, run_dir, *args, **kwargs):
         try:
@@ -153,7 +153,7 @@ def test_a_run_holds_its_folders_lock_while_it_trains(tmp_path: Path,
             seen.append(str(exc))
         return run(agent, run_dir, *args, **kwargs)
 
-    monkeypatch.setattr(training, "_run", spy)
+    monkeypatch.setattr(run_training, "train_and_score", spy)
     cfg = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=16, episode_tasks=20,
                       eval_tasks=0, log_dir=str(tmp_path), progress_bar=False,
                       hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})

@@ -1074,7 +1074,7 @@ def test_a_hyperparameter_file_is_read_once_per_version_and_never_shared(tmp_pat
     import agents.sb3_hyperparams as hyperparams
     from agents.config import TrainConfig
     from agents.run_plan import plan
-    from agents.training import build_vec_env
+    from agents.run_training import build_vec_env
 
     path = tmp_path / "ppo.yaml"
     path.write_text("InferenceAlloc-v0:\n  n_steps: 16\n  batch_size: 16\n"
@@ -1106,7 +1106,7 @@ def test_the_reward_normaliser_discounts_with_a_warm_starts_gamma(tmp_path, monk
     warm_start had given another one: the normalised rewards' scale was for the wrong horizon."""
     import agents.sb3_hyperparams as hyperparams
     from agents.config import TrainConfig
-    from agents.training import build_vec_env
+    from agents.run_training import build_vec_env
 
     (tmp_path / "ppo.yaml").write_text(
         "InferenceAlloc-v0:\n  n_steps: 16\n  gamma: 0.9\n  warm_start: {gamma: 0.5}\n")
