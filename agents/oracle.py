@@ -45,7 +45,7 @@ class OraclePolicy(Policy):
     """
 
     name = "oracle"
-    reads_live_env = True   # its env, not the observation, tells it the task (training.py)
+    reads_live_env = True   # its env, not the observation, tells it the task (run_plan.py)
 
     def __init__(self, env: Any) -> None:
         self._live = env

@@ -269,7 +269,7 @@ def restore_warmup_state(controller: WarmupController, path: Path, steps: int) -
 def save_best_model(model: BaseAlgorithm, run_dir: Path, record: BestModel) -> None:
     """`model` as the run's best_model.zip, then `record` as best_model.json: the model first,
     so a record never names a model that was not saved (a resume scores a model newer than
-    its record again, ``agents.training.best_so_far``). No companions: evaluation reads the
+    its record again, ``agents.resume.best_so_far``). No companions: evaluation reads the
     zip alone (VecNormalize scales rewards only) and a resume continues from checkpoints."""
     save_model_files(model, run_dir / BEST_MODEL, record.num_timesteps,
                      replay_buffer=False, vecnormalize=False)

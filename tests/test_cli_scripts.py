@@ -2326,7 +2326,7 @@ def test_a_resume_with_subproc_refuses_an_oracle_that_acts(tmp_path: Path, capsy
                                                            monkeypatch) -> None:
     """The check of a new run holds for a resumed one: its guard would read the trainer's env.
     It refuses before the envs are built: it started the worker processes first."""
-    import agents.training as training
+    import agents.resume as resume
 
     main = load_main("train.py")
     args = ["--log-dir", str(tmp_path), "--no-progress-bar"]
@@ -2334,8 +2334,8 @@ def test_a_resume_with_subproc_refuses_an_oracle_that_acts(tmp_path: Path, capsy
                  "32", "--checkpoint-interval", "32", "--episode-tasks", "20", "--eval-tasks",
                  "0", "--hp", "n_steps=16", "batch_size=16", "n_epochs=1", *args]) == 0
     built: list[str] = []
-    real = training.build_vec_env
-    monkeypatch.setattr(training, "build_vec_env",
+    real = resume.build_vec_env
+    monkeypatch.setattr(resume, "build_vec_env",
                         lambda config, *a, **k: built.append(config.vec_env) or real(config, *a, **k))
     assert main(["--resume", "--timesteps", "64", "--vec-env", "subproc", *args]) == 2
     assert "use --vec-env dummy, or --warmup clone" in capsys.readouterr().err
@@ -2403,7 +2403,7 @@ def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monke
     """SB3's load seeds the env it is given with the model's saved seed (its _setup_model calls
     set_random_seed), which overrode the resume seeds build_vec_env had given: the resumed run
     reset its envs on seeds 3 and 4 again and replayed the task streams it began on."""
-    import agents.training as training
+    import agents.resume as resume
     from envs.inference_alloc import InferenceAllocEnv
 
     main = load_main("train.py")
@@ -2420,7 +2420,7 @@ def test_a_resumed_run_starts_its_envs_on_the_resume_seeds(tmp_path: Path, monke
 
     monkeypatch.setattr(InferenceAllocEnv, "reset", spy)
     assert main(["--resume", "--timesteps", "64", *args]) == 0
-    first = training.resume_seed(3, 32)
+    first = resume.resume_seed(3, 32)
     assert seeds[:2] == [first, first + 1], seeds
 
 
@@ -3501,10 +3501,10 @@ def _console_refusal(case: str, tmp: Path) -> str:
 
     from agents.commands import named
     from agents.reporting import discover_models
+    from agents.resume import resume_run
     from agents.run_plan import plan, read_run_config
     from agents.sb3_factory import saved_model_info
     from agents.sb3_hyperparams import check_agent_env
-    from agents.training import resume_run
 
     run = tmp / "runs" / "a"
     run.mkdir(parents=True)

@@ -1441,8 +1441,9 @@ def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
     would replay the tasks it has seen) and 32 decisions of the conservative phase are done, cloning too."""
     import json
 
-    import agents.training as training
+    import agents.resume as resume
     from agents.config import TrainConfig, to_yaml
+    from agents.warmup import WarmupConfig
 
     run = tmp_path / "InferenceAlloc-v0__ppo-warm__3__1"
     (run / "checkpoints").mkdir(parents=True)
@@ -1460,26 +1461,26 @@ def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
         seen["seed"] = seed
         raise Stop      # the rest (loading the model) is not what this test is about
 
-    original = training.warmup_config
+    original = resume.warmup_config
 
     def warm(config, spec, done_steps=0):
         seen["warmup"] = original(config, spec, done_steps)
         return seen["warmup"]
 
-    monkeypatch.setattr(training, "build_vec_env", vec_env)
-    monkeypatch.setattr(training, "warmup_config", warm)
+    monkeypatch.setattr(resume, "build_vec_env", vec_env)
+    monkeypatch.setattr(resume, "warmup_config", warm)
     with pytest.raises(Stop):
-        training.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path), timesteps=128),
-                            {"resume", "log_dir", "timesteps"})
-    assert seen["seed"] == training.resume_seed(3, 64) != 3
-    default = training.WarmupConfig()
+        resume.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path), timesteps=128),
+                          {"resume", "log_dir", "timesteps"})
+    assert seen["seed"] == resume.resume_seed(3, 64) != 3
+    default = WarmupConfig()
     assert seen["warmup"].steps == default.steps - 32 and not seen["warmup"].clone
 
 
 def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkeypatch) -> None:
     """Resumed envs were seeded seed + steps: seeds 0-4 resumed at the default checkpoint's
     10000 steps trained on 10000-10004, the very episodes evaluate.py scores them on."""
-    import agents.training as training
+    import agents.resume as resume
     from agents.config import HELDOUT_SEED, MAX_EVAL_SEEDS, MAX_SEED, TrainConfig, to_yaml
 
     seeds = []
@@ -1491,8 +1492,8 @@ def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkey
         seeds.append(seed)
         raise Stop
 
-    monkeypatch.setattr(training, "build_vec_env", vec_env)
-    monkeypatch.setattr(training, "checkpoints",
+    monkeypatch.setattr(resume, "build_vec_env", vec_env)
+    monkeypatch.setattr(resume, "checkpoints",
                         lambda run_dir: [(10_000, run_dir / "checkpoints" / "x.zip")])
     for seed in range(5):
         run = tmp_path / f"InferenceAlloc-v0__ppo__{seed}__{seed + 1}"
@@ -1500,11 +1501,11 @@ def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkey
         (run / "config.yaml").write_text(to_yaml(TrainConfig(
             agents=["ppo"], warmup=["none"], seeds=[seed], log_dir=str(tmp_path))))
         with pytest.raises(Stop):
-            training.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path),
-                                            timesteps=20_000), {"resume", "log_dir", "timesteps"})
+            resume.resume_run(TrainConfig(resume=run.name, log_dir=str(tmp_path),
+                                          timesteps=20_000), {"resume", "log_dir", "timesteps"})
     held_out = range(HELDOUT_SEED, HELDOUT_SEED + MAX_EVAL_SEEDS)
     assert len(set(seeds)) == 5 and not any(s in held_out or s < 1000 for s in seeds), seeds
-    assert training.resume_seed(MAX_SEED, 10**12) + 64 <= MAX_SEED     # n_envs stay valid
+    assert resume.resume_seed(MAX_SEED, 10**12) + 64 <= MAX_SEED     # n_envs stay valid
 
 
 @pytest.mark.parametrize(("spec", "canonical", "label"), [
@@ -1694,8 +1695,8 @@ def test_a_resume_scores_a_best_model_its_record_does_not_name(selected, tmp_pat
     """Stopped between best_model.zip and its record (or the record removed), a resume scores
     the saved model on the validation episode again, to the record it would have had."""
     from agents.config import TrainConfig
+    from agents.resume import best_so_far
     from agents.run_folder import read_best_record
-    from agents.training import best_so_far
 
     result, _ = selected[True]
     run = _copied_run(result, tmp_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import reporting, run_training, training
+from agents import reporting, resume, run_training, training
 from agents.config import ConfigError
 from agents.locks import FolderBusy, holding, lock_file
 
@@ -163,8 +163,8 @@ def test_a_run_holds_its_folders_lock_while_it_trains(tmp_path: Path,
     # and resume_run takes the same lock
     with pytest.raises(ConfigError, match="being trained by another process"), \
             holding(result.run_dir, "train", "x"):
-        training.resume_run(TrainConfig(resume=result.run_dir.name, log_dir=str(tmp_path),
-                                        timesteps=32), {"resume", "timesteps"})
+        resume.resume_run(TrainConfig(resume=result.run_dir.name, log_dir=str(tmp_path),
+                                      timesteps=32), {"resume", "timesteps"})
 
 
 def test_a_file_system_without_locks_lets_the_job_go_on_unguarded(

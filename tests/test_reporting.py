@@ -265,7 +265,7 @@ def test_a_config_yaml_that_is_no_runs_is_named_not_taken_for_one(text: str, exp
     """A train.py --config file beside a model gave the model its first agent's label (a DQN
     shown as "ppo"); a hand-edited run config with no agent was a traceback, in evaluate.py and
     train.py --resume alike."""
-    from agents.training import resume_run
+    from agents.resume import resume_run
 
     run = fake_run(tmp_path / "runs", "a", agents=["dqn"], warmup=["none"])
     (run / "config.yaml").write_text(text)

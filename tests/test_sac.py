@@ -255,6 +255,7 @@ def test_a_plain_sb3_sac_zip_is_evaluated_as_sac_in_the_split_env(tmp_path: Path
 
 def test_a_resumed_warm_sac_run_continues_with_its_warm_up_and_replay_buffer(
         tmp_path: Path, monkeypatch) -> None:
+    import agents.resume as resume
     import agents.training as training
 
     attached = []
@@ -263,15 +264,15 @@ def test_a_resumed_warm_sac_run_continues_with_its_warm_up_and_replay_buffer(
         attached.append((type(agent.model), agent.model.replay_buffer.size()))
         return real(agent, *args, **kwargs)
 
-    real = training.attach_warmup
-    monkeypatch.setattr(training, "attach_warmup", attach)
+    real = resume.attach_warmup
+    monkeypatch.setattr(resume, "attach_warmup", attach)
     config = TrainConfig(agents=["sac"], warmup=["all"], conservative="heft-split", env_id=SPLIT,
                          timesteps=128, episode_tasks=50, clone_samples=32, hp=dict(SMALL),
                          log_dir=str(tmp_path / "runs"), checkpoint_interval=64, eval_tasks=0,
                          eval_interval=0, progress_bar=False)
     [result] = training.train(config, report=lambda line: None)
     assert (result.run_dir / "replay_buffer.pkl").is_file()
-    resumed = training.resume_run(dataclasses.replace(
+    resumed = resume.resume_run(dataclasses.replace(
         config, resume=result.run_dir.name, timesteps=192), {"resume", "timesteps"})
     assert resumed.steps == 192
     # built as train_run builds it, the warm-up's class, with the run's buffer: model.zip's,

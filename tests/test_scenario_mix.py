@@ -549,8 +549,9 @@ def test_a_resumed_mix_scores_a_best_chosen_on_its_first_scenario_again(tmp_path
     writes its record again; a one-scenario record without scenarios is kept as it is."""
     import json
 
+    from agents.resume import best_so_far
     from agents.run_folder import read_best_record
-    from agents.training import best_so_far, train
+    from agents.training import train
 
     config = mix_selection(tmp_path, timesteps=32)
     (result,) = train(config, report=lambda line: None)
