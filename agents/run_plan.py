@@ -28,7 +28,7 @@ from agents.registry import (
     check_first_action,
     check_fixed_policy,
     make_fixed_policy,
-    valid_names,
+    unknown_learner,
 )
 from agents.run_folder import run_files
 from agents.run_records import RunSpec
@@ -45,7 +45,7 @@ from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions
 from envs.scenario import SCENARIO_DIR
 from envs.scenario_mix import MixRefused
 from inference.hardware import PRESET_DIR, preset_file
-from inference.messages import did_you_mean, shown
+from inference.messages import shown
 
 
 def canonical_warmup(spec: str) -> str:
@@ -108,9 +108,7 @@ def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:
-            raise ConfigError(f"unknown agent {shown(agent)}{did_you_mean([agent], SB3_NAMES)}: "
-                              f"{program('train')} trains {', '.join(SB3_NAMES)} "
-                              f"(every policy name: {valid_names()})")
+            raise ConfigError(unknown_learner(agent))
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     try:
         check_callbacks(config.callbacks)

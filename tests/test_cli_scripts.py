@@ -661,6 +661,13 @@ def test_an_agent_train_py_cannot_train_lists_the_learners_and_the_way_for_ones_
     assert "CONTRIBUTING.md" in err and "<module>:<attribute>" not in err, err
     assert "heft" not in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "runs").exists()
+    # plan(), reached from Python with a config that skipped validate(), says the same
+    from agents.run_plan import plan
+
+    with pytest.raises(ConfigError) as refused:
+        plan(dataclasses.replace(TrainConfig(), agents=[agent]))
+    assert "python evaluate.py --online --online-agents" in str(refused.value)
+    assert "<module>:<attribute>" not in str(refused.value)
 
 
 def test_a_layer_width_may_be_the_largest_the_error_names() -> None:
