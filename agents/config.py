@@ -83,8 +83,20 @@ ARTICLE_JOB_TASKS = 1000
 VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVecEnv (agents.vec_envs)
 # keys of a run folder's config.yaml that record the run, not options of one: a --config file
 # reads them over (a new run records its own). settings: its setting's digests, which
-# --resume compares (agents.run_setting)
-RUN_RECORDS = ("settings",)
+# --resume compares (agents.run_setting); hp_of: the run (agent, warm-up) whose every
+# hyper-parameter its hp holds, which plan() compares with the runs such a file trains
+RUN_RECORDS = ("settings", "hp_of")
+
+
+def _is_run_record(key: object, value: object) -> bool:
+    """Whether config.yaml's `key: value` is a run's record as the run writes it; any other
+    value is a user's key, refused as no option."""
+    if key == "settings":       # {scenario: {part: digest}}
+        return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+    if key == "hp_of":          # {agent: ppo, warmup: none}
+        return (isinstance(value, dict) and set(value) == {"agent", "warmup"}
+                and all(isinstance(v, str) for v in value.values()))
+    return False
 
 
 class ConfigError(ValueError):
@@ -706,7 +718,10 @@ def _option_names(cls: type) -> dict[str, str]:
     return out
 
 
-def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
+def read_yaml_options(cls: type, path: str | Path,
+                      records: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The options of the YAML file at `path`; a run's records it holds (``RUN_RECORDS``) go
+    to `records`, where given."""
     p = Path(path)
     where = f"config file {shown(p, quote=False)}"
     if not p.is_file():
@@ -728,8 +743,9 @@ def read_yaml_options(cls: type, path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         # a run's record, as the run wrote it (a mapping per scenario); any other value is a
         # user's key, refused below as no option
-        if (cls is TrainConfig and key in RUN_RECORDS and isinstance(value, dict)
-                and all(isinstance(v, dict) for v in value.values())):
+        if cls is TrainConfig and _is_run_record(key, value):
+            if records is not None:
+                records[str(key)] = value
             continue
         option = str(key).replace("-", "_")
         name = names.get(option)
@@ -776,6 +792,9 @@ class GivenOptions(set[str]):
     policy_kwargs in both was shown merged, as the command line's."""
 
     hp_source: str = ""
+    #: the ``--config`` file's ``hp_of`` record, where it is a run's config.yaml holding one
+    #: and its hp are read: the run whose every hyper-parameter they are
+    hp_of: dict[str, str] | None = None
 
 
 def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: str | None = None,
@@ -799,9 +818,10 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
     given = vars(namespace)
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)
+    records: dict[str, Any] = {}
     if config_file is not None:
         _require_usable("--config", config_file)
-        values.update(read_yaml_options(cls, config_file))
+        values.update(read_yaml_options(cls, config_file, records))
         _clear_excluded(cls, set(given), values)
     from_file = set(values) - set(given)    # the options the file alone sets
     file_hp = values.get("hp") or {}
@@ -833,6 +853,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         if filed:
             parts.append(f"hp {shown(filed, quote=False)} in {shown(config_file, quote=False)}")
         options.hp_source = " and ".join(parts)
+        options.hp_of = records.get("hp_of")
     return config, options
 
 

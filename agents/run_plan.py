@@ -101,7 +101,8 @@ def _mix_refusal(exc: MixRefused) -> str:
             f"(--hardware and --variant set them for all)")
 
 
-def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
+def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, str] | None = None
+         ) -> list[RunSpec]:
     """The runs to make, after checking every option that can be checked before training.
     `hp_source` begins a refusal of the hyper-parameters: where a ``--config`` file set some
     (``agents.config.GivenOptions``); '' for ``--hp {...}``."""
@@ -110,6 +111,8 @@ def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
         if agent not in SB3_NAMES:
             raise ConfigError(unknown_learner(agent))
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
+    if hp_of is not None and config.hp:
+        _check_hp_of(hp_source, hp_of, agents, specs)
     try:
         check_callbacks(config.callbacks)
     except ValueError as exc:
@@ -142,6 +145,24 @@ def plan(config: TrainConfig, hp_source: str = "") -> list[RunSpec]:
         check_room(Path(config.log_dir) / run_name(config, spec), run_files(config.timesteps),
                    "--log-dir")
     return runs
+
+
+def _check_hp_of(hp_source: str, hp_of: dict[str, str], agents: list[str],
+                 specs: list[str]) -> None:
+    """Refuse runs other than `hp_of`'s (a --config file's record: a run's config.yaml, whose
+    hp hold every hyper-parameter of that run, a warm start's included) trained with them: a
+    cold run's config.yaml with `warmup: [none, all]` trained ppo-warm at the cold learning
+    rate, 1e-3, which undoes its clone (agents/hyperparams/ppo.yaml's warm_start: 1e-4)."""
+    own = (hp_of["agent"].strip().lower(), canonical_warmup(hp_of["warmup"]))
+    others = [RunSpec(agent, spec, 0).label for agent in agents for spec in specs
+              if (agent, spec) != own]
+    if others:
+        raise ConfigError(
+            f"{hp_source} {'are' if ' and ' in hp_source else 'is'} every hyper-parameter of "
+            f"run {RunSpec(*own, 0).label}, as the file's hp_of records, and would train "
+            f"{', '.join(others)} with them, not with the values agents/hyperparams/ gives each "
+            f"(a warm start's learning rate, say): remove hp from the file, keeping only the "
+            f"values you mean to set, or remove hp_of to train them with these anyway")
 
 
 def check_hyperparams(config: TrainConfig, agent: str, env: Any, warm_starts: list[bool],

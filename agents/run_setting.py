@@ -34,6 +34,8 @@ from inference.yamlio import safe_load
 
 #: config.yaml's key of the record (``agents.config.RUN_RECORDS`` reads it over as an option)
 SETTINGS = "settings"
+#: config.yaml's key of the run its hp are every hyper-parameter of (``agents.run_plan.plan``)
+HP_OF = "hp_of"
 #: The parts of a setting that the scenario itself sets (its file, or its preset): its fields.
 _SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(Scenario))
 
@@ -54,11 +56,16 @@ def settings_of(env: Any, cfg: TrainConfig) -> Settings:
 
 
 def run_config_text(cfg: TrainConfig, settings: Settings) -> str:
-    """A run folder's config.yaml: the run's config (``to_yaml``), then the record of its
-    setting, `settings` (``settings_of`` its training env, as checked on a resume)."""
+    """A run folder's config.yaml: the run's config (``to_yaml``), then which run its hp are
+    of (its one agent and warm-up), then the record of its setting, `settings` (``settings_of``
+    its training env, as checked on a resume)."""
     record = yaml.safe_dump({SETTINGS: settings}, sort_keys=False,
                             default_flow_style=None)
-    return (f"{to_yaml(cfg)}# what each scenario's setting was as the run started (digests): "
+    hp_of = yaml.safe_dump({HP_OF: {"agent": cfg.agents[0], "warmup": cfg.warmup[0]}},
+                           sort_keys=False, default_flow_style=None)
+    return (f"{to_yaml(cfg)}# the run whose every hyper-parameter hp holds: a --config of this "
+            f"file that trains another agent or warm-up is refused\n{hp_of}"
+            f"# what each scenario's setting was as the run started (digests): "
             f"--resume refuses another\n{record}")
 
 

@@ -110,7 +110,8 @@ def train(config: TrainConfig, given: set[str] | None = None,
     config = absolute_files(config)
     results: list[RunResult] = []
     failures: list[RunFailed | FinishedUnrecorded] = []
-    specs = plan(config, given.hp_source if isinstance(given, GivenOptions) else "")
+    specs = (plan(config, given.hp_source, given.hp_of) if isinstance(given, GivenOptions)
+             else plan(config))
     # after the plan's refusals (a note above one was noise), before the first run
     for note in rounding_notes(config):     # SB3 trains whole rollouts: more than asked
         print(note, file=sys.stderr)

@@ -154,6 +154,45 @@ def test_train_makes_a_run_folder_per_agent_warmup_and_seed(trained) -> None:
     assert done.stdout.count("finished ppo") == 4
 
 
+def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
+        trained, tmp_path: Path) -> None:
+    """A run's config.yaml holds every hyper-parameter of that run, a warm start's included:
+    a cold run's file with `--warmup none all` trained ppo-warm at the cold learning rate,
+    which undoes its clone. Its hp_of record names the run, and plan() refuses the others;
+    the same run again (other seeds) is taken, and so is the file without hp_of or hp."""
+    from agents.run_plan import plan
+
+    runs, _ = trained
+    cold = next(r for r in sorted(runs.iterdir()) if "-warm__" not in r.name) / "config.yaml"
+    warm = next(r for r in sorted(runs.iterdir()) if "-warm__" in r.name) / "config.yaml"
+
+    def planned(path: Path, *flags: str) -> list[str]:
+        config, given = parse_config(TrainConfig, ["--config", str(path), *flags])
+        return [spec.label for spec in plan(config, given.hp_source, given.hp_of)]
+
+    with pytest.raises(ConfigError, match=rf"hp {{.*}} in {re.escape(str(cold))} is every "
+                                          rf"hyper-parameter of run ppo, as the file's hp_of "
+                                          rf"records, and would train ppo-warm with them"):
+        planned(cold, "--warmup", "none", "all")
+    with pytest.raises(ConfigError, match=r"of run ppo-warm, as .* would train ppo, dqn-warm, "
+                                          r"dqn with them"):
+        planned(warm, "--agents", "ppo", "dqn", "--warmup", "all", "none")
+    with pytest.raises(ConfigError, match=r"^--hp \{'gamma': 0.5\} and hp .* are every"):
+        planned(warm, "--warmup", "none", "--hp", "gamma=0.5")
+    assert planned(cold, "--seeds", "5", "6") == ["ppo", "ppo"]
+    assert planned(warm) == ["ppo-warm"]
+    text = cold.read_text()
+    assert "\nhp_of: {agent: ppo, warmup: none}\n" in text
+    unrecorded = tmp_path / "unrecorded.yaml"
+    unrecorded.write_text(text.replace("hp_of: {agent: ppo, warmup: none}\n", ""))
+    assert planned(unrecorded, "--warmup", "none", "all") == ["ppo", "ppo-warm"]
+    config = yaml.safe_load(text)
+    del config["hp"]
+    no_hp = tmp_path / "no-hp.yaml"
+    no_hp.write_text(yaml.safe_dump(config))
+    assert planned(no_hp, "--warmup", "none", "all") == ["ppo", "ppo-warm"]
+
+
 def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
     runs, _ = trained
     for run in runs.iterdir():
