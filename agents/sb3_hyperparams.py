@@ -40,7 +40,8 @@ ALGORITHMS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN
 ONLY_ENV = {"dqn": ENV_IDS[0], "maskable-ppo": ENV_IDS[0], "sac": ENV_IDS[1]}
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
 # policy_kwargs.activation_fn by name, as YAML and --hp give it
-ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}
+ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU,
+               "gelu": torch.nn.GELU, "silu": torch.nn.SiLU, "leaky_relu": torch.nn.LeakyReLU}
 WARM_START = "warm_start"   # the YAML key of a warm-started learner's hyper-parameters
 
 

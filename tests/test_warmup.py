@@ -1022,19 +1022,32 @@ def test_an_unknown_activation_is_refused_with_the_hyper_parameters(tmp_path, mo
         "InferenceAlloc-v0:\n  policy_kwargs: {net_arch: [8], activation_fn: sigmoid}\n")
     monkeypatch.setattr(hyperparams, "HYPERPARAMS_DIR", tmp_path)
     with pytest.raises(ValueError, match=r"ppo\.yaml, InferenceAlloc-v0: unknown activation_fn "
-                                         r"'sigmoid'; known: tanh, relu, elu"):
+                                         r"'sigmoid'; known: tanh, relu, elu, gelu, silu, leaky_relu"):
         hyperparams.load_hyperparams("ppo", "InferenceAlloc-v0")
-    with pytest.raises(ValueError, match="unknown activation_fn 'gelu'"):
-        hyperparams.check_override_types("ppo", {}, {"policy_kwargs": {"activation_fn": "gelu"}})
+    with pytest.raises(ValueError, match="unknown activation_fn 'swish'"):
+        hyperparams.check_override_types("ppo", {}, {"policy_kwargs": {"activation_fn": "swish"}})
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "leaky_relu"])
+def test_every_named_activation_builds_the_net_with_it(name: str) -> None:
+    """An audit wanted gelu, the transformers' activation, and it was refused: tanh, relu and
+    elu were the only names. Each name now builds its torch module into the policy net."""
+    from agents.sb3_factory import make_sb3
+    from agents.sb3_hyperparams import ACTIVATIONS
+
+    agent = make_sb3("ppo", gym.make("envs:InferenceAlloc-v0", episode_tasks=5), seed=0,
+                     overrides={"policy_kwargs": {"activation_fn": name}})
+    layers = list(agent.model.policy.mlp_extractor.policy_net)
+    assert [type(layer) for layer in layers[1::2]] == [ACTIVATIONS[name]] * 2, layers
 
 
 @pytest.mark.parametrize(("env_id", "policy_kwargs", "message"), [
     # each a TypeError or a multi-line torch error as SB3 built or first trained the net:
     # inside the run, after train.py's plan() had passed the YAML
     ("InferenceAlloc-v0", "{net_arch: [8], activation_fn: null}",
-     r"policy_kwargs\.activation_fn must be one of tanh, relu, elu, got None"),
+     r"policy_kwargs\.activation_fn must be one of tanh, relu, elu, gelu, silu, leaky_relu, got None"),
     ("InferenceAlloc-v0", "{net_arch: [8], activation_fn: 1}",
-     r"policy_kwargs\.activation_fn must be one of tanh, relu, elu, got 1"),
+     r"policy_kwargs\.activation_fn must be one of tanh, relu, elu, gelu, silu, leaky_relu, got 1"),
     ("InferenceAlloc-v0", "{net_arc: [8]}",
      r"unknown policy_kwargs key 'net_arc' \(did you mean 'net_arch'\?\) for ppo; known: "
      r"net_arch, activation_fn, ortho_init"),
