@@ -416,7 +416,8 @@ class InferenceAllocEnv(gym.Env):
                              f"{render_mode!r}")
         if sc.workload.trace is not None:
             with naming_field(sc, "workload.trace", given=trace is not None):
-                generate_episode(sc, np.random.default_rng(0), 1)   # fail now on a bad trace
+                # fail now on a bad trace, or a trace_span too short for the episodes
+                generate_episode(sc, np.random.default_rng(0), sc.episode_tasks)
         self.scenario = sc
         self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward

@@ -91,10 +91,13 @@ class Episode:
     noise: np.ndarray            # (n_tasks, 3) multiplicative stage noise
 
 
-def span_batches(arrival: np.ndarray, span: tuple[float, float], trace: str) -> tuple[int, int]:
+def span_batches(arrival: np.ndarray, span: tuple[float, float], trace: str, n_tasks: int
+                 ) -> tuple[int, int]:
     """The batches [first, last) of a trace, by their `arrival` times (in order), that arrive
     in `span` of its duration: [start, end) as fractions, the end included where it is 1. A
-    span of no batch is a ValueError naming it."""
+    span of fewer batches than an episode's `n_tasks` is a ValueError naming it: every seed
+    would replay the one window it holds, cut short (the whole trace, the default span, may
+    hold fewer: its episodes are the whole trace, as before)."""
     if span == (0.0, 1.0):
         return 0, len(arrival)
     t0 = float(arrival[0]) if len(arrival) else 0.0
@@ -102,9 +105,12 @@ def span_batches(arrival: np.ndarray, span: tuple[float, float], trace: str) -> 
     first = int(np.searchsorted(arrival, t0 + span[0] * duration, side="left"))
     last = (len(arrival) if span[1] == 1.0
             else int(np.searchsorted(arrival, t0 + span[1] * duration, side="left")))
-    if last <= first:
-        raise ValueError(f"workload.trace_span {list(span)} holds no batch of trace {trace} "
-                         f"({len(arrival)} batches over {duration:g} s): widen it")
+    if last - first < n_tasks:
+        raise ValueError(f"workload.trace_span {list(span)} holds {last - first} of the "
+                         f"{len(arrival)} batches of trace {trace} (over {duration:g} s), "
+                         f"fewer than an episode's {n_tasks} tasks, so every seed would replay "
+                         f"the same window: widen it, or shorten the episodes (episode_tasks, "
+                         f"train.py --eval-tasks)")
     return first, last
 
 
@@ -113,7 +119,7 @@ def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int)
     w = scenario.workload
     if w.trace is not None:
         batches = _trace_batches(w.trace, w.trace_time_scale, w.trace_window_s, w.trace_max_batch)
-        first, last = span_batches(batches.arrival, w.trace_span, w.trace)
+        first, last = span_batches(batches.arrival, w.trace_span, w.trace, n_tasks)
         n = min(n_tasks, last - first)
         start = first + int(rng.integers(0, last - first - n + 1))
         window = slice(start, start + n)
