@@ -83,8 +83,8 @@ ARTICLE_JOB_TASKS = 1000
 VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVecEnv (agents.vec_envs)
 # keys of a run folder's config.yaml that record the run, not options of one: a --config file
 # reads them over (a new run records its own). settings: its setting's digests, which
-# --resume compares (agents.run_setting); hp_of: the run (agent, warm-up) whose every
-# hyper-parameter its hp holds, which plan() compares with the runs such a file trains
+# --resume compares (agents.run_setting); hp_of: what its hp are every hyper-parameter of
+# (agent, env id, warm start), which plan() compares with the runs such a file trains
 RUN_RECORDS = ("settings", "hp_of")
 
 
@@ -93,9 +93,11 @@ def _is_run_record(key: object, value: object) -> bool:
     value is a user's key, refused as no option."""
     if key == "settings":       # {scenario: {part: digest}}
         return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
-    if key == "hp_of":          # {agent: ppo, warmup: none}
-        return (isinstance(value, dict) and set(value) == {"agent", "warmup"}
-                and all(isinstance(v, str) for v in value.values()))
+    if key == "hp_of":          # {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false}
+        # (a later version's keys beside these are read over)
+        return (isinstance(value, dict) and isinstance(value.get("agent"), str)
+                and isinstance(value.get("env_id"), str)
+                and isinstance(value.get("warm_start"), bool))
     return False
 
 
@@ -743,7 +745,13 @@ def read_yaml_options(cls: type, path: str | Path,
     for key, value in data.items():
         # a run's record, as the run wrote it (a mapping per scenario); any other value is a
         # user's key, refused below as no option
-        if cls is TrainConfig and _is_run_record(key, value):
+        if cls is TrainConfig and key in RUN_RECORDS:
+            if not _is_run_record(key, value):
+                # named as what it is: "unknown option 'hp_of'" left the run folder unusable
+                # (evaluate.py, --resume, --config) with no word on why
+                raise ConfigError(f"{where}: unknown option {shown(key)}, the name of a "
+                                  f"run's record in its config.yaml, and not one as a run "
+                                  f"writes it: restore it as the run wrote it, or remove it")
             if records is not None:
                 records[str(key)] = value
             continue
@@ -794,7 +802,7 @@ class GivenOptions(set[str]):
     hp_source: str = ""
     #: the ``--config`` file's ``hp_of`` record, where it is a run's config.yaml holding one
     #: and its hp are read: the run whose every hyper-parameter they are
-    hp_of: dict[str, str] | None = None
+    hp_of: dict[str, Any] | None = None
 
 
 def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: str | None = None,
@@ -853,7 +861,8 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         if filed:
             parts.append(f"hp {shown(filed, quote=False)} in {shown(config_file, quote=False)}")
         options.hp_source = " and ".join(parts)
-        options.hp_of = records.get("hp_of")
+        if filed:   # else --hp sets every value the file's hp did: the record is of none
+            options.hp_of = records.get("hp_of")
     return config, options
 
 

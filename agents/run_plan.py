@@ -32,6 +32,7 @@ from agents.registry import (
 )
 from agents.run_folder import run_files
 from agents.run_records import RunSpec
+from agents.run_setting import hp_record
 from agents.sb3_factory import make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import (
     check_replay_buffer,
@@ -101,7 +102,7 @@ def _mix_refusal(exc: MixRefused) -> str:
             f"(--hardware and --variant set them for all)")
 
 
-def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, str] | None = None
+def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, Any] | None = None
          ) -> list[RunSpec]:
     """The runs to make, after checking every option that can be checked before training.
     `hp_source` begins a refusal of the hyper-parameters: where a ``--config`` file set some
@@ -112,7 +113,7 @@ def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, str] | None 
             raise ConfigError(unknown_learner(agent))
     specs = list(dict.fromkeys(canonical_warmup(w) for w in config.warmup))
     if hp_of is not None and config.hp:
-        _check_hp_of(hp_source, hp_of, agents, specs)
+        _check_hp_of(hp_source, hp_of, config, agents, specs)
     try:
         check_callbacks(config.callbacks)
     except ValueError as exc:
@@ -147,22 +148,32 @@ def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, str] | None 
     return runs
 
 
-def _check_hp_of(hp_source: str, hp_of: dict[str, str], agents: list[str],
-                 specs: list[str]) -> None:
-    """Refuse runs other than `hp_of`'s (a --config file's record: a run's config.yaml, whose
-    hp hold every hyper-parameter of that run, a warm start's included) trained with them: a
+def _check_hp_of(hp_source: str, hp_of: dict[str, Any], config: TrainConfig,
+                 agents: list[str], specs: list[str]) -> None:
+    """Refuse runs trained with a --config file's hp that are every hyper-parameter of another
+    (`hp_of`, the file's record: a run's config.yaml, ``agents.run_setting.hp_record``): a
     cold run's config.yaml with `warmup: [none, all]` trained ppo-warm at the cold learning
     rate, 1e-3, which undoes its clone (agents/hyperparams/ppo.yaml's warm_start: 1e-4)."""
-    own = (hp_of["agent"].strip().lower(), canonical_warmup(hp_of["warmup"]))
-    others = [RunSpec(agent, spec, 0).label for agent in agents for spec in specs
-              if (agent, spec) != own]
+    own = (hp_of["agent"], hp_of["env_id"], hp_of["warm_start"])
+    others: dict[str, None] = {}   # in order, each once
+    for agent in agents:
+        for spec in specs:
+            record = hp_record(agent, config.env_id, spec)
+            if (record["agent"], record["env_id"], record["warm_start"]) != own:
+                others[_hp_run(record)] = None
     if others:
         raise ConfigError(
             f"{hp_source} {'are' if ' and ' in hp_source else 'is'} every hyper-parameter of "
-            f"run {RunSpec(*own, 0).label}, as the file's hp_of records, and would train "
-            f"{', '.join(others)} with them, not with the values agents/hyperparams/ gives each "
-            f"(a warm start's learning rate, say): remove hp from the file, keeping only the "
-            f"values you mean to set, or remove hp_of to train them with these anyway")
+            f"{_hp_run(hp_of)}, as the file's hp_of records, and would train "
+            f"{', '.join(others)} with them, not with the values agents/hyperparams/ gives "
+            f"each (a warm start's learning rate, say): remove hp from the file, keeping only "
+            f"the values you mean to set, or remove hp_of to train them with these anyway")
+
+
+def _hp_run(record: dict[str, Any]) -> str:
+    """A run as ``hp_record`` has it: "ppo on InferenceAlloc-v0, fine-tuning a clone"."""
+    start = "fine-tuning a clone" if record["warm_start"] else "from scratch"
+    return f"{record['agent']} on {record['env_id']}, {start}"
 
 
 def check_hyperparams(config: TrainConfig, agent: str, env: Any, warm_starts: list[bool],

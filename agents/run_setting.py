@@ -23,6 +23,8 @@ import yaml
 
 from agents.commands import command
 from agents.config import ConfigError, TrainConfig, to_yaml
+from agents.warmup_config import WarmupConfig
+from envs import canonical_env_id
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import setting_digests
 from envs.scenario import SCENARIO_DIR, Scenario
@@ -61,12 +63,22 @@ def run_config_text(cfg: TrainConfig, settings: Settings) -> str:
     its training env, as checked on a resume)."""
     record = yaml.safe_dump({SETTINGS: settings}, sort_keys=False,
                             default_flow_style=None)
-    hp_of = yaml.safe_dump({HP_OF: {"agent": cfg.agents[0], "warmup": cfg.warmup[0]}},
+    hp_of = yaml.safe_dump({HP_OF: hp_record(cfg.agents[0], cfg.env_id, cfg.warmup[0])},
                            sort_keys=False, default_flow_style=None)
-    return (f"{to_yaml(cfg)}# the run whose every hyper-parameter hp holds: a --config of this "
-            f"file that trains another agent or warm-up is refused\n{hp_of}"
+    return (f"{to_yaml(cfg)}# what hp holds every hyper-parameter of (agents/hyperparams/'s "
+            f"values depend on these): a --config of this file that trains others is refused\n"
+            f"{hp_of}"
             f"# what each scenario's setting was as the run started (digests): "
             f"--resume refuses another\n{record}")
+
+
+def hp_record(agent: str, env_id: str, warmup: str) -> dict[str, Any]:
+    """What a run's hyper-parameters (agents/hyperparams/'s, as the run took them) depend on:
+    its agent, its env id (each YAML is keyed by env) and whether it fine-tunes a behaviour
+    clone (its env's ``warm_start`` values on top), config.yaml's ``hp_of`` record."""
+    warm = WarmupConfig.from_parts(warmup)
+    return {"agent": agent.strip().lower(), "env_id": canonical_env_id(env_id),
+            "warm_start": bool(warm is not None and warm.clone)}
 
 
 def recorded_settings(path: Path) -> Settings | None:

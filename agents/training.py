@@ -18,8 +18,9 @@ partial warm-ups read ``-warm-clone+guard``) holds:
   ``model.zip`` was saved, from where a resume reads what a run stopped after it logged
   (``agents.event_files``);
 * ``config.yaml``: the resolved config of this run (``train.py --config`` reads it back),
-  its ``hp`` every hyper-parameter the run used (the YAML's and the overrides), and its
-  ``settings`` a digest of each part of each training scenario's setting as the run started
+  its ``hp`` every hyper-parameter the run used (the YAML's and the overrides), its
+  ``hp_of`` what those depend on (agent, env id, warm start: ``--config`` of the file
+  refuses to train other runs with them, ``agents.run_plan``), and its ``settings`` a digest of each part of each training scenario's setting as the run started
   (workload, hardware, variant, trace contents...), which ``--resume`` compares to the
   setting's now, refusing one edited since (``agents.run_setting``);
 * ``checkpoints/model_<steps>_steps.zip`` every ``checkpoint_interval`` steps (plus the

@@ -158,8 +158,10 @@ def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
         trained, tmp_path: Path) -> None:
     """A run's config.yaml holds every hyper-parameter of that run, a warm start's included:
     a cold run's file with `--warmup none all` trained ppo-warm at the cold learning rate,
-    which undoes its clone. Its hp_of record names the run, and plan() refuses the others;
-    the same run again (other seeds) is taken, and so is the file without hp_of or hp."""
+    which undoes its clone, and on --env-id InferenceAllocSplit-v0 the discrete env's values.
+    Its hp_of record says what they depend on (agent, env id, warm start), and plan() refuses
+    other runs; runs that take the same values are taken (other seeds, a warm-up that clones
+    too), and so is the file without hp_of or hp, or with every value of hp given by --hp."""
     from agents.run_plan import plan
 
     runs, _ = trained
@@ -170,27 +172,47 @@ def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
         config, given = parse_config(TrainConfig, ["--config", str(path), *flags])
         return [spec.label for spec in plan(config, given.hp_source, given.hp_of)]
 
-    with pytest.raises(ConfigError, match=rf"hp {{.*}} in {re.escape(str(cold))} is every "
-                                          rf"hyper-parameter of run ppo, as the file's hp_of "
-                                          rf"records, and would train ppo-warm with them"):
+    with pytest.raises(ConfigError, match=rf"^hp {{.*}} in {re.escape(str(cold))} is every "
+                                          rf"hyper-parameter of ppo on InferenceAlloc-v0, from "
+                                          rf"scratch, as the file's hp_of records, and would "
+                                          rf"train ppo on InferenceAlloc-v0, fine-tuning a clone "
+                                          rf"with them"):
         planned(cold, "--warmup", "none", "all")
-    with pytest.raises(ConfigError, match=r"of run ppo-warm, as .* would train ppo, dqn-warm, "
-                                          r"dqn with them"):
+    with pytest.raises(ConfigError, match=r"would train ppo on InferenceAllocSplit-v0, from "
+                                          r"scratch with them"):
+        planned(cold, "--env-id", "InferenceAllocSplit-v0")
+    with pytest.raises(ConfigError, match=r"of ppo on InferenceAlloc-v0, fine-tuning a clone, "
+                                          r"as .* would train ppo on InferenceAlloc-v0, from "
+                                          r"scratch, dqn on InferenceAlloc-v0, fine-tuning a "
+                                          r"clone, dqn on InferenceAlloc-v0, from scratch with"):
         planned(warm, "--agents", "ppo", "dqn", "--warmup", "all", "none")
     with pytest.raises(ConfigError, match=r"^--hp \{'gamma': 0.5\} and hp .* are every"):
         planned(warm, "--warmup", "none", "--hp", "gamma=0.5")
     assert planned(cold, "--seeds", "5", "6") == ["ppo", "ppo"]
     assert planned(warm) == ["ppo-warm"]
+    # the hyper-parameters depend on whether the run fine-tunes a clone, not on the guard
+    assert planned(warm, "--warmup", "clone") == ["ppo-warm-clone"]
+    assert planned(cold, "--warmup", "conservative,guard") == ["ppo-warm-conservative+guard"]
     text = cold.read_text()
-    assert "\nhp_of: {agent: ppo, warmup: none}\n" in text
+    record = "\nhp_of: {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false}\n"
+    assert record in text
     unrecorded = tmp_path / "unrecorded.yaml"
-    unrecorded.write_text(text.replace("hp_of: {agent: ppo, warmup: none}\n", ""))
+    unrecorded.write_text(text.replace(record, "\n"))
     assert planned(unrecorded, "--warmup", "none", "all") == ["ppo", "ppo-warm"]
     config = yaml.safe_load(text)
+    every = [f"{key}={json.dumps(value)}" for key, value in config["hp"].items()]
+    assert planned(cold, "--warmup", "all", "--hp", *every) == ["ppo-warm"]
     del config["hp"]
     no_hp = tmp_path / "no-hp.yaml"
     no_hp.write_text(yaml.safe_dump(config))
     assert planned(no_hp, "--warmup", "none", "all") == ["ppo", "ppo-warm"]
+    # a damaged record is named as what it is: the run folder was unusable, "unknown option"
+    damaged = tmp_path / "damaged.yaml"
+    damaged.write_text(text.replace(record, "\nhp_of:\n"))
+    with pytest.raises(ConfigError, match=rf"^config file {re.escape(str(damaged))}: unknown "
+                                          rf"option 'hp_of', the name of a run's record in its "
+                                          rf"config.yaml, and not one as a run writes it"):
+        planned(damaged)
 
 
 def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
@@ -684,7 +706,7 @@ def test_an_rl_zoo_option_among_the_hyperparameters_points_to_train_py(key, poin
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("agent", ["algos:qrdqn", "qrdqn"])
+@pytest.mark.parametrize("agent", ["algos:qrdqn", "qrdqn", "PPO2"])
 def test_an_agent_train_py_cannot_train_lists_the_learners_and_the_way_for_ones_own(
         agent: str, tmp_path: Path, capsys) -> None:
     """`--agents algos:qrdqn` was refused listing "every policy name: ..., <module>:<attribute>",
@@ -694,6 +716,7 @@ def test_an_agent_train_py_cannot_train_lists_the_learners_and_the_way_for_ones_
     assert main(["--agents", agent, "--log-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"train.py: error: unknown agent '{agent}'"), err
+    assert ("(did you mean 'ppo'?)" in err) == (agent == "PPO2"), err
     assert ("train.py trains ppo, a2c, dqn, maskable-ppo, sac, trpo, recurrent-ppo, the "
             "built-in Stable-Baselines3 and sb3-contrib learners; ") in err, err
     assert "python evaluate.py --online --online-agents <module>:<builder>" in err, err
