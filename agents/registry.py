@@ -126,7 +126,9 @@ def unknown_learner(name: object) -> str:
     refused, though train.py trains only the built-in learners."""
     from agents.commands import command, program
 
-    return (f"unknown agent {shown(name)}{did_you_mean([name], SB3_NAMES)}: {program('train')} "
+    # the names are read in any case: PPO2 is near ppo
+    meant = did_you_mean([name.lower() if isinstance(name, str) else name], SB3_NAMES)
+    return (f"unknown agent {shown(name)}{meant}: {program('train')} "
             f"trains {', '.join(SB3_NAMES)}, the built-in Stable-Baselines3 and sb3-contrib "
             f"learners; a learner of your own runs in the online study "
             f"({command('evaluate')} --online --online-agents <module>:<builder>), or joins "

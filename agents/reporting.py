@@ -474,6 +474,7 @@ def check_inputs(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[str
 # The parts of a run's recorded setting that evaluate.py's own options set (``--episode-tasks``
 # always differs from training's, ``--hardware`` where given): not compared.
 _EVALUATION_PARTS = ("episode_tasks",)
+# the hardware's parts, and best-static's calibration, which is searched on the hardware
 _HARDWARE_PARTS = ("hardware", "hardware_figures", "calibration")
 
 
@@ -484,16 +485,28 @@ def _setting_notes(cfg: EvalConfig, entry: ModelEntry, scenario: str, env: Any) 
     one its run's curves and recorded scores are of."""
     from agents.run_setting import changed_since_training
 
-    if entry.run_dir is None or scenario not in entry.trained_on():
+    trained = next((name for name in entry.trained_on() if _same_scenario(name, scenario)),
+                   None)
+    if entry.run_dir is None or trained is None:
         return []
     ignore = _EVALUATION_PARTS + (_HARDWARE_PARTS if cfg.hardware else ())
-    changed = changed_since_training(entry.run_dir, scenario, env, ignore)
+    changed = changed_since_training(entry.run_dir, trained, env, ignore)
     if changed is None:
         return []
     parts, restore = changed
     return [f"{entry.label} ({entry.run_dir.name}): scenario {scenario} has changed since the "
             f"run trained on it (its {parts}): evaluated on it as it is now; restore {restore} "
             f"to evaluate the model on the setting it was trained on"]
+
+
+def _same_scenario(trained: str, evaluated: str) -> bool:
+    """Whether a run's training scenario (as its config.yaml names it: a preset, or a file's
+    absolute path) is the one evaluated, spelt either way (``./sc.yaml`` from its folder)."""
+    if trained == evaluated:
+        return True
+    if preset_file(trained, SCENARIO_DIR) is not None or preset_file(evaluated, SCENARIO_DIR):
+        return False    # a preset name is the preset, whatever file lies beside it
+    return Path(trained).resolve() == Path(evaluated).resolve()
 
 
 def _hardware_hint(cfg: EvalConfig, entry: ModelEntry, exc: Exception) -> str:

@@ -41,7 +41,12 @@ def check_cost_face(impl: Any, stage: str, label: str, model: ModelConfig) -> No
     it."""
     for call, price in _calls(impl, stage, label):
         for task in PROBE_TASKS:
-            problem = work_problem(price(task, model))
+            try:
+                work = price(task, model)
+            except Exception as exc:    # a user's code: whatever it raises, named with it
+                raise ValueError(f"{label}: {call} of {_task_text(task)} raised "
+                                 f"{type(exc).__name__}: {exc}") from exc
+            problem = work_problem(work)
             if problem is not None:
                 raise ValueError(
                     f"{label}: {call} of {_task_text(task)} gave {problem}; a stage's cost face "

@@ -139,11 +139,12 @@ def _build(stage: str, name: str, model: ModelConfig) -> Any:
                          f"{exc}") from None
     except ValueError:      # no signature to read: the call itself will tell
         pass
-    impl = cls(**params)
-    check_cost_face(impl, stage, label, model)
+    # probed on an instance of its own: one whose cost face keeps state (a counter, a cache)
+    # starts the run as the class builds it, not with the probes recorded
+    check_cost_face(cls(**params), stage, label, model)
     if key is not None:
         _CHECKED.add(key)
-    return impl
+    return cls(**params)
 
 
 def implementation_label(stage: str, name: str) -> str:

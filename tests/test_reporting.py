@@ -1344,3 +1344,19 @@ def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_r
         with pytest.raises(ConfigError, match=message):
             EvalConfig(out=str(tmp_path / "refused"), **options).validate()
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_training_scenario_is_matched_however_evaluate_py_spells_it(tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """The setting note matched a run's scenario by its text: trained on /abs/sc.yaml and
+    evaluated as ./sc.yaml from its folder, an edit of its hardware went unnoted."""
+    from agents.reporting import _same_scenario
+
+    (tmp_path / "sc.yaml").write_text("name: sc\n")
+    (tmp_path / "article.yaml").write_text("name: mine\n")
+    monkeypatch.chdir(tmp_path)
+    assert _same_scenario(str(tmp_path / "sc.yaml"), "./sc.yaml")
+    assert _same_scenario(str(tmp_path / "sc.yaml"), "sc.yaml")
+    assert _same_scenario("article", "article")
+    assert not _same_scenario("article", str(tmp_path / "article.yaml"))   # the preset
+    assert not _same_scenario(str(tmp_path / "sc.yaml"), "bursty")

@@ -272,3 +272,31 @@ def test_the_cost_face_is_probed_once_per_class_arguments_and_model(register):
     register("prefill", "counted", Counted, {"window": 1024})   # other arguments: again
     build_stages(prefill("counted"))
     assert len(calls) == 2 * probed
+
+
+def test_the_probe_prices_an_instance_of_its_own_and_names_what_the_face_raises(register):
+    """The probe priced the instance the run then used: a face that keeps state (a count of
+    the tasks it priced) started the run with the probes in it. And a face that raised (a
+    KeyError at the 64K-token probe) came out bare, naming neither the stage nor the call."""
+    class Stateful(WindowAttention):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.priced = 0
+
+        def work(self, task, model):
+            self.priced += 1
+            return super().work(task, model)
+
+    register("prefill", "stateful", Stateful, {"window": 2048})
+    assert build_stages(prefill("stateful"))[1].priced == 0
+
+    class Raising(WindowAttention):
+        def work(self, task, model):
+            if task.prompt_tokens > 10_000:
+                raise KeyError("no table entry")
+            return super().work(task, model)
+
+    register("prefill", "raising", Raising, {"window": 2048})
+    with pytest.raises(ValueError, match=r"^prefill implementation 'raising' \(.*Raising\): "
+                       r"work\(\) of a task of .* raised KeyError: 'no table entry'$"):
+        build_stages(prefill("raising"))
