@@ -1536,6 +1536,27 @@ def test_best_static_is_a_placement_its_devices_hold(tmp_path: Path) -> None:
     assert static_candidates(3, one_each) == all_placements(3) == static_candidates(3, [])
 
 
+def test_a_best_static_saved_under_other_search_rules_is_searched_again(
+        tmp_path: Path, monkeypatch) -> None:
+    """The saved key held what the search reads, not its rules: a placement saved before the
+    search left out placements the devices cannot hold (an 8 GB NPU's [npu, npu, npu]) was
+    read back after. A change of `SEARCH_RULES` searches again."""
+    import agents.static as static
+
+    path = tmp_path / "best_static.json"
+    env = InferenceAllocEnv("article", episode_tasks=5)
+    placement = search_best_static(env, path)
+    stale = json.loads(path.read_text())
+    stale["placement"] = [2, 2, 2]
+    monkeypatch.setattr(static, "SEARCH_RULES", static.SEARCH_RULES - 1)
+    stale["key"] = static._best_static_key(env)      # as the earlier rules saved it
+    path.write_text(json.dumps(stale))
+    assert search_best_static(env, path) == (2, 2, 2)    # read back under those rules
+    monkeypatch.undo()
+    assert search_best_static(env, path) == placement    # searched again under these
+    assert json.loads(path.read_text())["placement"] == list(placement)
+
+
 def test_a_saved_best_static_is_searched_again_once_its_trace_is_rewritten(
         tmp_path: Path) -> None:
     trace, path = tmp_path / "trace.csv", tmp_path / "best_static.json"
