@@ -43,7 +43,7 @@ from agents.sb3_hyperparams import (
 from agents.sb3_memory import check_memory
 from agents.user_callbacks import check_callbacks
 from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions
-from envs.scenario import SCENARIO_DIR
+from envs.scenario import SCENARIO_DIR, load_scenario
 from envs.scenario_mix import MixRefused
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import shown
@@ -146,6 +146,27 @@ def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, Any] | None 
         check_room(Path(config.log_dir) / run_name(config, spec), run_files(config.timesteps),
                    "--log-dir")
     return runs
+
+
+def drift_notes(config: TrainConfig, specs: list[str]) -> list[str]:
+    """A note where warm runs fine-tune a clone on a replayed trace with the relative reward
+    and no --select-best: there (azure-conv at 0.05) PPO's first updates took a good clone of
+    heft-calibrated (0.715x best-static) to all-GPU and all-CPU, 1.17x, which the reward and
+    the guard, pricing best-static in the learner's own queued state, did not see; selection
+    on the validation episode kept the clone (README, the reward table)."""
+    if config.select_best or config.reward != "relative" or not any(
+            starts_warm(warmup_config(config, spec)) for spec in specs):
+        return []
+    traced = [name for name in config.training_scenarios()
+              if load_scenario(name).workload.trace is not None]
+    if not traced:
+        return []
+    return [f"note: the warm runs fine-tune a clone on a replayed trace ({', '.join(traced)}) "
+            f"with the relative reward, which prices best-static in the learner's own queued "
+            f"state: near the hardware's capacity fine-tuning can leave the clone for a "
+            f"placement that queues up best-static's devices unseen (azure-conv at 0.05: a "
+            f"clone at 0.72x best-static ended at 1.17x); --select-best keeps the clone unless a "
+            f"later model beats it on the validation episode (README, the reward table)"]
 
 
 def _check_hp_of(hp_source: str, hp_of: dict[str, Any], config: TrainConfig,

@@ -75,7 +75,7 @@ from agents.divergence import Diverged
 from agents.files import REFUSED_WRITES, WriteFailed
 from agents.resume import AlreadyTrained, resume_run
 from agents.rollout_steps import rounding_notes
-from agents.run_plan import absolute_files, plan
+from agents.run_plan import absolute_files, drift_notes, plan
 from agents.run_records import FinishedUnrecorded, PlanStopped, RunFailed, RunResult, RunsFailed
 from agents.run_scores import finished_line
 from agents.run_training import train_run
@@ -114,7 +114,9 @@ def train(config: TrainConfig, given: set[str] | None = None,
     specs = (plan(config, given.hp_source, given.hp_of) if isinstance(given, GivenOptions)
              else plan(config))
     # after the plan's refusals (a note above one was noise), before the first run
-    for note in rounding_notes(config):     # SB3 trains whole rollouts: more than asked
+    # SB3 trains whole rollouts, more than asked; a trace's warm runs may drift off the clone
+    warmups = list(dict.fromkeys(spec.warmup for spec in specs))
+    for note in [*rounding_notes(config), *drift_notes(config, warmups)]:
         print(note, file=sys.stderr)
     for spec in specs:
         try:

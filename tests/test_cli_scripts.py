@@ -215,6 +215,45 @@ def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
         planned(damaged)
 
 
+def test_warm_runs_on_a_trace_without_select_best_are_told_of_the_drift(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """On azure-conv at 0.05 a warm PPO's fine-tuning left a good clone (0.72x best-static) for
+    a placement at 1.17x, which the relative reward and the guard did not see; --select-best
+    kept the clone. A plan that trains so says it before its first run, and no other does."""
+    import agents.training as training
+    from agents.run_plan import drift_notes
+    from agents.run_records import RunFailed
+
+    trace = tmp_path / "azure.yaml"
+    trace.write_text("name: azure\nworkload: {trace: azure-conv, trace_time_scale: 0.05}\n")
+
+    def notes(*flags: str) -> list[str]:
+        config, _ = parse_config(TrainConfig, ["--scenario", str(trace), *flags])
+        return drift_notes(config, list(config.warmup))
+
+    (note,) = notes()
+    assert note.startswith(f"note: the warm runs fine-tune a clone on a replayed trace ({trace}) "
+                           f"with the relative reward") and "--select-best keeps the clone" in note
+    assert notes("--warmup", "clone") == [note]
+    for flags in (["--select-best"], ["--warmup", "none"], ["--warmup", "conservative,guard"],
+                  ["--reward", "normalised"]):
+        assert notes(*flags) == [], flags
+    config, _ = parse_config(TrainConfig, [])
+    assert drift_notes(config, list(config.warmup)) == []      # the article: no trace
+    # train.py says it once, before the first run
+    started = []
+
+    def train_run(config, spec):
+        started.append(capsys.readouterr().err)
+        raise RunFailed("not trained here")
+
+    monkeypatch.setattr(training, "train_run", train_run)
+    load_main("train.py")(["--scenario", str(trace), "--seeds", "0", "1", "--log-dir",
+                           str(tmp_path / "runs"), "--no-progress-bar"])
+    assert started[0].count("note: the warm runs fine-tune a clone") == 1, started
+    assert all("fine-tune a clone" not in err for err in started[1:])
+
+
 def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:
     runs, _ = trained
     for run in runs.iterdir():
