@@ -314,15 +314,23 @@ _QUOTED_ROW_HINT = (" (it holds quotes: write the fields without quotes, and num
 def _header_hint(line: str) -> str:
     """' (...)': what a common exporter did to the header `line`, and how to write it, where
     the expected header is in it: another separator (a spreadsheet's ';' or a TSV's tabs),
-    a leading index column (pandas' ``to_csv`` without ``index=False``), quoted fields; ''
-    for any other header."""
+    a leading index column (pandas' ``to_csv`` without ``index=False``), quoted fields, names
+    in another case, a separator at the end; '' for any other header."""
     separators = [(sep, what) for sep, what in ((";", "';'"), ("\t", "tabs")) if sep in line]
     sep, what = separators[0] if separators and "," not in line else (",", "")
     raw = [f.strip() for f in line.split(sep)]
+    trailing = len(raw) > len(HEADER) and raw[-1] == ""      # a trailing separator
+    if trailing:
+        raw = raw[:-1]
     fields = [f[1:-1] if len(f) >= 2 and f[0] == f[-1] == QUOTE else f for f in raw]
-    if fields[-len(HEADER):] != list(HEADER) or len(fields) > len(HEADER) + 1:
+    cased = [f.lower() for f in fields[-len(HEADER):]] == [h.lower() for h in HEADER]
+    if not cased or len(fields) > len(HEADER) + 1:
         return ""
     found = [f"columns separated by {what}: separate them by commas"] if what else []
+    if fields[-len(HEADER):] != list(HEADER):
+        found.append(f"names in another case: write them as {','.join(HEADER)}")
+    if trailing:
+        found.append(f"a {what or 'comma'} at the end of the line: leave it out, on the rows too")
     if len(fields) > len(HEADER):
         found.append("an unnamed index column first, as pandas' to_csv writes one: save with "
                      "index=False" if fields[0] in ("", "Unnamed: 0")

@@ -510,6 +510,11 @@ def test_wrong_header_shows_the_header_found(tmp_path: Path, header: str) -> Non
     (HEADER.replace(",", ";"), "columns separated by ';': separate them by commas"),
     (HEADER.replace(",", "\t"), "columns separated by tabs: separate them by commas"),
     (f"id,{HEADER}", "a column 'id' first: leave it out"),
+    (HEADER.lower(), f"names in another case: write them as {HEADER}"),
+    (f"{HEADER},", "a comma at the end of the line: leave it out, on the rows too"),
+    (f"{HEADER.upper()};".replace(",", ";"), f"columns separated by ';': separate them by "
+     f"commas; names in another case: write them as {HEADER}; a ';' at the end of the line: "
+     f"leave it out, on the rows too"),
 ])
 def test_a_header_a_common_exporter_wrote_says_how_to_write_it(tmp_path: Path, header: str,
                                                                 hint: str) -> None:
