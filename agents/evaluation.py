@@ -21,7 +21,8 @@ Definitions used in every table:
   seeds x training runs are pooled as n samples, but they are not independent: every run is
   scored on the same held-out seeds, and a run's seeds share its training. The interval is
   then narrower than one over the runs' means (``t(0.975, runs-1)``), which the spread
-  between training runs calls for.
+  between training runs calls for: the table's note gives that one for the ratio to best
+  static (summary.csv's ``vs_best_static_over_runs`` and its ``_ci95``).
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class AgentResult:
     note: str | None = None         # the section's overload_note, if any
     hardware: str = ""              # the section's hardware and variant, by the names it uses
     variant: str = ""
+    sample_runs: list[int] = field(default_factory=list)   # each sample's training run, 0..
 
     def row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"scenario": self.scenario, "agent": self.agent, "kind": self.kind,
@@ -171,7 +173,20 @@ class AgentResult:
             row[m], row[f"{m}_ci95"] = mean, ci
         # last, as they came last: summary.csv's readers by position read as before
         row["hardware"], row["variant"] = self.hardware, self.variant
+        row["vs_best_static_over_runs"], row["vs_best_static_over_runs_ci95"] = (
+            self.over_runs("vs_best_static"))
         return row
+
+    def over_runs(self, metric: str) -> tuple[float, float]:
+        """`metric`'s mean and 95% CI over the training runs' own means, where several runs
+        pool (NaN otherwise): the pooled CI treats every (run, held-out seed) pair as
+        independent, though the runs share the seeds and differ by what each learned."""
+        if self.runs < 2 or len(self.sample_runs) != len(self.samples):
+            return math.nan, math.nan
+        per_run: dict[int, list[float]] = {}
+        for run, sample in zip(self.sample_runs, self.samples, strict=True):
+            per_run.setdefault(run, []).append(sample[metric])
+        return mean_ci([mean_ci(values)[0] for values in per_run.values()])
 
 
 def summary_csv(rows: Iterable[dict[str, Any]]) -> str:
@@ -232,12 +247,20 @@ def unique_name(key: str, keys: Iterable[str]) -> str:
 def _pooled_runs_note(rows: Sequence[dict[str, Any]]) -> str | None:
     """A note naming the rows whose samples pool several training runs (see *95% CI*)."""
     pooled = [f"{markdown_text(r['agent'])} (n = {r['n'] // r['runs']} seeds x {r['runs']} "
-              "training runs)" for r in rows if r.get("runs", 1) > 1]
+              f"training runs{_over_runs_text(r)})" for r in rows if r.get("runs", 1) > 1]
     if not pooled:
         return None
     return (f"note: {', '.join(pooled)}: seeds and training runs pooled as n samples, which "
             "are not independent (the runs share the held-out seeds); the 95% CI is narrower "
-            "than one over the runs' means (Definitions).")
+            "than one over the runs' means (Definitions), given here for vs best static.")
+
+
+def _over_runs_text(row: dict[str, Any]) -> str:
+    mean = row.get("vs_best_static_over_runs", math.nan)
+    if not math.isfinite(mean):
+        return ""
+    return (f"; vs best static over the runs' means: "
+            f"{fmt_ci(mean, row['vs_best_static_over_runs_ci95'])}")
 
 
 def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episodes: int,

@@ -575,6 +575,7 @@ def evaluate_agents(cfg: EvalConfig, entries: list[ModelEntry], scenarios: list[
             for seed in seeds:
                 latency = episode_latencies(policy, env, seed, cfg.episodes)
                 result.samples.append(episode_metrics(latency, *refs[seed]))
+                result.sample_runs.append(result.runs - 1)
                 result.latencies.append(latency)
                 tick()
         for name in runnable_baselines(cfg, ctx):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import re
 from pathlib import Path
 
@@ -401,9 +402,10 @@ def test_summary_csv_gives_each_rows_hardware_and_variant_in_columns_of_their_ow
     header, *rows = list(csv.reader(io.StringIO(text)))
     earlier = ["scenario", "agent", "kind", "runs", "n",
                *(k for m in METRICS for k in (m, f"{m}_ci95"))]
-    assert header == [*earlier, "hardware", "variant"]
+    assert header == [*earlier, "hardware", "variant", "vs_best_static_over_runs",
+                      "vs_best_static_over_runs_ci95"]
     own = load_scenario("article")
-    settings = {(row[0], row[-2], row[-1]) for row in rows}
+    settings = {(row[0], row[-4], row[-3]) for row in rows}
     assert settings == {("article", own.hardware, variant_label(own.variant)),
                         ("article (hardware edge, variant glm-5.3)", "edge", "glm-5.3")}
 
@@ -1296,6 +1298,48 @@ def test_a_model_row_pooling_training_runs_says_its_interval_is_of_pooled_sample
     assert "dqn" not in note and "best-static" not in note
     assert "pooled" not in summary_markdown(rows[1:], [0, 1, 2, 3, 4], 1).split("## Def")[0]
     assert "not independent" in (evaluation.__doc__ or "")
+
+
+def test_a_pooled_model_row_gives_the_interval_over_its_runs_means() -> None:
+    """The note said the pooled interval is narrower than one over the runs' means, and gave
+    no such interval: a reader comparing two agents had only the overconfident one. Now the
+    row holds the ratio's mean and t-interval over the runs' own means, and the note says it."""
+    from agents.evaluation import AgentResult
+    from agents.stats import mean_ci95
+
+    result = AgentResult("ppo", "article", "model", runs=3)
+    by_run = [[0.70, 0.72, 0.71], [0.90, 0.92, 0.91], [0.80, 0.79, 0.81]]   # runs differ
+    for run, ratios in enumerate(by_run):
+        for ratio in ratios:
+            result.samples.append({m: ratio for m in METRICS})
+            result.sample_runs.append(run)
+    row = result.row()
+    mean, ci = mean_ci95([float(np.mean(r)) for r in by_run])
+    assert row["vs_best_static_over_runs"] == pytest.approx(mean)
+    assert row["vs_best_static_over_runs_ci95"] == pytest.approx(ci)
+    assert ci > 3 * row["vs_best_static_ci95"]       # the pooled one understates the spread
+    text = summary_markdown([row], [0, 1, 2], 1)
+    assert (f"ppo (n = 3 seeds x 3 training runs; vs best static over the runs' means: "
+            f"{mean:.3f} ± {ci:.3f})") in text
+    single = AgentResult("dqn", "article", "model", runs=1, samples=[{m: 1.0 for m in METRICS}],
+                         sample_runs=[0]).row()
+    assert math.isnan(single["vs_best_static_over_runs"])
+
+
+def test_evaluate_py_records_which_run_each_sample_is_of(tmp_path: Path) -> None:
+    """Two runs of one label: every sample knows its run, so the row's interval over runs is
+    the t-interval of the two runs' own means."""
+    from agents.reporting import evaluate_agents
+    from agents.stats import mean_ci95
+
+    for seed in (0, 1):
+        fake_run(tmp_path / "runs", f"s{seed}", agents=["ppo"], warmup=["none"], seeds=[seed])
+    cfg = cfg_for(runs=str(tmp_path / "runs"), seeds=2, baselines=["best-static"])
+    entries, _ = discover_models(cfg)
+    (ppo,) = [r for r in evaluate_agents(cfg, entries, ["article"]) if r.kind == "model"]
+    assert ppo.runs == 2 and ppo.sample_runs == [0, 0, 1, 1]
+    per_run = [np.mean([s["vs_best_static"] for s in ppo.samples[i:i + 2]]) for i in (0, 2)]
+    assert ppo.row()["vs_best_static_over_runs"] == pytest.approx(mean_ci95(per_run)[0])
 
 
 def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_runs(
