@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import re
@@ -88,16 +90,23 @@ VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVec
 RUN_RECORDS = ("settings", "hp_of")
 
 
+def hp_digest(hp: dict[str, Any]) -> str:
+    """A digest of hyper-parameters as config.yaml holds them (read back from its YAML), which
+    ``hp_of`` records: a file whose hp no longer give it was edited, and its hp are the user's."""
+    plain = yaml.safe_load(yaml.safe_dump(hp))
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def _is_run_record(key: object, value: object) -> bool:
     """Whether config.yaml's `key: value` is a run's record as the run writes it; any other
     value is a user's key, refused as no option."""
     if key == "settings":       # {scenario: {part: digest}}
         return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
-    if key == "hp_of":          # {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false}
+    if key == "hp_of":  # {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false, hp: <digest>}
         # (a later version's keys beside these are read over)
         return (isinstance(value, dict) and isinstance(value.get("agent"), str)
                 and isinstance(value.get("env_id"), str)
-                and isinstance(value.get("warm_start"), bool))
+                and isinstance(value.get("warm_start"), bool) and isinstance(value.get("hp"), str))
     return False
 
 
@@ -861,8 +870,11 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         if filed:
             parts.append(f"hp {shown(filed, quote=False)} in {shown(config_file, quote=False)}")
         options.hp_source = " and ".join(parts)
-        if filed:   # else --hp sets every value the file's hp did: the record is of none
-            options.hp_of = records.get("hp_of")
+        record = records.get("hp_of")
+        # of the file's hp as the run wrote them: an edited hp (the values one means to set)
+        # is the user's; and --hp setting every value the file's hp did leaves none of them
+        if filed and record is not None and record["hp"] == hp_digest(file_hp):
+            options.hp_of = record
     return config, options
 
 

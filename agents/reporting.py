@@ -359,7 +359,8 @@ def _check_run_variants(entries: list[ModelEntry]) -> None:
             raise ValueError(
                 f"run {run} trained on variant {shown(entry.variant)}: {exc}; an implementation "
                 f"of your own is known only where its module is imported: evaluate from Python "
-                f"after importing it (`import mystages; agents.evaluate_cli.main([...])`), or "
+                f"after importing it (`import mystages, agents.evaluate_cli; "
+                f"agents.evaluate_cli.main([...])`), or "
                 f"leave this run out (--models naming the others)") from None
 
 

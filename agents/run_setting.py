@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from agents.commands import command
-from agents.config import ConfigError, TrainConfig, to_yaml
+from agents.config import ConfigError, TrainConfig, hp_digest, to_yaml
 from agents.warmup_config import WarmupConfig
 from envs import canonical_env_id
 from envs.inference_alloc import InferenceAllocEnv
@@ -63,7 +63,8 @@ def run_config_text(cfg: TrainConfig, settings: Settings) -> str:
     its training env, as checked on a resume)."""
     record = yaml.safe_dump({SETTINGS: settings}, sort_keys=False,
                             default_flow_style=None)
-    hp_of = yaml.safe_dump({HP_OF: hp_record(cfg.agents[0], cfg.env_id, cfg.warmup[0])},
+    hp_of = yaml.safe_dump({HP_OF: {**hp_record(cfg.agents[0], cfg.env_id, cfg.warmup[0]),
+                                    "hp": hp_digest(cfg.hp)}},
                            sort_keys=False, default_flow_style=None)
     return (f"{to_yaml(cfg)}# what hp holds every hyper-parameter of (agents/hyperparams/'s "
             f"values depend on these): a --config of this file that trains others is refused\n"

@@ -416,8 +416,11 @@ class InferenceAllocEnv(gym.Env):
                              f"{render_mode!r}")
         if sc.workload.trace is not None:
             with naming_field(sc, "workload.trace", given=trace is not None):
-                # fail now on a bad trace, or a trace_span too short for the episodes
-                generate_episode(sc, np.random.default_rng(0), sc.episode_tasks)
+                generate_episode(dataclasses.replace(sc, workload=dataclasses.replace(
+                    sc.workload, trace_span=(0.0, 1.0))), np.random.default_rng(0), 1)
+            if sc.workload.trace_span != (0.0, 1.0):
+                with naming_field(sc, "workload.trace_span"):   # fail now: too short a span
+                    generate_episode(sc, np.random.default_rng(0), sc.episode_tasks)
         self.scenario = sc
         self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward

@@ -106,11 +106,12 @@ def span_batches(arrival: np.ndarray, span: tuple[float, float], trace: str, n_t
     last = (len(arrival) if span[1] == 1.0
             else int(np.searchsorted(arrival, t0 + span[1] * duration, side="left")))
     if last - first < n_tasks:
-        raise ValueError(f"workload.trace_span {list(span)} holds {last - first} of the "
-                         f"{len(arrival)} batches of trace {trace} (over {duration:g} s), "
-                         f"fewer than an episode's {n_tasks} tasks, so every seed would replay "
-                         f"the same window: widen it, or shorten the episodes (episode_tasks, "
-                         f"train.py --eval-tasks)")
+        raise ValueError(f"the span {list(span)} holds {last - first} of the {len(arrival)} "
+                         f"batches of trace {trace} (over {duration:g} s), fewer than an "
+                         f"episode's {n_tasks} tasks, so every seed would replay the same "
+                         f"window: widen it, or shorten the episodes (the scenario's "
+                         f"episode_tasks; train.py --eval-tasks; evaluate.py --episode-tasks, "
+                         f"and --online-samples or --no-online for its online study)")
     return first, last
 
 

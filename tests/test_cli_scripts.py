@@ -194,12 +194,16 @@ def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
     assert planned(warm, "--warmup", "clone") == ["ppo-warm-clone"]
     assert planned(cold, "--warmup", "conservative,guard") == ["ppo-warm-conservative+guard"]
     text = cold.read_text()
-    record = "\nhp_of: {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false}\n"
-    assert record in text
+    (record,) = re.findall(r"\nhp_of: \{agent: ppo, env_id: InferenceAlloc-v0, warm_start: "
+                           r"false, hp: [0-9a-f]{16}\}\n", text)
     unrecorded = tmp_path / "unrecorded.yaml"
     unrecorded.write_text(text.replace(record, "\n"))
     assert planned(unrecorded, "--warmup", "none", "all") == ["ppo", "ppo-warm"]
     config = yaml.safe_load(text)
+    # hp cut down to the values one means to set: the user's, the record no longer of them
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump({**config, "hp": {"n_steps": 32}}))
+    assert planned(edited, "--warmup", "none", "all") == ["ppo", "ppo-warm"]
     every = [f"{key}={json.dumps(value)}" for key, value in config["hp"].items()]
     assert planned(cold, "--warmup", "all", "--hp", *every) == ["ppo-warm"]
     del config["hp"]
@@ -252,6 +256,28 @@ def test_warm_runs_on_a_trace_without_select_best_are_told_of_the_drift(
                            str(tmp_path / "runs"), "--no-progress-bar"])
     assert started[0].count("note: the warm runs fine-tune a clone") == 1, started
     assert all("fine-tune a clone" not in err for err in started[1:])
+
+
+def test_a_trace_span_too_short_for_the_held_out_episode_is_refused_before_training(
+        tmp_path: Path, capsys) -> None:
+    """The held-out episode's env is built once the run has trained: a span of 50 batches
+    with --eval-tasks 60 failed there, a traceback and exit 1 after the training. plan()
+    now builds it first: one line, exit 2, no run folder."""
+    rows = [f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.000000,{1000 + i},{10 + i % 7}"
+            for i in range(100)]      # one request a second: each a batch of its own
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    + "\n".join(rows) + "\n")
+    scenario = tmp_path / "half.yaml"
+    scenario.write_text("name: half\nworkload: {trace: t.csv, trace_span: [0.5, 1]}\n")
+    runs = tmp_path / "runs"
+    code = load_main("train.py")(["--scenario", str(scenario), "--warmup", "none",
+                                  "--episode-tasks", "20", "--eval-tasks", "60",
+                                  "--log-dir", str(runs), "--no-progress-bar"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("scenario field workload.trace_span: the span [0.5, 1.0] holds 50 of the 100 "
+            "batches") in err and "fewer than an episode's 60 tasks" in err, err
+    assert not runs.exists()
 
 
 def test_tensorboard_holds_our_tags_the_config_and_hparams(trained) -> None:

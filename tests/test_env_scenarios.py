@@ -205,14 +205,16 @@ def test_a_trace_span_keeps_training_and_held_out_episodes_apart(tmp_path: Path)
     load = dataclasses.replace(load_scenario("article").workload, trace=str(trace),
                                trace_span=(0.991, 0.995))
     sc = dataclasses.replace(load_scenario("article"), workload=load)
-    with pytest.raises(ValueError, match=r"trace_span \[0.991, 0.995\] holds 0 of the 100 "
-                                         r"batches of trace .*t.csv \(over 99 s\), fewer than "
-                                         r"an episode's 200 tasks, so every seed would replay"):
+    with pytest.raises(ValueError, match=r"scenario field workload.trace_span: the span "
+                                         r"\[0.991, 0.995\] holds 0 of the 100 batches of trace "
+                                         r".*t.csv \(over 99 s\), fewer than an episode's 200 "
+                                         r"tasks, so every seed would replay"):
         gym.make(f"envs:{V0}", scenario=sc)
     # a span shorter than the episode: every seed replayed its one window, cut short
     half = dataclasses.replace(load, trace_span=(0.5, 1.0))
     with pytest.raises(ValueError, match=r"holds 50 of the 100 batches .* fewer than an "
-                                         r"episode's 60 tasks.*shorten the episodes"):
+                                         r"episode's 60 tasks.*shorten the episodes .*"
+                                         r"--online-samples or --no-online"):
         gym.make(f"envs:{V0}", scenario=dataclasses.replace(sc, workload=half), episode_tasks=60)
 
 

@@ -430,7 +430,8 @@ def test_a_run_on_a_stage_implementation_of_the_users_own_is_named_with_the_way_
     message = str(refused.value)
     assert message.startswith(f"run {wide} trained on variant 'direct+wide+sequential': "
                               "unknown prefill implementation 'wide'")
-    assert "import mystages; agents.evaluate_cli.main([...])" in message
+    assert ("import mystages, agents.evaluate_cli; agents.evaluate_cli.main([...])"
+            in message)
     assert "--models" in message and "\n" not in message
 
 
