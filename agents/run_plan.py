@@ -32,7 +32,7 @@ from agents.registry import (
 )
 from agents.run_folder import run_files
 from agents.run_records import RunSpec
-from agents.run_setting import hp_record
+from agents.run_setting import hp_record, scenario_envs
 from agents.sb3_factory import make_sb3, starts_warm, wrap_for
 from agents.sb3_hyperparams import (
     check_replay_buffer,
@@ -43,8 +43,9 @@ from agents.sb3_hyperparams import (
 from agents.sb3_memory import check_memory
 from agents.user_callbacks import check_callbacks
 from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions
-from envs.scenario import SCENARIO_DIR, load_scenario
+from envs.scenario import SCENARIO_DIR, load_scenario, naming_field
 from envs.scenario_mix import MixRefused
+from envs.workload import check_span
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import shown
 
@@ -119,10 +120,15 @@ def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, Any] | None 
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     env = env_for(config)
-    if config.eval_tasks and _span_given(config):
+    if config.eval_tasks:
         # the held-out episode's env is built once the run has trained: a trace_span too short
         # for --eval-tasks failed there, a traceback after the training (exit 1)
-        env_for(config, episode_tasks=config.eval_tasks, reward="latency").close()
+        held_out = scenario_envs(env)[0].scenario
+        try:
+            with naming_field(held_out, "workload.trace_span"):
+                check_span(held_out.workload, config.eval_tasks)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     warming = any(w != "none" for w in specs)
     try:
         if warming:
@@ -150,15 +156,6 @@ def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, Any] | None 
         check_room(Path(config.log_dir) / run_name(config, spec), run_files(config.timesteps),
                    "--log-dir")
     return runs
-
-
-def _span_given(config: TrainConfig) -> bool:
-    """Whether the held-out scenario replays part of a trace (``workload.trace_span``)."""
-    try:
-        workload = load_scenario(config.held_out_scenario()).workload
-    except ValueError:      # the training env's build has named it already
-        return False
-    return workload.trace is not None and workload.trace_span != (0.0, 1.0)
 
 
 def drift_notes(config: TrainConfig, specs: list[str]) -> list[str]:

@@ -35,7 +35,7 @@ from envs.scenario import (
     load_scenario,
     naming_field,
 )
-from envs.workload import Episode, generate_episode, precomputed_domains
+from envs.workload import Episode, check_span, generate_episode, precomputed_domains, trace_batches
 from inference.checks import is_bool, is_integer, is_number
 from inference.hardware import (
     Hardware,
@@ -416,11 +416,9 @@ class InferenceAllocEnv(gym.Env):
                              f"{render_mode!r}")
         if sc.workload.trace is not None:
             with naming_field(sc, "workload.trace", given=trace is not None):
-                generate_episode(dataclasses.replace(sc, workload=dataclasses.replace(
-                    sc.workload, trace_span=(0.0, 1.0))), np.random.default_rng(0), 1)
-            if sc.workload.trace_span != (0.0, 1.0):
-                with naming_field(sc, "workload.trace_span"):   # fail now: too short a span
-                    generate_episode(sc, np.random.default_rng(0), sc.episode_tasks)
+                trace_batches(sc.workload)      # fail now on a bad trace
+            with naming_field(sc, "workload.trace_span"):   # fail now: too short a span
+                check_span(sc.workload, sc.episode_tasks)
         self.scenario = sc
         self._clients = sc.workload.clients     # read on every step: looked up once
         self.reward_kind = reward

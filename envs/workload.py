@@ -91,36 +91,49 @@ class Episode:
     noise: np.ndarray            # (n_tasks, 3) multiplicative stage noise
 
 
-def span_batches(arrival: np.ndarray, span: tuple[float, float], trace: str, n_tasks: int
-                 ) -> tuple[int, int]:
+def span_batches(arrival: np.ndarray, span: tuple[float, float]) -> tuple[int, int]:
     """The batches [first, last) of a trace, by their `arrival` times (in order), that arrive
-    in `span` of its duration: [start, end) as fractions, the end included where it is 1. A
-    span of fewer batches than an episode's `n_tasks` is a ValueError naming it: every seed
-    would replay the one window it holds, cut short (the whole trace, the default span, may
-    hold fewer: its episodes are the whole trace, as before)."""
-    if span == (0.0, 1.0):
+    in `span` of its duration: [start, end) as fractions, the end included where it is 1."""
+    if span == (0.0, 1.0) or not len(arrival):
         return 0, len(arrival)
-    t0 = float(arrival[0]) if len(arrival) else 0.0
-    duration = float(arrival[-1]) - t0 if len(arrival) else 0.0
+    t0, duration = float(arrival[0]), float(arrival[-1] - arrival[0])
     first = int(np.searchsorted(arrival, t0 + span[0] * duration, side="left"))
     last = (len(arrival) if span[1] == 1.0
             else int(np.searchsorted(arrival, t0 + span[1] * duration, side="left")))
+    return first, last
+
+
+def trace_batches(workload: Workload) -> BatchColumns:
+    """The batches `workload`'s trace replays (read once per file version and settings)."""
+    assert workload.trace is not None
+    return _trace_batches(workload.trace, workload.trace_time_scale, workload.trace_window_s,
+                          workload.trace_max_batch)
+
+
+def check_span(workload: Workload, n_tasks: int) -> None:
+    """Refuse a `workload.trace_span` of fewer batches than an episode's `n_tasks`: every seed
+    would replay the one window it holds, cut short (the whole trace, the default span, may
+    hold fewer: its episodes are the whole trace, as before)."""
+    if workload.trace is None or workload.trace_span == (0.0, 1.0):
+        return
+    arrival = trace_batches(workload).arrival
+    first, last = span_batches(arrival, workload.trace_span)
     if last - first < n_tasks:
-        raise ValueError(f"the span {list(span)} holds {last - first} of the {len(arrival)} "
-                         f"batches of trace {trace} (over {duration:g} s), fewer than an "
-                         f"episode's {n_tasks} tasks, so every seed would replay the same "
-                         f"window: widen it, or shorten the episodes (the scenario's "
+        duration = float(arrival[-1] - arrival[0]) if len(arrival) else 0.0
+        raise ValueError(f"the span {list(workload.trace_span)} holds {last - first} of the "
+                         f"{len(arrival)} batches of trace {workload.trace} (over {duration:g} s), "
+                         f"fewer than an episode's {n_tasks} tasks, so every seed would replay the "
+                         f"same window: widen it, or shorten the episodes (the scenario's "
                          f"episode_tasks; train.py --eval-tasks; evaluate.py --episode-tasks, "
                          f"and --online-samples or --no-online for its online study)")
-    return first, last
 
 
 def generate_episode(scenario: Scenario, rng: np.random.Generator, n_tasks: int) -> Episode:
     """Draw one episode's task stream (at most n_tasks; a trace may hold fewer)."""
     w = scenario.workload
     if w.trace is not None:
-        batches = _trace_batches(w.trace, w.trace_time_scale, w.trace_window_s, w.trace_max_batch)
-        first, last = span_batches(batches.arrival, w.trace_span, w.trace, n_tasks)
+        batches = trace_batches(w)
+        first, last = span_batches(batches.arrival, w.trace_span)
         n = min(n_tasks, last - first)
         start = first + int(rng.integers(0, last - first - n + 1))
         window = slice(start, start + n)

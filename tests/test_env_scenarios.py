@@ -210,8 +210,15 @@ def test_a_trace_span_keeps_training_and_held_out_episodes_apart(tmp_path: Path)
                                          r".*t.csv \(over 99 s\), fewer than an episode's 200 "
                                          r"tasks, so every seed would replay"):
         gym.make(f"envs:{V0}", scenario=sc)
-    # a span shorter than the episode: every seed replayed its one window, cut short
+    # a span shorter than best-static's 300 calibration tasks, longer than the episodes: the
+    # search calibrates on what the span holds (the refusal was on every draw, the search's too,
+    # and the first step pricing static failed)
     half = dataclasses.replace(load, trace_span=(0.5, 1.0))
+    env = gym.make(f"envs:{V0}", scenario=dataclasses.replace(sc, workload=half),
+                   episode_tasks=20, reference=True)
+    env.reset(seed=0)
+    assert math.isfinite(env.step(env.action_space.sample())[4]["static_latency"])
+    # a span shorter than the episode: every seed replayed its one window, cut short
     with pytest.raises(ValueError, match=r"holds 50 of the 100 batches .* fewer than an "
                                          r"episode's 60 tasks.*shorten the episodes .*"
                                          r"--online-samples or --no-online"):
