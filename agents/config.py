@@ -87,7 +87,8 @@ VEC_ENVS = ("dummy", "subproc")     # --vec-env: SB3's DummyVecEnv or SubprocVec
 # reads them over (a new run records its own). settings: its setting's digests, which
 # --resume compares (agents.run_setting); hp_of: what its hp are every hyper-parameter of
 # (agent, env id, warm start), which plan() compares with the runs such a file trains
-RUN_RECORDS = ("settings", "hp_of")
+SETTINGS, HP_OF = "settings", "hp_of"
+RUN_RECORDS = (SETTINGS, HP_OF)
 
 
 def hp_digest(hp: dict[str, Any]) -> str:
@@ -100,9 +101,9 @@ def hp_digest(hp: dict[str, Any]) -> str:
 def _is_run_record(key: object, value: object) -> bool:
     """Whether config.yaml's `key: value` is a run's record as the run writes it; any other
     value is a user's key, refused as no option."""
-    if key == "settings":       # {scenario: {part: digest}}
+    if key == SETTINGS:         # {scenario: {part: digest}}
         return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
-    if key == "hp_of":  # {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false, hp: <digest>}
+    if key == HP_OF:    # {agent: ppo, env_id: InferenceAlloc-v0, warm_start: false, hp: <digest>}
         # (a later version's keys beside these are read over)
         return (isinstance(value, dict) and isinstance(value.get("agent"), str)
                 and isinstance(value.get("env_id"), str)
@@ -870,7 +871,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         if filed:
             parts.append(f"hp {shown(filed, quote=False)} in {shown(config_file, quote=False)}")
         options.hp_source = " and ".join(parts)
-        record = records.get("hp_of")
+        record = records.get(HP_OF)
         # of the file's hp as the run wrote them: an edited hp (the values one means to set)
         # is the user's; and --hp setting every value the file's hp did leaves none of them
         if filed and record is not None and record["hp"] == hp_digest(file_hp):

@@ -29,6 +29,7 @@ trust. ``train.py --callbacks`` names callbacks of yours the same way (``import_
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -36,7 +37,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -94,21 +95,30 @@ def import_form_hint(name: object) -> str:
     return ""
 
 
-def _importable(module: str) -> bool:
-    """Whether `module` is found from the working directory or sys.path, as `import_target`
-    finds it, without running its code: a package's modules are looked for in its folders."""
-    top, *rest = module.split(".")
+@contextlib.contextmanager
+def _working_directory_on_path() -> Iterator[None]:
+    """The working directory on sys.path, as `python -m` would find a module there: for the
+    lookup inside only, not for the process ('' on sys.path is the cwd too)."""
     cwd = os.getcwd()
     added = cwd not in {os.path.abspath(p) for p in sys.path}
     if added:
         sys.path.insert(0, cwd)
     try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return False
+        yield
     finally:
         if added:
             sys.path.remove(cwd)
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` is found from the working directory or sys.path, as `import_target`
+    finds it, without running its code: a package's modules are looked for in its folders."""
+    top, *rest = module.split(".")
+    try:
+        with _working_directory_on_path():
+            spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for part in rest:
         here = [os.path.join(folder, part) for folder in folders]
@@ -135,11 +145,9 @@ def import_target(name: str, what: str = "policy") -> Any:
     name is read as (``policy``, or ``--callbacks`` for ``agents.user_callbacks``)."""
     module_name, _, attribute = name.strip().partition(":")
     cwd = os.getcwd()
-    added = cwd not in {os.path.abspath(p) for p in sys.path}      # '' is the cwd too
-    if added:   # as `python -m` would find it; for this import only, not for the process
-        sys.path.insert(0, cwd)
     try:
-        module = importlib.import_module(module_name)
+        with _working_directory_on_path():
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
             # the module exists, and one it imports does not: its own error, not "no module"
@@ -153,9 +161,6 @@ def import_target(name: str, what: str = "policy") -> Any:
         # the CLIs print these as one line, as a factory's own errors: a SyntaxError, an
         # ImportError or a RuntimeError as the module ran was a traceback
         raise _import_raised(what, name, module_name, exc) from exc
-    finally:
-        if added:
-            sys.path.remove(cwd)
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,6 +67,9 @@ from inference.messages import shown
 from inference.variants import resolve_variant, variant_label
 from inference.yamlio import path_version
 
+if TYPE_CHECKING:
+    from agents.run_setting import Settings
+
 DEFAULT_ENV, SPLIT_ENV = ENV_IDS
 DEFAULT_ONLINE = ("ppo", "ppo-warm", "best-static", "oracle")
 FULL_ONLINE = ("ppo", "ppo-warm", "dqn", "dqn-warm", "best-static", "heft-calibrated", "oracle")
@@ -87,6 +90,7 @@ class ModelEntry:
     run_dir: Path | None = None
     seed: int | None = None
     conservative: str | None = None      # the warm-up's conservative policy, if it has one
+    settings: Settings | None = None     # its run's setting as it started (config.yaml's record)
 
     def trained_on(self) -> list[str]:
         """The scenarios its run was trained on (none known for a bare zip)."""
@@ -111,6 +115,7 @@ def _run_config_of(path: Path, run_dir: Path | None) -> Path | None:
 def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     from agents.run_folder import BEST_MODEL
     from agents.run_plan import read_run_config, run_spec
+    from agents.run_setting import recorded_settings
 
     config_file = _run_config_of(path, run_dir)
     if config_file is None:
@@ -118,10 +123,15 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
         env_id = _zip_info(path)[1]
         return ModelEntry(path.stem if path.stem != "model" else path.parent.name, path,
                           env_id, run_dir=run_dir)
+    records: dict[str, Any] = {}
     try:
-        cfg = read_run_config(config_file)
+        cfg = read_run_config(config_file, records)
     except ConfigError as exc:
         raise ConfigError(f"run config {config_file} is unreadable: {exc}") from None
+    try:
+        settings = recorded_settings(records, config_file)
+    except ConfigError:     # damaged: not compared (its --resume names it)
+        settings = None
     spec = run_spec(cfg)
     agent = _zip_info(path)[0]
     if agent != spec.agent:
@@ -138,7 +148,7 @@ def _entry(path: Path, run_dir: Path | None) -> ModelEntry:
     scenario = cfg.scenario if isinstance(cfg.scenario, str) else tuple(cfg.scenario)
     return ModelEntry(label, path, cfg.env_id, scenario, cfg.hardware, cfg.variant,
                       config_file.parent, spec.seed,
-                      cfg.conservative if spec.warmup != "none" else None)
+                      cfg.conservative if spec.warmup != "none" else None, settings)
 
 
 def _stale_model_notes(run_dir: Path) -> list[str]:
@@ -491,7 +501,7 @@ def _setting_notes(cfg: EvalConfig, entry: ModelEntry, scenario: str, env: Any) 
     if entry.run_dir is None or trained is None:
         return []
     ignore = _EVALUATION_PARTS + (_HARDWARE_PARTS if cfg.hardware else ())
-    changed = changed_since_training(entry.run_dir, trained, env, ignore)
+    changed = changed_since_training(entry.settings, trained, env, ignore)
     if changed is None:
         return []
     parts, restore = changed
@@ -503,11 +513,7 @@ def _setting_notes(cfg: EvalConfig, entry: ModelEntry, scenario: str, env: Any) 
 def _same_scenario(trained: str, evaluated: str) -> bool:
     """Whether a run's training scenario (as its config.yaml names it: a preset, or a file's
     absolute path) is the one evaluated, spelt either way (``./sc.yaml`` from its folder)."""
-    if trained == evaluated:
-        return True
-    if preset_file(trained, SCENARIO_DIR) is not None or preset_file(evaluated, SCENARIO_DIR):
-        return False    # a preset name is the preset, whatever file lies beside it
-    return Path(trained).resolve() == Path(evaluated).resolve()
+    return _scenario_key(trained) == _scenario_key(evaluated)
 
 
 def _hardware_hint(cfg: EvalConfig, entry: ModelEntry, exc: Exception) -> str:

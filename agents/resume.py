@@ -103,7 +103,8 @@ def resume_run(config: TrainConfig, given: set[str]) -> RunResult:
 
 def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult:
     """`resume_run` in `run_dir`, whose lock it holds."""
-    saved = read_run_config(run_dir / "config.yaml")
+    records: dict[str, Any] = {}        # config.yaml's records of the run, read with it
+    saved = read_run_config(run_dir / "config.yaml", records)
     # an option given with its saved value (e.g. --config of the run's own config.yaml) is fine
     # (file paths compared absolute, as runs record them)
     given_abs, saved_abs = absolute_files(config), absolute_files(saved)
@@ -175,7 +176,8 @@ def _resume_in(config: TrainConfig, given: set[str], run_dir: Path) -> RunResult
     # the envs as the saved config builds them now, against the setting the run started on
     # (config.yaml's record): an edited scenario, hardware or trace file was trained on
     env = env_for(cfg)
-    settings = check_setting(run_dir.name, cfg, recorded_settings(run_dir / "config.yaml"), env)
+    settings = check_setting(run_dir.name, cfg,
+                             recorded_settings(records, run_dir / "config.yaml"), env)
     if warm is not None:
         # as plan() checks a new run's, before the envs are built: config.yaml names a policy
         # of yours as given, imported from the working directory (another folder's resume

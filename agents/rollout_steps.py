@@ -44,9 +44,8 @@ def rounding_notes(config: TrainConfig) -> list[str]:
     """One note for each agent (and warm start, where its rollout differs) whose runs train
     more than --timesteps; none for a --resume (the run's own agent and steps are read later)
     or where the agents or --hp are refused (the plan refuses them after, in its own words)."""
-    from agents.sb3_factory import starts_warm
     from agents.sb3_hyperparams import hyperparams_with
-    from agents.warmup_config import WarmupConfig
+    from agents.warmup_config import WarmupConfig, starts_warm
 
     if config.resume is not None:
         return []

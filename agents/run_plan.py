@@ -33,7 +33,7 @@ from agents.registry import (
 from agents.run_folder import run_files
 from agents.run_records import RunSpec
 from agents.run_setting import hp_record, scenario_envs
-from agents.sb3_factory import make_sb3, starts_warm, wrap_for
+from agents.sb3_factory import make_sb3, wrap_for
 from agents.sb3_hyperparams import (
     check_replay_buffer,
     check_sub_sampling,
@@ -43,6 +43,7 @@ from agents.sb3_hyperparams import (
 from agents.sb3_memory import check_memory
 from agents.user_callbacks import check_callbacks
 from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions
+from agents.warmup_config import starts_warm
 from envs.scenario import SCENARIO_DIR, load_scenario, naming_field
 from envs.scenario_mix import MixRefused
 from envs.workload import check_span
@@ -187,12 +188,11 @@ def _check_hp_of(hp_source: str, hp_of: dict[str, Any], config: TrainConfig,
     (`hp_of`, the file's record: a run's config.yaml, ``agents.run_setting.hp_record``): a
     cold run's config.yaml with `warmup: [none, all]` trained ppo-warm at the cold learning
     rate, 1e-3, which undoes its clone (agents/hyperparams/ppo.yaml's warm_start: 1e-4)."""
-    own = (hp_of["agent"], hp_of["env_id"], hp_of["warm_start"])
     others: dict[str, None] = {}   # in order, each once
     for agent in agents:
         for spec in specs:
             record = hp_record(agent, config.env_id, spec)
-            if (record["agent"], record["env_id"], record["warm_start"]) != own:
+            if record != {key: hp_of[key] for key in record}:
                 others[_hp_run(record)] = None
     if others:
         raise ConfigError(
@@ -280,14 +280,15 @@ def run_name(config: TrainConfig, spec: RunSpec) -> str:
     return f"{config.env_id}__{spec.label}__{spec.seed}__{int(time.time())}"
 
 
-def read_run_config(path: Path) -> TrainConfig:
-    """A run folder's config.yaml, as ``train_run`` writes it: one agent, warm-up spec and seed.
+def read_run_config(path: Path, records: dict[str, Any] | None = None) -> TrainConfig:
+    """A run folder's config.yaml, as ``train_run`` writes it: one agent, warm-up spec and seed;
+    the run's records it holds go to `records`, where given (``read_yaml_options``).
 
     Anything else (a hand-edited file, a ``train.py --config`` file of several runs beside a
     model) is a ConfigError naming the file: its first agent and seed were taken for the run's
     (a DQN beside ``agents: [ppo, dqn]`` was evaluated as "ppo"), and ``agents: []`` or an
     unknown agent was a traceback."""
-    options = read_yaml_options(TrainConfig, path)
+    options = read_yaml_options(TrainConfig, path, records)
     if not options:     # read as the defaults', and refused as a run of two warm-up specs
         raise ConfigError(f"{path} is empty: a run folder's config.yaml holds the options "
                           f"{program('train')} ran it with; restore it as the run wrote it")

@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from agents.commands import command
-from agents.config import ConfigError, TrainConfig, hp_digest, to_yaml
-from agents.warmup_config import WarmupConfig
+from agents.config import HP_OF, SETTINGS, ConfigError, TrainConfig, hp_digest, to_yaml
+from agents.warmup_config import WarmupConfig, starts_warm
 from envs import canonical_env_id
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import setting_digests
@@ -32,12 +32,7 @@ from envs.scenario_mix import ScenarioMixEnv
 from envs.traces import TRACES
 from inference.hardware import PRESET_DIR, preset_file
 from inference.messages import shown
-from inference.yamlio import safe_load
 
-#: config.yaml's key of the record (``agents.config.RUN_RECORDS`` reads it over as an option)
-SETTINGS = "settings"
-#: config.yaml's key of the run its hp are every hyper-parameter of (``agents.run_plan.plan``)
-HP_OF = "hp_of"
 #: The parts of a setting that the scenario itself sets (its file, or its preset): its fields.
 _SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(Scenario))
 
@@ -77,19 +72,15 @@ def hp_record(agent: str, env_id: str, warmup: str) -> dict[str, Any]:
     """What a run's hyper-parameters (agents/hyperparams/'s, as the run took them) depend on:
     its agent, its env id (each YAML is keyed by env) and whether it fine-tunes a behaviour
     clone (its env's ``warm_start`` values on top), config.yaml's ``hp_of`` record."""
-    warm = WarmupConfig.from_parts(warmup)
     return {"agent": agent.strip().lower(), "env_id": canonical_env_id(env_id),
-            "warm_start": bool(warm is not None and warm.clone)}
+            "warm_start": starts_warm(WarmupConfig.from_parts(warmup))}
 
 
-def recorded_settings(path: Path) -> Settings | None:
-    """The record of config.yaml at `path` (read by ``read_run_config`` already), or None for a
-    run folder written before it. A damaged record is a ConfigError naming the file."""
-    try:
-        data = safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):   # read just now: refused already
-        return None
-    record = data.get(SETTINGS) if isinstance(data, dict) else None
+def recorded_settings(records: dict[str, Any], path: Path) -> Settings | None:
+    """The setting's record among config.yaml's `records` (``read_run_config`` reads them, from
+    the file at `path`), or None for a run folder written before it. A damaged record is a
+    ConfigError naming the file."""
+    record = records.get(SETTINGS)
     if record is None:
         return None
     if not (isinstance(record, dict) and all(
@@ -127,18 +118,14 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
         f"config.yaml to resume on it anyway")
 
 
-def changed_since_training(run_dir: Path, name: str, env: Any, ignore: Collection[str] = ()
-                           ) -> tuple[str, str] | None:
-    """What of scenario `name`'s setting in `env` (one scenario's env) differs from what the
-    run at `run_dir` recorded for it as it started, `ignore`'s parts left out, as the parts
-    ("hardware figures, trace") and what to restore; None where it is the same or nothing is
-    recorded for it (a run folder older than the record, a scenario it did not train on, a
-    damaged record, which its --resume names). evaluate.py says so beside a model it evaluates
-    on a setting edited since: its run's curves and scores were of another one."""
-    try:
-        recorded = recorded_settings(run_dir / "config.yaml")
-    except ConfigError:
-        return None
+def changed_since_training(recorded: Settings | None, name: str, env: Any,
+                           ignore: Collection[str] = ()) -> tuple[str, str] | None:
+    """What of scenario `name`'s setting in `env` (one scenario's env) differs from what a run
+    `recorded` for it as it started (``recorded_settings``), `ignore`'s parts left out, as the
+    parts ("hardware figures, trace") and what to restore; None where it is the same or nothing
+    is recorded for it (a run folder older than the record, a scenario it did not train on).
+    evaluate.py says so beside a model it evaluates on a setting edited since: its run's curves
+    and scores were of another one."""
     old = (recorded or {}).get(name)
     if not old:
         return None

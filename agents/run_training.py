@@ -66,10 +66,11 @@ from agents.run_scores import (
     write_scalars,
 )
 from agents.run_setting import run_config_text, settings_of
-from agents.sb3_factory import SB3Agent, make_sb3, starts_warm, wrap_for
+from agents.sb3_factory import SB3Agent, make_sb3, wrap_for
 from agents.sb3_hyperparams import hyperparams_with
 from agents.user_callbacks import UserCallbacks
 from agents.vec_envs import close_venv, first_env, training_venv
+from agents.warmup_config import starts_warm
 from envs.scenario import load_scenario
 
 

@@ -52,6 +52,7 @@ from agents.warmup import (
     attach_warmup,
     warm_policy_class,
 )
+from agents.warmup_config import starts_warm
 from envs import ENV_IDS
 from envs.observation import n_devices_of
 from envs.scenario_mix import ScenarioMixEnv
@@ -69,12 +70,6 @@ def env_id_of(env: gym.Env | Any) -> str:
         return spec.id.split(":")[-1]
     name = type(base.unwrapped).__name__
     return ENV_IDS[1] if "Split" in name else ENV_IDS[0]
-
-
-def starts_warm(warmup: WarmupConfig | None) -> bool:
-    """Whether a learner with this warm-up fine-tunes a behaviour clone, and so takes its
-    env's ``warm_start`` hyper-parameters."""
-    return warmup is not None and warmup.clone
 
 
 class FlatDiscreteActions(gym.ActionWrapper):

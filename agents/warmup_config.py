@@ -98,3 +98,9 @@ class WarmupConfig:
         if "conservative" not in chosen:
             kwargs["steps"] = 0
         return cls(clone="clone" in chosen, guard="guard" in chosen, **kwargs)
+
+
+def starts_warm(warmup: WarmupConfig | None) -> bool:
+    """Whether a learner with this warm-up fine-tunes a behaviour clone, and so takes its
+    env's ``warm_start`` hyper-parameters."""
+    return warmup is not None and warmup.clone

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envs.workload import file_digest, file_version, generate_episode
+from inference.checks import equal
 from inference.simulator import Shares, Simulator
 from inference.task import STAGES
 from inference.variants import cost_params, resolve_variant
@@ -189,13 +190,6 @@ _PARTS = {"trace": "trace", "hardware": "hardware_figures", "model": "model_figu
           "calibration_tasks": "calibration", "calibration_seed": "calibration"}
 
 
-def _same(value: object, default: object) -> bool:
-    try:
-        return bool(value == default)
-    except (TypeError, ValueError):     # an array's elementwise answer
-        return False
-
-
 def _plain(value: object) -> object:
     """`value` as plain data for a digest: of a dataclass, the fields whose value is not their
     default (a field that a later version adds with a default that changes nothing keeps every
@@ -209,7 +203,7 @@ def _plain(value: object) -> object:
                        else f.default_factory() if f.default_factory is not dataclasses.MISSING
                        else dataclasses.MISSING)
             if f.name in _NOT_RECORDED or (default is not dataclasses.MISSING
-                                           and _same(item, default)):
+                                           and equal(item, default)):
                 continue
             out[f.name] = _plain(item)
         return out

@@ -482,8 +482,9 @@ TRACE_SETTINGS = ("trace_time_scale", "trace_window_s", "trace_max_batch", "trac
 
 def _span(raw: Any, where: str) -> tuple[float, float]:
     """A [start, end] pair of fractions, 0 <= start < end <= 1."""
-    if not (isinstance(raw, (list, tuple)) and len(raw) == 2 and all(
-            is_number(x) and math.isfinite(x) for x in raw)) or not 0 <= raw[0] < raw[1] <= 1:
+    # (NaN and inf fail the order's comparisons)
+    if not (isinstance(raw, (list, tuple)) and len(raw) == 2 and all(map(is_number, raw))
+            ) or not 0 <= raw[0] < raw[1] <= 1:
         raise ValueError(f"scenario field {where} must be [start, end], fractions of the "
                          f"trace's duration with 0 <= start < end <= 1, got {shown(raw)}")
     return float(raw[0]), float(raw[1])

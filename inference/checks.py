@@ -97,11 +97,11 @@ def check_as_loaded(given: Any, loaded: Any, prefix: str = "",
         raise ValueError(f"{prefix}{where} must be {what}, got {shown(value)}")
 
 
-def _equal(given: Any, loaded: Any) -> bool:
-    """``given == loaded``, False where comparing fails (an array in a field no mapping
-    writes, which the comparison of every field still reaches)."""
+def equal(a: Any, b: Any) -> bool:
+    """``a is b or a == b``, False where comparing fails (an array's elementwise answer, as in
+    a field no mapping writes, which the comparison of every field still reaches)."""
     try:
-        return bool(given == loaded)
+        return a is b or bool(a == b)
     except (TypeError, ValueError):
         return False
 
@@ -134,7 +134,7 @@ def _first_difference(given: Any, loaded: Any, read: Callable[[Any], Iterable[st
             return [], given, f"a {kind.__name__}"
         parts = ((getattr(given, name), getattr(loaded, name), f".{name}") for name in read(loaded))
     else:
-        return None if given is loaded or _equal(given, loaded) else ([], given, shown(loaded))
+        return None if equal(given, loaded) else ([], given, shown(loaded))
     for part_given, part_loaded, part in parts:
         found = _first_difference(part_given, part_loaded, read)
         if found is not None:

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from inference.checks import equal
 from inference.messages import did_you_mean, shown
 from inference.model_config import ModelConfig, get_model
 from inference.stage_checks import check_cost_face
@@ -211,7 +212,7 @@ def _changed_default(cls: type, ancestor: type, params: Mapping[str, Any]) -> st
             return f"takes no {key!r} argument"
         default = mine[key].default
         theirs_default = theirs[key].default if key in theirs else inspect.Parameter.empty
-        if not _same(default, theirs_default):
+        if not equal(default, theirs_default):
             return (f"defaults {key} to {_default_text(default)}, not "
                     f"{_default_text(theirs_default)}")
     return None
@@ -219,10 +220,3 @@ def _changed_default(cls: type, ancestor: type, params: Mapping[str, Any]) -> st
 
 def _default_text(default: Any) -> str:
     return "nothing" if default is inspect.Parameter.empty else shown(default)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return a is b or bool(a == b)
-    except (TypeError, ValueError):     # an array's elementwise answer
-        return False
