@@ -119,7 +119,13 @@ class AtomicCheckpoint(CheckpointCallback):
     `warmup`: the controller whose state (saved by ``save_model_files``) a resume continues from.
     `keep`: the checkpoints kept, the newest (``prune_checkpoints``); 0 keeps every one.
     `run_dir`: the run folder, whose events are marked before each save
-    (``agents.event_files.mark_events``: a resume reads them from there)."""
+    (``agents.event_files.mark_events``: a resume reads them from there).
+
+    A checkpoint due at the run's last step (the defaults' 60,000 of 10,000) is saved at the
+    training's end instead: the algorithms update once more after their last step's callback
+    (PPO on its last rollout, DQN a gradient step), so one saved there was one update short of
+    model.zip under the same step count, and a run killed before model.zip was written could
+    not be resumed to the model it had trained (``AlreadyTrained``)."""
 
     def __init__(self, *args: Any, warmup: WarmupController | None = None, keep: int = 0,
                  run_dir: Path | None = None, **kwargs: Any) -> None:
@@ -129,18 +135,30 @@ class AtomicCheckpoint(CheckpointCallback):
         self.warmup = warmup
         self.keep = keep
         self.run_dir = run_dir
+        self._due_at_end = False
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
-            if self.run_dir is not None:
-                mark_events(self.logger, self.run_dir, self.num_timesteps)
-            save_model_files(self.model, Path(self._checkpoint_path(extension="zip")),
-                             self.num_timesteps, self.warmup,
-                             replay_buffer=self.save_replay_buffer,
-                             vecnormalize=self.save_vecnormalize)
-            if self.keep:
-                prune_checkpoints(Path(self.save_path), self.keep)
+            # SB3 sets _total_timesteps to the run's whole total, a resume's included
+            if self.num_timesteps >= self.model._total_timesteps:
+                self._due_at_end = True
+            else:
+                self._save()
         return True
+
+    def _on_training_end(self) -> None:
+        if self._due_at_end:
+            self._due_at_end = False
+            self._save()
+
+    def _save(self) -> None:
+        if self.run_dir is not None:
+            mark_events(self.logger, self.run_dir, self.num_timesteps)
+        save_model_files(self.model, Path(self._checkpoint_path(extension="zip")),
+                         self.num_timesteps, self.warmup, replay_buffer=self.save_replay_buffer,
+                         vecnormalize=self.save_vecnormalize)
+        if self.keep:
+            prune_checkpoints(Path(self.save_path), self.keep)
 
 
 # what is saved beside a checkpoint's model zip (``companion``), removed with it
@@ -199,10 +217,10 @@ def save_model_files(model: BaseAlgorithm, model_path: Path, steps: int,
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(steps, path) of the readable model checkpoints and final model of a run, by steps;
-    model.zip after a checkpoint of its steps. That checkpoint is saved within the last
-    rollout, before the update that ends it (PPO, A2C, ...: a run whose --timesteps is a
-    multiple of --checkpoint-interval, as the defaults' 60,000 of 10,000), model.zip after it:
-    a --resume of a finished run took the checkpoint, one update short of the run's model."""
+    model.zip after a checkpoint of its steps. Runs saved before ``AtomicCheckpoint`` saved its
+    last-step checkpoint at the training's end have that checkpoint one update short of
+    model.zip (a run whose --timesteps is a multiple of --checkpoint-interval, as the
+    defaults' 60,000 of 10,000): a --resume of a finished run took the checkpoint."""
     found = []
     for path in _model_files(run_dir):
         if path.is_file() and (steps := saved_steps(path)) is not None:

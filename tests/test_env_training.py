@@ -1306,10 +1306,10 @@ def test_checkpoints_keep_only_the_newest_replay_buffer(tmp_path: Path) -> None:
 
 def test_a_resume_of_a_finished_run_goes_on_from_its_model_not_its_last_checkpoint(
         tmp_path: Path) -> None:
-    """PPO's checkpoint at a run's last step is saved within its last rollout, before the
-    update that ends it, and model.zip after it: a --resume of the finished run (its
-    --timesteps a multiple of --checkpoint-interval, as the defaults' are) took that
-    checkpoint, whose model is one update short of the run's."""
+    """A --resume of a finished run (its --timesteps a multiple of --checkpoint-interval, as
+    the defaults' are) took its checkpoint at the last step, saved then one update short of
+    model.zip. That checkpoint is now saved after the update (the test above), and model.zip,
+    sorted after it, is still the model a resume goes on from."""
     from stable_baselines3 import PPO
 
     from agents.config import TrainConfig
@@ -1321,7 +1321,7 @@ def test_a_resume_of_a_finished_run_goes_on_from_its_model_not_its_last_checkpoi
                          progress_bar=False, hp={"n_steps": 32, "batch_size": 32, "n_epochs": 1})
     (run,) = train(config, report=lambda line: None)
     last = run.run_dir / "checkpoints" / "model_64_steps.zip"
-    assert PPO.load(last)._n_updates + 1 == PPO.load(run.run_dir / "model.zip")._n_updates == 2
+    assert PPO.load(last)._n_updates == PPO.load(run.run_dir / "model.zip")._n_updates == 2
     assert checkpoints(run.run_dir)[-2:] == [(64, last), (64, run.run_dir / "model.zip")]
     (resumed,) = train(TrainConfig(resume=str(run.run_dir), timesteps=96, progress_bar=False),
                        {"resume", "timesteps"}, report=lambda line: None)
@@ -1404,6 +1404,41 @@ def test_a_checkpoint_interrupted_while_saving_leaves_no_model_without_its_compa
     (run,) = tmp_path.iterdir()
     steps, newest = checkpoints(run)[-1]
     assert steps == 32 and companion(newest, kind, steps).is_file()
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn"])
+def test_the_checkpoint_at_the_last_step_is_the_model_the_run_saved(
+        tmp_path: Path, agent: str) -> None:
+    """A checkpoint due at the run's last step was saved in that step's callback, before the
+    update the algorithms make after it (PPO on its last rollout, DQN a gradient step): it
+    bore model.zip's step count one update short of it, and a --resume of a run killed before
+    model.zip was written refused to train on ("already has 64 steps") from the older model.
+    The earlier checkpoint is still the model at its own step, before the next update."""
+    import torch
+
+    from agents.config import TrainConfig
+    from agents.run_folder import checkpoints
+    from agents.training import train
+
+    hp = ({"n_steps": 16, "batch_size": 16, "n_epochs": 1} if agent == "ppo" else
+          {"learning_starts": 0, "train_freq": 1, "batch_size": 8})
+    config = TrainConfig(agents=[agent], warmup=["none"], timesteps=64, checkpoint_interval=32,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False, hp=hp)
+    (result,) = train(config, report=lambda line: None)
+    saved = checkpoints(result.run_dir)
+    assert [(steps, path.name) for steps, path in saved] == [
+        (32, "model_32_steps.zip"), (64, "model_64_steps.zip"), (64, "model.zip")]
+    from stable_baselines3 import DQN, PPO
+
+    algo = {"ppo": PPO, "dqn": DQN}[agent]
+
+    def weights(path: Path) -> list[torch.Tensor]:
+        return [t.detach().clone() for t in algo.load(path).policy.state_dict().values()]
+
+    at_32, at_64, final = (weights(path) for _, path in saved)
+    assert all(torch.equal(a, b) for a, b in zip(at_64, final, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(at_32, final, strict=True))
 
 
 def test_a_normalized_runs_models_each_have_their_vecnormalize_statistics(
