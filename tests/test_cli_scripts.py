@@ -3634,7 +3634,7 @@ def _console_refusal(case: str, tmp: Path) -> str:
     import zipfile
 
     from agents.commands import named
-    from agents.reporting import discover_models
+    from agents.model_discovery import discover_models
     from agents.resume import resume_run
     from agents.run_plan import plan, read_run_config
     from agents.sb3_factory import saved_model_info

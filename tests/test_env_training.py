@@ -168,7 +168,7 @@ def test_a_zip_saved_by_sb3_itself_is_recognised_and_evaluated(
     from stable_baselines3 import A2C, DQN
 
     from agents.config import EvalConfig
-    from agents.reporting import discover_models
+    from agents.model_discovery import discover_models
     from agents.sb3_factory import FlatDiscreteActions, saved_model_info
 
     classes = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "MaskablePPO": MaskablePPO, "TRPO": TRPO,

@@ -208,7 +208,7 @@ def test_a_preset_name_is_the_preset_even_where_a_file_of_that_name_exists(tmp_p
     import dataclasses
 
     from agents.config import TrainConfig
-    from agents.reporting import _context_key
+    from agents.eval_settings import _context_key
     from agents.run_plan import absolute_files
     from envs import InferenceAllocEnv
     from envs.scenario import SCENARIO_DIR, load_scenario

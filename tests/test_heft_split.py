@@ -239,8 +239,10 @@ def test_saves_loads_and_gates(tmp_path: Path, split_env: InferenceAllocSplitEnv
 
 def test_evaluate_runs_split_baselines_in_the_split_env() -> None:
     from agents.config import EvalConfig
+    from agents.eval_settings import check_inputs
+    from agents.model_discovery import DEFAULT_ENV, SPLIT_ENV
     from agents.registry import policy_env_id
-    from agents.reporting import DEFAULT_ENV, SPLIT_ENV, check_inputs, evaluate_agents
+    from agents.reporting import evaluate_agents
 
     assert policy_env_id("heft-split") == policy_env_id("Gated-Heft-Split") == SPLIT_ENV
     assert policy_env_id("heft-calibrated") == policy_env_id("gated-heft") == DEFAULT_ENV

@@ -508,7 +508,8 @@ def test_its_lstm_sizes_may_be_the_largest_the_error_names() -> None:
 def test_a_recurrent_ppo_run_is_evaluated_and_resumed(tmp_path: Path) -> None:
     """train.py's run folder: evaluate.py finds it as recurrent-ppo and scores it beside the
     baselines, and --resume continues its model to the new total."""
-    from agents.reporting import discover_models, evaluate_agents
+    from agents.model_discovery import discover_models
+    from agents.reporting import evaluate_agents
     from agents.training import train
 
     config = TrainConfig(agents=["recurrent-ppo"], warmup=["none"], timesteps=16,

@@ -16,6 +16,7 @@ import yaml
 
 from agents.commands import invoked_as
 from agents.config import ConfigError, EvalConfig, TrainConfig, to_yaml
+from agents.eval_settings import check_inputs, scenarios_of
 from agents.evaluation import (
     METRICS,
     episode_latencies,
@@ -28,16 +29,13 @@ from agents.evaluation import (
     summary_csv,
     summary_markdown,
 )
+from agents.model_discovery import ModelEntry, discover_models
 from agents.registry import make_policy
 from agents.reporting import (
-    ModelEntry,
-    check_inputs,
     curve_runs,
-    discover_models,
     evaluate_agents,
     fmt_summary,
     heldout_seeds,
-    scenarios_of,
     work_units,
 )
 from agents.run_plan import env_for
@@ -1154,7 +1152,7 @@ def test_a_split_model_brings_heft_split_unless_baselines_are_given(tmp_path: Pa
 def test_a_curve_label_drops_the_checkpoints_step_alone(tmp_path: Path) -> None:
     """Only the step _entry appends comes off: a run folder named with an @ (here one of two
     runs of a seed, so the label names the folder) keeps its name on the curve."""
-    from agents.reporting import ModelEntry
+    from agents.model_discovery import ModelEntry
 
     run = tmp_path / "lr@3"
     entry = ModelEntry("ppo@64 (lr@3)", run / "checkpoints" / "model_64_steps.zip",
@@ -1219,7 +1217,7 @@ def test_a_settings_key_follows_the_working_directory_and_an_edited_scenario(tmp
     # In one process (a notebook, a sweep) a relative scenario path was resolved once and kept:
     # from another folder, or after the file's `hardware:` changed, the key named the first
     # file and its hardware, so a section was titled (and its models matched) by a stale file.
-    from agents.reporting import Context, section_of
+    from agents.eval_settings import Context, section_of
     for folder, hardware in (("a", "server"), ("b", "edge")):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "my.yaml").write_text(f"hardware: {hardware}\n", encoding="utf-8")
@@ -1235,7 +1233,7 @@ def test_a_settings_key_follows_the_working_directory_and_an_edited_scenario(tmp
 def test_the_baselines_a_setting_runs_follow_an_edited_hardware_file(tmp_path: Path) -> None:
     # The device names were read once per setting and kept for the process: a hardware file
     # whose gpu was renamed still ran all-gpu (and failed there), in the next evaluation.
-    from agents.reporting import Context, runnable_baselines
+    from agents.eval_settings import Context, runnable_baselines
     hardware = tmp_path / "hw.yaml"
     text = (PRESET_DIR / "server.yaml").read_text(encoding="utf-8")
     hardware.write_text(text, encoding="utf-8")
@@ -1256,7 +1254,7 @@ def test_a_setting_of_a_scenario_holding_its_hardware_inline_names_it_by_its_nam
     # A scenario YAML may hold its hardware inline (a mapping of the hardware schema): the
     # setting's key read it as a path (TypeError in preset_file), and the baselines' devices
     # from a file it has none of.
-    from agents.reporting import Context, runnable_baselines, section_of, setting_names
+    from agents.eval_settings import Context, runnable_baselines, section_of, setting_names
     from envs.scenario import load_scenario
     from inference.hardware import hardware_to_dict, load_hardware
     raw = load_scenario("article").to_dict()
@@ -1395,7 +1393,7 @@ def test_a_training_scenario_is_matched_however_evaluate_py_spells_it(tmp_path: 
                                                                        monkeypatch) -> None:
     """The setting note matched a run's scenario by its text: trained on /abs/sc.yaml and
     evaluated as ./sc.yaml from its folder, an edit of its hardware went unnoted."""
-    from agents.reporting import _same_scenario
+    from agents.eval_settings import _same_scenario
 
     (tmp_path / "sc.yaml").write_text("name: sc\n")
     (tmp_path / "article.yaml").write_text("name: mine\n")

@@ -33,7 +33,7 @@ def _observations(n: int = 8) -> np.ndarray:
 
 
 def test_a_sac_run_of_train_py_is_a_model_evaluate_loads_and_acts_with(tmp_path: Path) -> None:
-    from agents.reporting import discover_models
+    from agents.model_discovery import discover_models
     from agents.training import train
 
     config = TrainConfig(agents=["sac"], warmup=["none"], env_id=SPLIT, timesteps=300,
@@ -241,7 +241,7 @@ def test_the_forms_sac_takes_build_a_model(overrides: dict) -> None:
 def test_a_plain_sb3_sac_zip_is_evaluated_as_sac_in_the_split_env(tmp_path: Path) -> None:
     from stable_baselines3 import SAC
 
-    from agents.reporting import discover_models
+    from agents.model_discovery import discover_models
     from agents.sb3_factory import saved_model_info
 
     SAC("MlpPolicy", _env(), device="cpu", seed=0).save(tmp_path / "plain.zip")
