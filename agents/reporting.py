@@ -323,7 +323,7 @@ def curve_runs(entries: list[ModelEntry]) -> list[tuple[str, Path]]:
     runs: dict[Path, tuple[str, Path]] = {}
     for e in entries:
         if e.run_dir is not None and e.run_dir not in runs:
-            label = re.sub(r"@(?:\d+|best)", "", e.label, count=1)   # _entry's model
+            label = re.sub(r"@(?:\d+|best)", "", e.label, count=1)   # model_discovery._entry's model
             runs[e.run_dir] = (label if e.seed is None else f"{label} s{e.seed}", e.run_dir)
     return list(runs.values())
 
