@@ -3,7 +3,9 @@
 ``train`` checks and makes a plan's runs (``agents.run_plan``), trains each in turn
 (``agents.run_training``) or resumes one (``agents.resume``); ``agents.run_scores`` scores
 them on the held-out episode and makes the comparison table, and ``agents.run_records`` holds
-their records and failures.
+their records and failures. Before the first run it notes what the plan does that a user may
+not expect: more steps than asked (``agents.rollout_steps``), a warm run's drift on a trace
+(``agents.run_plan``), events that would fill a disk (``agents.events_size``).
 
 A run folder ``{log_dir}/{env}__{agent}[-warm]__{seed}__{unix time}/`` (CleanRL naming;
 partial warm-ups read ``-warm-clone+guard``) holds:
@@ -72,6 +74,7 @@ from collections.abc import Callable
 
 from agents.config import GivenOptions, TrainConfig
 from agents.divergence import Diverged
+from agents.events_size import events_notes
 from agents.files import REFUSED_WRITES, WriteFailed
 from agents.resume import AlreadyTrained, resume_run
 from agents.rollout_steps import rounding_notes
@@ -114,9 +117,11 @@ def train(config: TrainConfig, given: set[str] | None = None,
     specs = (plan(config, given.hp_source, given.hp_of) if isinstance(given, GivenOptions)
              else plan(config))
     # after the plan's refusals (a note above one was noise), before the first run
-    # SB3 trains whole rollouts, more than asked; a trace's warm runs may drift off the clone
+    # SB3 trains whole rollouts, more than asked; a trace's warm runs may drift off the clone;
+    # a long plan's events fill a disk
     warmups = list(dict.fromkeys(spec.warmup for spec in specs))
-    for note in [*rounding_notes(config), *drift_notes(config, warmups)]:
+    for note in [*rounding_notes(config), *drift_notes(config, warmups),
+                 *events_notes(config, specs)]:
         print(note, file=sys.stderr)
     for spec in specs:
         try:

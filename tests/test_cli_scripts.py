@@ -219,6 +219,67 @@ def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
         planned(damaged)
 
 
+@pytest.mark.parametrize(("agent", "hp"), [
+    ("ppo", {"n_steps": 16, "batch_size": 16, "n_epochs": 1}), ("dqn", {})])
+def test_the_events_estimate_is_within_a_fifth_of_a_runs_events_file(
+        tmp_path: Path, agent: str, hp: dict) -> None:
+    """events_notes' sizes come from the README's measured bytes a point and a write: a run's
+    events file, written by the run itself, is within 20% of what run_events_bytes says."""
+    from agents.events_size import run_events_bytes
+    from agents.sb3_hyperparams import hyperparams_with
+    from agents.training import train
+
+    config = TrainConfig(agents=[agent], warmup=["none"], timesteps=4_000, hp=hp,
+                         log_dir=str(tmp_path), episode_tasks=50, eval_tasks=0,
+                         checkpoint_interval=0, progress_bar=False)
+    (result,) = train(config, report=lambda line: None)
+    written = sum(f.stat().st_size for f in result.run_dir.rglob("events.out.tfevents.*"))
+    params = hyperparams_with(agent, config.env_id, config.hp, warm_start=False)
+    estimate = run_events_bytes(agent, params, config, 1, None)
+    assert 0.8 < estimate / written < 1.2, (estimate, written)
+
+
+def test_a_plan_whose_events_would_fill_a_disk_is_told_how_to_thin_them(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """Ten million PPO steps wrote ~1.5 GB of events a run (a per-sample point every task, the
+    other scalars every 16-step rollout) with no word of --per-sample-interval or
+    --log-interval. A plan above 1 GB says so before its first run, with the size they give;
+    a plan below it, or thinned below it, says nothing."""
+    import agents.training as training
+    from agents.events_size import events_notes
+    from agents.run_plan import plan
+    from agents.run_records import RunFailed
+
+    def notes(*flags: str) -> list[str]:
+        config, _ = parse_config(TrainConfig, list(flags))
+        return events_notes(config, plan(config))
+
+    (note,) = notes("--timesteps", "10000000")
+    sizes = [float(x) for x in re.findall(r"about (\d+\.\d+) GB", note)]
+    assert note.startswith("note: the 2 runs will write about") and len(sizes) == 2, note
+    assert sizes[0] > 2.0 and sizes[1] < sizes[0] / 10, note
+    assert "--per-sample-interval 100 --log-interval 10" in note
+    assert notes() == []                                        # the default job: ~18 MB
+    assert notes("--timesteps", "10000000", "--per-sample-interval", "100",
+                 "--log-interval", "10") == []
+    (one,) = notes("--timesteps", "20000000", "--agents", "a2c", "--warmup", "none")
+    # a2c writes every 100 rollouts by default: the suggestion does not write more often
+    assert one.startswith("note: the run will write about")
+    thinned = float(re.findall(r"about (\d+\.\d+) GB", one)[1])
+    assert thinned < float(re.findall(r"about (\d+\.\d+) GB", one)[0]) / 10
+    started = []
+
+    def train_run(config, spec):
+        started.append(capsys.readouterr().err)
+        raise RunFailed("not trained here")
+
+    monkeypatch.setattr(training, "train_run", train_run)
+    load_main("train.py")(["--timesteps", "10000000", "--log-dir", str(tmp_path / "runs"),
+                           "--no-progress-bar"])
+    assert started[0].count("GB of TensorBoard events") == 1, started
+    assert all("TensorBoard events" not in err for err in started[1:])
+
+
 def test_warm_runs_on_a_trace_without_select_best_are_told_of_the_drift(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """On azure-conv at 0.05 a warm PPO's fine-tuning left a good clone (0.72x best-static) for

@@ -1,0 +1,102 @@
+"""What a plan's TensorBoard events will weigh, said before it trains where that is a lot.
+
+With the defaults a PPO run writes ~148 bytes of events a step (README, "Long runs"): a
+``latency/per_sample`` point every task and ~25 other scalars every 16-step rollout. That is
+1.5 GB a run at ten million steps, almost none of which TensorBoard shows (1,000 points a
+curve) and all of which ``evaluate.py`` reads back to draw ``learning_curves.png``. Two options
+thin it (``--per-sample-interval``, ``--log-interval``), and a user who has not read that
+section learns of them from a full disk. ``events_notes`` estimates the plan's events from the
+sizes measured there and names the options when the plan would write more than
+``NOTE_BYTES``. Imports SB3 (through the hyper-parameters): call it once training is due.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Sequence
+
+from agents.config import TrainConfig
+from agents.rollout_steps import rollout_steps, steps_trained
+from agents.run_records import RunSpec
+
+# Measured (README, "Long runs"; 2026-12, PPO with warm-up over 200,000 steps): a
+# latency/per_sample point is ~58 bytes; one write of the other scalars (~25 tags: train/,
+# rollout/, latency/, devices/, cache/, warmup/) ~1.4 KB (89 KB a thousand 16-step rollouts).
+PER_SAMPLE_BYTES = 58
+DUMP_BYTES = 1_400
+NOTE_BYTES = 1_000_000_000      # a plan's events above this get the note
+# the thinning the note suggests: 10,000 per_sample points in a million steps
+SUGGESTED = {"per_sample_interval": 100, "log_interval": 10}
+
+
+def run_events_bytes(agent: str, params: dict, config: TrainConfig,
+                     per_sample_interval: int, log_interval: int | None,
+                     log_floor: int = 1) -> float:
+    """Estimated events bytes of one run of `agent` with resolved hyper-parameters `params`:
+    its per-sample points and its writes of the other scalars. A write comes every
+    `log_interval` rollouts for an on-policy agent, every `log_interval` episodes of
+    --episode-tasks steps over the envs for an off-policy one (SB3's default where None),
+    that interval at least `log_floor`."""
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    from agents.sb3_hyperparams import ALGORITHMS
+
+    algorithm = ALGORITHMS[agent]
+    rollout = rollout_steps(agent, params, config.n_envs)
+    steps = config.timesteps if rollout is None else steps_trained(config.timesteps, rollout[0])
+    if log_interval is None:
+        log_interval = inspect.signature(algorithm.learn).parameters["log_interval"].default
+    on_policy = issubclass(algorithm, OnPolicyAlgorithm) and rollout is not None
+    span = rollout[0] if on_policy and rollout is not None else _episode_tasks(config)
+    writes = steps / (span * max(log_interval, log_floor, 1))
+    return math.ceil(steps / per_sample_interval) * PER_SAMPLE_BYTES + writes * DUMP_BYTES
+
+
+def _episode_tasks(config: TrainConfig) -> int:
+    """The training episodes' length: --episode-tasks, or the first scenario's own (the writes
+    of an off-policy agent, counted in episodes, are a small part whatever it is)."""
+    from agents.config import scenario_list
+    from envs.scenario import load_scenario
+
+    if config.episode_tasks is not None:
+        return config.episode_tasks
+    return load_scenario(scenario_list(config.scenario)[0]).episode_tasks
+
+
+def plan_events_bytes(config: TrainConfig, specs: Sequence[RunSpec],
+                      per_sample_interval: int, log_interval: int | None,
+                      log_floor: int = 1) -> float:
+    """`run_events_bytes` summed over the plan's runs (`specs`)."""
+    from agents.sb3_hyperparams import hyperparams_with
+    from agents.warmup_config import WarmupConfig, starts_warm
+
+    total = 0.0
+    for spec in specs:
+        warm = starts_warm(WarmupConfig.from_parts(spec.warmup))
+        params = hyperparams_with(spec.agent, config.env_id, config.hp, warm_start=warm)
+        total += run_events_bytes(spec.agent, params, config, per_sample_interval,
+                                  log_interval, log_floor)
+    return total
+
+
+def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
+    """A note when the plan's runs (`specs`, as ``plan`` made them) would write more than
+    ``NOTE_BYTES`` of events, with what ``SUGGESTED`` would make it; none for a resume (the
+    run's own options are read later) or a plan that already thins them below that."""
+    if config.resume is not None or not specs:
+        return []
+    size = plan_events_bytes(config, specs, config.per_sample_interval, config.log_interval)
+    if size <= NOTE_BYTES:
+        return []
+    thinned = plan_events_bytes(
+        config, specs, max(config.per_sample_interval, SUGGESTED["per_sample_interval"]),
+        config.log_interval, log_floor=SUGGESTED["log_interval"])
+    runs = f"{len(specs)} runs" if len(specs) > 1 else "run"
+    return [f"note: the {runs} will write about {size / 1e9:.1f} GB of TensorBoard events "
+            f"(~{PER_SAMPLE_BYTES} bytes a latency/per_sample point, one a task, and "
+            f"~{DUMP_BYTES / 1e3:.1f} KB a write of the other scalars), most of it points "
+            f"TensorBoard does not draw and evaluate.py reads back for learning_curves.png; "
+            f"--per-sample-interval {SUGGESTED['per_sample_interval']} --log-interval "
+            f"{SUGGESTED['log_interval']} make it about {thinned / 1e9:.2f} GB "
+            f"(README: Long runs)"]
