@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from agents.config import ConfigError, EvalConfig, described, parse_config
+    from agents.config import ConfigError, EvalConfig
+    from agents.config_parsing import described, parse_config
     from agents.files import WriteFailed
 
     try:

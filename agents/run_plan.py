@@ -20,7 +20,8 @@ from gymnasium import spaces
 
 from agents import sb3_hyperparams
 from agents.commands import program
-from agents.config import ConfigError, TrainConfig, read_yaml_options
+from agents.config import ConfigError, TrainConfig
+from agents.config_parsing import read_yaml_options
 from agents.evaluation import make_env
 from agents.files import check_room
 from agents.registry import (
@@ -108,7 +109,7 @@ def plan(config: TrainConfig, hp_source: str = "", hp_of: dict[str, Any] | None 
          ) -> list[RunSpec]:
     """The runs to make, after checking every option that can be checked before training.
     `hp_source` begins a refusal of the hyper-parameters: where a ``--config`` file set some
-    (``agents.config.GivenOptions``); '' for ``--hp {...}``."""
+    (``agents.config_parsing.GivenOptions``); '' for ``--hp {...}``."""
     agents = [a.strip().lower() for a in config.agents]
     for agent in agents:
         if agent not in SB3_NAMES:

@@ -22,7 +22,8 @@ from typing import Any
 import yaml
 
 from agents.commands import command
-from agents.config import HP_OF, SETTINGS, ConfigError, TrainConfig, hp_digest, to_yaml
+from agents.config import HP_OF, SETTINGS, ConfigError, TrainConfig, hp_digest
+from agents.config_parsing import to_yaml
 from agents.warmup_config import WarmupConfig, starts_warm
 from envs import canonical_env_id
 from envs.inference_alloc import InferenceAllocEnv

@@ -41,7 +41,8 @@ from agents.callbacks import (
     tensorboard_logger,
 )
 from agents.commands import command
-from agents.config import ConfigError, TrainConfig, to_yaml
+from agents.config import ConfigError, TrainConfig
+from agents.config_parsing import to_yaml
 from agents.divergence import Diverged, DivergenceGuard, diverged, finite_weights
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, write_text

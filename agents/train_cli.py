@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from agents.config import ConfigError, TrainConfig, described, parse_config
+    from agents.config import ConfigError, TrainConfig
+    from agents.config_parsing import described, parse_config
     from agents.files import WriteFailed
 
     try:

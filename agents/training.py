@@ -72,7 +72,8 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from agents.config import GivenOptions, TrainConfig
+from agents.config import TrainConfig
+from agents.config_parsing import GivenOptions
 from agents.divergence import Diverged
 from agents.events_size import events_notes
 from agents.files import REFUSED_WRITES, WriteFailed

@@ -435,7 +435,8 @@ def test_each_unknown_name_error_puts_the_nearest_valid_name_first(site, tmp_pat
     mistyped name guesses it, before its list of every valid one (still there)."""
     import yaml
 
-    from agents.config import TrainConfig, read_yaml_options
+    from agents.config import TrainConfig
+    from agents.config_parsing import read_yaml_options
     from agents.evaluation import make_env
     from agents.registry import make_fixed_policy
     from agents.run_plan import plan

@@ -35,11 +35,8 @@ from agents.config import (
     ConfigError,
     EvalConfig,
     TrainConfig,
-    build_parser,
-    parse_config,
-    read_yaml_options,
-    to_yaml,
 )
+from agents.config_parsing import build_parser, parse_config, read_yaml_options, to_yaml
 from agents.files import atomic_path, leftover_temp_files, zip_target
 from agents.plots import read_scalars
 from agents.reporting import heldout_seeds
@@ -950,7 +947,8 @@ def test_the_output_folder_check_leaves_a_folder_another_process_makes_be(
     folder by making it and removing it again, so the one that found it made a moment sooner
     was refused ("cannot create runs: File exists"), and the check could remove the folder
     the other was about to make its run in. The check makes a folder of its own instead."""
-    from agents.config import TrainConfig, parse_config
+    from agents.config import TrainConfig
+    from agents.config_parsing import parse_config
 
     runs = tmp_path / "runs"
     original = Path.mkdir
@@ -1052,7 +1050,8 @@ def test_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path:
         err = capsys.readouterr().err
         assert "cannot create /proc/no-such-entry" in err and "Traceback" not in err
     # a folder that can be made is checked the same way and not left behind by the check
-    from agents.config import TrainConfig, parse_config
+    from agents.config import TrainConfig
+    from agents.config_parsing import parse_config
 
     parse_config(TrainConfig, ["--log-dir", str(tmp_path / "a" / "b")])
     assert not (tmp_path / "a").exists()
@@ -3603,7 +3602,7 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     wheel user has (no `python train.py` there), in that call only."""
     from importlib.metadata import EntryPoint
 
-    import agents.config
+    import agents.config_parsing
     from agents.commands import command as run_command
 
     script = load_main(script_name)
@@ -3652,7 +3651,7 @@ def test_the_console_script_answers_as_the_script_under_its_own_name(
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(agents.config, "parse_config", interrupted)
+    monkeypatch.setattr(agents.config_parsing, "parse_config", interrupted)
     (script_status, _, script_err), (status, _, err) = (
         said(main, [], capsys) for main in (script, console))
     assert script_status == status == 130

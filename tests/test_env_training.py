@@ -1477,7 +1477,8 @@ def test_a_resume_seeds_new_episodes_and_counts_the_warm_up_done(tmp_path: Path,
     import json
 
     import agents.resume as resume
-    from agents.config import TrainConfig, to_yaml
+    from agents.config import TrainConfig
+    from agents.config_parsing import to_yaml
     from agents.warmup import WarmupConfig
 
     run = tmp_path / "InferenceAlloc-v0__ppo-warm__3__1"
@@ -1516,7 +1517,8 @@ def test_a_resumed_run_never_trains_on_the_held_out_seeds(tmp_path: Path, monkey
     """Resumed envs were seeded seed + steps: seeds 0-4 resumed at the default checkpoint's
     10000 steps trained on 10000-10004, the very episodes evaluate.py scores them on."""
     import agents.resume as resume
-    from agents.config import HELDOUT_SEED, MAX_EVAL_SEEDS, MAX_SEED, TrainConfig, to_yaml
+    from agents.config import HELDOUT_SEED, MAX_EVAL_SEEDS, MAX_SEED, TrainConfig
+    from agents.config_parsing import to_yaml
 
     seeds = []
 
@@ -2362,7 +2364,8 @@ def test_a_resume_pairs_a_moved_scenario_file_with_its_record_by_place(tmp_path:
 def test_a_settings_key_of_a_config_file_of_ones_own_is_refused(tmp_path: Path) -> None:
     """--config reads a run's record over; a `settings` of another form is a key of the
     user's, refused as no option (it was read over without a word)."""
-    from agents.config import ConfigError, TrainConfig, parse_config
+    from agents.config import ConfigError, TrainConfig
+    from agents.config_parsing import parse_config
 
     mine = tmp_path / "mine.yaml"
     mine.write_text("timesteps: 500\nsettings: 3\n", encoding="utf-8")
@@ -2415,7 +2418,8 @@ def test_a_preset_changed_by_a_project_update_refuses_a_resume_naming_it(
 
 def test_a_run_config_with_its_record_is_a_config_file_of_a_new_run(tmp_path: Path) -> None:
     """train.py --config RUN/config.yaml reads the record over: it is no option."""
-    from agents.config import TrainConfig, parse_config
+    from agents.config import TrainConfig
+    from agents.config_parsing import parse_config
 
     run_dir = tiny_train(tmp_path, "article")
     config, _ = parse_config(TrainConfig, ["--config", str(run_dir / "config.yaml")])

@@ -516,7 +516,8 @@ def _bench_flags(script: Path, monkeypatch) -> set[str]:
 
 @pytest.fixture(scope="module")
 def command_flags() -> dict[str, set[str]]:
-    from agents.config import EvalConfig, TrainConfig, build_parser
+    from agents.config import EvalConfig, TrainConfig
+    from agents.config_parsing import build_parser
 
     flags = {"train.py": _flags_of(build_parser(TrainConfig)),
              "evaluate.py": _flags_of(build_parser(EvalConfig)),
@@ -647,7 +648,8 @@ def _whole_commands(cls: type) -> list[tuple[str, list[str]]]:
     nor `--help`; a `...` (arguments left out) is dropped, the ones given stand."""
     import shlex
 
-    from agents.config import TrainConfig, build_parser
+    from agents.config import TrainConfig
+    from agents.config_parsing import build_parser
 
     script = "train.py" if cls is TrainConfig else "evaluate.py"
     takes_value = {option for action in build_parser(cls)._actions if action.nargs in (None, "+")
@@ -668,7 +670,8 @@ def test_every_train_command_a_doc_gives_passes_train_pys_checks():
     CALIBRATION.md gave `--conservative heft-split` twice without the Split env it needs,
     which train.py refuses at once. A --resume (which needs a run) and a policy or callback of
     the README's mine.py are parsed alone."""
-    from agents.config import ConfigError, TrainConfig, parse_config
+    from agents.config import ConfigError, TrainConfig
+    from agents.config_parsing import parse_config
     from agents.run_plan import plan
 
     commands = _whole_commands(TrainConfig)
@@ -683,7 +686,8 @@ def test_every_train_command_a_doc_gives_passes_train_pys_checks():
 
 
 def test_every_evaluate_command_a_doc_gives_parses():
-    from agents.config import ConfigError, EvalConfig, parse_config
+    from agents.config import ConfigError, EvalConfig
+    from agents.config_parsing import parse_config
 
     commands = _whole_commands(EvalConfig)
     assert len(commands) >= 10, f"the docs' evaluate.py commands were not found: {commands}"

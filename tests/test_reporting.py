@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from agents.commands import invoked_as
-from agents.config import ConfigError, EvalConfig, TrainConfig, to_yaml
+from agents.config import ConfigError, EvalConfig, TrainConfig
+from agents.config_parsing import to_yaml
 from agents.eval_settings import check_inputs, scenarios_of
 from agents.evaluation import (
     METRICS,

@@ -152,7 +152,8 @@ def test_the_oracle_and_heft_act_in_every_scenario_of_a_mix() -> None:
 
 
 def test_train_config_takes_one_scenario_as_before_and_several_as_a_list(tmp_path: Path) -> None:
-    from agents.config import ConfigError, TrainConfig, parse_config, read_yaml_options, to_yaml
+    from agents.config import ConfigError, TrainConfig
+    from agents.config_parsing import parse_config, read_yaml_options, to_yaml
 
     one, _ = parse_config(TrainConfig, ["--scenario", "article"])
     assert one.scenario == "article"
@@ -451,7 +452,8 @@ def test_train_py_takes_the_scenario_weights_the_mix_takes(weights) -> None:
     """--scenario-weights is checked as the env's weights are, before anything is written:
     1e308 1e308 passed it, and the run (and a resume, which writes config.yaml first) failed
     at the mix's reset."""
-    from agents.config import ConfigError, TrainConfig, parse_config
+    from agents.config import ConfigError, TrainConfig
+    from agents.config_parsing import parse_config
     from envs.scenario_mix import _probabilities
 
     try:

@@ -14,7 +14,8 @@ import yaml
 from test_cli_scripts import load_main
 from test_imported import module_in_cwd
 
-from agents.config import ConfigError, TrainConfig, parse_config, to_yaml
+from agents.config import ConfigError, TrainConfig
+from agents.config_parsing import parse_config, to_yaml
 from agents.plots import read_scalars
 from agents.run_folder import saved_steps
 
