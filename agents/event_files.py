@@ -15,8 +15,6 @@ that failed after it) it reads them whole, a few seconds a million events.
 from __future__ import annotations
 
 import json
-import os
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +22,9 @@ from typing import Any
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 
 from agents.files import write_text
+from agents.tfrecords import records
 
 RECORD = "tensorboard.json"     # in the run folder: the events files' sizes at the newest save
-_HEADER = 12                    # a record's length (8 bytes) and the length's checksum (4)
-_FOOTER = 4                     # the data's checksum
 
 
 def tensorboard_writer(logger: Any) -> Any:
@@ -93,26 +90,14 @@ def _sizes_at(run_dir: Path, step: int) -> dict[str, int]:
 
 
 def _events(path: Path, offset: int) -> Iterator[Any]:
-    """The events of an events file (TFRecord framing) from byte `offset`, a record's start.
-    The checksums are not checked (TensorBoard's Python reader computes them in Python, ~30x
-    slower); a record cut short at the end (a process killed while writing it) or one that
-    does not parse ends the file, as TensorBoard stops reading a file there."""
+    """The events of an events file from byte `offset`, a record's start
+    (``agents.tfrecords.records``); a record that does not parse ends the file, as a record
+    whose checksum fails ends it for TensorBoard."""
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto.event_pb2 import Event
 
-    with path.open("rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(offset)
-        while True:
-            header = f.read(_HEADER)
-            if len(header) < _HEADER:
-                return
-            (length,) = struct.unpack("<Q", header[:8])
-            if f.tell() + length + _FOOTER > size:      # cut short, or a length that is noise
-                return
-            data = f.read(length)
-            f.seek(_FOOTER, os.SEEK_CUR)
-            try:
-                yield Event.FromString(data)
-            except DecodeError:
-                return
+    for data in records(path, offset):
+        try:
+            yield Event.FromString(data)
+        except DecodeError:
+            return

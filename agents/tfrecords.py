@@ -1,0 +1,39 @@
+"""The records of a TensorBoard events file (TFRecord framing), as raw bytes.
+
+A record is its data's length (8 bytes, little-endian), the length's checksum (4), the data and
+the data's checksum (4). The checksums are not checked: TensorBoard's Python reader computes
+them in Python, most of its time on a large file. A record cut short at the end (a process
+killed while writing it) ends the file, as TensorBoard stops reading a file there.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+HEADER = 12                     # a record's length (8 bytes) and the length's checksum (4)
+FOOTER = 4                      # the data's checksum
+_LENGTH = struct.Struct("<Q")
+
+
+def records(path: Path, offset: int = 0) -> Iterator[bytes]:
+    """The data of each record of the events file at `path`, from byte `offset` (a record's
+    start) to the last whole record."""
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= offset:
+            return      # nothing to read (and an empty file cannot be mapped)
+        # mapped, not read: a 10-million-step run's file is gigabytes, and a read per record
+        # took twice the time
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            unpack, pos = _LENGTH.unpack_from, offset
+            while pos + HEADER <= size:
+                (length,) = unpack(data, pos)
+                start = pos + HEADER
+                pos = start + length + FOOTER
+                if pos > size:      # cut short, or a length that is noise
+                    return
+                yield data[start:start + length]
