@@ -4,7 +4,7 @@
 * ``learning_curves``: TensorBoard scalars against the step, a panel per curve (the training
   stream's ``latency/vs_static``, the held-out ``eval/vs_best_static`` and, for runs on
   several scenarios, ``eval/mix_vs_best_static``), one line per run, read from the runs'
-  event files with tensorboard's EventAccumulator;
+  event files as tensorboard's EventAccumulator shows them (``agents.event_scalars``);
 * ``stabilization``: online per-sample latency from sample 0 (rolling mean), mean and a
   95% band over seeds per agent, and a vertical line at sample 200 where the runs reach it.
 """
@@ -24,9 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
+from agents.event_scalars import read_scalar_tags  # noqa: E402
 from agents.files import save_figure  # noqa: E402
 from agents.stats import t95  # noqa: E402
-from inference.yamlio import cannot_read, not_a_file  # noqa: E402
 
 STABILIZATION_LINE = 200
 
@@ -97,52 +97,6 @@ def _legend_place(labels: list[str]) -> dict[str, Any]:
 def read_scalars(run_dir: str | os.PathLike[str], tag: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one scalar tag in a run folder's TensorBoard events (empty if none)."""
     return read_scalar_tags(run_dir, (tag,))[tag]
-
-
-def read_scalar_tags(run_dir: str | os.PathLike[str], tags: Sequence[str]
-                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(steps, values) of each of `tags` (``read_scalars``), the events read once: reading
-    is the whole cost, every event of the folder parsed whatever tag is asked for (9 s for
-    a 200,000-step PPO run, about 45 s per million steps), and one read per tag doubled it."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    check_events(Path(run_dir))
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 10_000, "tensors": 1,
-                                                         "histograms": 1, "images": 1})
-    acc.Reload()
-    present = set(acc.Tags().get("scalars", []))
-    found = {}
-    for tag in tags:
-        if tag not in present:
-            found[tag] = (np.array([]), np.array([]))
-            continue
-        kept: list[Any] = []
-        for event in sorted(acc.Scalars(tag), key=lambda e: e.wall_time):
-            # A run resumed from an earlier checkpoint logs those steps again: the newer win.
-            while kept and kept[-1].step >= event.step:
-                kept.pop()
-            kept.append(event)
-        found[tag] = (np.array([e.step for e in kept]), np.array([e.value for e in kept]))
-    return found
-
-
-def check_events(run_dir: Path) -> None:
-    """A ValueError naming the first of `run_dir`'s TensorBoard events files (every name with
-    "tfevents" in it, as TensorBoard's reader takes them) that cannot be read: one without
-    read permission, or a folder of that name, was a PermissionError or IsADirectoryError
-    traceback out of the reader, after evaluate.py had written its summary."""
-    if not run_dir.is_dir():        # a file given itself is read as it is, none as no events
-        return
-    for path in sorted(run_dir.iterdir()):
-        if "tfevents" not in path.name or path.name.endswith(".profile-empty"):
-            continue
-        if not path.is_file():
-            raise ValueError(f"TensorBoard events file {path} {not_a_file(path, 'an events file')}")
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise ValueError(f"TensorBoard events file {path} {cannot_read(exc)}") from None
 
 
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:

@@ -181,7 +181,7 @@ def _checked_plan(cfg: EvalConfig, online_n: int
     """What `run` evaluates, every input checked before anything runs: its config (with
     heft-split among the baselines of a Split model), the models, the scenarios, the online
     study's agents and the notes to say first. A bad input is a ConfigError."""
-    from agents import plots
+    from agents.event_scalars import check_events
 
     entries: list[ModelEntry] = []
     notes: list[str] = []
@@ -198,7 +198,7 @@ def _checked_plan(cfg: EvalConfig, online_n: int
     notes += check_inputs(cfg, entries, scenarios)  # a bad input's error comes alone, before notes
     for _, run_dir in curve_runs(entries):      # read once the summary is written
         try:
-            plots.check_events(run_dir)
+            check_events(run_dir)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     if cfg.online and not cfg.online_seeds and cfg.seeds is not None and cfg.seeds < online_n:

@@ -704,26 +704,25 @@ def test_a_latency_cdf_of_no_scenarios_is_an_empty_figure(tmp_path: Path, drawn:
 
 def test_learning_curves_read_each_runs_events_once(tmp_path: Path, drawn: list,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reading a folder's events parses every event in it whatever tag is asked for (a long
+    """Reading a folder's events frames every record in it whatever tag is asked for (a long
     run's latency/per_sample: 200,000 a 200,000-step run), and each panel read them again:
     evaluate.py read a run once per curve. The panels get the curves as before."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from agents import plots
+    from agents import event_scalars, plots
 
     for name in ("a", "b"):
         write_scalars(tmp_path / name, "latency/vs_static", {s: 1.5 - s / 100 for s in range(0, 50, 10)})
         write_scalars(tmp_path / name, "eval/vs_best_static", {s: 1.2 - s / 100 for s in range(0, 50, 10)})
-    reloads: list[str] = []
-    reload = EventAccumulator.Reload
+    reads: list[Path] = []
+    records = event_scalars.records
 
-    def counted(self: EventAccumulator) -> EventAccumulator:
-        reloads.append(Path(self.path).name)
-        return reload(self)
+    def counted(path: Path, offset: int = 0):
+        reads.append(path)
+        return records(path, offset)
 
-    monkeypatch.setattr(EventAccumulator, "Reload", counted)
+    monkeypatch.setattr(event_scalars, "records", counted)
     plots.learning_curves([("a", tmp_path / "a"), ("b", tmp_path / "b")], tmp_path / "c.png")
-    assert sorted(reloads) == ["a", "b"]
+    assert sorted(reads) == sorted(tmp_path.glob("*/events.out.tfevents.*"))
+    assert len(reads) == 4                                      # two files a run, each once
     assert [len(ax.get_lines()) for ax in drawn] == [3, 3]      # a, b and best static each
 
 
@@ -735,6 +734,124 @@ def test_a_resumed_runs_scalars_keep_the_newer_of_each_step(tmp_path: Path) -> N
     steps, values = read_scalars(tmp_path, "latency/vs_static")
     assert list(steps) == list(range(6)) and list(values) == [1.0] * 3 + [2.0] * 3
     assert [len(a) for a in read_scalars(tmp_path, "no/such_tag")] == [0, 0]
+
+
+def accumulated(run_dir: Path, tags: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What read_scalar_tags returned when it read through tensorboard's EventAccumulator: its
+    scalars (10,000 a tag), by wall time, a step logged again replacing those at it and past."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 10_000})
+    acc.Reload()
+    found = {}
+    for tag in tags:
+        kept: list = []
+        for event in sorted(acc.Scalars(tag) if tag in acc.Tags()["scalars"] else [],
+                            key=lambda e: e.wall_time):
+            while kept and kept[-1].step >= event.step:
+                kept.pop()
+            kept.append(event)
+        found[tag] = (np.array([e.step for e in kept]), np.array([e.value for e in kept]))
+    return found
+
+
+def assert_same_curves(got: dict, expected: dict) -> None:
+    assert list(got) == list(expected)
+    for tag, (steps, values) in expected.items():
+        assert got[tag][0].dtype == steps.dtype and got[tag][1].dtype == values.dtype, tag
+        np.testing.assert_array_equal(got[tag][0], steps, err_msg=tag)
+        np.testing.assert_array_equal(got[tag][1], values, err_msg=tag)
+
+
+def all_scalar_tags(run_dir: Path) -> list[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    return sorted(EventAccumulator(str(run_dir), size_guidance={"scalars": 1}).Reload()
+                  .Tags()["scalars"])
+
+
+def test_a_trained_runs_curves_are_tensorboards_reader_s(tmp_path: Path) -> None:
+    """The events are framed and parsed here (EventAccumulator took ~47 s a million steps):
+    every scalar of a real run, SB3's and ours, reads as EventAccumulator showed it."""
+    from agents.config import TrainConfig
+    from agents.plots import read_scalar_tags
+    from agents.training import train
+
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=64, checkpoint_interval=0,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=20,
+                         progress_bar=False, hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    (result,) = train(config, report=lambda line: None)
+    tags = all_scalar_tags(result.run_dir)
+    assert {"latency/per_sample", "latency/vs_static", "eval/vs_best_static",
+            "train/loss"} <= set(tags)
+    tags += ["no/such_tag"]
+    assert_same_curves(read_scalar_tags(result.run_dir, tags), accumulated(result.run_dir, tags))
+
+
+def write_session(folder: Path, points: dict[str, range], purge_step: int | None = None) -> None:
+    """An events file of its own in `folder` (a session of a run), its points after a restart
+    marker at `purge_step` (as a run resumed from a checkpoint writes one)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder), purge_step=purge_step)
+    for tag, steps in points.items():
+        for step in steps:
+            writer.add_scalar(tag, step / 7 + len(tag), step)
+    writer.close()
+
+
+def test_a_resumed_runs_files_read_as_tensorboards_reader_reads_them(tmp_path: Path) -> None:
+    """Three sessions, each a file: the second restarted at 5 (its marker drops the first's
+    points from 5 on, of every tag, though it logs one tag again), the third logs 6-8 again
+    without one (the newer win). A tag whose name holds another's is not that one."""
+    from agents.plots import read_scalar_tags
+
+    write_session(tmp_path, {"x/ab": range(10), "x/abc": range(10), "x/other": range(10)})
+    write_session(tmp_path, {"x/ab": range(5, 8)}, purge_step=5)
+    write_session(tmp_path, {"x/ab": range(6, 9), "x/other": range(6, 9)})
+    assert len(list(tmp_path.iterdir())) == 3
+    tags = ["x/ab", "x/other", "x/abc", "x/a"]
+    got = read_scalar_tags(tmp_path, tags)
+    assert_same_curves(got, accumulated(tmp_path, tags))
+    assert list(got["x/ab"][0]) == list(range(9))
+    assert list(got["x/abc"][0]) == list(range(5))       # the marker dropped 5-9
+    assert list(got["x/other"][0]) == [0, 1, 2, 3, 4, 6, 7, 8]
+    assert len(got["x/a"][0]) == 0
+
+
+@pytest.mark.parametrize("cut", [1, 4, 20, 37])
+def test_an_events_file_cut_short_ends_at_its_last_whole_record(tmp_path: Path, cut: int
+                                                                 ) -> None:
+    """A run killed while writing a record: the file's earlier records read, the next file's
+    too, as EventAccumulator reads them, where the cut record had been a crash."""
+    from agents.plots import read_scalar_tags
+
+    write_session(tmp_path, {"x/ab": range(10)})
+    (first,) = tmp_path.iterdir()
+    write_session(tmp_path, {"x/ab": range(10, 12)})
+    with first.open("r+b") as f:
+        f.truncate(first.stat().st_size - cut)
+    got = read_scalar_tags(tmp_path, ["x/ab"])
+    assert_same_curves(got, accumulated(tmp_path, ["x/ab"]))
+    assert list(got["x/ab"][0]) == [*range(9), 10, 11]
+
+
+def test_a_curve_of_more_than_10000_points_is_thinned_evenly(tmp_path: Path) -> None:
+    """EventAccumulator kept a random sample of 10,000 points a tag; they are 10,000 evenly
+    spaced, the first and last among them, the same at each read. 10,000 are all kept."""
+    from agents.event_scalars import MAX_POINTS
+    from agents.plots import read_scalar_tags
+
+    written = 12_345
+    write_session(tmp_path, {"x/long": range(written), "x/edge": range(MAX_POINTS)})
+    got = read_scalar_tags(tmp_path, ["x/long", "x/edge"])
+    steps, values = got["x/long"]
+    assert len(steps) == MAX_POINTS and steps[0] == 0 and steps[-1] == written - 1
+    gaps = np.diff(steps)
+    assert gaps.min() >= 1 and gaps.max() - gaps.min() <= 1      # even, none twice
+    np.testing.assert_array_equal(values, (steps / 7 + len("x/long")).astype(np.float32))
+    assert_same_curves(read_scalar_tags(tmp_path, ["x/long"]), {"x/long": got["x/long"]})
+    assert_same_curves({"x/edge": got["x/edge"]}, accumulated(tmp_path, ["x/edge"]))
 
 
 def test_an_events_file_that_cannot_be_read_is_named(tmp_path: Path, unreadable) -> None:
