@@ -107,8 +107,8 @@ def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys)
     assert "placement 0,1,1" in capsys.readouterr().out
 
 
-BENCH_NAMES = ["bench_env", "bench_heft_split", "bench_planning", "bench_simulator",
-               "bench_traces", "bench_training"]
+BENCH_NAMES = ["bench_env", "bench_events", "bench_heft_split", "bench_planning",
+               "bench_simulator", "bench_traces", "bench_training"]
 
 
 def help_entries(name: str, capsys) -> tuple[str, list[str]]:
@@ -146,6 +146,27 @@ def test_every_bench_usage_line_shows_the_defaults_the_script_takes(name, capsys
             assert float(defaults[option]) == float(value), f"{name} --{option}"
         except ValueError:
             assert defaults[option] == value, f"{name} --{option}"
+
+
+@pytest.mark.parametrize("args", [["--steps", "0"], ["--repeats", "0"], ["--steps", "10000001"]])
+def test_a_bad_events_bench_option_is_a_usage_error_before_anything_is_written(
+        args, monkeypatch, capsys):
+    module = bench_module("bench_events")
+    monkeypatch.setattr(module, "write_events", not_timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "--steps" in err and out == ""
+
+
+def test_the_events_bench_reads_the_curves_it_wrote(capsys):
+    """Both readers read the curves of the run it wrote alike: a rollout's point every 64
+    steps, an eval/ point every 10,000."""
+    assert bench_main("bench_events")(["--steps", "20001", "--repeats", "1"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert out.startswith("20,001 steps") and "EventAccumulator's time" in out
+    assert ("latency/vs_static 313, eval/vs_best_static 3, eval/mix_vs_best_static 0: the same "
+            "as EventAccumulator's") in out
 
 
 def test_the_trace_bench_reads_what_it_wrote(capsys):
