@@ -121,11 +121,13 @@ class AtomicCheckpoint(CheckpointCallback):
     `run_dir`: the run folder, whose events are marked before each save
     (``agents.event_files.mark_events``: a resume reads them from there).
 
-    A checkpoint due at the run's last step (the defaults' 60,000 of 10,000) is saved at the
-    training's end instead: the algorithms update once more after their last step's callback
-    (PPO on its last rollout, DQN a gradient step), so one saved there was one update short of
-    model.zip under the same step count, and a run killed before model.zip was written could
-    not be resumed to the model it had trained (``AlreadyTrained``)."""
+    A checkpoint due at the run's last step (the defaults' 60,000 of 10,000) is saved again at
+    the training's end, over the first: the algorithms update once more after their last
+    step's callback (PPO on its last rollout, DQN a gradient step), so the one saved there was
+    one update short of model.zip under the same step count, and a run killed before model.zip
+    was written could not be resumed to the model it had trained (``AlreadyTrained``). The
+    first save stays: a run stopped during that update keeps it (saved at the end alone, a run
+    of one checkpoint interval stopped there was removed, having none)."""
 
     def __init__(self, *args: Any, warmup: WarmupController | None = None, keep: int = 0,
                  run_dir: Path | None = None, **kwargs: Any) -> None:
@@ -139,11 +141,9 @@ class AtomicCheckpoint(CheckpointCallback):
 
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
+            self._save()
             # SB3 sets _total_timesteps to the run's whole total, a resume's included
-            if self.num_timesteps >= self.model._total_timesteps:
-                self._due_at_end = True
-            else:
-                self._save()
+            self._due_at_end = self.num_timesteps >= self.model._total_timesteps
         return True
 
     def _on_training_end(self) -> None:

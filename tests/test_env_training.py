@@ -1441,6 +1441,37 @@ def test_the_checkpoint_at_the_last_step_is_the_model_the_run_saved(
     assert not all(torch.equal(a, b) for a, b in zip(at_32, final, strict=True))
 
 
+def test_a_run_stopped_in_its_last_update_keeps_the_checkpoint_of_its_last_step(
+        tmp_path: Path, monkeypatch) -> None:
+    """The last step's checkpoint is saved again after the last update (the test above), not
+    only then: saved at the end alone, Ctrl-C in that update left a run of one checkpoint
+    interval without any checkpoint, and its folder was removed."""
+    from stable_baselines3 import PPO
+
+    from agents.config import TrainConfig
+    from agents.run_folder import checkpoints
+    from agents.training import train
+
+    original, updates = PPO.train, []
+
+    def interrupted_in_the_last(self):
+        updates.append(1)
+        if self.num_timesteps >= self._total_timesteps:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(PPO, "train", interrupted_in_the_last)
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=32, checkpoint_interval=32,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False, hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    with pytest.raises(KeyboardInterrupt):
+        train(config, report=lambda line: None)
+    (run,) = tmp_path.iterdir()
+    assert len(updates) == 2
+    assert [(steps, path.name) for steps, path in checkpoints(run)] == [
+        (32, "model_32_steps.zip")]
+
+
 def test_a_normalized_runs_models_each_have_their_vecnormalize_statistics(
         tmp_path: Path) -> None:
     """With --normalize every saved model, checkpoint and model.zip alike, has the reward
