@@ -31,13 +31,11 @@ SUGGESTED = {"per_sample_interval": 100, "log_interval": 10}
 
 
 def run_events_bytes(agent: str, params: dict, config: TrainConfig,
-                     per_sample_interval: int, log_interval: int | None,
-                     log_floor: int = 1) -> float:
+                     per_sample_interval: int, log_interval: int | None) -> float:
     """Estimated events bytes of one run of `agent` with resolved hyper-parameters `params`:
     its per-sample points and its writes of the other scalars. A write comes every
     `log_interval` rollouts for an on-policy agent, every `log_interval` episodes of
-    --episode-tasks steps over the envs for an off-policy one (SB3's default where None),
-    that interval at least `log_floor`."""
+    --episode-tasks steps over the envs for an off-policy one (SB3's default where None)."""
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
     from agents.sb3_hyperparams import ALGORITHMS
@@ -49,7 +47,7 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
         log_interval = inspect.signature(algorithm.learn).parameters["log_interval"].default
     on_policy = issubclass(algorithm, OnPolicyAlgorithm) and rollout is not None
     span = rollout[0] if on_policy and rollout is not None else _episode_tasks(config)
-    writes = steps / (span * max(log_interval, log_floor, 1))
+    writes = steps / (span * max(log_interval, 1))
     return math.ceil(steps / per_sample_interval) * PER_SAMPLE_BYTES + writes * DUMP_BYTES
 
 
@@ -65,8 +63,7 @@ def _episode_tasks(config: TrainConfig) -> int:
 
 
 def plan_events_bytes(config: TrainConfig, specs: Sequence[RunSpec],
-                      per_sample_interval: int, log_interval: int | None,
-                      log_floor: int = 1) -> float:
+                      per_sample_interval: int, log_interval: int | None) -> float:
     """`run_events_bytes` summed over the plan's runs (`specs`)."""
     from agents.sb3_hyperparams import hyperparams_with
     from agents.warmup_config import WarmupConfig, starts_warm
@@ -76,27 +73,32 @@ def plan_events_bytes(config: TrainConfig, specs: Sequence[RunSpec],
         warm = starts_warm(WarmupConfig.from_parts(spec.warmup))
         params = hyperparams_with(spec.agent, config.env_id, config.hp, warm_start=warm)
         total += run_events_bytes(spec.agent, params, config, per_sample_interval,
-                                  log_interval, log_floor)
+                                  log_interval)
     return total
 
 
 def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
     """A note when the plan's runs (`specs`, as ``plan`` made them) would write more than
-    ``NOTE_BYTES`` of events, with what ``SUGGESTED`` would make it; none for a resume (the
-    run's own options are read later) or a plan that already thins them below that."""
+    ``NOTE_BYTES`` of events, with what ``SUGGESTED`` would make it: --log-interval only where
+    it lowers the total (A2C writes every 100 rollouts by default, and 10 would write more);
+    none for a resume (the run's own options are read later) or a plan already below it."""
     if config.resume is not None or not specs:
         return []
     size = plan_events_bytes(config, specs, config.per_sample_interval, config.log_interval)
     if size <= NOTE_BYTES:
         return []
-    thinned = plan_events_bytes(
-        config, specs, max(config.per_sample_interval, SUGGESTED["per_sample_interval"]),
-        config.log_interval, log_floor=SUGGESTED["log_interval"])
+    per_sample = max(config.per_sample_interval, SUGGESTED["per_sample_interval"])
+    options = {"--per-sample-interval": per_sample}
+    thinned = plan_events_bytes(config, specs, per_sample, config.log_interval)
+    logged = plan_events_bytes(config, specs, per_sample, SUGGESTED["log_interval"])
+    if logged < thinned:
+        options["--log-interval"] = SUGGESTED["log_interval"]
+        thinned = logged
     runs = f"{len(specs)} runs" if len(specs) > 1 else "run"
+    given = " ".join(f"{flag} {value}" for flag, value in options.items())
     return [f"note: the {runs} will write about {size / 1e9:.1f} GB of TensorBoard events "
             f"(~{PER_SAMPLE_BYTES} bytes a latency/per_sample point, one a task, and "
             f"~{DUMP_BYTES / 1e3:.1f} KB a write of the other scalars), most of it points "
             f"TensorBoard does not draw and evaluate.py reads back for learning_curves.png; "
-            f"--per-sample-interval {SUGGESTED['per_sample_interval']} --log-interval "
-            f"{SUGGESTED['log_interval']} make it about {thinned / 1e9:.2f} GB "
+            f"{given} make{'s' if len(options) == 1 else ''} it about {thinned / 1e9:.2f} GB "
             f"(README: Long runs)"]

@@ -260,8 +260,9 @@ def test_a_plan_whose_events_would_fill_a_disk_is_told_how_to_thin_them(
     assert notes("--timesteps", "10000000", "--per-sample-interval", "100",
                  "--log-interval", "10") == []
     (one,) = notes("--timesteps", "20000000", "--agents", "a2c", "--warmup", "none")
-    # a2c writes every 100 rollouts by default: the suggestion does not write more often
+    # a2c writes every 100 rollouts by default: --log-interval 10 would write more often
     assert one.startswith("note: the run will write about")
+    assert "--per-sample-interval 100 makes it" in one and "--log-interval" not in one, one
     thinned = float(re.findall(r"about (\d+\.\d+) GB", one)[1])
     assert thinned < float(re.findall(r"about (\d+\.\d+) GB", one)[0]) / 10
     started = []
