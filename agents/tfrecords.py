@@ -8,6 +8,7 @@ killed while writing it) ends the file, as TensorBoard stops reading a file ther
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -27,9 +28,14 @@ def records(path: Path, offset: int = 0) -> Iterator[bytes]:
         if size <= offset:
             return      # nothing to read (and an empty file cannot be mapped)
         # mapped, not read: a 10-million-step run's file is gigabytes, and a read per record
-        # took twice the time
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        # took twice the time. A file system that cannot map files gets the file read whole.
+        try:
+            mapped: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            mapped = None
+        with mapped if mapped is not None else contextlib.nullcontext(f.read()) as data:
             unpack, pos = _LENGTH.unpack_from, offset
+            size = min(size, len(data))     # the size mapped or read, should the file change
             while pos + HEADER <= size:
                 (length,) = unpack(data, pos)
                 start = pos + HEADER

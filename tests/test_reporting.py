@@ -836,6 +836,29 @@ def test_an_events_file_cut_short_ends_at_its_last_whole_record(tmp_path: Path, 
     assert list(got["x/ab"][0]) == [*range(9), 10, 11]
 
 
+def test_a_file_system_that_cannot_map_files_gets_them_read(tmp_path: Path, monkeypatch
+                                                            ) -> None:
+    """The records are framed on a memory map; where the file system refuses one (mmap raises
+    OSError), the file is read whole and framed alike, a cut record still ending it."""
+    import mmap
+
+    from agents.plots import read_scalar_tags
+
+    write_session(tmp_path, {"x/ab": range(10)})
+    (first,) = tmp_path.iterdir()
+    write_session(tmp_path, {"x/ab": range(10, 12)})
+    with first.open("r+b") as f:
+        f.truncate(first.stat().st_size - 4)
+    mapped = read_scalar_tags(tmp_path, ["x/ab"])
+
+    def refused(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", refused)
+    assert_same_curves(read_scalar_tags(tmp_path, ["x/ab"]), mapped)
+    assert list(mapped["x/ab"][0]) == [*range(9), 10, 11]
+
+
 def test_a_curve_of_more_than_10000_points_is_thinned_evenly(tmp_path: Path) -> None:
     """EventAccumulator kept a random sample of 10,000 points a tag; they are 10,000 evenly
     spaced, the first and last among them, the same at each read. 10,000 are all kept."""
