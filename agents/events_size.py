@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 from agents.config import TrainConfig
@@ -45,8 +46,10 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
     steps = config.timesteps if rollout is None else steps_trained(config.timesteps, rollout[0])
     if log_interval is None:
         log_interval = inspect.signature(algorithm.learn).parameters["log_interval"].default
-    on_policy = issubclass(algorithm, OnPolicyAlgorithm) and rollout is not None
-    span = rollout[0] if on_policy and rollout is not None else _episode_tasks(config)
+    if rollout is not None and issubclass(algorithm, OnPolicyAlgorithm):
+        span = rollout[0]
+    else:
+        span = _episode_tasks(config)
     writes = steps / (span * max(log_interval, 1))
     return math.ceil(steps / per_sample_interval) * PER_SAMPLE_BYTES + writes * DUMP_BYTES
 
@@ -64,17 +67,17 @@ def _episode_tasks(config: TrainConfig) -> int:
 
 def plan_events_bytes(config: TrainConfig, specs: Sequence[RunSpec],
                       per_sample_interval: int, log_interval: int | None) -> float:
-    """`run_events_bytes` summed over the plan's runs (`specs`)."""
+    """`run_events_bytes` summed over the plan's runs (`specs`): once for each agent and warm
+    start (its hyper-parameters), times its runs (seeds and warm-up specs alike)."""
     from agents.sb3_hyperparams import hyperparams_with
     from agents.warmup_config import WarmupConfig, starts_warm
 
-    total = 0.0
-    for spec in specs:
-        warm = starts_warm(WarmupConfig.from_parts(spec.warmup))
-        params = hyperparams_with(spec.agent, config.env_id, config.hp, warm_start=warm)
-        total += run_events_bytes(spec.agent, params, config, per_sample_interval,
-                                  log_interval)
-    return total
+    runs = Counter((spec.agent, starts_warm(WarmupConfig.from_parts(spec.warmup)))
+                   for spec in specs)
+    return sum(count * run_events_bytes(agent, hyperparams_with(agent, config.env_id,
+                                                                config.hp, warm_start=warm),
+                                        config, per_sample_interval, log_interval)
+               for (agent, warm), count in runs.items())
 
 
 def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
