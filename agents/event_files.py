@@ -22,7 +22,7 @@ from typing import Any
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 
 from agents.files import write_text
-from agents.tfrecords import records
+from agents.tfrecords import events_files, records
 
 RECORD = "tensorboard.json"     # in the run folder: the events files' sizes at the newest save
 
@@ -33,11 +33,6 @@ def tensorboard_writer(logger: Any) -> Any:
         if isinstance(fmt, TensorBoardOutputFormat):
             return fmt.writer
     return None
-
-
-def events_files(run_dir: Path) -> list[Path]:
-    """The folder's events files in the order TensorBoard reads them: by name."""
-    return sorted(p for p in run_dir.iterdir() if "tfevents" in p.name and p.is_file())
 
 
 def mark_events(logger: Any, run_dir: Path, steps: int) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.tfrecords import records
+from agents.tfrecords import events_files, is_events_file, records
 from inference.yamlio import cannot_read, not_a_file
 
 # The points of a curve kept, as the EventAccumulator of evaluate.py kept them (its
@@ -30,11 +30,6 @@ MAX_POINTS = 10_000
 _FILE_VERSION_KEY = 0x1A        # field 3: its version decides how restarts are seen
 _SESSION_LOG_KEY = 0x3A         # field 7: a restart marker (SessionLog.START)
 _KEYS_PATTERN = b"[" + bytes([_FILE_VERSION_KEY, _SESSION_LOG_KEY]) + b"]"
-
-
-def is_events_file(name: str) -> bool:
-    """Whether TensorBoard reads a file of this name as events (its IsSummaryEventsFile)."""
-    return "tfevents" in name and not name.endswith(".profile-empty")
 
 
 def check_events(run_dir: Path) -> None:
@@ -58,9 +53,9 @@ def check_events(run_dir: Path) -> None:
 
 def _files(run_dir: Path) -> list[Path]:
     """The events files EventAccumulator reads for `run_dir`, in its order: a folder's by name
-    (the full path's string), a file given itself if its name is an events file's."""
+    (``agents.tfrecords.events_files``), a file given itself if its name is an events file's."""
     if run_dir.is_dir():
-        return [run_dir / name for name in sorted(os.listdir(run_dir)) if is_events_file(name)]
+        return events_files(run_dir)
     return [run_dir] if run_dir.is_file() and is_events_file(run_dir.name) else []
 
 

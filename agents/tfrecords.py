@@ -20,6 +20,16 @@ FOOTER = 4                      # the data's checksum
 _LENGTH = struct.Struct("<Q")
 
 
+def is_events_file(name: str) -> bool:
+    """Whether TensorBoard reads a file of this name as events (its IsSummaryEventsFile)."""
+    return "tfevents" in name and not name.endswith(".profile-empty")
+
+
+def events_files(run_dir: Path) -> list[Path]:
+    """The folder's events files in the order TensorBoard reads them: by name."""
+    return sorted(p for p in run_dir.iterdir() if is_events_file(p.name) and p.is_file())
+
+
 def records(path: Path, offset: int = 0) -> Iterator[bytes]:
     """The data of each record of the events file at `path`, from byte `offset` (a record's
     start) to the last whole record."""
