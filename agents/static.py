@@ -263,17 +263,11 @@ class StaticPolicy(Policy):
         return f"StaticPolicy({self.name!r}, placement={self.placement})"
 
 
-#: The search's rules, in a saved result's key: a result saved before they changed is searched
-#: again. 2: only placements whose devices hold each stage on most tasks (`static_candidates`;
-#: an 8 GB NPU's saved [npu, npu, npu], a failover, was read back).
-SEARCH_RULES = 2
-
-
 def _best_static_key(base: InferenceAllocEnv) -> str:
     """A digest of what the best-static search depends on (`envs.reference.best_static_key`,
-    and `SEARCH_RULES`), so a saved result is reused only when it applies: a trace CSV
+    its rules included), so a saved result is reused only when it applies: a trace CSV
     rewritten at the same path read back the placement searched on its old tasks."""
-    return hashlib.sha256(f"rules {SEARCH_RULES}\n{best_static_key(base)}".encode()).hexdigest()
+    return hashlib.sha256(best_static_key(base).encode()).hexdigest()
 
 
 def search_best_static(env: Any, path: str | os.PathLike[str] | None = None) -> Placement:

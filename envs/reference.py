@@ -42,6 +42,11 @@ BEST_STATIC_MEMO = 256
 #: The share of the calibration tasks on which a placement's device must hold each stage for
 #: the placement to count as static (`static_candidates`).
 MIN_HELD_SHARE = 0.5
+#: The search's rules, in `best_static_key`: a result saved to a file before they changed is
+#: searched again. 2: only placements whose devices hold each stage on most tasks
+#: (`static_candidates`; an 8 GB NPU's saved [npu, npu, npu], a failover, was read back).
+#: Raise it with any change to what the search may return.
+SEARCH_RULES = 2
 # in order of use, the most recent last; keyed by `best_static_key` and the stages' classes
 _BEST_STATIC: dict[tuple[str, tuple[type, ...]], tuple[int, ...]] = {}
 
@@ -134,10 +139,10 @@ def best_static_key(env: InferenceAllocEnv) -> str:
     what its names point to now: the hardware's figures (a name or path gives other figures
     once its file is edited), the model, the variant, the replayed trace's version (a CSV
     rewritten at the same path; see `generate_episode`'s own trace cache), the variant's
-    implementations' constructor arguments (COST_PARAMS) and the calibration
-    workload. The search's cache keys on it, and so does a result saved to a file
+    implementations' constructor arguments (COST_PARAMS), the calibration workload and the
+    search's own rules (`SEARCH_RULES`). A result saved to a file keys on it
     (`agents.static.search_best_static`)."""
-    return _key_of(env, _searched_scenario(env))
+    return f"rules {SEARCH_RULES}\n{_key_of(env, _searched_scenario(env))}"
 
 
 def setting_key(env: InferenceAllocEnv) -> tuple[str, tuple[type, ...]]:

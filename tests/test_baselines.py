@@ -1542,13 +1542,14 @@ def test_a_best_static_saved_under_other_search_rules_is_searched_again(
     search left out placements the devices cannot hold (an 8 GB NPU's [npu, npu, npu]) was
     read back after. A change of `SEARCH_RULES` searches again."""
     import agents.static as static
+    import envs.reference as reference
 
     path = tmp_path / "best_static.json"
     env = InferenceAllocEnv("article", episode_tasks=5)
     placement = search_best_static(env, path)
     stale = json.loads(path.read_text())
     stale["placement"] = [2, 2, 2]
-    monkeypatch.setattr(static, "SEARCH_RULES", static.SEARCH_RULES - 1)
+    monkeypatch.setattr(reference, "SEARCH_RULES", reference.SEARCH_RULES - 1)
     stale["key"] = static._best_static_key(env)      # as the earlier rules saved it
     path.write_text(json.dumps(stale))
     assert search_best_static(env, path) == (2, 2, 2)    # read back under those rules
