@@ -26,7 +26,7 @@ from envs import canonical_env_id
 from envs.inference_alloc import REWARDS
 from envs.scenario import MAX_EPISODE_TASKS
 from inference.messages import did_you_mean, shown
-from inference.yamlio import unusable_path
+from inference.yamlio import safe_load, unusable_path
 
 DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take ~5 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
@@ -66,9 +66,10 @@ RUN_RECORDS = (SETTINGS, HP_OF)
 
 
 def hp_digest(hp: dict[str, Any]) -> str:
-    """A digest of hyper-parameters as config.yaml holds them (read back from its YAML), which
+    """A digest of hyper-parameters as config.yaml holds them (read back from its YAML, with the
+    loader that reads the file: '1e-3' is written bare and read back a number), which
     ``hp_of`` records: a file whose hp no longer give it was edited, and its hp are the user's."""
-    plain = yaml.safe_load(yaml.safe_dump(hp))
+    plain = safe_load(yaml.safe_dump(hp))
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

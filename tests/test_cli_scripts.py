@@ -216,6 +216,19 @@ def test_a_runs_config_training_other_runs_with_its_hyperparameters_is_refused(
         planned(damaged)
 
 
+def test_the_hp_digest_is_of_the_hp_as_config_yaml_reads_them_back() -> None:
+    """hp_of's digest round-tripped the hp through PyYAML's loader, config.yaml through the
+    project's, which reads a bare 1e-3 as a number: a run given learning_rate '1e-3' recorded
+    a digest its own file never gave, and the file's hp_of was never applied."""
+    from agents.config import hp_digest
+    from inference.yamlio import safe_load
+
+    hp = {"learning_rate": "1e-3", "n_steps": 16}
+    assert hp_digest(hp) == hp_digest(safe_load(yaml.safe_dump(hp))) == hp_digest(
+        {"learning_rate": 0.001, "n_steps": 16})
+    assert hp_digest(hp) != hp_digest({"learning_rate": 0.002, "n_steps": 16})
+
+
 @pytest.mark.parametrize(("agent", "hp"), [
     ("ppo", {"n_steps": 16, "batch_size": 16, "n_epochs": 1}), ("dqn", {})])
 def test_the_events_estimate_is_within_a_fifth_of_a_runs_events_file(
