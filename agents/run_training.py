@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.callbacks import (
@@ -46,6 +47,7 @@ from agents.config_parsing import to_yaml
 from agents.divergence import Diverged, DivergenceGuard, diverged, finite_weights
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, write_text
+from agents.interrupts import stop_if_asked, stops_at_safe_points
 from agents.locks import FolderBusy, holding
 from agents.run_folder import (
     CHECKPOINT_PREFIX,
@@ -167,15 +169,28 @@ def train_and_score(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunS
     """The run in `run_dir` trained to --timesteps and saved (`_learn`), then scored."""
     model = agent.model
     start = model.num_timesteps
-    logger, held, selection, user, seconds = _learn(agent, run_dir, cfg, spec, first, fresh, best)
-    result = RunResult(run_dir, spec, model.num_timesteps, seconds,
-                       new_steps=model.num_timesteps - start,
-                       evaluated=held.last if held is not None else None,
-                       stopped=user.stopped(model.num_timesteps, cfg.timesteps,
-                                            _resume_command(run_dir)) if user else None,
-                       clone=agent.clone_stats if fresh else None)
-    _score(result, cfg, logger, selection, best)
+    # while its events writer is open, a Ctrl-C or SIGTERM stops the run between steps (and
+    # between the writes of its scores), never inside the writer: `stops_at_safe_points`
+    with stops_at_safe_points():
+        logger, held, selection, user, seconds = _learn(agent, run_dir, cfg, spec, first, fresh,
+                                                        best)
+        result = RunResult(run_dir, spec, model.num_timesteps, seconds,
+                           new_steps=model.num_timesteps - start,
+                           evaluated=held.last if held is not None else None,
+                           stopped=user.stopped(model.num_timesteps, cfg.timesteps,
+                                                _resume_command(run_dir)) if user else None,
+                           clone=agent.clone_stats if fresh else None)
+        _score(result, cfg, logger, selection, best)
     return result
+
+
+class _StopWhenAsked(BaseCallback):
+    """The end of each step a safe point: a Ctrl-C or SIGTERM that came during it stops the
+    training here (``agents.interrupts.stops_at_safe_points``)."""
+
+    def _on_step(self) -> bool:
+        stop_if_asked()
+        return True
 
 
 def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, first: Any,
@@ -207,7 +222,9 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
             write_text(run_dir / "config.yaml", run_config_text(cfg, settings_of(first, cfg)))
         # SB3's own log_interval unless one is given: each algorithm's default differs
         interval = {} if cfg.log_interval is None else {"log_interval": cfg.log_interval}
-        agent.learn(cfg.timesteps - start, callback=callbacks + ([user] if user else []),
+        stop_if_asked()     # one that came while the held-out episode was set up
+        agent.learn(cfg.timesteps - start,
+                    callback=[*callbacks, *([user] if user else []), _StopWhenAsked()],
                     reset_num_timesteps=fresh,
                     tb_log_name=run_dir.name, progress_bar=cfg.progress_bar, **interval)
         seconds = time.perf_counter() - t0
@@ -253,9 +270,11 @@ def _score(result: RunResult, cfg: TrainConfig, logger: Any,
             # rollout, yours; the stretch after a --log-interval's, A2C's or DQN's last write,
             # which only final/'s write took along: --eval-tasks 0 writes none, and the
             # curves ended short of the model saved); final/ follows at the same step
+            stop_if_asked()     # one that came in the last update: model.zip is saved
             logger.dump(result.steps)
             if cfg.eval_tasks:
                 score_final_model(result, cfg, logger)
+            stop_if_asked()
             if selection is not None and selection.best is not None:
                 # saved by this run at its last point: the model of model.zip, already scored
                 final = (selection.best is not best

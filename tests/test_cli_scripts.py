@@ -1399,25 +1399,39 @@ def test_sigterm_stops_train_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, caps
     """SIGTERM killed train.py where it stood: no message, exit -15, a run folder without
     a checkpoint left behind (--resume then refused it) and a checkpoint's temp file where it
     was being written. It is handled as Ctrl-C: the run kept (with the command to continue
-    it) or removed, exit status 143, SIGTERM's earlier handler back once main returns."""
+    it) or removed, exit status 143, SIGTERM's earlier handler back once main returns.
+    While the run trains, the stop waits for the end of the step it came in (never raised
+    inside TensorBoard's events writer, whose lock it could leave held): the checkpoint that
+    step saves after it came is kept, and the run goes no further."""
     import signal
+
+    from stable_baselines3.common.callbacks import BaseCallback
 
     from agents.sb3_factory import SB3Agent
 
     main = load_main("train.py")
     runs = tmp_path / "runs"
     original = SB3Agent.learn
+    at = 64 if checkpointed else 1
+    went_on: list[int] = []
 
-    def terminated(self, total_timesteps, callback=None, **kwargs):
-        if checkpointed:
-            original(self, 64, callback=callback, **kwargs)
-        deliver_sigterm()
-        raise AssertionError("SIGTERM's handler returned")
+    class Sigterm(BaseCallback):
+        """Sends SIGTERM in step `at`, before the run's own callbacks (the checkpoint's)."""
 
-    monkeypatch.setattr(SB3Agent, "learn", terminated)
+        def _on_step(self) -> bool:
+            if self.num_timesteps == at:
+                deliver_sigterm()
+                went_on.append(self.num_timesteps)
+            return True
+
+    def learn(self, total_timesteps, callback=None, **kwargs):
+        return original(self, total_timesteps, callback=[Sigterm(), *callback], **kwargs)
+
+    monkeypatch.setattr(SB3Agent, "learn", learn)
     before = signal.getsignal(signal.SIGTERM)
     assert main(["--timesteps", "128", "--warmup", "none", "--checkpoint-interval", "32",
                  "--log-dir", str(runs), *TINY]) == 143
+    assert went_on == [at]
     assert signal.getsignal(signal.SIGTERM) == before
     err = capsys.readouterr().err
     assert err.rstrip().splitlines()[-1] == "train.py: terminated (SIGTERM)"
@@ -1425,7 +1439,9 @@ def test_sigterm_stops_train_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, caps
     if checkpointed:
         (run,) = runs.iterdir()
         assert f"run {run.name} interrupted; kept" in err and f"--resume {run.name}" in err
-        assert (run / "checkpoints" / "model_64_steps.zip").is_file()
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+            "model_32_steps.zip", "model_64_steps.zip"]
+        assert not (run / "model.zip").exists()
     else:
         assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
 
