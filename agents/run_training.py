@@ -234,6 +234,14 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
         # buffer beside it, or it starts again from an empty one
         save_model_files(model, run_dir / "model.zip", model.num_timesteps, agent.warmup)
     except BaseException as exc:
+        if isinstance(exc, Exception):
+            # a failure while a stop waits for its safe point is the stop's doing: SLURM's
+            # SIGTERM (and a terminal's Ctrl-C) ends a SubprocVecEnv's workers too, whose
+            # pipes then fail the step. It is told as the stop, as before it waited
+            try:
+                stop_if_asked()
+            except KeyboardInterrupt as stop:
+                exc = stop
         if logger is not None:
             # a full disk fails the events writer's close as it failed the write: that second
             # error replaced the run's own, as a traceback naming no run
@@ -253,7 +261,7 @@ def _learn(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec, firs
             raise RunFailed(f"run {run_dir.name} failed ({_failure(exc, run_dir)}); "
                             f"{what}") from exc
         print(f"run {run_dir.name} interrupted; {what}", file=sys.stderr)
-        raise
+        raise exc
     return logger, held, selection, user, seconds
 
 

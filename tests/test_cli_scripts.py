@@ -1446,6 +1446,42 @@ def test_sigterm_stops_train_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, caps
         assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
 
 
+def test_a_sigterm_that_also_ends_the_subproc_workers_is_told_as_the_stop(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """SLURM's SIGTERM goes to every process of the job: a SubprocVecEnv's workers end as the
+    trainer waits for their step, whose pipes then fail it. The stop, waiting for the end of
+    the step, came second: the run was told as failed (an EOFError), with no word of what it
+    kept. It is told as the stop it was."""
+    import signal
+
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    original = SubprocVecEnv.step_wait
+    steps = []
+
+    def step_wait(self):
+        steps.append(1)
+        if len(steps) == 40:    # past the checkpoint at step 64 (two envs a step)
+            for process in self.processes:
+                process.terminate()
+                process.join()
+            deliver_sigterm()
+        return original(self)
+
+    monkeypatch.setattr(SubprocVecEnv, "step_wait", step_wait)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["--timesteps", "256", "--warmup", "none", "--checkpoint-interval", "64",
+                 "--vec-env", "subproc", "--n-envs", "2", "--log-dir", str(runs), *TINY]) == 143
+    assert len(steps) == 40 and signal.getsignal(signal.SIGTERM) == before
+    err = capsys.readouterr().err
+    (run,) = runs.iterdir()
+    assert f"run {run.name} interrupted; kept" in err and "failed" not in err
+    assert err.rstrip().splitlines()[-1] == "train.py: terminated (SIGTERM)"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["model_64_steps.zip"]
+
+
 def test_sigterm_stops_evaluate_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, capsys) -> None:
     """evaluate.py on SIGTERM: exit status 143 and its interrupt message, not a silent -15."""
     from agents import reporting
