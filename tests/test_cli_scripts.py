@@ -1446,6 +1446,36 @@ def test_sigterm_stops_train_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, caps
         assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
 
 
+def test_a_sigterm_after_the_last_step_keeps_the_finished_model(tmp_path: Path, monkeypatch,
+                                                                capsys) -> None:
+    """A stop in the training's last update (after the last step's callbacks) waits for
+    model.zip, then stops the run's scoring: the run is kept, finished, and said to be."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from agents.sb3_factory import SB3Agent
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    original = SB3Agent.learn
+
+    class SigtermAtTheEnd(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_training_end(self) -> None:
+            deliver_sigterm()
+
+    def learn(self, total_timesteps, callback=None, **kwargs):
+        return original(self, total_timesteps, callback=[SigtermAtTheEnd(), *callback], **kwargs)
+
+    monkeypatch.setattr(SB3Agent, "learn", learn)
+    assert main(["--timesteps", "64", "--warmup", "none", "--log-dir", str(runs), *TINY]) == 143
+    (run,) = runs.iterdir()
+    err = capsys.readouterr().err
+    assert f"run {run.name} interrupted after its training finished; kept" in err
+    assert (run / "model.zip").is_file()
+
+
 def test_a_sigterm_that_also_ends_the_subproc_workers_is_told_as_the_stop(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """SLURM's SIGTERM goes to every process of the job: a SubprocVecEnv's workers end as the
