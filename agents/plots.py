@@ -107,6 +107,23 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     return np.concatenate([head, np.convolve(values, kernel, mode="valid")])
 
 
+# The steps a CDF curve draws at most: more than its panel has pixels across or down, so no
+# step is seen missing. Drawing every task's cost ~30 µs a point: a minute for 8 agents of
+# 2 million tasks (100 seeds x 100 episodes x 200 tasks), for the same picture.
+CDF_POINTS = 4000
+
+
+def cdf_points(latencies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF's steps as drawn: (latency, fraction of tasks at or below it) at
+    every task, or, past CDF_POINTS tasks, at CDF_POINTS evenly spaced ranks (the least and
+    the greatest among them), each value exact."""
+    x = np.sort(np.asarray(latencies, dtype=float))
+    n = len(x)
+    ranks = (np.arange(n) if n <= CDF_POINTS
+             else np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(np.int64)))
+    return x[ranks], (ranks + 1) / n
+
+
 def latency_cdf(latencies: Mapping[str, Mapping[str, np.ndarray]], target: str | Path) -> Path:
     """`latencies[scenario][agent]`: pooled per-task latencies."""
     scenarios = list(latencies)
@@ -114,9 +131,9 @@ def latency_cdf(latencies: Mapping[str, Mapping[str, np.ndarray]], target: str |
                              squeeze=False)
     for ax, scenario in zip(axes[0], scenarios, strict=False):
         for agent, lat in latencies[scenario].items():
-            x = np.sort(np.asarray(lat))
+            x, fraction = cdf_points(lat)
             if len(x):
-                ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=agent)
+                ax.step(x, fraction, where="post", label=agent)
         ax.set_xscale("log")
         ax.set(title=f"latency CDF: {scenario}", xlabel="task latency (s)", ylabel="fraction of tasks")
     return _finish(fig, axes[0][:len(scenarios)], target)

@@ -1544,3 +1544,36 @@ def test_a_training_scenario_is_matched_however_evaluate_py_spells_it(tmp_path: 
     assert _same_scenario("article", "article")
     assert not _same_scenario("article", str(tmp_path / "article.yaml"))   # the preset
     assert not _same_scenario(str(tmp_path / "sc.yaml"), "bursty")
+
+
+@pytest.mark.parametrize("n", [1, 7, 4000, 4001, 123_457])
+def test_the_latency_cdf_draws_exact_steps_at_most_cdf_points_of_them(n: int, tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """latency_cdf drew a step per task: a minute for 8 agents of 2 million tasks. Past
+    CDF_POINTS it draws that many, at evenly spaced ranks from the least to the greatest
+    latency, each the exact fraction of tasks at or below it; up to it, every task."""
+    import matplotlib.axes
+
+    from agents import plots
+
+    rng = np.random.default_rng(n)
+    latencies = np.round(rng.lognormal(3, 1, n), 1)    # rounded: ties, as queues give
+    full_x = np.sort(latencies)
+    full_f = np.arange(1, n + 1) / n
+    x, f = plots.cdf_points(latencies)
+    assert len(x) == min(n, plots.CDF_POINTS)
+    assert x[0] == full_x[0] and x[-1] == full_x[-1] and f[-1] == 1.0
+    ranks = np.rint(f * n).astype(int) - 1
+    assert np.array_equal(x, full_x[ranks]) and np.array_equal(f, full_f[ranks])
+    assert np.diff(ranks).max(initial=0) <= max(1, math.ceil((n - 1) / (plots.CDF_POINTS - 1)))
+    drawn = []
+    real_step = matplotlib.axes.Axes.step
+
+    def step(self, x, y, *args, **kwargs):
+        drawn.append((np.asarray(x), np.asarray(y)))
+        return real_step(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "step", step)
+    plots.latency_cdf({"article": {"heft": latencies}}, tmp_path / "cdf.png")
+    ((drawn_x, drawn_f),) = drawn
+    assert np.array_equal(drawn_x, x) and np.array_equal(drawn_f, f)
