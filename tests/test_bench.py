@@ -108,7 +108,7 @@ def test_the_simulator_bench_takes_device_ids_as_python_m_inference_does(capsys)
 
 
 BENCH_NAMES = ["bench_env", "bench_events", "bench_heft_split", "bench_planning",
-               "bench_simulator", "bench_traces", "bench_training"]
+               "bench_plots", "bench_simulator", "bench_traces", "bench_training"]
 
 
 def help_entries(name: str, capsys) -> tuple[str, list[str]]:
@@ -167,6 +167,44 @@ def test_the_events_bench_reads_the_curves_it_wrote(capsys):
     assert out.startswith("20,001 steps") and "EventAccumulator's time" in out
     assert ("latency/vs_static 313, eval/vs_best_static 3, eval/mix_vs_best_static 0: the same "
             "as EventAccumulator's") in out
+
+
+@pytest.mark.parametrize("args", [["--tasks", "0"], ["--agents", "0"], ["--repeats", "0"],
+                                  ["--tasks", "20000001"], ["--agents", "33"]])
+def test_a_bad_plots_bench_option_is_a_usage_error_before_anything_is_drawn(args, monkeypatch,
+                                                                             capsys):
+    module = bench_module("bench_plots")
+    monkeypatch.setattr(module, "every_step_cdf", not_timed)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and args[0] in err and out == ""
+
+
+def test_the_plots_bench_draws_both_and_finds_the_thinned_steps_exact(capsys, monkeypatch):
+    """Its reference draws a step per task (not the thinned curve), and its check of the
+    thinned steps catches steps that are not the CDF's."""
+    import matplotlib.axes
+
+    from agents import plots
+
+    module = bench_module("bench_plots")
+    drawn = []
+    real_step = matplotlib.axes.Axes.step
+
+    def step(self, x, y, *args, **kwargs):
+        drawn.append(len(x))
+        return real_step(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "step", step)
+    assert module.main(["--tasks", "5000", "--agents", "2", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 curves of 5,000 tasks") and "steps: exact" in out
+    assert drawn == [5000, 5000, plots.CDF_POINTS, plots.CDF_POINTS]
+    assert plots.cdf_points.__name__ == "cdf_points"     # put back after the reference
+    monkeypatch.setattr(plots, "cdf_points", lambda values: (np.sort(values)[1:],
+                                                             np.ones(len(values) - 1)))
+    assert not module.exact(np.arange(10.0))
 
 
 def test_the_trace_bench_reads_what_it_wrote(capsys):
