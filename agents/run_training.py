@@ -47,8 +47,8 @@ from agents.config_parsing import to_yaml
 from agents.divergence import Diverged, DivergenceGuard, diverged, finite_weights
 from agents.event_files import logged_at, mark_events
 from agents.files import REFUSED_WRITES, WriteFailed, write_text
-from agents.interrupts import stop_if_asked, stops_at_safe_points
-from agents.locks import FolderBusy, holding
+from agents.interrupts import stop_if_asked, stops_at_safe_points, stops_held
+from agents.locks import FolderBusy, holding, lock_file
 from agents.run_folder import (
     CHECKPOINT_PREFIX,
     AtomicCheckpoint,
@@ -131,23 +131,36 @@ def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
     try:
         agent = make_sb3(spec.agent, first, seed=spec.seed, overrides=config.hp, warmup=warm,
                          vec_env=venv, metrics_window=config.metrics_window)
-        run_dir = new_run_dir(config.log_dir, run_name(config, spec),
-                              run_files(config.timesteps))
-        # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's, the
-        # overrides), so the run's config.yaml reproduces it after agents/hyperparams/ changes
-        run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
-                                         seeds=[spec.seed], resume=None,
-                                         hp=dict(agent.hyperparams))
+        run_dir: Path | None = None
         try:
+            with stops_held():      # the folder made and named here at once, a stop raised after
+                run_dir = new_run_dir(config.log_dir, run_name(config, spec),
+                                      run_files(config.timesteps))
+            # hp: every hyper-parameter the agent was built with (the YAML's, a warm start's,
+            # the overrides), so the run's config.yaml reproduces it after agents/hyperparams/
+            # changes
+            run_config = dataclasses.replace(config, agents=[spec.agent], warmup=[spec.warmup],
+                                             seeds=[spec.seed], resume=None,
+                                             hp=dict(agent.hyperparams))
             with training_lock(run_dir, option="--log-dir"):
                 return train_and_score(agent, run_dir, run_config, spec, first, fresh=True)
-        except WriteFailed as exc:
-            if not isinstance(exc, FinishedUnrecorded):    # its lock, before training: the
-                with contextlib.suppress(OSError):        # folder just made is empty
-                    run_dir.rmdir()
+        except (WriteFailed, KeyboardInterrupt) as exc:
+            # its lock refused, or a stop, before its training began (`_learn` keeps or removes
+            # the folder from there on): a SIGTERM between the folder's making and its training
+            # left it behind, empty
+            if run_dir is not None and not isinstance(exc, FinishedUnrecorded):
+                _remove_if_unused(run_dir)
             raise
     finally:
         close_venv(venv)
+
+
+def _remove_if_unused(run_dir: Path) -> None:
+    """Remove the new run's folder where it holds nothing, or its lock file alone (a stop as the
+    lock was taken); one that holds a run's files, or is gone already, is left as it is."""
+    with contextlib.suppress(OSError):
+        if {path.name for path in run_dir.iterdir()} <= {lock_file(run_dir, "train").name}:
+            shutil.rmtree(run_dir)
 
 
 @contextlib.contextmanager

@@ -1472,6 +1472,54 @@ def test_a_run_stopped_in_its_last_update_keeps_the_checkpoint_of_its_last_step(
         (32, "model_32_steps.zip")]
 
 
+@pytest.mark.parametrize("where", ["as its folder was made", "before its training",
+                                   "as its lock was taken"])
+def test_a_run_stopped_before_its_training_began_leaves_no_folder(
+        tmp_path: Path, monkeypatch, where: str) -> None:
+    """A stop between the run folder's making and its training's start (before `_learn`, which
+    keeps a folder with a checkpoint and removes one without) left the folder behind, empty,
+    or holding its lock file alone where the stop came as the lock was taken."""
+    import signal
+
+    import agents.locks
+    import agents.run_training
+    from agents.config import TrainConfig
+    from agents.training import train
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "as its folder was made":
+        make = agents.run_training.new_run_dir
+
+        def made_then_ctrl_c(*args, **kwargs):
+            folder = make(*args, **kwargs)
+            signal.raise_signal(signal.SIGINT)     # raised here, unless held
+            return folder
+
+        monkeypatch.setattr(agents.run_training, "new_run_dir", made_then_ctrl_c)
+    elif where == "before its training":
+        monkeypatch.setattr(agents.run_training, "train_and_score", stopped)
+    else:
+        acquire = agents.locks._acquire
+
+        def stopped_as_taken(path, busy):
+            acquire(path, busy).close()
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(agents.locks, "_acquire", stopped_as_taken)
+    config = TrainConfig(agents=["ppo"], warmup=["none"], timesteps=32, checkpoint_interval=16,
+                         log_dir=str(tmp_path), episode_tasks=20, eval_tasks=0,
+                         progress_bar=False, hp={"n_steps": 16, "batch_size": 16, "n_epochs": 1})
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)    # Python's own
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(config, report=lambda line: None)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_normalized_runs_models_each_have_their_vecnormalize_statistics(
         tmp_path: Path) -> None:
     """With --normalize every saved model, checkpoint and model.zip alike, has the reward
