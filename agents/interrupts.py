@@ -7,6 +7,7 @@ of what was kept.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -101,10 +102,23 @@ def stop_if_asked() -> None:
         _safe_points[-1].raise_asked()
 
 
+def _ignore_stops_at_exit() -> None:
+    """Ctrl-C and SIGTERM ignored as the interpreter exits, a CLI's job done. Its teardown (about
+    a second with torch loaded) ran with their default handlers: a stop then, after every file
+    and line of the job, killed it silently, status -15 (-2) where its own was 0 or 143. It now
+    ends with the job's own status."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     """A CLI's `body`, with SIGTERM as Ctrl-C; either, while the modules load too (before there
     is anything to keep), ends in one line, ``{script}: interrupted{kept}``, and 130 (143).
-    A reader of stdout that went away (``train.py | head``) ends it silently, status 1."""
+    A reader of stdout that went away (``train.py | head``) ends it silently, status 1. From
+    the interpreter's exit on, a stop is ignored (``_ignore_stops_at_exit``)."""
+    atexit.unregister(_ignore_stops_at_exit)    # once, however many jobs the process runs
+    atexit.register(_ignore_stops_at_exit)
     with sigterm_as_interrupt():
         try:
             return body()
