@@ -179,7 +179,8 @@ def training_lock(run_dir: Path, option: str = "") -> Iterator[None]:
 
 def train_and_score(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunSpec,
                     first: Any, fresh: bool, best: BestModel | None = None) -> RunResult:
-    """The run in `run_dir` trained to --timesteps and saved (`_learn`), then scored."""
+    """The run in `run_dir` trained to --timesteps and saved (`_learn`), then scored; a stop
+    while it is scored is said to come after its training."""
     model = agent.model
     start = model.num_timesteps
     # while its events writer is open, a Ctrl-C or SIGTERM stops the run between steps (and
@@ -193,7 +194,15 @@ def train_and_score(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunS
                            stopped=user.stopped(model.num_timesteps, cfg.timesteps,
                                                 _resume_command(run_dir)) if user else None,
                            clone=agent.clone_stats if fresh else None)
-        _score(result, cfg, logger, selection, best)
+        try:
+            _score(result, cfg, logger, selection, best)
+            stop_if_asked()     # one that came as the logger closed
+        except KeyboardInterrupt:
+            # "interrupted" alone read as a run lost: its model.zip is saved, its training done
+            print(f"run {run_dir.name} interrupted after its training finished; kept "
+                  f"{run_dir} (its model.zip is complete: evaluate it with: "
+                  f"{command('evaluate')} --models {run_dir})", file=sys.stderr)
+            raise
     return result
 
 
@@ -282,8 +291,8 @@ def _score(result: RunResult, cfg: TrainConfig, logger: Any,
            selection: BestModelSelection | None, best: BestModel | None) -> None:
     """The finished run's held-out scores (its model's, and --select-best's model's) set in
     `result` and written as final/ (and best/) scalars; the logger closed. A write the file
-    system refuses is a FinishedUnrecorded, a stop said as one after the training: its
-    model.zip is complete either way."""
+    system refuses is a FinishedUnrecorded: its model.zip is complete (as `train_and_score`
+    says of a stop from here on)."""
     run_dir = result.run_dir
     try:
         try:
@@ -306,13 +315,7 @@ def _score(result: RunResult, cfg: TrainConfig, logger: Any,
                                                      chosen.vs_best_static,
                                                      chosen.record.num_timesteps),
                               result.steps)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                # "interrupted" alone read as a run lost: its model.zip is saved, its training
-                # done
-                print(f"run {run_dir.name} interrupted after its training finished; kept "
-                      f"{run_dir} (its model.zip is complete: evaluate it with: "
-                      f"{command('evaluate')} --models {run_dir})", file=sys.stderr)
+        except BaseException:
             # quietly: a full disk fails the close as it failed the write, which it replaced
             with contextlib.suppress(OSError):
                 logger.close()

@@ -1476,6 +1476,35 @@ def test_a_sigterm_after_the_last_step_keeps_the_finished_model(tmp_path: Path, 
     assert (run / "model.zip").is_file()
 
 
+def test_a_sigterm_as_the_finished_run_closes_its_logger_says_the_run_is_kept(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """A stop that came as the scored run closed its events writer, past the last safe point,
+    was raised as the safe points' block ended: no line said the run was finished and kept."""
+    import agents.run_training as run_training
+
+    main = load_main("train.py")
+    runs = tmp_path / "runs"
+    made = run_training.tensorboard_logger
+
+    def tensorboard_logger(folder):
+        logger = made(folder)
+        close = logger.close
+
+        def close_with_a_sigterm():
+            deliver_sigterm()
+            close()
+
+        logger.close = close_with_a_sigterm
+        return logger
+
+    monkeypatch.setattr(run_training, "tensorboard_logger", tensorboard_logger)
+    assert main(["--timesteps", "64", "--warmup", "none", "--log-dir", str(runs), *TINY]) == 143
+    (run,) = runs.iterdir()
+    err = capsys.readouterr().err
+    assert f"run {run.name} interrupted after its training finished; kept" in err
+    assert (run / "model.zip").is_file()
+
+
 def test_a_sigterm_that_also_ends_the_subproc_workers_is_told_as_the_stop(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """SLURM's SIGTERM goes to every process of the job: a SubprocVecEnv's workers end as the
