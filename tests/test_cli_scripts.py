@@ -1446,58 +1446,50 @@ def test_sigterm_stops_train_py_as_ctrl_c_does(tmp_path: Path, monkeypatch, caps
         assert list(runs.iterdir()) == [] and "(no checkpoint)" in err
 
 
+@pytest.mark.parametrize("when", ["in the last update", "as the logger closes"])
 def test_a_sigterm_after_the_last_step_keeps_the_finished_model(tmp_path: Path, monkeypatch,
-                                                                capsys) -> None:
+                                                                capsys, when: str) -> None:
     """A stop in the training's last update (after the last step's callbacks) waits for
-    model.zip, then stops the run's scoring: the run is kept, finished, and said to be."""
+    model.zip, then stops the run's scoring; one as the scored run closes its events writer,
+    past the last safe point, was raised as their block ended, with no word of the run. Either
+    way the run is kept, finished, and said to be."""
     from stable_baselines3.common.callbacks import BaseCallback
 
+    import agents.run_training as run_training
     from agents.sb3_factory import SB3Agent
 
     main = load_main("train.py")
     runs = tmp_path / "runs"
-    original = SB3Agent.learn
+    if when == "in the last update":
+        original = SB3Agent.learn
 
-    class SigtermAtTheEnd(BaseCallback):
-        def _on_step(self) -> bool:
-            return True
+        class SigtermAtTheEnd(BaseCallback):
+            def _on_step(self) -> bool:
+                return True
 
-        def _on_training_end(self) -> None:
-            deliver_sigterm()
+            def _on_training_end(self) -> None:
+                deliver_sigterm()
 
-    def learn(self, total_timesteps, callback=None, **kwargs):
-        return original(self, total_timesteps, callback=[SigtermAtTheEnd(), *callback], **kwargs)
+        def learn(self, total_timesteps, callback=None, **kwargs):
+            return original(self, total_timesteps, callback=[SigtermAtTheEnd(), *callback],
+                            **kwargs)
 
-    monkeypatch.setattr(SB3Agent, "learn", learn)
-    assert main(["--timesteps", "64", "--warmup", "none", "--log-dir", str(runs), *TINY]) == 143
-    (run,) = runs.iterdir()
-    err = capsys.readouterr().err
-    assert f"run {run.name} interrupted after its training finished; kept" in err
-    assert (run / "model.zip").is_file()
+        monkeypatch.setattr(SB3Agent, "learn", learn)
+    else:
+        made = run_training.tensorboard_logger
 
+        def tensorboard_logger(folder):
+            logger = made(folder)
+            close = logger.close
 
-def test_a_sigterm_as_the_finished_run_closes_its_logger_says_the_run_is_kept(
-        tmp_path: Path, monkeypatch, capsys) -> None:
-    """A stop that came as the scored run closed its events writer, past the last safe point,
-    was raised as the safe points' block ended: no line said the run was finished and kept."""
-    import agents.run_training as run_training
+            def close_with_a_sigterm():
+                deliver_sigterm()
+                close()
 
-    main = load_main("train.py")
-    runs = tmp_path / "runs"
-    made = run_training.tensorboard_logger
+            logger.close = close_with_a_sigterm
+            return logger
 
-    def tensorboard_logger(folder):
-        logger = made(folder)
-        close = logger.close
-
-        def close_with_a_sigterm():
-            deliver_sigterm()
-            close()
-
-        logger.close = close_with_a_sigterm
-        return logger
-
-    monkeypatch.setattr(run_training, "tensorboard_logger", tensorboard_logger)
+        monkeypatch.setattr(run_training, "tensorboard_logger", tensorboard_logger)
     assert main(["--timesteps", "64", "--warmup", "none", "--log-dir", str(runs), *TINY]) == 143
     (run,) = runs.iterdir()
     err = capsys.readouterr().err
