@@ -19,6 +19,13 @@ from typing import Any
 
 SIGINT_STATUS = 130        # 128 + the signal's number, as a shell reports a job it stopped
 SIGTERM_STATUS = 143
+STOPS = (signal.SIGINT, signal.SIGTERM)     # the signals that stop a job: Ctrl-C, a scheduler's
+
+
+def _signals_handled_here() -> bool:
+    """Whether this thread is the main one: Python runs signal handlers there alone, and sets
+    them from there alone."""
+    return threading.current_thread() is threading.main_thread()
 
 
 class Terminated(KeyboardInterrupt):
@@ -33,7 +40,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within it SIGTERM raises Terminated; its earlier handler is restored after. Outside the
     main thread, where Python runs no signal handler, it leaves SIGTERM as it is."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _signals_handled_here():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -79,10 +86,10 @@ def stops_at_safe_points() -> Iterator[None]:
     RuntimeError in place of the stop (tests/test_interrupts.py's random stops).
     A signal whose handler is not Python's (ignored, or the default that ends the process)
     is left as it is, as is every signal outside the main thread, where Python runs none."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _signals_handled_here():
         yield
         return
-    points = _SafePoints({signum: handler for signum in (signal.SIGINT, signal.SIGTERM)
+    points = _SafePoints({signum: handler for signum in STOPS
                           if callable(handler := signal.getsignal(signum))})
     for signum in points.previous:
         signal.signal(signum, points.note)
@@ -107,8 +114,8 @@ def _ignore_stops_at_exit() -> None:
     a second with torch loaded) ran with their default handlers: a stop then, after every file
     and line of the job, killed it silently, status -15 (-2) where its own was 0 or 143. It now
     ends with the job's own status."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
+    if _signals_handled_here():
+        for signum in STOPS:
             signal.signal(signum, signal.SIG_IGN)
 
 
@@ -141,7 +148,7 @@ def stops_held() -> Iterator[None]:
     delivered) as the block ends, as it would have been where it came. For a few renames that
     must land together, a model and the files a resume reads beside it. Outside the main
     thread, where Python runs no signal handler, it holds nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _signals_handled_here():
         yield
         return
     came: list[signal.Signals] = []
@@ -149,8 +156,7 @@ def stops_held() -> Iterator[None]:
     def hold(signum: int, frame: FrameType | None) -> None:
         came.append(signal.Signals(signum))
 
-    held = (signal.SIGINT, signal.SIGTERM)
-    previous = {signum: signal.signal(signum, hold) for signum in held}
+    previous = {signum: signal.signal(signum, hold) for signum in STOPS}
     try:
         yield
     finally:
