@@ -216,6 +216,16 @@ class TrainConfig:
         """The scenario of the held-out and validation episodes: the first trained on."""
         return self.training_scenarios()[0]
 
+    def training_episode_tasks(self) -> int:
+        """The tasks of a training episode: --episode-tasks, else the scenarios' own; 0 where
+        the scenarios of a mix differ, each then its own."""
+        from envs.scenario import load_scenario
+
+        if self.episode_tasks is not None:
+            return self.episode_tasks
+        counts = {load_scenario(name).episode_tasks for name in self.training_scenarios()}
+        return counts.pop() if len(counts) == 1 else 0
+
     def validate(self) -> None:
         _require(bool(self.agents), "--agents needs at least one agent")
         from agents.registry import SB3_NAMES, unknown_learner  # light: no torch, no SB3

@@ -40,6 +40,7 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
     from agents.sb3_hyperparams import ALGORITHMS
+    from envs.scenario import load_scenario
 
     algorithm = ALGORITHMS[agent]
     rollout = rollout_steps(agent, params, config.n_envs)
@@ -49,20 +50,12 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
     if rollout is not None and issubclass(algorithm, OnPolicyAlgorithm):
         span = rollout[0]
     else:
-        span = _episode_tasks(config)
+        # the first scenario's where a mix's differ: the writes of an off-policy agent, counted
+        # in episodes, are a small part whatever it is
+        span = config.training_episode_tasks() or load_scenario(
+            config.held_out_scenario()).episode_tasks
     writes = steps / (span * max(log_interval, 1))
     return math.ceil(steps / per_sample_interval) * PER_SAMPLE_BYTES + writes * DUMP_BYTES
-
-
-def _episode_tasks(config: TrainConfig) -> int:
-    """The training episodes' length: --episode-tasks, or the first scenario's own (the writes
-    of an off-policy agent, counted in episodes, are a small part whatever it is)."""
-    from agents.config import scenario_list
-    from envs.scenario import load_scenario
-
-    if config.episode_tasks is not None:
-        return config.episode_tasks
-    return load_scenario(scenario_list(config.scenario)[0]).episode_tasks
 
 
 def plan_events_bytes(config: TrainConfig, specs: Sequence[RunSpec],

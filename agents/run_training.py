@@ -74,7 +74,6 @@ from agents.sb3_hyperparams import hyperparams_with
 from agents.user_callbacks import UserCallbacks
 from agents.vec_envs import close_venv, first_env, training_venv
 from agents.warmup_config import starts_warm
-from envs.scenario import load_scenario
 
 
 def build_vec_env(config: TrainConfig, agent: str, seed: int, vecnormalize: Path | None = None,
@@ -107,21 +106,14 @@ def _hparams(config: TrainConfig, spec: RunSpec) -> dict[str, Any]:
             "reward": config.reward,
             "hardware": config.hardware or "(scenario's)", "variant": config.variant or
             "(scenario's)", "timesteps": config.timesteps, "n_envs": config.n_envs,
-            "normalize": config.normalize, "episode_tasks": _episode_tasks(config),
+            "normalize": config.normalize,
+            # the scenarios' own where not given (the view showed 0 for them)
+            "episode_tasks": config.training_episode_tasks(),
             "conservative": config.conservative if spec.warmup != "none" else "-",
             # only where given: the view of every other run reads as it did
             **({"scenario_weights": ", ".join(f"{w:g}" for w in config.scenario_weights)}
                if config.scenario_weights else {}),
             **{f"hp/{k}": v for k, v in config.hp.items()}}
-
-
-def _episode_tasks(config: TrainConfig) -> int:
-    """The tasks of a training episode: --episode-tasks, else the scenarios' own (the view
-    showed 0 for them); 0 where the scenarios of a mix differ, each then its own."""
-    if config.episode_tasks is not None:
-        return config.episode_tasks
-    counts = {load_scenario(name).episode_tasks for name in config.training_scenarios()}
-    return counts.pop() if len(counts) == 1 else 0
 
 
 def train_run(config: TrainConfig, spec: RunSpec) -> RunResult:
