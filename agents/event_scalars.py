@@ -72,7 +72,7 @@ class _Curve:
 
     def drop_from(self, step: int) -> None:
         """Drops the points at `step` and past it (a restart's purge)."""
-        steps = np.frombuffer(self.steps, dtype=np.int64) if self.steps else np.array([], int)
+        steps = np.frombuffer(self.steps, dtype=np.int64)
         keep = steps < step
         if keep.all():
             return

@@ -15,8 +15,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-HEADER = 12                     # a record's length (8 bytes) and the length's checksum (4)
-FOOTER = 4                      # the data's checksum
+_HEADER = 12                     # a record's length (8 bytes) and the length's checksum (4)
+_FOOTER = 4                      # the data's checksum
 _LENGTH = struct.Struct("<Q")
 
 
@@ -46,10 +46,10 @@ def records(path: Path, offset: int = 0) -> Iterator[bytes]:
         with mapped if mapped is not None else contextlib.nullcontext(f.read()) as data:
             unpack, pos = _LENGTH.unpack_from, offset
             size = min(size, len(data))     # the size mapped or read, should the file change
-            while pos + HEADER <= size:
+            while pos + _HEADER <= size:
                 (length,) = unpack(data, pos)
-                start = pos + HEADER
-                pos = start + length + FOOTER
+                start = pos + _HEADER
+                pos = start + length + _FOOTER
                 if pos > size:      # cut short, or a length that is noise
                     return
                 yield data[start:start + length]
