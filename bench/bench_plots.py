@@ -18,10 +18,8 @@ bad option (before anything is drawn or timed).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import timeit
 from pathlib import Path
 
 if __package__ in (None, ""):   # run as a script: make the repository root importable
@@ -30,6 +28,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 import numpy as np  # noqa: E402
 
 from agents.interrupts import run_stoppable  # noqa: E402
+from bench.bench_traces import median_seconds  # noqa: E402
 from inference.messages import ShortErrorParser  # noqa: E402
 
 TARGET_RATIO = 0.2
@@ -86,12 +85,10 @@ def main(argv: list[str] | None = None) -> int:
                              for i in range(args.agents)}}
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        reference = statistics.median(timeit.repeat(
-            lambda: every_step_cdf(latencies, folder / "every.png"), number=1,
-            repeat=args.repeats))
-        ours = statistics.median(timeit.repeat(
-            lambda: latency_cdf(latencies, folder / "thinned.png"), number=1,
-            repeat=args.repeats))
+        reference = median_seconds(lambda: every_step_cdf(latencies, folder / "every.png"),
+                                   args.repeats)
+        ours = median_seconds(lambda: latency_cdf(latencies, folder / "thinned.png"),
+                              args.repeats)
     same = all(exact(values) for values in latencies["article"].values())
     ratio = ours / reference
     judged = args.tasks >= TARGET_FROM_TASKS
