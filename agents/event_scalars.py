@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.tfrecords import events_files, is_events_file, records
+from agents.tfrecords import events_named, is_events_file, records
 from inference.yamlio import cannot_read, not_a_file
 
 # The points of a curve kept, as the EventAccumulator of evaluate.py kept them (its
@@ -32,16 +32,17 @@ _SESSION_LOG_KEY = 0x3A         # field 7: a restart marker (SessionLog.START)
 _KEYS_PATTERN = b"[" + bytes([_FILE_VERSION_KEY, _SESSION_LOG_KEY]) + b"]"
 
 
-def check_events(run_dir: Path) -> None:
-    """A ValueError naming the first of `run_dir`'s TensorBoard events files (every name with
-    "tfevents" in it, as TensorBoard's reader takes them) that cannot be read: one without
-    read permission, or a folder of that name, was a PermissionError or IsADirectoryError
-    traceback out of the reader, after evaluate.py had written its summary."""
+def check_events(run_dir: Path) -> list[Path]:
+    """The events files EventAccumulator reads for `run_dir`, in its order: a folder's by
+    name (``agents.tfrecords.events_named``), a file given itself if its name is an events
+    file's. A ValueError names the first of a folder's (every name with "tfevents" in it, as
+    TensorBoard's reader takes them) that cannot be read: one without read permission, or a
+    folder of that name, was a PermissionError or IsADirectoryError traceback out of the
+    reader, after evaluate.py had written its summary."""
     if not run_dir.is_dir():        # a file given itself is read as it is, none as no events
-        return
-    for path in sorted(run_dir.iterdir()):
-        if not is_events_file(path.name):
-            continue
+        return [run_dir] if run_dir.is_file() and is_events_file(run_dir.name) else []
+    named = events_named(run_dir)
+    for path in named:
         if not path.is_file():
             raise ValueError(f"TensorBoard events file {path} {not_a_file(path, 'an events file')}")
         try:
@@ -49,14 +50,7 @@ def check_events(run_dir: Path) -> None:
                 pass
         except OSError as exc:
             raise ValueError(f"TensorBoard events file {path} {cannot_read(exc)}") from None
-
-
-def _files(run_dir: Path) -> list[Path]:
-    """The events files EventAccumulator reads for `run_dir`, in its order: a folder's by name
-    (``agents.tfrecords.events_files``), a file given itself if its name is an events file's."""
-    if run_dir.is_dir():
-        return events_files(run_dir)
-    return [run_dir] if run_dir.is_file() and is_events_file(run_dir.name) else []
+    return named        # each a file: ``agents.tfrecords.events_files``, listed once
 
 
 class _Curve:
@@ -126,15 +120,14 @@ def read_scalar_tags(run_dir: str | os.PathLike[str], tags: Sequence[str]
     from tensorboard.backend.event_processing.event_util import ParseFileVersion
     from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
-    path = Path(run_dir)
-    check_events(path)
+    files = check_events(Path(run_dir))
     curves = {tag: _Curve() for tag in tags}
     # one search of the record's bytes: the alternatives of one pattern beat a search each
     may_matter = re.compile(b"|".join([_KEYS_PATTERN, *(re.escape(tag.encode("utf-8"))
                                                          for tag in curves)])).search
     file_version = 0.0              # EventAccumulator's state across the folder's files
     most_recent_step = -1
-    for events_file in _files(path):
+    for events_file in files:
         for data in records(events_file):
             # what a version-2 reader skips unparsed: no wanted tag, no restart marker and no
             # version in it (an older file's purge needs every event's step)

@@ -25,9 +25,15 @@ def is_events_file(name: str) -> bool:
     return "tfevents" in name and not name.endswith(".profile-empty")
 
 
+def events_named(run_dir: Path) -> list[Path]:
+    """The folder's entries named as events files, files or not, in the order TensorBoard
+    reads its events files: by name."""
+    return sorted(p for p in run_dir.iterdir() if is_events_file(p.name))
+
+
 def events_files(run_dir: Path) -> list[Path]:
     """The folder's events files in the order TensorBoard reads them: by name."""
-    return sorted(p for p in run_dir.iterdir() if is_events_file(p.name) and p.is_file())
+    return [p for p in events_named(run_dir) if p.is_file()]
 
 
 def records(path: Path, offset: int = 0) -> Iterator[bytes]:

@@ -896,6 +896,34 @@ def test_an_events_file_that_cannot_be_read_is_named(tmp_path: Path, unreadable)
         read_scalars(tmp_path, "latency/vs_static")
 
 
+def test_the_events_files_checked_are_those_read_the_folder_listed_once(
+        tmp_path: Path, monkeypatch) -> None:
+    """check_events names the files read_scalar_tags then reads, in EventAccumulator's order:
+    a folder's events files by name (not another file, nor TensorBoard's .profile-empty), or
+    an events file given itself. The folder was listed twice a read, once to check it."""
+    from agents.event_scalars import check_events
+    from agents.plots import read_scalars
+
+    write_session(tmp_path, {"x/ab": range(3)})
+    write_session(tmp_path, {"x/ab": range(3, 5)})
+    made = sorted(tmp_path.glob("events.out.tfevents.*"))
+    (tmp_path / "notes.txt").write_text("")
+    (tmp_path / "events.out.tfevents.0.profile-empty").write_bytes(b"")
+    assert check_events(tmp_path) == made and len(made) == 2
+    assert check_events(made[1]) == [made[1]] and check_events(tmp_path / "notes.txt") == []
+    assert list(read_scalars(made[1], "x/ab")[0]) == [3, 4]
+    listed = []
+    iterdir = Path.iterdir
+
+    def counted(self: Path):
+        listed.append(self)
+        return iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", counted)
+    assert list(read_scalars(tmp_path, "x/ab")[0]) == list(range(5))
+    assert listed == [tmp_path]
+
+
 def test_an_events_file_that_cannot_be_read_is_refused_before_any_output(
         tmp_path: Path, monkeypatch) -> None:
     """It was read for learning_curves.png after summary.csv, summary.md and latency_cdf.png
