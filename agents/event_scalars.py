@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.stats import evenly_spaced
 from agents.tfrecords import events_named, is_events_file, records
 from inference.yamlio import cannot_read, not_a_file
 
@@ -88,10 +89,8 @@ class _Curve:
         later_min = np.minimum.accumulate(steps[::-1])[::-1]
         kept = np.append(steps[:-1] < later_min[1:], True)
         steps, values = steps[kept], values[kept]
-        if len(steps) > MAX_POINTS:
-            picked = np.round(np.linspace(0, len(steps) - 1, MAX_POINTS)).astype(np.int64)
-            steps, values = steps[picked], values[picked]
-        return steps, values
+        picked = evenly_spaced(len(steps), MAX_POINTS)
+        return steps[picked], values[picked]
 
 
 def read_scalar_tags(run_dir: str | os.PathLike[str], tags: Sequence[str]

@@ -26,7 +26,7 @@ from matplotlib.colors import to_rgba  # noqa: E402
 
 from agents.event_scalars import read_scalar_tags  # noqa: E402
 from agents.files import save_figure  # noqa: E402
-from agents.stats import t95  # noqa: E402
+from agents.stats import evenly_spaced, t95  # noqa: E402
 
 STABILIZATION_LINE = 200
 
@@ -119,8 +119,7 @@ def cdf_points(latencies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     the greatest among them), each value exact."""
     x = np.sort(np.asarray(latencies, dtype=float))
     n = len(x)
-    ranks = (np.arange(n) if n <= CDF_POINTS
-             else np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(np.int64)))
+    ranks = evenly_spaced(n, CDF_POINTS)
     return x[ranks], (ranks + 1) / n
 
 

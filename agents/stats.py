@@ -1,4 +1,5 @@
-"""Confidence intervals over seeds (Student's t), without a SciPy dependency."""
+"""Confidence intervals over seeds (Student's t), without a SciPy dependency, and the evenly
+spaced sample a long series is thinned to."""
 
 from __future__ import annotations
 
@@ -38,3 +39,13 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     if arr.size < 2:
         return mean, float("nan")
     return mean, float(t95(arr.size - 1) * np.std(arr, ddof=1) / np.sqrt(arr.size))
+
+
+def evenly_spaced(n: int, k: int) -> np.ndarray:
+    """The indices of `k` items evenly spaced over `n` (`k` >= 2), the first (0) and the last
+    (n - 1) among them, increasing; all `n` where n <= k. The same at each call: a curve of
+    more points than a plot shows thinned alike at every read."""
+    if n <= k:
+        return np.arange(n)
+    # spaced (n - 1) / (k - 1) > 1 apart, so no two round to one index: none is picked twice
+    return np.round(np.linspace(0, n - 1, k)).astype(np.int64)

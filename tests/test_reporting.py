@@ -1574,6 +1574,27 @@ def test_a_training_scenario_is_matched_however_evaluate_py_spells_it(tmp_path: 
     assert not _same_scenario(str(tmp_path / "sc.yaml"), "bursty")
 
 
+@pytest.mark.parametrize(("n", "k"), [(0, 4), (3, 4), (4, 4), (5, 4), (7, 2), (12_345, 10_000),
+                                      (123_457, 4000)])
+def test_evenly_spaced_picks_k_indices_the_first_and_last_among_them_none_twice(n: int,
+                                                                               k: int) -> None:
+    """The one thinning of a long curve (event_scalars' MAX_POINTS) and of a latency CDF's
+    steps (plots' CDF_POINTS), each written out in its module before: up to `k` items all of
+    them, past it `k`, evenly spaced from the first to the last, each the index nearest its
+    even place."""
+    from agents.stats import evenly_spaced
+
+    picked = evenly_spaced(n, k)
+    assert len(picked) == min(n, k) and picked.dtype == np.int64
+    if n <= k:
+        assert list(picked) == list(range(n))
+        return
+    assert picked[0] == 0 and picked[-1] == n - 1
+    gaps = np.diff(picked)
+    assert gaps.min() >= 1 and gaps.max() - gaps.min() <= 1      # even, none twice
+    assert np.abs(picked - np.linspace(0, n - 1, k)).max() <= 0.5
+
+
 @pytest.mark.parametrize("n", [1, 7, 4000, 4001, 123_457])
 def test_the_latency_cdf_draws_exact_steps_at_most_cdf_points_of_them(n: int, tmp_path: Path,
                                                                        monkeypatch) -> None:
