@@ -58,19 +58,24 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
     return math.ceil(steps / per_sample_interval) * PER_SAMPLE_BYTES + writes * DUMP_BYTES
 
 
-def plan_events_bytes(config: TrainConfig, specs: Sequence[RunSpec],
-                      per_sample_interval: int, log_interval: int | None) -> float:
-    """`run_events_bytes` summed over the plan's runs (`specs`): once for each agent and warm
-    start (its hyper-parameters), times its runs (seeds and warm-up specs alike)."""
+def plan_runs(config: TrainConfig, specs: Sequence[RunSpec]) -> list[tuple[str, dict, int]]:
+    """The plan's runs (`specs`) by agent and warm start: the agent, its hyper-parameters (as
+    resolved once for all its runs) and how many runs (seeds and warm-up specs alike)."""
     from agents.sb3_hyperparams import hyperparams_with
     from agents.warmup_config import WarmupConfig, starts_warm
 
     runs = Counter((spec.agent, starts_warm(WarmupConfig.from_parts(spec.warmup)))
                    for spec in specs)
-    return sum(count * run_events_bytes(agent, hyperparams_with(agent, config.env_id,
-                                                                config.hp, warm_start=warm),
-                                        config, per_sample_interval, log_interval)
-               for (agent, warm), count in runs.items())
+    return [(agent, hyperparams_with(agent, config.env_id, config.hp, warm_start=warm), count)
+            for (agent, warm), count in runs.items()]
+
+
+def plan_events_bytes(config: TrainConfig, runs: Sequence[tuple[str, dict, int]],
+                      per_sample_interval: int, log_interval: int | None) -> float:
+    """`run_events_bytes` summed over the plan's runs (`plan_runs`): once for each agent and
+    warm start, times its runs."""
+    return sum(count * run_events_bytes(agent, params, config, per_sample_interval, log_interval)
+               for agent, params, count in runs)
 
 
 def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
@@ -80,13 +85,14 @@ def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
     none for a resume (the run's own options are read later) or a plan already below it."""
     if config.resume is not None or not specs:
         return []
-    size = plan_events_bytes(config, specs, config.per_sample_interval, config.log_interval)
+    by_agent = plan_runs(config, specs)     # each agent's hyper-parameters resolved once
+    size = plan_events_bytes(config, by_agent, config.per_sample_interval, config.log_interval)
     if size <= NOTE_BYTES:
         return []
     per_sample = max(config.per_sample_interval, SUGGESTED["per_sample_interval"])
     options = {"--per-sample-interval": per_sample}
-    thinned = plan_events_bytes(config, specs, per_sample, config.log_interval)
-    logged = plan_events_bytes(config, specs, per_sample, SUGGESTED["log_interval"])
+    thinned = plan_events_bytes(config, by_agent, per_sample, config.log_interval)
+    logged = plan_events_bytes(config, by_agent, per_sample, SUGGESTED["log_interval"])
     if logged < thinned:
         options["--log-interval"] = SUGGESTED["log_interval"]
         thinned = logged
