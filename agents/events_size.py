@@ -62,9 +62,9 @@ def plan_runs(config: TrainConfig, specs: Sequence[RunSpec]) -> list[tuple[str, 
     """The plan's runs (`specs`) by agent and warm start: the agent, its hyper-parameters (as
     resolved once for all its runs) and how many runs (seeds and warm-up specs alike)."""
     from agents.sb3_hyperparams import hyperparams_with
-    from agents.warmup_config import WarmupConfig, starts_warm
+    from agents.warmup_config import spec_starts_warm
 
-    runs = Counter((spec.agent, starts_warm(WarmupConfig.from_parts(spec.warmup)))
+    runs = Counter((spec.agent, spec_starts_warm(spec.warmup))
                    for spec in specs)
     return [(agent, hyperparams_with(agent, config.env_id, config.hp, warm_start=warm), count)
             for (agent, warm), count in runs.items()]

@@ -45,12 +45,12 @@ def rounding_notes(config: TrainConfig) -> list[str]:
     more than --timesteps; none for a --resume (the run's own agent and steps are read later)
     or where the agents or --hp are refused (the plan refuses them after, in its own words)."""
     from agents.sb3_hyperparams import hyperparams_with
-    from agents.warmup_config import WarmupConfig, starts_warm
+    from agents.warmup_config import spec_starts_warm
 
     if config.resume is not None:
         return []
     try:
-        warm_starts = sorted({starts_warm(WarmupConfig.from_parts(w)) for w in config.warmup})
+        warm_starts = sorted({spec_starts_warm(w) for w in config.warmup})
     except (TypeError, ValueError):
         return []
     notes = []

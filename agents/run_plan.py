@@ -44,7 +44,7 @@ from agents.sb3_hyperparams import (
 from agents.sb3_memory import check_memory
 from agents.user_callbacks import check_callbacks
 from agents.warmup import WARMUP_PARTS, WarmupConfig, as_env_actions
-from agents.warmup_config import starts_warm
+from agents.warmup_config import spec_starts_warm, starts_warm
 from envs.scenario import SCENARIO_DIR, load_scenario, naming_field
 from envs.scenario_mix import MixRefused
 from envs.workload import check_span
@@ -168,7 +168,7 @@ def drift_notes(config: TrainConfig, specs: list[str]) -> list[str]:
     the guard, pricing best-static in the learner's own queued state, did not see; selection
     on the validation episode kept the clone (README, the reward table)."""
     if config.select_best or config.reward != "relative" or not any(
-            starts_warm(warmup_config(config, spec)) for spec in specs):
+            spec_starts_warm(spec) for spec in specs):
         return []
     traced = [name for name in config.training_scenarios()
               if load_scenario(name).workload.trace is not None]

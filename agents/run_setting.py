@@ -24,7 +24,7 @@ import yaml
 from agents.commands import command
 from agents.config import HP_OF, SETTINGS, ConfigError, TrainConfig, hp_digest
 from agents.config_parsing import to_yaml
-from agents.warmup_config import WarmupConfig, starts_warm
+from agents.warmup_config import spec_starts_warm
 from envs import canonical_env_id
 from envs.inference_alloc import InferenceAllocEnv
 from envs.reference import setting_digests
@@ -74,7 +74,7 @@ def hp_record(agent: str, env_id: str, warmup: str) -> dict[str, Any]:
     its agent, its env id (each YAML is keyed by env) and whether it fine-tunes a behaviour
     clone (its env's ``warm_start`` values on top), config.yaml's ``hp_of`` record."""
     return {"agent": agent.strip().lower(), "env_id": canonical_env_id(env_id),
-            "warm_start": starts_warm(WarmupConfig.from_parts(warmup))}
+            "warm_start": spec_starts_warm(warmup)}
 
 
 def recorded_settings(records: dict[str, Any], path: Path) -> Settings | None:

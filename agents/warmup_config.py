@@ -104,3 +104,9 @@ def starts_warm(warmup: WarmupConfig | None) -> bool:
     """Whether a learner with this warm-up fine-tunes a behaviour clone, and so takes its
     env's ``warm_start`` hyper-parameters."""
     return warmup is not None and warmup.clone
+
+
+def spec_starts_warm(parts: str) -> bool:
+    """`starts_warm` for a run's warm-up spec (``"all"``, ``"none"``, ``"conservative,clone"``
+    ...): whether its learner fine-tunes a behaviour clone."""
+    return starts_warm(WarmupConfig.from_parts(parts))
