@@ -24,6 +24,20 @@ def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Itera
         os.environ["SB3_LOGDIR"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Every test runs torch on one thread, whichever files were collected. Four test files
+    set it as they were imported, so a file run alone (``pytest tests/test_sac.py``) ran its
+    torch code on every core and in the suite on one; ``make_sb3`` sets one thread too, so a
+    test that ran before the first model was built ran on as many threads as the order made."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def in_a_folder_of_its_own(tmp_path_factory: pytest.TempPathFactory,
                            monkeypatch: pytest.MonkeyPatch) -> None:

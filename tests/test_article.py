@@ -7,7 +7,6 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
 import agents.article as article
 from agents.article import (
@@ -27,8 +26,6 @@ from agents.registry import make_policy
 from agents.stats import mean_ci95
 from envs.scenario import load_scenario
 from inference.task import Task
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,6 @@ STEPS = 256
 EPISODE_TASKS = 50        # several episodes per run, so auto-resets are exercised too
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def make(env_id: str, **kwargs) -> gym.Env:
     return gym.make(f"envs:{env_id}", episode_tasks=EPISODE_TASKS, **kwargs)
 

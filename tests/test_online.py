@@ -14,8 +14,6 @@ from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
 from agents.warmup import WarmupConfig
 
-torch.set_num_threads(1)
-
 
 def test_rolling_mean_is_the_mean_of_each_full_window():
     x = np.arange(10, dtype=float)

@@ -18,8 +18,6 @@ from agents.evaluation import make_env, online_study
 from agents.online import run_policy
 from tests.test_imported import module_in_cwd
 
-torch.set_num_threads(1)
-
 LEARNERS = '''
 import numpy as np
 import gymnasium as gym

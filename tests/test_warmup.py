@@ -16,8 +16,6 @@ from agents.sb3_factory import make_sb3
 from agents.sb3_hyperparams import hyperparams_with, load_hyperparams, parse_overrides
 from agents.warmup import WarmupConfig, WarmupController
 
-torch.set_num_threads(1)
-
 
 def _env(scenario: str = "article", tasks: int = 200, env_id: str = "InferenceAlloc-v0"):
     return gym.make(f"envs:{env_id}", scenario=scenario, episode_tasks=tasks, reward="relative")
