@@ -2495,3 +2495,21 @@ def test_a_run_config_with_its_record_is_a_config_file_of_a_new_run(tmp_path: Pa
     run_dir = tiny_train(tmp_path, "article")
     config, _ = parse_config(TrainConfig, ["--config", str(run_dir / "config.yaml")])
     assert config.timesteps == 32 and config.scenario == "article"
+
+
+def test_building_or_loading_a_learner_runs_torch_on_one_thread(tmp_path: Path) -> None:
+    """Small MLPs run ~10x slower on two threads (agents/sb3_factory.py), so building a
+    learner, or loading one, puts torch on one thread whatever the process had set."""
+    from agents.sb3_factory import make_sb3
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        agent = make_sb3("ppo", make(V0), seed=0)
+        assert torch.get_num_threads() == 1
+        agent.save(tmp_path / "one")
+        torch.set_num_threads(2)
+        load_sb3(tmp_path / "one.zip", make(V0))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
