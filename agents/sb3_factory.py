@@ -243,6 +243,10 @@ def make_sb3(name: str, env: gym.Env, *, seed: int | None = None,
     e.g. several envs or a VecNormalize); `env` is then its first sub-env, which the
     warm-up and ``predict`` use. `metrics_window`: the tasks behind the warm-up's
     ``warmup/conservative_acting`` share (train.py's ``--metrics-window``).
+
+    Sets torch to one thread for the whole process (``torch.set_num_threads(1)``), and does
+    not set it back: small MLPs run ~10x slower on two. A process of yours that needs more
+    for other work sets its own count after.
     """
     torch.set_num_threads(1)   # small MLPs: threads cost more than they give
     hyperparams = hyperparams_with(name, env_id_of(env), overrides,
@@ -378,7 +382,8 @@ def _check_device_count(path: Path, data: dict[str, Any], env: gym.Env | None) -
 
 def load_sb3(path: str | Path, env: gym.Env | None = None) -> SB3Agent:
     """Load an agent saved by SB3Agent.save (the zip records which algorithm it is); `path` is
-    read as `load_policy` reads it (`agents.files.model_file`)."""
+    read as `load_policy` reads it (`agents.files.model_file`). Sets torch to one thread for
+    the whole process, as `make_sb3` does."""
     p = model_file(path)
     data = saved_data(p)
     name, env_id = _model_info(p, data)
