@@ -16,6 +16,7 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from agents.config import TrainConfig
 from agents.rollout_steps import rollout_steps, steps_trained
@@ -31,12 +32,23 @@ NOTE_BYTES = 1_000_000_000      # a plan's events above this get the note
 SUGGESTED = {"per_sample_interval": 100, "log_interval": 10}
 
 
-def run_events_bytes(agent: str, params: dict, config: TrainConfig,
-                     per_sample_interval: int, log_interval: int | None) -> float:
-    """Estimated events bytes of one run of `agent` with resolved hyper-parameters `params`:
-    its per-sample points and its writes of the other scalars. A write comes every
-    `log_interval` rollouts for an on-policy agent, every `log_interval` episodes of
-    --episode-tasks steps over the envs for an off-policy one (SB3's default where None)."""
+@dataclass(frozen=True)
+class _RunShape:
+    """What a run's events size depends on but the thinning options: the steps it trains, the
+    steps between two writes at a log interval of 1, and SB3's log interval for the agent."""
+
+    steps: int
+    span: int
+    default_log_interval: int
+
+    def events_bytes(self, per_sample_interval: int, log_interval: int | None) -> float:
+        writes = self.steps / (self.span * max(self.default_log_interval if log_interval is None
+                                               else log_interval, 1))
+        return (math.ceil(self.steps / per_sample_interval) * PER_SAMPLE_BYTES
+                + writes * DUMP_BYTES)
+
+
+def _run_shape(agent: str, params: dict, config: TrainConfig) -> _RunShape:
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
     from agents.sb3_hyperparams import ALGORITHMS
@@ -45,8 +57,6 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
     algorithm = ALGORITHMS[agent]
     rollout = rollout_steps(agent, params, config.n_envs)
     steps = config.timesteps if rollout is None else steps_trained(config.timesteps, rollout[0])
-    if log_interval is None:
-        log_interval = inspect.signature(algorithm.learn).parameters["log_interval"].default
     if rollout is not None and issubclass(algorithm, OnPolicyAlgorithm):
         span = rollout[0]
     else:
@@ -54,28 +64,36 @@ def run_events_bytes(agent: str, params: dict, config: TrainConfig,
         # in episodes, are a small part whatever it is
         span = config.training_episode_tasks() or load_scenario(
             config.held_out_scenario()).episode_tasks
-    writes = steps / (span * max(log_interval, 1))
-    return math.ceil(steps / per_sample_interval) * PER_SAMPLE_BYTES + writes * DUMP_BYTES
+    return _RunShape(steps, span,
+                     inspect.signature(algorithm.learn).parameters["log_interval"].default)
 
 
-def plan_runs(config: TrainConfig, specs: Sequence[RunSpec]) -> list[tuple[str, dict, int]]:
-    """The plan's runs (`specs`) by agent and warm start: the agent, its hyper-parameters (as
-    resolved once for all its runs) and how many runs (seeds and warm-up specs alike)."""
+def run_events_bytes(agent: str, params: dict, config: TrainConfig,
+                     per_sample_interval: int, log_interval: int | None) -> float:
+    """Estimated events bytes of one run of `agent` with resolved hyper-parameters `params`:
+    its per-sample points and its writes of the other scalars. A write comes every
+    `log_interval` rollouts for an on-policy agent, every `log_interval` episodes of
+    --episode-tasks steps over the envs for an off-policy one (SB3's default where None)."""
+    return _run_shape(agent, params, config).events_bytes(per_sample_interval, log_interval)
+
+
+def _plan_shapes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[tuple[_RunShape, int]]:
+    """The plan's runs (`specs`) by agent and warm start: each one's shape (its hyper-parameters
+    resolved, its scenarios read, once for all its runs) and how many runs (seeds and warm-up
+    specs alike)."""
     from agents.sb3_hyperparams import hyperparams_with
     from agents.warmup_config import spec_starts_warm
 
-    runs = Counter((spec.agent, spec_starts_warm(spec.warmup))
-                   for spec in specs)
-    return [(agent, hyperparams_with(agent, config.env_id, config.hp, warm_start=warm), count)
+    runs = Counter((spec.agent, spec_starts_warm(spec.warmup)) for spec in specs)
+    return [(_run_shape(agent, hyperparams_with(agent, config.env_id, config.hp,
+                                                warm_start=warm), config), count)
             for (agent, warm), count in runs.items()]
 
 
-def plan_events_bytes(config: TrainConfig, runs: Sequence[tuple[str, dict, int]],
-                      per_sample_interval: int, log_interval: int | None) -> float:
-    """`run_events_bytes` summed over the plan's runs (`plan_runs`): once for each agent and
-    warm start, times its runs."""
-    return sum(count * run_events_bytes(agent, params, config, per_sample_interval, log_interval)
-               for agent, params, count in runs)
+def _plan_events_bytes(shapes: Sequence[tuple[_RunShape, int]], per_sample_interval: int,
+                       log_interval: int | None) -> float:
+    return sum(count * shape.events_bytes(per_sample_interval, log_interval)
+               for shape, count in shapes)
 
 
 def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
@@ -85,14 +103,14 @@ def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
     none for a resume (the run's own options are read later) or a plan already below it."""
     if config.resume is not None or not specs:
         return []
-    by_agent = plan_runs(config, specs)     # each agent's hyper-parameters resolved once
-    size = plan_events_bytes(config, by_agent, config.per_sample_interval, config.log_interval)
+    shapes = _plan_shapes(config, specs)
+    size = _plan_events_bytes(shapes, config.per_sample_interval, config.log_interval)
     if size <= NOTE_BYTES:
         return []
     per_sample = max(config.per_sample_interval, SUGGESTED["per_sample_interval"])
     options = {"--per-sample-interval": per_sample}
-    thinned = plan_events_bytes(config, by_agent, per_sample, config.log_interval)
-    logged = plan_events_bytes(config, by_agent, per_sample, SUGGESTED["log_interval"])
+    thinned = _plan_events_bytes(shapes, per_sample, config.log_interval)
+    logged = _plan_events_bytes(shapes, per_sample, SUGGESTED["log_interval"])
     if logged < thinned:
         options["--log-interval"] = SUGGESTED["log_interval"]
         thinned = logged
