@@ -39,6 +39,14 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def unreached_fault_warnings_as_in_a_fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env gives each `UnreachedFaultWarning` once per process, so which test saw one
+    depended on the order; pyproject.toml makes the warning an error, and a test that means to
+    run a scenario past its faults says so (``filterwarnings("ignore::...")``)."""
+    monkeypatch.setattr("envs.inference_alloc._WARNED", set())
+
+
+@pytest.fixture(autouse=True)
 def in_a_folder_of_its_own(tmp_path_factory: pytest.TempPathFactory,
                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test runs in an empty working folder of its own. train.py's and evaluate.py's

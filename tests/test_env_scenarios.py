@@ -648,8 +648,7 @@ def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_the_env(
     module of the user's code never matched it."""
     import warnings
 
-    monkeypatch.setattr("envs.inference_alloc._WARNED", set())
-    env = make()
+    env = make()   # tests/conftest.py clears the env's once-per-process record per test
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         env.reset(seed=0)
@@ -662,14 +661,12 @@ def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_the_env(
             make().reset(seed=0)
 
 
-def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_a_vec_env(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_a_vec_env() -> None:
     """Through SB3's DummyVecEnv the warning was reported at SB3's dummy_vec_env.py."""
     import warnings
 
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    monkeypatch.setattr("envs.inference_alloc._WARNED", set())
     venv = DummyVecEnv([lambda: gym.make(f"envs:{V0}", scenario="faults", episode_tasks=30)])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -678,13 +675,12 @@ def test_a_fault_past_a_shortened_episode_warns_at_the_line_that_reset_a_vec_env
         ("UnreachedFaultWarning", __file__)]
 
 
-def test_a_fault_past_a_shortened_episode_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fault_past_a_shortened_episode_warns_once() -> None:
     """Episodes shortened by episode_tasks= (--eval-tasks, the online study's samples) are
     legitimate: a fault of the scenario's longer episodes that they do not reach is a warning,
     given once, not a refusal; a longer episode_tasks= reaches a fault its own did not."""
     import warnings
 
-    monkeypatch.setattr("envs.inference_alloc._WARNED", set())   # as in a fresh process
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")    # once by the env itself, not the warnings filter
         env = gym.make(f"envs:{V0}", scenario="faults", episode_tasks=70)   # faults[1] at 100

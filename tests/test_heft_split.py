@@ -344,7 +344,9 @@ def test_on_many_devices_heft_split_searches_and_plans_as_every_subset_does(
     assert sum(same for _, same in stages) >= 0.9 * len(stages)
 
 
-@pytest.mark.parametrize("scenario", ["article", "edge", "long-context", "faults"])
+@pytest.mark.parametrize("scenario", ["article", "edge", "long-context", pytest.param(
+    "faults", marks=pytest.mark.filterwarnings(
+        "ignore::envs.inference_alloc.UnreachedFaultWarning"))])   # its first 100 tasks
 def test_on_the_presets_the_search_plans_as_every_subset_does(scenario: str,
                                                               monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
