@@ -259,6 +259,9 @@ class TrainConfig:
         _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)
         _require_folder("--log-dir", self.log_dir)
+        _require_utf8_folder("--log-dir", self.log_dir)
+        if self.resume is not None:
+            _require_utf8_folder("--resume", self.resume)
         _require(1 <= self.timesteps <= MAX_TIMESTEPS,
                  f"--timesteps must lie in 1 .. {MAX_TIMESTEPS:,}, got {shown(self.timesteps)}")
         _require_choice("--vec-env", self.vec_env, VEC_ENVS)
@@ -553,6 +556,22 @@ def _require_folder(flag: str, folder: str) -> None:
         except OSError as exc:
             _require(False, f"{where}: cannot create {shown(missing[-1], quote=False)}: "
                          f"{exc.strerror or exc}")
+
+
+def _require_utf8_folder(flag: str, folder: str) -> None:
+    """A run folder's path must have a UTF-8 form: TensorBoard's writer encodes the path of its
+    events file in UTF-8, so a folder whose name holds other bytes (a Latin-1 name on a UTF-8
+    system, which Python reads as surrogate escapes) ended each run, its model built, in a
+    UnicodeEncodeError traceback."""
+    try:
+        folder.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(folder[exc.start])
+        what = (f"the byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
+                else f"{folder[exc.start]!r}")
+        _require(False, f"{flag} {shown(folder)}: its name holds {what}, which is not UTF-8, "
+                        f"and TensorBoard names its files in UTF-8: rename the folder or give "
+                        f"another")
 
 
 def flag_of(name: str) -> str:

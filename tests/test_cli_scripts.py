@@ -903,6 +903,21 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
 
 
+def test_a_run_folder_whose_name_is_not_utf8_is_refused_first(tmp_path: Path, capsys) -> None:
+    """A --log-dir holding a byte that is not UTF-8 (a Latin-1 folder name on a UTF-8 system,
+    read as a surrogate escape) built each run's model and ended it in a UnicodeEncodeError
+    traceback from TensorBoard's writer, which encodes its file's path in UTF-8."""
+    main = load_main("train.py")
+    latin1 = tmp_path / os.fsdecode(b"r\xfcns")
+    for flag in ("--log-dir", "--resume"):
+        assert main([flag, str(latin1), "--timesteps", "32", "--eval-tasks", "0",
+                     "--warmup", "none", "--no-progress-bar"]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} " in err and "the byte 0xfc, which is not UTF-8" in err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert not latin1.exists()
+
+
 def test_a_file_that_cannot_be_read_is_one_error_line_naming_it(tmp_path: Path, capsys,
                                                               unreadable) -> None:
     """A --config, scenario, hardware, trace or model file without read permission was a
