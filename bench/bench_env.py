@@ -81,7 +81,7 @@ def profile(env_id: str, steps: int, episode_tasks: int, top: int = 25) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--env", choices=ENV_CHOICES, default="all",
                         help="the env timed: discrete (InferenceAlloc-v0), split "

@@ -91,7 +91,7 @@ def timed(work: Callable[[], T], repeats: int) -> tuple[float, T]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.split("\n\n")[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--steps", type=int, default=200_000,
                         help="training steps of the run written (one latency/per_sample each)")

@@ -106,7 +106,7 @@ def device_counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--devices", type=device_counts, default="3,8,16,24",
                         help="device counts, from 3 (the reference) up")

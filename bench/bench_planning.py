@@ -55,7 +55,7 @@ def decision_seconds(tasks: int, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tasks", type=int, default=200, help="decisions per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")

@@ -65,7 +65,7 @@ def exact(values: np.ndarray) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.split("\n\n")[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tasks", type=int, default=500_000, help="latencies a curve")
     parser.add_argument("--agents", type=int, default=8, help="curves drawn")

@@ -70,7 +70,7 @@ def simulator_rate(variant: str, placement: tuple[str | int, ...], runs: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000,
                         help="bookings per repeat")

@@ -95,7 +95,7 @@ def peak_bytes(work: Callable[[], object]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.split("\n\n")[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--rows", type=int, default=300_000, help="rows of the synthetic trace")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each; the median")

@@ -106,7 +106,7 @@ def final_row_seconds(result: run_records.RunResult, cfg: TrainConfig,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=__doc__.splitlines()[0],
+    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--timesteps", type=int, default=2000, help="steps of the PPO run")
     parser.add_argument("--eval-tasks", type=int, default=1000,

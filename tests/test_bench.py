@@ -525,6 +525,17 @@ def test_every_bench_script_imports_the_repository_it_lies_in(script):
     assert out.startswith(f"usage: {script}") and out.splitlines()[-2] == "exit 0"
 
 
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("bench_*.py")))
+def test_every_bench_script_runs_with_its_docstrings_stripped(script):
+    """Under `python -OO` (PYTHONOPTIMIZE=2, as some deployment images set) a module's
+    docstring is None: each script took its description from it, and every run, --help too,
+    ended in an AttributeError traceback before parsing anything."""
+    done = subprocess.run([sys.executable, "-OO", str(ROOT / "bench" / script), "--help"],
+                          capture_output=True, text=True, cwd=ROOT / "bench")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: {script}") and "--repeats" in done.stdout
+
+
 def test_the_readmes_bench_env_targets_are_the_scripts():
     """README's Benchmarks list quotes bench_env.py's targets (and its --env choices)."""
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
