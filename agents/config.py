@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -566,6 +567,15 @@ def _require_utf8_folder(flag: str, folder: str) -> None:
     try:
         folder.encode("utf-8")
     except UnicodeEncodeError as exc:
+        try:        # UTF-8 bytes, read in a locale that is not (LC_ALL=C with PYTHONUTF8=0)
+            os.fsencode(folder).decode("utf-8")
+            in_utf8 = True
+        except UnicodeError:
+            in_utf8 = False
+        _require(not in_utf8, f"{flag} {shown(folder)}: Python reads file names here as "
+                              f"{sys.getfilesystemencoding()}, not UTF-8 as TensorBoard names "
+                              f"its files: set PYTHONUTF8=1 or a UTF-8 locale, or give an "
+                              f"ASCII name")
         code = ord(folder[exc.start])
         what = (f"the byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
                 else f"{folder[exc.start]!r}")

@@ -918,6 +918,21 @@ def test_a_run_folder_whose_name_is_not_utf8_is_refused_first(tmp_path: Path, ca
     assert not latin1.exists()
 
 
+def test_a_run_folder_named_in_utf8_under_an_ascii_locale_is_refused_first(tmp_path: Path
+                                                                          ) -> None:
+    """Under LC_ALL=C with Python's UTF-8 mode and locale coercion off, Python reads file names
+    as ASCII, so a name in UTF-8 reached TensorBoard's writer as surrogate escapes: the run's
+    traceback as for a Latin-1 name, whose message (a byte "not UTF-8") would mislead here."""
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--log-dir", "r\u00fcns",
+                           "--timesteps", "32", "--eval-tasks", "0", "--warmup", "none",
+                           "--no-progress-bar"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "Python reads file names here as ascii, not UTF-8" in done.stderr
+    assert "PYTHONUTF8=1" in done.stderr and not any(tmp_path.iterdir())
+
+
 def test_a_file_that_cannot_be_read_is_one_error_line_naming_it(tmp_path: Path, capsys,
                                                               unreadable) -> None:
     """A --config, scenario, hardware, trace or model file without read permission was a
