@@ -33,10 +33,12 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config import ConfigError, EvalConfig
     from agents.config_parsing import described, parse_config
+    from agents.docstrings import docstring
     from agents.files import WriteFailed
 
     try:
-        config, _ = parse_config(EvalConfig, argv, description=described(__doc__, SCRIPT, prog),
+        doc = docstring(sys.modules[__name__])
+        config, _ = parse_config(EvalConfig, argv, description=described(doc, SCRIPT, prog),
                                  prog=prog)
         # torch and SB3 load only now: --help and a refused option answer at once
         from agents.reporting import reproduce_article, run

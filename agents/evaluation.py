@@ -31,6 +31,7 @@ import dataclasses
 import inspect
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ import numpy as np
 
 import envs  # registers the env ids
 from agents.base import StreamActor, start_stream_of
+from agents.docstrings import docstring
 from agents.imported import PATTERN, is_import_name
 from agents.registry import make_policy
 from agents.stats import mean_ci95
@@ -286,8 +288,8 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episo
             lines += [pooled, ""]
         if notes and scenario in notes:
             lines += [notes[scenario], ""]
-    lines += ["## Definitions", "", (__doc__ or "").split("Definitions used in every table:")[-1]
-              .strip(), ""]
+    lines += ["## Definitions", "", docstring(sys.modules[__name__])
+              .split("Definitions used in every table:")[-1].strip(), ""]
     return "\n".join(lines)
 
 
@@ -439,7 +441,7 @@ def online_markdown(study: OnlineStudy, seeds: Sequence[int], n_samples: int,
                       "samples_to_stabilise, read against static in their own state, does not "
                       "see (Definitions)."]
     # cleandoc, not a fixed cut: Python 3.13 compiles docstrings already dedented
-    doc = inspect.cleandoc(OnlineResult.metrics.__doc__ or "").splitlines()
+    doc = inspect.cleandoc(docstring(OnlineResult.metrics)).splitlines()
     lines += ["", "## Definitions", "",
               f"(early = the first {min(EARLY_SAMPLES, n_samples)} samples, window = "
               f"{min(WINDOW, n_samples)} samples; "

@@ -35,11 +35,13 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config import ConfigError, TrainConfig
     from agents.config_parsing import described, parse_config
+    from agents.docstrings import docstring
     from agents.files import WriteFailed
 
     try:
+        doc = docstring(sys.modules[__name__])
         config, given = parse_config(TrainConfig, argv, prog=prog,
-                                     description=described(__doc__, SCRIPT, prog))
+                                     description=described(doc, SCRIPT, prog))
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

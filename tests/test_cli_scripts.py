@@ -903,6 +903,16 @@ def test_train_checks_its_output_folder_and_config_values_first(tmp_path: Path, 
     assert a_file.read_text() == "not a folder" and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("name", ["train.py", "evaluate.py"])
+def test_the_help_is_the_same_under_python_OO(name: str) -> None:
+    """``python -OO`` strips docstrings, and --help's text is the CLI module's docstring: it
+    read as the config dataclass's signature there ("TrainConfig(agents: 'list[str]' = ...")."""
+    helps = [subprocess.run([sys.executable, *flags, str(ROOT / name), "--help"], text=True,
+                            capture_output=True, timeout=JOB_TIMEOUT_S, check=True).stdout
+             for flags in ([], ["-OO"])]
+    assert helps[0] == helps[1] and "Options resolve as" in helps[1]
+
+
 def test_a_run_folder_whose_name_is_not_utf8_is_refused_first(tmp_path: Path, capsys) -> None:
     """A --log-dir holding a byte that is not UTF-8 (a Latin-1 folder name on a UTF-8 system,
     read as a surrogate escape) built each run's model and ended it in a UnicodeEncodeError

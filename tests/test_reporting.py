@@ -1162,6 +1162,31 @@ def test_the_markdown_summary_ends_with_the_modules_definitions() -> None:
     assert "online_study" in evaluation.__doc__ and "online_study" not in definitions
 
 
+def test_the_markdowns_definitions_are_written_under_python_OO_too() -> None:
+    """summary.md's and stabilization.md's Definitions are docstrings, which ``python -OO``
+    (PYTHONOPTIMIZE=2) strips: both sections came out empty there, and the files differed by
+    the interpreter's optimisation level."""
+    import subprocess
+    import sys
+
+    from agents.evaluation import OnlineStudy, online_markdown
+
+    probe = ("from agents.evaluation import OnlineStudy, online_markdown, summary_markdown\n"
+             "import agents.evaluation, sys\n"
+             "assert agents.evaluation.__doc__ is None   # -OO stripped it\n"
+             "study = OnlineStudy(metrics={'ppo': [{'early': 1.0}]})\n"
+             "sys.stdout.write(summary_markdown([], [0], 1) + '\\0' + "
+             "online_markdown(study, [1], 600, 'article'))\n")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-OO", "-c", probe], capture_output=True,
+                          text=True, cwd=root, encoding="utf-8")
+    assert done.returncode == 0, done.stderr
+    summary, online = done.stdout.split("\0")
+    study = OnlineStudy(metrics={"ppo": [{"early": 1.0}]})
+    assert summary == summary_markdown([], [0], 1) and "*ratio to best static*" in summary
+    assert online == online_markdown(study, [1], 600, "article") and "early_drop:" in online
+
+
 def test_the_markdown_summary_says_what_its_n_column_counts() -> None:
     """Each table has a column ``n`` that its text never explained: a reader could not tell
     seeds from episodes, or a model's training runs from its seeds."""
