@@ -25,6 +25,21 @@ def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="session", autouse=True)
+def help_wrapped_at_80_columns() -> Iterator[None]:
+    """argparse wraps --help to $COLUMNS, in this process and in the scripts the tests run:
+    under COLUMNS=40 a usage line broke after the program's name and "heft-calibrated" at its
+    hyphen, and tests that read the help failed by the terminal they ran in. A test of another
+    width sets its own."""
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"
+    yield
+    if old is None:
+        os.environ.pop("COLUMNS", None)
+    else:
+        os.environ["COLUMNS"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_torch_thread() -> Iterator[None]:
     """Every test runs torch on one thread, whichever files were collected. Four test files
     set it as they were imported, so a file run alone (``pytest tests/test_sac.py``) ran its
