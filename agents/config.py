@@ -566,22 +566,19 @@ def _require_utf8_folder(flag: str, folder: str) -> None:
     UnicodeEncodeError traceback."""
     try:
         folder.encode("utf-8")
+        return
     except UnicodeEncodeError as exc:
-        try:        # UTF-8 bytes, read in a locale that is not (LC_ALL=C with PYTHONUTF8=0)
-            os.fsencode(folder).decode("utf-8")
-            in_utf8 = True
-        except UnicodeError:
-            in_utf8 = False
-        _require(not in_utf8, f"{flag} {shown(folder)}: Python reads file names here as "
-                              f"{sys.getfilesystemencoding()}, not UTF-8 as TensorBoard names "
-                              f"its files: set PYTHONUTF8=1 or a UTF-8 locale, or give an "
-                              f"ASCII name")
-        code = ord(folder[exc.start])
-        what = (f"the byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
-                else f"{folder[exc.start]!r}")
-        _require(False, f"{flag} {shown(folder)}: its name holds {what}, which is not UTF-8, "
-                        f"and TensorBoard names its files in UTF-8: rename the folder or give "
-                        f"another")
+        bad = folder[exc.start]
+    try:        # UTF-8 bytes, read in a locale that is not (LC_ALL=C with PYTHONUTF8=0)
+        os.fsencode(folder).decode("utf-8")
+    except UnicodeError:
+        what = f"the byte 0x{ord(bad) - 0xDC00:02x}" if "\udc80" <= bad <= "\udcff" else repr(bad)
+        raise ConfigError(f"{flag} {shown(folder)}: its name holds {what}, which is not UTF-8, "
+                          f"and TensorBoard names its files in UTF-8: rename the folder or give "
+                          f"another") from None
+    raise ConfigError(f"{flag} {shown(folder)}: Python reads file names here as "
+                      f"{sys.getfilesystemencoding()}, not UTF-8 as TensorBoard names its "
+                      f"files: set PYTHONUTF8=1 or a UTF-8 locale, or give an ASCII name")
 
 
 def flag_of(name: str) -> str:

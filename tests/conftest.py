@@ -15,13 +15,9 @@ def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> Itera
     """Tests that drive SB3 models directly (not through SB3Agent.learn, which logs nowhere)
     would leave an empty SB3-<date> folder in the system temp dir per learn(); SB3 puts them
     under $SB3_LOGDIR instead, here pytest's own temp folder."""
-    old = os.environ.get("SB3_LOGDIR")
-    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3_logs"))
-    yield
-    if old is None:
-        os.environ.pop("SB3_LOGDIR", None)
-    else:
-        os.environ["SB3_LOGDIR"] = old
+    with pytest.MonkeyPatch.context() as session:
+        session.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3_logs")))
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -30,13 +26,9 @@ def help_wrapped_at_80_columns() -> Iterator[None]:
     under COLUMNS=40 a usage line broke after the program's name and "heft-calibrated" at its
     hyphen, and tests that read the help failed by the terminal they ran in. A test of another
     width sets its own."""
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "80"
-    yield
-    if old is None:
-        os.environ.pop("COLUMNS", None)
-    else:
-        os.environ["COLUMNS"] = old
+    with pytest.MonkeyPatch.context() as session:
+        session.setenv("COLUMNS", "80")
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
