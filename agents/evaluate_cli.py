@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config import ConfigError, EvalConfig
     from agents.config_parsing import described, parse_config
-    from agents.docstrings import docstring
+    from agents.docstrings import module_docstring
     from agents.files import WriteFailed
 
     try:
-        doc = docstring(sys.modules[__name__])
+        doc = module_docstring(__doc__, __file__)
         config, _ = parse_config(EvalConfig, argv, description=described(doc, SCRIPT, prog),
                                  prog=prog)
         # torch and SB3 load only now: --help and a refused option answer at once

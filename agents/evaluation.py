@@ -31,7 +31,6 @@ import dataclasses
 import inspect
 import math
 import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ import numpy as np
 
 import envs  # registers the env ids
 from agents.base import StreamActor, start_stream_of
-from agents.docstrings import docstring
+from agents.docstrings import docstring, module_docstring
 from agents.imported import PATTERN, is_import_name
 from agents.registry import make_policy
 from agents.stats import mean_ci95
@@ -288,7 +287,7 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seeds: Sequence[int], episo
             lines += [pooled, ""]
         if notes and scenario in notes:
             lines += [notes[scenario], ""]
-    lines += ["## Definitions", "", docstring(sys.modules[__name__])
+    lines += ["## Definitions", "", module_docstring(__doc__, __file__)
               .split("Definitions used in every table:")[-1].strip(), ""]
     return "\n".join(lines)
 

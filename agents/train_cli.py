@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config import ConfigError, TrainConfig
     from agents.config_parsing import described, parse_config
-    from agents.docstrings import docstring
+    from agents.docstrings import module_docstring
     from agents.files import WriteFailed
 
     try:
-        doc = docstring(sys.modules[__name__])
+        doc = module_docstring(__doc__, __file__)
         config, given = parse_config(TrainConfig, argv, prog=prog,
                                      description=described(doc, SCRIPT, prog))
     except ConfigError as exc:

@@ -42,6 +42,7 @@ if __package__ in (None, ""):   # run as a script: time the code beside it, not 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import envs  # noqa: E402  (registers the ids; gym.make("envs:...") would import it anyway)
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from envs.scenario import MAX_EPISODE_TASKS  # noqa: E402
 from inference.messages import ShortErrorParser  # noqa: E402
@@ -81,7 +82,7 @@ def profile(env_id: str, steps: int, episode_tasks: int, top: int = 25) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--env", choices=ENV_CHOICES, default="all",
                         help="the env timed: discrete (InferenceAlloc-v0), split "

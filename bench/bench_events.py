@@ -31,6 +31,7 @@ from typing import TypeVar
 if __package__ in (None, ""):   # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.event_scalars import MAX_POINTS, read_scalar_tags  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from agents.plots import CURVE_PANELS  # noqa: E402
@@ -91,7 +92,7 @@ def timed(work: Callable[[], T], repeats: int) -> tuple[float, T]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--steps", type=int, default=200_000,
                         help="training steps of the run written (one latency/per_sample each)")

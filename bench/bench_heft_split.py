@@ -36,6 +36,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.heft_split import HeftSplitPolicy  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
@@ -106,7 +107,7 @@ def device_counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--devices", type=device_counts, default="3,8,16,24",
                         help="device counts, from 3 (the reference) up")

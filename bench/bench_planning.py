@@ -23,6 +23,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 
 import gymnasium as gym  # noqa: E402
 
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.heft import HeftPolicy  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from bench.bench_simulator import reference_rate  # noqa: E402
@@ -55,7 +56,7 @@ def decision_seconds(tasks: int, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tasks", type=int, default=200, help="decisions per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the median is reported")

@@ -27,6 +27,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 
 import numpy as np  # noqa: E402
 
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from bench.bench_traces import median_seconds  # noqa: E402
 from inference.messages import ShortErrorParser  # noqa: E402
@@ -65,7 +66,7 @@ def exact(values: np.ndarray) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n\n")[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--tasks", type=int, default=500_000, help="latencies a curve")
     parser.add_argument("--agents", type=int, default=8, help="curves drawn")

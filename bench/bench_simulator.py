@@ -22,6 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):   # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from inference import (  # noqa: E402
     VARIANTS,
@@ -70,7 +71,7 @@ def simulator_rate(variant: str, placement: tuple[str | int, ...], runs: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000,
                         help="bookings per repeat")

@@ -37,6 +37,7 @@ if __package__ in (None, ""):   # run as a script: make the repository root impo
 
 import numpy as np  # noqa: E402
 
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from envs.traces import HEADER, batch_columns, read_trace  # noqa: E402
 from inference.messages import ShortErrorParser  # noqa: E402
@@ -95,7 +96,7 @@ def peak_bytes(work: Callable[[], object]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--rows", type=int, default=300_000, help="rows of the synthetic trace")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each; the median")

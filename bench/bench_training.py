@@ -42,6 +42,7 @@ import agents.training as training  # noqa: E402
 from agents import run_plan, run_records, run_scores  # noqa: E402
 from agents.callbacks import BestModelSelection, HeldOutEval, LatencyMetrics  # noqa: E402
 from agents.config import TrainConfig  # noqa: E402
+from agents.docstrings import module_docstring  # noqa: E402
 from agents.interrupts import run_stoppable  # noqa: E402
 from agents.sb3_factory import SB3Agent  # noqa: E402
 from agents.warmup import WarmupCallback  # noqa: E402
@@ -106,7 +107,7 @@ def final_row_seconds(result: run_records.RunResult, cfg: TrainConfig,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ShortErrorParser(description=(__doc__ or "").split("\n")[0],
+    parser = ShortErrorParser(description=module_docstring(__doc__, __file__).split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--timesteps", type=int, default=2000, help="steps of the PPO run")
     parser.add_argument("--eval-tasks", type=int, default=1000,
