@@ -122,24 +122,31 @@ def _ignore_stops_at_exit() -> None:
 def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     """A CLI's `body`, with SIGTERM as Ctrl-C; either, while the modules load too (before there
     is anything to keep), ends in one line, ``{script}: interrupted{kept}``, and 130 (143).
-    A reader of stdout that went away (``train.py | head``) ends it silently, status 1. From
-    the interpreter's exit on, a stop is ignored (``_ignore_stops_at_exit``)."""
+    A stdout whose reader went away (``train.py | head``) or whose file is full does not end
+    the job: it goes on and writes its files (``agents.lost_output``). From the interpreter's
+    exit on, a stop is ignored (``_ignore_stops_at_exit``)."""
+    from agents.lost_output import outliving_output
+
     atexit.unregister(_ignore_stops_at_exit)    # once, however many jobs the process runs
     atexit.register(_ignore_stops_at_exit)
     with sigterm_as_interrupt():
-        try:
-            return body()
-        except Terminated:
-            print(f"{script}: terminated (SIGTERM){kept}", file=sys.stderr)
-            return SIGTERM_STATUS
-        except KeyboardInterrupt:
-            print(f"{script}: interrupted{kept}", file=sys.stderr)
-            return SIGINT_STATUS
-        except BrokenPipeError:
-            # nowhere to say more; Python's flush of stdout at exit would raise it again, as a
-            # second traceback, so what is left of stdout goes nowhere
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 1
+        with outliving_output(script) as output:
+            try:
+                status = body()
+            except Terminated:
+                print(f"{script}: terminated (SIGTERM){kept}", file=sys.stderr)
+                return SIGTERM_STATUS
+            except KeyboardInterrupt:
+                print(f"{script}: interrupted{kept}", file=sys.stderr)
+                return SIGINT_STATUS
+            except BrokenPipeError:
+                # a write that passed by the guarded stdout (a handle kept from before it):
+                # nowhere to say more, and Python's flush of stdout at exit would raise it
+                # again as a second traceback, so what is left of stdout goes nowhere
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 1
+        # after the guard's last flush, which may be the write a full disk refuses
+        return output.status(status)
 
 
 @contextlib.contextmanager

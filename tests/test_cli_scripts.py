@@ -1406,21 +1406,39 @@ def test_a_run_stopped_before_it_learns_leaves_no_folder(tmp_path: Path, monkeyp
     assert "Traceback" not in err
 
 
-def test_a_reader_of_stdout_that_went_away_ends_evaluate_py_without_a_traceback(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("refusal", ["reader gone", "full disk"])
+def test_evaluate_py_writes_its_files_past_a_stdout_that_takes_no_more(
+        tmp_path: Path, refusal: str) -> None:
     """`evaluate.py | head` whose head has exited: the next line printed was a BrokenPipeError
-    traceback, and Python's flush at exit a second one ("Exception ignored")."""
+    traceback, and Python's flush at exit a second one ("Exception ignored"); when that was
+    handled, the job still ended there, silently, its files unwritten (the table is printed
+    before them). `> /dev/full`: an OSError traceback, the files unwritten too. The job goes
+    on and writes them, with one line on stderr; a full disk fails its status."""
+    full = Path("/dev/full")
+    if refusal == "full disk" and not full.exists():
+        pytest.skip("no /dev/full on this platform")
     read_end, write_end = os.pipe()
     os.close(read_end)                  # the reader is gone before the first line
+    out = tmp_path / "results"
     try:
-        done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--baselines", "all-gpu",
-                               "--no-online", "--seeds", "1", "--episodes", "1",
-                               "--episode-tasks", "5", "--out", str(tmp_path / "results"),
-                               "--no-progress-bar"], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=JOB_TIMEOUT_S)
+        with full.open("w") if refusal == "full disk" else contextlib.nullcontext() as disk:
+            done = subprocess.run([sys.executable, str(ROOT / "evaluate.py"),
+                                   "--baselines", "all-gpu", "--no-online", "--seeds", "1",
+                                   "--episodes", "1", "--episode-tasks", "5", "--out", str(out),
+                                   "--no-progress-bar"],
+                                  stdout=write_end if disk is None else disk,
+                                  stderr=subprocess.PIPE, text=True, timeout=JOB_TIMEOUT_S)
     finally:
         os.close(write_end)
-    assert (done.returncode, done.stderr) == (1, "")
+    lost = ("the reader of stdout has gone (Broken pipe)" if disk is None
+            else "cannot write to stdout (No space left on device)")
+    assert (done.returncode, done.stderr) == (
+        0 if disk is None else 1,
+        f"evaluate.py: {lost}; the job goes on and writes its files, printing nothing more "
+        "there\n")
+    assert sorted(p.name for p in out.iterdir()) == ["latency_cdf.png", "summary.csv",
+                                                     "summary.md"]
+    assert "all-gpu" in (out / "summary.md").read_text()
 
 
 def deliver_sigterm() -> None:

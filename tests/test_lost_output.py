@@ -1,0 +1,118 @@
+"""agents.lost_output: a CLI's job outlives a stdout or stderr that stops taking writes (a
+pipe's reader gone, a full disk), says so once, and ends with a status that tells a full disk
+from a reader that had read its fill."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import sys
+
+import pytest
+
+from agents.interrupts import run_stoppable
+from agents.lost_output import OutlivingStream, lost_message, outliving_output, reader_left
+
+GONE = BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+FULL = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class Refusing(io.StringIO):
+    """A text stream that takes `room` characters, then raises `refusal` on every write and
+    flush, as a pipe whose reader left or a full disk does."""
+
+    def __init__(self, room: int, refusal: OSError):
+        super().__init__()
+        self.room = room
+        self.refusal = refusal
+        self.tries = 0
+
+    def write(self, text: str) -> int:
+        self.tries += 1
+        if len(self.getvalue()) + len(text) > self.room:
+            raise self.refusal
+        return super().write(text)
+
+    def flush(self) -> None:
+        if len(self.getvalue()) >= self.room:
+            raise self.refusal
+
+
+def test_writes_pass_until_the_first_refusal_and_then_go_nowhere_told_once() -> None:
+    told: list[OutlivingStream] = []
+    inner = Refusing(room=6, refusal=FULL)
+    stream = OutlivingStream(inner, "stdout", told.append)
+    assert stream.write("hello\n") == 6 and inner.getvalue() == "hello\n"
+    assert stream.write("more\n") == 5          # refused: counted as written, job goes on
+    assert stream.write("and more\n") == 9
+    stream.writelines(["x\n", "y\n"])
+    stream.flush()
+    assert inner.getvalue() == "hello\n" and inner.tries == 2   # no write tried after the first refused
+    assert told == [stream] and stream.lost is FULL
+    assert stream.getvalue() == "hello\n"       # the rest is the stream's own
+
+
+@pytest.mark.parametrize(("refusal", "zero_becomes"), [(GONE, 0), (FULL, 1)])
+def test_a_gone_reader_leaves_the_status_and_a_full_file_fails_a_job_that_ended_well(
+        monkeypatch, capsys, refusal: OSError, zero_becomes: int) -> None:
+    assert reader_left(refusal) == (refusal is GONE) and reader_left(OSError(errno.EPIPE, "x"))
+    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refusal))
+    with outliving_output("job.py") as output:
+        print("refused")
+    assert output.status(0) == zero_becomes
+    assert output.status(130) == 130            # a job's own failure is its own
+    assert capsys.readouterr().err.count("job.py: ") == 1
+
+
+def test_output_still_buffered_meets_its_file_as_the_block_ends(monkeypatch, capsys) -> None:
+    """A print whose text waits in the buffer is refused at the block's last flush, not by
+    Python's flush at exit (a traceback after the job's status): it is told and counted."""
+    inner = Refusing(room=0, refusal=FULL)
+    inner.write = io.StringIO.write.__get__(inner)     # takes the text, refuses the flush
+    monkeypatch.setattr(sys, "stdout", inner)
+    with outliving_output("job.py") as output:
+        print("buffered")
+    assert sys.stdout is inner and output.status(0) == 1
+    assert capsys.readouterr().err == lost_message("job.py", "stdout", FULL) + "\n"
+
+
+def test_the_streams_are_put_back_and_a_missing_one_is_left_missing(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stdout", None)
+    stderr = sys.stderr
+    with outliving_output("job.py") as output:
+        assert sys.stdout is None and isinstance(sys.stderr, OutlivingStream)
+        assert [s.name for s in output.streams] == ["stderr"]
+    assert sys.stderr is stderr
+
+
+@pytest.mark.parametrize(("refusal", "status"), [(GONE, 0), (FULL, 1)])
+def test_a_cli_body_runs_to_its_end_past_a_refused_stdout(monkeypatch, capsys, refusal: OSError,
+                                                          status: int) -> None:
+    """The job's files come after its prints (evaluate.py prints its table first): a print
+    refused ended the body there, with a traceback or, for a pipe, silently, status 1."""
+    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refusal))
+    reached = []
+
+    def body() -> int:
+        print("the table")
+        reached.append("the files")
+        return 0
+
+    assert run_stoppable("job.py", body) == status
+    assert reached == ["the files"]
+    err = capsys.readouterr().err
+    assert err == lost_message("job.py", "stdout", refusal) + "\n"
+    assert ("the reader of stdout has gone" in err) == (refusal is GONE)
+    assert ("cannot write to stdout (No space left on device)" in err) == (refusal is FULL)
+
+
+def test_a_refused_stderr_is_told_to_nobody_and_fails_nothing(monkeypatch) -> None:
+    refusing = Refusing(room=0, refusal=GONE)
+    monkeypatch.setattr(sys, "stderr", refusing)
+
+    def body() -> int:
+        print("progress", file=sys.stderr)
+        return 0
+
+    assert run_stoppable("job.py", body) == 0 and refusing.getvalue() == ""
