@@ -533,6 +533,8 @@ def require_usable_paths(config: Any) -> None:
 def _require_folder(flag: str, folder: str) -> None:
     """The output folder must be a folder, or creatable: checked before hours of work."""
     path, where = Path(folder), f"{flag} {shown(folder, quote=False)}"
+    if not path.is_absolute():      # said as itself, not as "cannot create runs"
+        require_working_directory()
     for link in (path, *path.parents):
         # a link to a folder since moved: "cannot create LINK: File exists" named a path that
         # seems not to exist
@@ -557,6 +559,20 @@ def _require_folder(flag: str, folder: str) -> None:
         except OSError as exc:
             _require(False, f"{where}: cannot create {shown(missing[-1], quote=False)}: "
                          f"{exc.strerror or exc}")
+
+
+def require_working_directory() -> None:
+    """A CLI's working directory must still exist: one removed while a shell stood in it left
+    torch unable to load (its MKL ends the process with "Intel oneMKL FATAL ERROR: Cannot load
+    libtorch_cpu.so", status 2), the job's paths absolute or not. Checked once the options are
+    read, before torch loads."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        where = os.environ.get("PWD")
+        raise ConfigError(f"the working directory{f' {shown(where)}' if where else ''} no longer "
+                          f"exists (removed after the shell entered it): cd to a folder that "
+                          f"does, and run it again") from None
 
 
 def _require_utf8_folder(flag: str, folder: str) -> None:

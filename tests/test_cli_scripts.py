@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -941,6 +942,29 @@ def test_a_run_folder_named_in_utf8_under_an_ascii_locale_is_refused_first(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "Python reads file names here as ascii, not UTF-8" in done.stderr
     assert "PYTHONUTF8=1" in done.stderr and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("train.py", ["--timesteps", "32", "--eval-tasks", "0", "--warmup", "none"]),  # runs/ relative
+    ("evaluate.py", ["--no-online", "--out", "{tmp}/results"]),                     # --out absolute
+])
+def test_a_working_directory_removed_under_the_shell_is_refused_first(
+        tmp_path: Path, name: str, args: list[str]) -> None:
+    """A working directory removed while the shell stood in it: torch could not load ("Intel
+    oneMKL FATAL ERROR: Cannot load libtorch_cpu.so", status 2, whatever the paths), and a
+    relative --log-dir read "cannot create runs: No such file or directory". One line says
+    what is wrong, before torch loads."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    command = " ".join(shlex.quote(a) for a in (
+        sys.executable, str(ROOT / name), *(a.format(tmp=tmp_path) for a in args),
+        "--no-progress-bar"))
+    done = subprocess.run(["bash", "-c", f'cd "$0" && rmdir "$0" && exec {command}', str(gone)],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 2 and done.stderr == (
+        f"{name}: error: the working directory {str(gone)!r} no longer exists (removed after "
+        "the shell entered it): cd to a folder that does, and run it again\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_file_that_cannot_be_read_is_one_error_line_naming_it(tmp_path: Path, capsys,
