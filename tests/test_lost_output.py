@@ -14,8 +14,14 @@ import pytest
 from agents.interrupts import run_stoppable
 from agents.lost_output import OutlivingStream, lost_message, outliving_output, reader_left
 
-GONE = BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-FULL = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+def refusal(kind: str) -> OSError:
+    """A pipe whose reader went away ("gone") or a full disk ("full"), as the OS says them.
+    Made per test: an exception object kept for the session would count among the
+    BrokenPipeErrors another test asserts are freed (tests/test_env_training.py)."""
+    if kind == "gone":
+        return BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 class Refusing(io.StringIO):
@@ -41,7 +47,8 @@ class Refusing(io.StringIO):
 
 def test_writes_pass_until_the_first_refusal_and_then_go_nowhere_told_once() -> None:
     told: list[OutlivingStream] = []
-    inner = Refusing(room=6, refusal=FULL)
+    full = refusal("full")
+    inner = Refusing(room=6, refusal=full)
     stream = OutlivingStream(inner, "stdout", told.append)
     assert stream.write("hello\n") == 6 and inner.getvalue() == "hello\n"
     assert stream.write("more\n") == 5          # refused: counted as written, job goes on
@@ -49,15 +56,16 @@ def test_writes_pass_until_the_first_refusal_and_then_go_nowhere_told_once() -> 
     stream.writelines(["x\n", "y\n"])
     stream.flush()
     assert inner.getvalue() == "hello\n" and inner.tries == 2   # no write tried after the first refused
-    assert told == [stream] and stream.lost is FULL
+    assert told == [stream] and stream.lost is full
     assert stream.getvalue() == "hello\n"       # the rest is the stream's own
 
 
-@pytest.mark.parametrize(("refusal", "zero_becomes"), [(GONE, 0), (FULL, 1)])
+@pytest.mark.parametrize(("kind", "zero_becomes"), [("gone", 0), ("full", 1)])
 def test_a_gone_reader_leaves_the_status_and_a_full_file_fails_a_job_that_ended_well(
-        monkeypatch, capsys, refusal: OSError, zero_becomes: int) -> None:
-    assert reader_left(refusal) == (refusal is GONE) and reader_left(OSError(errno.EPIPE, "x"))
-    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refusal))
+        monkeypatch, capsys, kind: str, zero_becomes: int) -> None:
+    refused = refusal(kind)
+    assert reader_left(refused) == (kind == "gone") and reader_left(OSError(errno.EPIPE, "x"))
+    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refused))
     with outliving_output("job.py") as output:
         print("refused")
     assert output.status(0) == zero_becomes
@@ -68,13 +76,13 @@ def test_a_gone_reader_leaves_the_status_and_a_full_file_fails_a_job_that_ended_
 def test_output_still_buffered_meets_its_file_as_the_block_ends(monkeypatch, capsys) -> None:
     """A print whose text waits in the buffer is refused at the block's last flush, not by
     Python's flush at exit (a traceback after the job's status): it is told and counted."""
-    inner = Refusing(room=0, refusal=FULL)
+    inner = Refusing(room=0, refusal=refusal("full"))
     inner.write = io.StringIO.write.__get__(inner)     # takes the text, refuses the flush
     monkeypatch.setattr(sys, "stdout", inner)
     with outliving_output("job.py") as output:
         print("buffered")
     assert sys.stdout is inner and output.status(0) == 1
-    assert capsys.readouterr().err == lost_message("job.py", "stdout", FULL) + "\n"
+    assert capsys.readouterr().err == lost_message("job.py", "stdout", inner.refusal) + "\n"
 
 
 def test_the_streams_are_put_back_and_a_missing_one_is_left_missing(monkeypatch) -> None:
@@ -86,12 +94,13 @@ def test_the_streams_are_put_back_and_a_missing_one_is_left_missing(monkeypatch)
     assert sys.stderr is stderr
 
 
-@pytest.mark.parametrize(("refusal", "status"), [(GONE, 0), (FULL, 1)])
-def test_a_cli_body_runs_to_its_end_past_a_refused_stdout(monkeypatch, capsys, refusal: OSError,
+@pytest.mark.parametrize(("kind", "status"), [("gone", 0), ("full", 1)])
+def test_a_cli_body_runs_to_its_end_past_a_refused_stdout(monkeypatch, capsys, kind: str,
                                                           status: int) -> None:
     """The job's files come after its prints (evaluate.py prints its table first): a print
     refused ended the body there, with a traceback or, for a pipe, silently, status 1."""
-    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refusal))
+    refused = refusal(kind)
+    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refused))
     reached = []
 
     def body() -> int:
@@ -102,13 +111,13 @@ def test_a_cli_body_runs_to_its_end_past_a_refused_stdout(monkeypatch, capsys, r
     assert run_stoppable("job.py", body) == status
     assert reached == ["the files"]
     err = capsys.readouterr().err
-    assert err == lost_message("job.py", "stdout", refusal) + "\n"
-    assert ("the reader of stdout has gone" in err) == (refusal is GONE)
-    assert ("cannot write to stdout (No space left on device)" in err) == (refusal is FULL)
+    assert err == lost_message("job.py", "stdout", refused) + "\n"
+    assert ("the reader of stdout has gone (Broken pipe)" in err) == (kind == "gone")
+    assert ("cannot write to stdout (No space left on device)" in err) == (kind == "full")
 
 
 def test_a_refused_stderr_is_told_to_nobody_and_fails_nothing(monkeypatch) -> None:
-    refusing = Refusing(room=0, refusal=GONE)
+    refusing = Refusing(room=0, refusal=refusal("gone"))
     monkeypatch.setattr(sys, "stderr", refusing)
 
     def body() -> int:
