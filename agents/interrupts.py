@@ -130,9 +130,14 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     atexit.unregister(_ignore_stops_at_exit)    # once, however many jobs the process runs
     atexit.register(_ignore_stops_at_exit)
     with sigterm_as_interrupt():
+        finished: SystemExit | None = None
         with outliving_output(script) as output:
             try:
                 status = body()
+            except SystemExit as exc:
+                if exc.code not in (0, None):
+                    raise
+                finished, status = exc, 0   # argparse's, after --help: raised again below
             except Terminated:
                 print(f"{script}: terminated (SIGTERM){kept}", file=sys.stderr)
                 return SIGTERM_STATUS
@@ -145,8 +150,12 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
                 # again as a second traceback, so what is left of stdout goes nowhere
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return 1
-        # after the guard's last flush, which may be the write a full disk refuses
-        return output.status(status)
+        # after the guard's last flush, which may be the write a full disk refuses: a help
+        # lost so fails as a job's output does
+        status = output.status(status)
+        if finished is not None:
+            raise SystemExit(status) from None
+        return status
 
 
 @contextlib.contextmanager

@@ -75,8 +75,7 @@ def lost_message(script: str, name: str, exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
     lost = (f"the reader of {name} has gone" if reader_left(exc)
             else f"cannot write to {name}")
-    return (f"{script}: {lost} ({reason}); the job goes on and writes its files, printing "
-            f"nothing more there")
+    return f"{script}: {lost} ({reason}); the job carries on without it"
 
 
 class Outliving:

@@ -125,3 +125,27 @@ def test_a_refused_stderr_is_told_to_nobody_and_fails_nothing(monkeypatch) -> No
         return 0
 
     assert run_stoppable("job.py", body) == 0 and refusing.getvalue() == ""
+
+
+@pytest.mark.parametrize(("kind", "status"), [("gone", 0), ("full", 1)])
+def test_a_help_lost_to_a_full_disk_exits_1_as_argparse_exits(monkeypatch, capsys, kind: str,
+                                                             status: int) -> None:
+    """argparse ends --help with SystemExit(0), which passed the status check by: a help lost
+    to a full disk exited 0. It is still a SystemExit, with the status a job would end with;
+    argparse's refusal (2) is its own."""
+    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refusal(kind)))
+
+    def helped() -> int:
+        print("usage: job.py [-h]")
+        raise SystemExit(0)
+
+    with pytest.raises(SystemExit) as exit_:
+        run_stoppable("job.py", helped)
+    assert exit_.value.code == status and capsys.readouterr().err.count("job.py: ") == 1
+
+    def refused() -> int:
+        raise SystemExit(2)
+
+    with pytest.raises(SystemExit) as exit_:
+        run_stoppable("job.py", refused)
+    assert exit_.value.code == 2
