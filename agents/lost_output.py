@@ -33,9 +33,11 @@ class OutlivingStream:
     def write(self, text: str) -> int:
         if self.lost is None:
             try:
-                return int(self.stream.write(text))
+                written = self.stream.write(text)
             except OSError as exc:
                 self._lose(exc)
+            else:   # some streams (a notebook's) return None
+                return len(text) if written is None else int(written)
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -86,11 +88,12 @@ class Outliving:
         self.streams: list[OutlivingStream] = []
 
     def told(self, stream: OutlivingStream) -> None:
-        """The loss of `stream` said on stderr (through its guard: if that one is gone too,
-        nobody hears it, and nothing fails)."""
-        if stream.lost is not None:
-            sys.stderr.write(lost_message(self.script, stream.name, stream.lost) + "\n")
-        sys.stderr.flush()
+        """The loss of `stream` said on stderr, through its guard whatever sys.stderr is by
+        now: if that one is gone too, nobody hears it, and nothing fails."""
+        stderr = next((s for s in self.streams if s.name == "stderr"), None)
+        if stderr is not None and stream.lost is not None:
+            stderr.write(lost_message(self.script, stream.name, stream.lost) + "\n")
+            stderr.flush()
 
     def status(self, status: int) -> int:
         """The job's own `status`, or 1 for a job that ended well but lost output a file

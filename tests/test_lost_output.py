@@ -149,3 +149,23 @@ def test_a_help_lost_to_a_full_disk_exits_1_as_argparse_exits(monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_:
         run_stoppable("job.py", refused)
     assert exit_.value.code == 2
+
+
+def test_a_stream_whose_write_returns_none_is_counted_whole_and_a_late_stderr_is_not_used(
+        monkeypatch, capsys) -> None:
+    """A notebook's stream returns None from write: int(None) would fail the job's first print.
+    The loss is said through the stderr guard, not whatever sys.stderr has become (another
+    redirect, itself refusing, would raise out of the job's print)."""
+
+    class Quiet(io.StringIO):
+        def write(self, text: str) -> None:        # type: ignore[override]
+            super().write(text)
+
+    assert OutlivingStream(Quiet(), "stdout", lambda s: None).write("four") == 4
+    monkeypatch.setattr(sys, "stdout", Refusing(room=0, refusal=refusal("full")))
+    with outliving_output("job.py") as output:
+        sys.stderr = Refusing(room=0, refusal=refusal("gone"))   # put back as the block ends
+        print("refused")
+    assert output.status(0) == 1
+    assert capsys.readouterr().err == lost_message("job.py", "stdout",
+                                                   output.streams[0].lost) + "\n"
