@@ -333,12 +333,17 @@ class HeldOutEval(EvalPoints):
         # written: at the end of training, the runs by the model then saved, which the
         # trainer's final/ row and a mix's other table sections take
         self.last: tuple[int, dict[str, np.ndarray]] | None = None
+        # the first scenario's ratio to best-static at step 0, before any update: a warm run's
+        # clone, which the trainer compares the saved model with (``run_scores.drift_note``)
+        self.at_start: float | None = None
 
     def _point(self, step: int) -> None:
         if self.writer is None:
             return
         runs = [episode.run() for episode in self.episodes]
         latency, ratio = runs[0]
+        if step == 0:
+            self.at_start = ratio
         self.last = (step, {e.name: lat for e, (lat, _) in zip(self.episodes, runs, strict=True)})
         self.writer.add_scalar("eval/latency_mean", float(latency.mean()), step)
         self.writer.add_scalar("eval/latency_p95", float(np.percentile(latency, 95)), step)

@@ -97,6 +97,9 @@ class RunResult:
     # (train / held-out agreement, samples), said in the finished line: a poor clone warms
     # nothing up, and TensorBoard's warmup/ tags were the only place that told
     clone: dict[str, float] | None = None
+    # the eval/ curves' point at step 0 (``HeldOutEval.at_start``): a fresh run's policy
+    # before any update, a warm run's clone, on the held-out episode
+    start_vs_best_static: float | None = None
 
 
 @dataclass

@@ -174,6 +174,29 @@ def finished_line(r: RunResult) -> str:
             f"({sps:.0f} steps/s){held} -> {r.run_dir}")
 
 
+# how much worse than its clone a warm run's saved model must score on the held-out episode
+# for the trainer to say so: above the few percent by which a good run's points wander
+DRIFT_MARGIN = 0.05
+
+
+def drift_note(r: RunResult) -> str | None:
+    """A note for a run that cloned its conservative this session and whose saved model scores
+    clearly worse than that clone did at step 0, on the held-out episode; None otherwise, or
+    where --select-best kept a best model (the clone is its first candidate). The guard and
+    ``latency/vs_static`` price best-static in the learner's own state, which a drifting
+    learner's queues inflate, so neither sees such a drift (README: a trace's warm seed 0 went
+    from 0.72x to 1.19x): only the eval/ curves did, in TensorBoard."""
+    start, final = r.start_vs_best_static, r.vs_best_static
+    if r.clone is None or r.best is not None or start is None or not np.isfinite(final) \
+            or final <= start * (1 + DRIFT_MARGIN):
+        return None
+    return (f"note: {r.spec.label} seed {r.spec.seed} ended at {final:.3f}x best-static on the "
+            f"held-out episode, worse than its clone's {start:.3f}x at step 0: training moved it "
+            f"off its warm start, which the guard and latency/vs_static (both pricing best-static "
+            f"in the learner's own state) can miss; --select-best keeps the best model seen on a "
+            f"validation episode, the clone included")
+
+
 def table_baselines(cfg: TrainConfig) -> list[str]:
     """The table's baselines that the run's hardware and env can run: all-gpu only where a
     device is called gpu, and heft-split (the baseline to beat there) in the Split env."""

@@ -185,7 +185,8 @@ def train_and_score(agent: SB3Agent, run_dir: Path, cfg: TrainConfig, spec: RunS
                            evaluated=held.last if held is not None else None,
                            stopped=user.stopped(model.num_timesteps, cfg.timesteps,
                                                 _resume_command(run_dir)) if user else None,
-                           clone=agent.clone_stats if fresh else None)
+                           clone=agent.clone_stats if fresh else None,
+                           start_vs_best_static=held.at_start if held is not None else None)
         try:
             _score(result, cfg, logger, selection, best)
             stop_if_asked()     # one that came as the logger closed

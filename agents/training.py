@@ -81,7 +81,7 @@ from agents.resume import AlreadyTrained, resume_run
 from agents.rollout_steps import rounding_notes
 from agents.run_plan import absolute_files, drift_notes, plan
 from agents.run_records import FinishedUnrecorded, PlanStopped, RunFailed, RunResult, RunsFailed
-from agents.run_scores import finished_line
+from agents.run_scores import drift_note, finished_line
 from agents.run_training import train_run
 
 
@@ -141,6 +141,9 @@ def train(config: TrainConfig, given: set[str] | None = None,
         except WriteFailed as exc:      # the finished runs' table is still shown
             raise PlanStopped(exc, len(specs), failures, results) from exc
         report(finished_line(results[-1]))
+        drifted = drift_note(results[-1])
+        if drifted is not None:
+            print(drifted, file=sys.stderr)
     if failures:
         raise RunsFailed(failures, results)
     return results
