@@ -533,8 +533,6 @@ def require_usable_paths(config: Any) -> None:
 def _require_folder(flag: str, folder: str) -> None:
     """The output folder must be a folder, or creatable: checked before hours of work."""
     path, where = Path(folder), f"{flag} {shown(folder, quote=False)}"
-    if not path.is_absolute():      # said as itself, not as "cannot create runs"
-        require_working_directory()
     for link in (path, *path.parents):
         # a link to a folder since moved: "cannot create LINK: File exists" named a path that
         # seems not to exist
@@ -564,8 +562,9 @@ def _require_folder(flag: str, folder: str) -> None:
 def require_working_directory() -> None:
     """A CLI's working directory must still exist: one removed while a shell stood in it left
     torch unable to load (its MKL ends the process with "Intel oneMKL FATAL ERROR: Cannot load
-    libtorch_cpu.so", status 2), the job's paths absolute or not. Checked once the options are
-    read, before torch loads."""
+    libtorch_cpu.so", status 2), the job's paths absolute or not, and a relative --log-dir or
+    --out read "cannot create runs: No such file or directory". ``parse_config`` checks it
+    once the command line is read (--help answers anywhere), before any path is."""
     try:
         os.getcwd()
     except FileNotFoundError:

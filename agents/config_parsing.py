@@ -34,6 +34,7 @@ from agents.config import (
     is_run_record,
     require_usable,
     require_usable_paths,
+    require_working_directory,
 )
 from agents.overrides import kept_below, layer_hyperparams, parse_overrides
 from inference.checks import is_number, is_whole
@@ -312,6 +313,7 @@ def parse_config(cls: type[C], argv: Sequence[str] | None = None, description: s
         flags = [word.split("=")[0] for word in extras if word.startswith("--")]
         parser.explained = {flag for flag in flags if _other_job_note(cls, [flag])}
         parser.error(f"{unrecognized(extras)}{hint}{_other_job_note(cls, flags)}")
+    require_working_directory()     # before --config and every path resolve against it
     given = vars(namespace)
     values: dict[str, Any] = {}
     config_file = given.pop("config", None)

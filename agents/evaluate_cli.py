@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from agents.config import ConfigError, EvalConfig, require_working_directory
+    from agents.config import ConfigError, EvalConfig
     from agents.config_parsing import described, parse_config
     from agents.docstrings import module_docstring
     from agents.files import WriteFailed
@@ -40,7 +40,6 @@ def _main(argv: list[str] | None, prog: str) -> int:
         doc = module_docstring(__doc__, __file__)
         config, _ = parse_config(EvalConfig, argv, description=described(doc, SCRIPT, prog),
                                  prog=prog)
-        require_working_directory()
         # torch and SB3 load only now: --help and a refused option answer at once
         from agents.reporting import reproduce_article, run
 

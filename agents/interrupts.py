@@ -130,14 +130,14 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     atexit.unregister(_ignore_stops_at_exit)    # once, however many jobs the process runs
     atexit.register(_ignore_stops_at_exit)
     with sigterm_as_interrupt():
-        finished: SystemExit | None = None
+        helped = False      # argparse's SystemExit(0), after --help: raised again below
         with outliving_output(script) as output:
             try:
                 status = body()
             except SystemExit as exc:
                 if exc.code not in (0, None):
                     raise
-                finished, status = exc, 0   # argparse's, after --help: raised again below
+                helped, status = True, 0
             except Terminated:
                 print(f"{script}: terminated (SIGTERM){kept}", file=sys.stderr)
                 return SIGTERM_STATUS
@@ -153,7 +153,7 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
         # after the guard's last flush, which may be the write a full disk refuses: a help
         # lost so fails as a job's output does
         status = output.status(status)
-        if finished is not None:
+        if helped:
             raise SystemExit(status) from None
         return status
 

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None, prog: str = COMMAND) -> int:
 
 
 def _main(argv: list[str] | None, prog: str) -> int:
-    from agents.config import ConfigError, TrainConfig, require_working_directory
+    from agents.config import ConfigError, TrainConfig
     from agents.config_parsing import described, parse_config
     from agents.docstrings import module_docstring
     from agents.files import WriteFailed
@@ -42,7 +42,6 @@ def _main(argv: list[str] | None, prog: str) -> int:
         doc = module_docstring(__doc__, __file__)
         config, given = parse_config(TrainConfig, argv, prog=prog,
                                      description=described(doc, SCRIPT, prog))
-        require_working_directory()
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
