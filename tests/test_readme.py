@@ -43,6 +43,17 @@ def test_the_readmes_glm_9b_weight_size_is_the_models():
     assert float(stated.group(1)) == float(f"{get_model('glm-9b').weight_bytes:.2e}")
 
 
+def test_ci_and_contributing_run_the_readmes_test_command():
+    """CI runs the README's test command, and CONTRIBUTING.md names it: a flag added to one (as
+    `-n auto`, the workers) and not the others would test the suite one way and document another."""
+    root = README.parent
+    (command,) = re.findall(r"^# set-up \+ the tests.*\n.*&& (python -m pytest[^\n]*)$",
+                            README.read_text(encoding="utf-8"), re.M)
+    assert command in (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert re.search(rf"^{re.escape(command)} +# the README's test command$",
+                     (root / "CONTRIBUTING.md").read_text(encoding="utf-8"), re.M)
+
+
 # ---- figures and defaults the README's prose quotes -------------------------------------------
 # Each is read from the README and compared with what the project loads, so that an edit to
 # either side alone fails here (measured figures, which need minutes of training, are not).
