@@ -125,7 +125,7 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     A stdout whose reader went away (``train.py | head``) or whose file is full does not end
     the job: it goes on and writes its files (``agents.lost_output``). From the interpreter's
     exit on, a stop is ignored (``_ignore_stops_at_exit``)."""
-    from agents.lost_output import outliving_output
+    from agents.lost_output import outliving_output, pipe_reader_gone
 
     atexit.unregister(_ignore_stops_at_exit)    # once, however many jobs the process runs
     atexit.register(_ignore_stops_at_exit)
@@ -145,6 +145,9 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
                 print(f"{script}: interrupted{kept}", file=sys.stderr)
                 return SIGINT_STATUS
             except BrokenPipeError:
+                # another pipe's (a worker's the job did not name) is a bug's: its traceback
+                if not pipe_reader_gone(sys.stdout):
+                    raise
                 # a write that passed by the guarded stdout (a handle kept from before it):
                 # nowhere to say more, and Python's flush of stdout at exit would raise it
                 # again as a second traceback, so what is left of stdout goes nowhere

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -70,6 +71,21 @@ def reader_left(exc: OSError) -> bool:
     """Whether `exc` is a pipe's reader that went away (``| head`` read its fill): nothing the
     user asked for is lost."""
     return isinstance(exc, BrokenPipeError) or exc.errno in (errno.EPIPE, errno.ECONNRESET)
+
+
+def pipe_reader_gone(stream: Any) -> bool:
+    """Whether `stream` writes to a pipe whose reader has gone: poll() marks such a write end
+    POLLERR. False for a stream without a file (a StringIO), a file, a live pipe, and where
+    poll() is missing (Windows)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def lost_message(script: str, name: str, exc: OSError) -> str:

@@ -7,12 +7,22 @@ from __future__ import annotations
 import errno
 import io
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from agents.interrupts import run_stoppable
-from agents.lost_output import OutlivingStream, lost_message, outliving_output, reader_left
+from agents.lost_output import (
+    OutlivingStream,
+    lost_message,
+    outliving_output,
+    pipe_reader_gone,
+    reader_left,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def refusal(kind: str) -> OSError:
@@ -169,3 +179,44 @@ def test_a_stream_whose_write_returns_none_is_counted_whole_and_a_late_stderr_is
     assert output.status(0) == 1
     assert capsys.readouterr().err == lost_message("job.py", "stdout",
                                                    output.streams[0].lost) + "\n"
+
+
+def test_a_pipe_reader_gone_is_told_from_a_live_pipe_a_file_and_a_stream_without_one(
+        tmp_path: Path) -> None:
+    read, write = os.pipe()
+    with open(write, "w") as pipe, open(tmp_path / "out.txt", "w") as file:
+        assert not pipe_reader_gone(pipe)
+        os.close(read)
+        assert pipe_reader_gone(pipe)
+        assert not pipe_reader_gone(file)
+        assert not pipe_reader_gone(io.StringIO())
+
+
+# a job whose stdout is a pipe closed before it writes, by a handle kept from before the guard
+# (met silently, status 1), or which meets a broken pipe of its own, not stdout's (a bug's
+# traceback, status 1; it had ended as silently as the first)
+_KEPT = ("import sys\nfrom agents.interrupts import run_stoppable\nkept = sys.stdout\n"
+         "def body():\n    for _ in range(64):\n        kept.write('x' * 65536)\n"
+         "        kept.flush()\n    return 0\nsys.exit(run_stoppable('job.py', body))\n")
+_OWN = ("import errno, os, sys\nfrom agents.interrupts import run_stoppable\n"
+        "def body():\n    raise BrokenPipeError(errno.EPIPE, 'a worker pipe')\n"
+        "sys.exit(run_stoppable('job.py', body))\n")
+
+
+@pytest.mark.parametrize("script", ["kept", "own"])
+def test_a_broken_pipe_not_stdouts_ends_in_its_traceback(tmp_path: Path, script: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if script == "kept":
+        job = subprocess.Popen([sys.executable, "-c", _KEPT], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env)
+        assert job.stdout is not None and job.stderr is not None
+        job.stdout.close()      # the reader gone before the job's first write
+        err = job.stderr.read().decode()
+        assert (job.wait(timeout=60), err) == (1, "")
+        return
+    with open(tmp_path / "out.txt", "w") as out:
+        done = subprocess.run([sys.executable, "-c", _OWN], stdout=out,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.rstrip().endswith("BrokenPipeError: [Errno 32] a worker pipe")
+    assert "Traceback" in done.stderr
