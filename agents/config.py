@@ -29,7 +29,7 @@ from envs.scenario import MAX_EPISODE_TASKS
 from inference.messages import did_you_mean, shown
 from inference.yamlio import safe_load, unusable_path
 
-DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take ~5 min on 2 cores
+DEFAULT_TIMESTEPS = 60_000      # per run: the 2 runs of `python train.py` take 5-15 min on 2 cores
 HELDOUT_SEED = 10_000           # held-out workload seeds start here (training uses 0, 1, ...)
 # the validation episode of --select-best: outside the training seeds and evaluate.py's
 # held-out seeds (HELDOUT_SEED .. HELDOUT_SEED + MAX_EVAL_SEEDS - 1)

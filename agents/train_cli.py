@@ -1,6 +1,6 @@
 """Train allocator agents (SB3) on InferenceAlloc, without and with warm-up, and compare them.
 
-    python train.py                               # the main job: PPO vs PPO + warm-up, 5-7 min
+    python train.py                               # the main job: PPO vs PPO + warm-up, 5-15 min
     python train.py --agents ppo dqn --seeds 0 1 2 --timesteps 100000
     python train.py --env InferenceAllocSplit-v0 --agents ppo sac   # split stages (SAC: here only)
     python train.py --config my.yaml --hp learning_rate=3e-4 n_steps=64
