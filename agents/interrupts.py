@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -125,7 +124,7 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
     A stdout whose reader went away (``train.py | head``) or whose file is full does not end
     the job: it goes on and writes its files (``agents.lost_output``). From the interpreter's
     exit on, a stop is ignored (``_ignore_stops_at_exit``)."""
-    from agents.lost_output import outliving_output, pipe_reader_gone
+    from agents.lost_output import discard_stream, outliving_output, pipe_reader_gone
 
     atexit.unregister(_ignore_stops_at_exit)    # once, however many jobs the process runs
     atexit.register(_ignore_stops_at_exit)
@@ -151,7 +150,7 @@ def run_stoppable(script: str, body: Callable[[], int], kept: str = "") -> int:
                 # a write that passed by the guarded stdout (a handle kept from before it):
                 # nowhere to say more, and Python's flush of stdout at exit would raise it
                 # again as a second traceback, so what is left of stdout goes nowhere
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                discard_stream(sys.stdout)
                 return 1
         # after the guard's last flush, which may be the write a full disk refuses: a help
         # lost so fails as a job's output does

@@ -57,14 +57,19 @@ class OutlivingStream:
 
     def _lose(self, exc: OSError) -> None:
         self.lost = exc
-        # the file descriptor pointed at os.devnull: what is still buffered above it, a C
-        # library's writes and Python's own flush at exit find a sink, not a second error
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            fd = self.stream.fileno()
-            sink = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(sink, fd)
-            os.close(sink)
+        discard_stream(self.stream)
         self._on_lost(self)
+
+
+def discard_stream(stream: Any) -> None:
+    """Points `stream`'s file descriptor at os.devnull, once its file refused a write: what is
+    still buffered above it, a C library's writes and Python's own flush at exit find a sink,
+    not a second error. Nothing for a stream without a file (a StringIO)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = stream.fileno()
+        sink = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(sink, fd)
+        os.close(sink)
 
 
 def reader_left(exc: OSError) -> bool:
