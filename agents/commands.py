@@ -23,6 +23,11 @@ MODULES: dict[Job, str] = {"train": "python -m agents.train_cli",
 _form: Form = "script"    # the form of the CLI running
 
 
+def current_form() -> Form:
+    """The form of the CLI running (a worker of its runs names the jobs so too)."""
+    return _form
+
+
 def program(job: Job) -> str:
     """The job's name as a message says "train.py's --env": its script or its command."""
     return f"{job}.py" if _form == "script" else command(job)

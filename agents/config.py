@@ -51,6 +51,7 @@ MAX_TIMESTEPS = 10**12
 # caps on counts no real job comes near: past them a typo (an extra 0, 1e9 for 1e3) hung the
 # job silently, building 100,000 envs (with --vec-env subproc, forking as many processes),
 # collecting 1e12 clone samples or running 1e9 episodes a seed
+MAX_JOBS = 256                  # --jobs: processes of torch, ~0.5 GB each
 MAX_N_ENVS = 1024               # --n-envs: the README's timings go up to 16
 MAX_CLONE_SAMPLES = 10**7       # --clone-samples: 3,000 by default, ~0.1 ms each
 MAX_EPISODES = 1000             # evaluate.py's --episodes a seed: 2 by default, as --seeds' cap
@@ -136,6 +137,10 @@ class TrainConfig:
         "training seeds (one run per seed)"))
     n_envs: int = field(default=1, metadata=_help(
         f"parallel envs (stepped as --vec-env says), at most {MAX_N_ENVS:,}"))
+    jobs: int = field(default=1, metadata=_help(
+        f"runs trained at once, each in a process of its own and on a core of its own (0: one "
+        f"per core), at most {MAX_JOBS}; the same runs and table as one at a time, each "
+        f"reported as it ends, without progress bars"))
     vec_env: str = field(default="dummy", metadata=_help(
         "where the --n-envs envs step: dummy (SB3's DummyVecEnv: one after another in this "
         "process) | subproc (SubprocVecEnv: a process each, at once on several cores; the "
@@ -256,6 +261,8 @@ class TrainConfig:
         # before the seeds it spans: --n-envs 1e12 was refused as seeds past 2**31 - 1
         _require(1 <= self.n_envs <= MAX_N_ENVS,
                  f"--n-envs must lie in 1 .. {MAX_N_ENVS:,}, got {self.n_envs}")
+        _require(0 <= self.jobs <= MAX_JOBS,
+                 f"--jobs must lie in 0 .. {MAX_JOBS} (0: one per core), got {self.jobs}")
         # env i of a run is seeded seed + i (SB3's make_vec_env)
         _require_seeds("--seeds", min(self.seeds), max(self.seeds) + self.n_envs - 1)
         _require_seeds("--eval-seed", self.eval_seed, self.eval_seed)

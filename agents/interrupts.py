@@ -31,7 +31,18 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is, as Ctrl-C raises KeyboardInterrupt."""
 
 
+_stops_seen: list[signal.Signals] = []   # each stop this process's handlers of ours were handed
+
+
+def stop_seen() -> bool:
+    """Whether a stop came to one of this module's handlers in this process (a run's worker
+    told by its job to stop asks first: the same stop may have come to it straight, from a
+    scheduler that signals every process, ``agents.parallel_runs``)."""
+    return bool(_stops_seen)
+
+
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    _stops_seen.append(signal.Signals(signum))
     raise Terminated
 
 
@@ -57,6 +68,7 @@ class _SafePoints:
         self.asked: signal.Signals | None = None
 
     def note(self, signum: int, frame: FrameType | None) -> None:
+        _stops_seen.append(signal.Signals(signum))
         if self.asked is not None:      # a second stop: the user insists, it is raised here
             self.raise_asked()
         self.asked = signal.Signals(signum)
@@ -172,6 +184,7 @@ def stops_held() -> Iterator[None]:
     came: list[signal.Signals] = []
 
     def hold(signum: int, frame: FrameType | None) -> None:
+        _stops_seen.append(signal.Signals(signum))
         came.append(signal.Signals(signum))
 
     previous = {signum: signal.signal(signum, hold) for signum in STOPS}

@@ -59,7 +59,7 @@ from agents.user_callbacks import check_callbacks
 from agents.vec_envs import close_venv
 from agents.warmup import WarmupConfig, attach_warmup
 
-RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar",
+RESUMABLE = {"timesteps", "checkpoint_interval", "keep_checkpoints", "progress_bar", "jobs",
              "eval_interval", "metrics_window", "vec_env", "per_sample_interval",
              "log_interval", "callbacks", "scenario_weights"}
 # The episodes a run is scored on, which a resume keeps: the held-out one of its eval/ curves

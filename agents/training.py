@@ -1,7 +1,8 @@
 """Training runs of ``train.py``: one run per agent x warm-up spec x seed, each in its own folder.
 
 ``train`` checks and makes a plan's runs (``agents.run_plan``), trains each in turn
-(``agents.run_training``) or resumes one (``agents.resume``); ``agents.run_scores`` scores
+(``agents.run_training``), or ``--jobs`` of them at once (``agents.parallel_runs``), or resumes
+one (``agents.resume``); ``agents.run_scores`` scores
 them on the held-out episode and makes the comparison table, and ``agents.run_records`` holds
 their records and failures. Before the first run it notes what the plan does that a user may
 not expect: more steps than asked (``agents.rollout_steps``), a warm run's drift on a trace
@@ -62,15 +63,17 @@ fails and the plan's other runs go on; ``train`` then raises ``RunsFailed`` with
 results of those that finished (train.py prints their table and exits 1). A write refused
 before a run's training (its folder, its lock) would meet every run to come, and ends the
 plan: ``PlanStopped``, a ``RunsFailed`` with the runs before it (their table printed too).
-An interrupt (Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the whole plan.
+An interrupt (Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the whole plan
+(with ``--jobs``, every run training: ``agents.parallel_runs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from agents.config import TrainConfig
 from agents.config_parsing import GivenOptions
@@ -80,7 +83,14 @@ from agents.files import REFUSED_WRITES, WriteFailed
 from agents.resume import AlreadyTrained, resume_run
 from agents.rollout_steps import rounding_notes
 from agents.run_plan import absolute_files, drift_notes, plan
-from agents.run_records import FinishedUnrecorded, PlanStopped, RunFailed, RunResult, RunsFailed
+from agents.run_records import (
+    FinishedUnrecorded,
+    PlanStopped,
+    RunFailed,
+    RunResult,
+    RunsFailed,
+    RunSpec,
+)
 from agents.run_scores import drift_note, finished_line
 from agents.run_training import train_run
 
@@ -113,8 +123,6 @@ def train(config: TrainConfig, given: set[str] | None = None,
         report(finished_line(result))
         return [result]
     config = absolute_files(config)
-    results: list[RunResult] = []
-    failures: list[RunFailed | FinishedUnrecorded] = []
     specs = (plan(config, given.hp_source, given.hp_of) if isinstance(given, GivenOptions)
              else plan(config))
     # after the plan's refusals (a note above one was noise), before the first run
@@ -124,29 +132,67 @@ def train(config: TrainConfig, given: set[str] | None = None,
     for note in [*rounding_notes(config), *drift_notes(config, warmups),
                  *events_notes(config, specs)]:
         print(note, file=sys.stderr)
-    for spec in specs:
-        try:
-            results.append(train_run(config, spec))
-        except (RunFailed, FinishedUnrecorded) as exc:
+    stopped_by: WriteFailed | None = None
+    done: dict[int, RunResult] = {}
+    failed: dict[int, RunFailed | FinishedUnrecorded] = {}
+    for index, outcome in _outcomes(config, specs):
+        if isinstance(outcome, (RunFailed, FinishedUnrecorded)):
             # One run's crash (a NaN in its weights, say) is no reason to drop the seeds and
             # agents still to come: report it now, go on, and fail at the end. A write refused
             # after its training (its model.zip complete) went on to the end as well: the
             # finished runs' table and the runs to come were lost, where a write refused
             # during training went on. A WriteFailed before training (the run folder, or its
             # lock file, refused) ends the plan: every run would meet the same folder.
-            print_cause(exc)
-            print(f"error: {exc}; going on with the other runs", file=sys.stderr)
-            failures.append(exc)
-            continue
-        except WriteFailed as exc:      # the finished runs' table is still shown
-            raise PlanStopped(exc, len(specs), failures, results) from exc
-        report(finished_line(results[-1]))
-        drifted = drift_note(results[-1])
-        if drifted is not None:
-            print(drifted, file=sys.stderr)
+            print_cause(outcome)
+            print(f"error: {outcome}; going on with the other runs", file=sys.stderr)
+            failed[index] = outcome
+        elif isinstance(outcome, WriteFailed):      # the finished runs' table is still shown
+            stopped_by = stopped_by or outcome
+        else:
+            done[index] = outcome
+            report(finished_line(outcome))
+            drifted = drift_note(outcome)
+            if drifted is not None:
+                print(drifted, file=sys.stderr)
+    # in plan order, however they ended (--jobs): the table one at a time would print
+    results = [done[i] for i in sorted(done)]
+    failures = [failed[i] for i in sorted(failed)]
+    if stopped_by is not None:
+        raise PlanStopped(stopped_by, len(specs), failures, results) from stopped_by
     if failures:
         raise RunsFailed(failures, results)
     return results
+
+
+def _outcomes(config: TrainConfig, specs: list[RunSpec]
+              ) -> Iterator[tuple[int, RunResult | RunFailed | FinishedUnrecorded | WriteFailed]]:
+    """(plan index, outcome) of each run: one at a time in this process, or ``--jobs`` at once
+    (``agents.parallel_runs``). No run starts after a write refused before a run's training."""
+    jobs = min(config.jobs or cores(), len(specs))
+    if jobs > 1:
+        from agents.commands import current_form
+        from agents.parallel_runs import trained_at_once
+
+        # one progress bar per process on one terminal garble each other
+        each = dataclasses.replace(config, jobs=1, progress_bar=False)
+        yield from trained_at_once(each, specs, jobs, current_form())
+        return
+    for index, spec in enumerate(specs):
+        try:
+            outcome: RunResult | RunFailed | FinishedUnrecorded | WriteFailed = (
+                train_run(config, spec))
+        except (RunFailed, FinishedUnrecorded, WriteFailed) as exc:
+            outcome = exc
+        yield index, outcome
+        if isinstance(outcome, WriteFailed) and not isinstance(outcome, FinishedUnrecorded):
+            return
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, where the system tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _options_set(config: TrainConfig) -> set[str]:
@@ -163,7 +209,7 @@ def print_cause(failed: RunFailed | WriteFailed) -> None:
     if isinstance(failed, WriteFailed):
         return
     cause = failed.__cause__
-    if isinstance(cause, Diverged):     # the user's learning rate, no bug: its line says so
+    if cause is None or isinstance(cause, Diverged):     # the user's learning rate, no bug: its line says so
         return
     if not isinstance(cause, WriteFailed) and not (isinstance(cause, OSError)
                                                    and cause.errno in REFUSED_WRITES):

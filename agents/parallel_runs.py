@@ -1,0 +1,202 @@
+"""``train.py --jobs N``: a plan's runs trained N at once, each in a process of its own.
+
+A run is one core's work (SB3's updates of a small MLP, torch on one thread), so two runs on
+two cores take about the time of one. Each worker is spawned, not forked (a fork of a process
+with torch's threads may hang), and trains its run with ``train_run`` as the job's own process
+would: a run seeds all it draws from, so it is the same run, and the table, in plan order,
+the same table. A worker sends back its ``RunResult``, or the failure ``train`` reports and
+goes on from (its traceback printed by the worker, as the cause does not travel); anything
+else it meets is a bug's, and ends the job as it would one at a time.
+
+Stops. Ctrl-C reaches every process of the terminal's group, a scheduler's SIGTERM either the
+job's process alone (``docker stop``, ``kill PID``) or every process (SLURM, systemd,
+``timeout``). Each worker ignores SIGINT from its start, and the job tells each one of its own
+stop, which the worker raises as a SIGTERM of its own unless one came to it straight: one
+stop, however it came, waits for the run's next safe point (``agents.interrupts``), keeps or
+removes the run's folder and says which. A second stop of the job is passed on as SIGTERM,
+which a worker raises at once; a third kills them. A worker stopped by itself (its PID
+signalled) stops the job, as a stop does one run at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import multiprocessing
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection, wait
+from typing import Any, cast
+
+from agents.commands import Form
+from agents.config import TrainConfig
+from agents.files import WriteFailed
+from agents.interrupts import Terminated, stop_seen, stops_held
+from agents.run_records import FinishedUnrecorded, RunFailed, RunResult, RunSpec
+
+Outcome = RunResult | RunFailed | FinishedUnrecorded | WriteFailed
+STOP = "stop"
+
+
+class Worker:
+    """One run's process, the pipe its outcome comes back on and the one its stop goes by."""
+
+    def __init__(self, index: int, spec: RunSpec, config: TrainConfig, form: Form) -> None:
+        self.index, self.spec = index, spec
+        context = multiprocessing.get_context("spawn")
+        self.results, results_end = context.Pipe(duplex=False)
+        stops_end, self.stops = context.Pipe(duplex=False)
+        self.process = context.Process(target=_train_in_worker, name=f"train {spec.label} "
+                                       f"seed {spec.seed}",
+                                       args=(config, spec, form, stops_end, results_end))
+        # SIGINT blocked across the spawn: the worker is born with it blocked, ignores it
+        # before it unblocks it, and a Ctrl-C meanwhile waits here for the job's own handler
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        results_end.close()     # the worker's ends: its outcome pipe reads EOF once it ends
+        stops_end.close()
+
+    def outcome(self) -> Outcome | None:
+        """The run's outcome (None: the worker was stopped), once its process has ended. A
+        process that ended without one (killed by the system's out-of-memory killer, say) is a
+        failed run: the others go on."""
+        try:
+            kind, payload = self.results.recv()
+        except EOFError:
+            kind, payload = "ended", None
+        self.process.join()
+        self.close()
+        code = self.process.exitcode
+        if kind != "ended":
+            return payload
+        if code in (-signal.SIGTERM, -signal.SIGINT):
+            return None     # a stop before its handlers were set: as a stop after
+        how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"ended with status {code}")
+        return RunFailed(f"the process training {self.spec.label} seed {self.spec.seed} {how} "
+                         f"before it reported (what it printed is above); a run folder it made "
+                         f"is left as it was, and --resume continues one with a checkpoint")
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):  # it ended already
+            self.stops.send(STOP)
+
+    def close(self) -> None:
+        self.results.close()
+        self.stops.close()
+
+
+def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: Form
+                    ) -> Iterator[tuple[int, Outcome]]:
+    """(plan index, outcome) of each run, as each ends, `jobs` trained at once. After a write
+    refused before a run's training (a ``WriteFailed``, which would meet every run to come) no
+    further run starts, and those training finish. A stop, or the caller's leaving early, stops
+    the workers and waits for each to keep or remove its folder."""
+    waiting = list(enumerate(specs))
+    running: dict[Connection, Worker] = {}
+    refused = False
+    try:
+        while running or (waiting and not refused):
+            while waiting and not refused and len(running) < jobs:
+                with stops_held():      # a stop raised after the worker is counted
+                    index, spec = waiting.pop(0)
+                    worker = Worker(index, spec, config, form)
+                    running[worker.results] = worker
+            for ready in wait(list(running)):
+                worker = running.pop(cast(Connection, ready))
+                outcome = worker.outcome()
+                if outcome is None:     # stopped, not by the job: as the job's own stop
+                    raise Terminated
+                refused = refused or (isinstance(outcome, WriteFailed)
+                                      and not isinstance(outcome, FinishedUnrecorded))
+                yield worker.index, outcome
+    except BaseException:
+        _stop_all(list(running.values()))
+        raise
+
+
+def _stop_all(workers: list[Worker]) -> None:
+    """Each worker told to stop, and waited for; a further stop of the job meanwhile is
+    passed on as SIGTERM, and a third kills them."""
+    for worker in workers:
+        worker.stop()
+    insisted = 0
+    left = {w.results: w for w in workers}
+    while left:
+        try:
+            for ready in wait(list(left)):
+                worker = left.pop(cast(Connection, ready))
+                with contextlib.suppress(EOFError, OSError):
+                    worker.results.recv()
+                worker.process.join()
+                worker.close()
+        except KeyboardInterrupt:       # Terminated too
+            insisted += 1
+            for worker in left.values():
+                if insisted == 1:
+                    worker.process.terminate()
+                else:
+                    worker.process.kill()
+
+
+def _train_in_worker(config: TrainConfig, spec: RunSpec, form: Form, stops: Connection,
+                     results: Connection) -> None:
+    """A worker's body: its run trained as ``train`` trains one, its outcome sent back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the terminal's Ctrl-C: the job passes it on
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    from agents.commands import invoked_as
+    from agents.files import quiet_refused_writes_in_threads
+    from agents.interrupts import sigterm_as_interrupt
+    from agents.run_training import train_run
+    from agents.training import print_cause
+    from inference.messages import printable_stdout
+
+    sys.stdout, sys.stderr = _whole_lines(sys.stdout), _whole_lines(sys.stderr)
+    outcome: Any
+    with sigterm_as_interrupt():
+        threading.Thread(target=_stop_when_told, args=(stops,), daemon=True).start()
+        with invoked_as(form), printable_stdout(), quiet_refused_writes_in_threads():
+            try:
+                outcome = ("done", train_run(config, spec))
+            except (RunFailed, FinishedUnrecorded) as exc:
+                print_cause(exc)
+                outcome = ("failed", _without_cause(exc))
+            except WriteFailed as exc:
+                outcome = ("failed", _without_cause(exc))
+            except KeyboardInterrupt:
+                outcome = ("stopped", None)
+    results.send(outcome)
+
+
+def _whole_lines(stream: Any) -> Any:
+    """`stream` writing each line whole, in one write: a print wrote its text and its newline
+    apart where the stream is unbuffered (``python -u``), and two workers stopped at once wrote
+    their lines into each other. Lines of up to 4 KiB reach a pipe whole (PIPE_BUF)."""
+    try:
+        raw = io.FileIO(stream.fileno(), "w", closefd=False)
+    except (AttributeError, OSError, ValueError):  # no descriptor: left as it is
+        return stream
+    return io.TextIOWrapper(io.BufferedWriter(raw, buffer_size=1 << 16), encoding=stream.encoding,
+                            errors=stream.errors, line_buffering=True)
+
+
+def _without_cause(exc: BaseException) -> BaseException:
+    """`exc` as it pickles: its cause's traceback, which may hold what does not pickle, left
+    behind (the worker printed it)."""
+    exc.__cause__ = exc.__context__ = None
+    exc.__traceback__ = None
+    return exc
+
+
+def _stop_when_told(stops: Connection) -> None:
+    """The job's stop raised in the worker's main thread as a SIGTERM of its own, unless a stop
+    came to it already; the job's end (its pipe closed, the job killed) stops it too."""
+    with contextlib.suppress(EOFError, OSError):
+        stops.recv()
+    if not stop_seen() and threading.main_thread().ident is not None:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # type: ignore[arg-type]

@@ -1,0 +1,211 @@
+"""train.py --jobs: a plan's runs trained at once, a process each (agents.parallel_runs): the
+same runs and table as one at a time, a failed or killed run reported while the others go on,
+and a stop, however it comes, ending every worker at a safe point with its folder kept."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import Pipe
+from pathlib import Path
+
+import pytest
+from test_cli_scripts import ROOT, TINY
+
+from agents import parallel_runs
+from agents.config import MAX_JOBS, TrainConfig
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and process groups: POSIX")
+
+# a user callback (--callbacks) that says which process trains each run, and does to the run of
+# seed 1 what the file `act` names: raise, kill its own process, or stop it with SIGTERM
+CALLBACKS = '''
+import os
+import signal
+import time
+from pathlib import Path
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+
+class Probe(BaseCallback):
+    def _on_step(self) -> bool:
+        if self.num_timesteps != 40:
+            return True
+        run = Path(self.logger.dir).name
+        Path("seen", run).write_text(str(os.getpid()))
+        act = Path("act").read_text() if Path("act").exists() else ""
+        if "__1__" in run and act == "raise":
+            raise RuntimeError("boom in seed 1")
+        if "__1__" in run and act in ("KILL", "TERM"):
+            for _ in range(600):    # the other run at its step 40 too: past its checkpoint
+                if len(list(Path("seen").iterdir())) == 2:
+                    break
+                time.sleep(0.1)
+            os.kill(os.getpid(), getattr(signal, "SIG" + act))
+        return True
+'''
+
+
+def train(tmp_path: Path, *args: str, act: str = "", timesteps: int = 64
+          ) -> subprocess.Popen[str]:
+    """train.py in `tmp_path`, in a process group of its own (a terminal's Ctrl-C reaches the
+    group), with SIGINT's default handler whatever the test runner inherited."""
+    (tmp_path / "probe.py").write_text(CALLBACKS)
+    (tmp_path / "seen").mkdir(exist_ok=True)
+    (tmp_path / "act").write_text(act)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--timesteps", str(timesteps),
+         "--checkpoint-interval", "32", "--callbacks", "probe:Probe", *TINY, *args],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+        # unbuffered, as under `python -u`: a print writes its text and its newline apart
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def table(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("|")]
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (and been reaped), waiting up to 10 s."""
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_runs_at_once_are_the_runs_one_at_a_time(tmp_path: Path) -> None:
+    """Two runs, each in a process of its own (neither the job's), give the table one at a
+    time gives, line for line."""
+    outputs = {}
+    for jobs in ("1", "2"):
+        folder = tmp_path / jobs
+        folder.mkdir()
+        job = train(folder, "--jobs", jobs, "--warmup", "none", "all")
+        out, err = job.communicate(timeout=600)
+        assert job.returncode == 0, err
+        pids = {p.name.split("__")[1]: int(p.read_text()) for p in (folder / "seen").iterdir()}
+        assert sorted(pids) == ["ppo", "ppo-warm"]
+        outputs[jobs] = out
+        if jobs == "1":
+            assert set(pids.values()) == {job.pid}
+        else:
+            assert len(set(pids.values())) == 2 and job.pid not in pids.values()
+    assert len(table(outputs["2"])) == 8
+    assert table(outputs["1"]) == table(outputs["2"])
+
+
+@pytest.mark.parametrize("act, why", [
+    ("raise", r"failed \(RuntimeError: boom in seed 1\)"),
+    ("KILL", r"the process training ppo seed 1 was killed by SIGKILL before it reported"),
+])
+def test_a_failed_or_killed_run_is_reported_and_the_others_go_on(act: str, why: str,
+                                                                 tmp_path: Path) -> None:
+    job = train(tmp_path, "--jobs", "2", "--warmup", "none", "--seeds", "0", "1", act=act)
+    out, err = job.communicate(timeout=600)
+    assert job.returncode == 1
+    assert re.search(why + r".*; going on with the other runs\n", err), err
+    assert err.endswith("\n") and err.splitlines()[-1].startswith(
+        "train.py: error: 1 of 2 runs failed")
+    assert re.search(r"^finished ppo seed 0: ", out, re.M) and "seed 1:" not in out
+    assert len(table(out)) == 7     # the finished run's row, the baselines'
+    if act == "raise":      # its traceback, from the worker: the cause does not travel
+        assert "RuntimeError: boom in seed 1" in err.split("error: run")[0]
+
+
+@pytest.mark.parametrize("stop, who, line, code", [
+    (signal.SIGINT, "group", "interrupted", 130),       # Ctrl-C at a terminal
+    (signal.SIGTERM, "main", "terminated (SIGTERM)", 143),      # docker stop, kill PID
+    (signal.SIGTERM, "group", "terminated (SIGTERM)", 143),     # SLURM, timeout: every process
+    (signal.SIGTERM, "worker", "terminated (SIGTERM)", 143),    # one worker's PID
+])
+def test_a_stop_ends_every_worker_with_its_run_kept(stop: signal.Signals, who: str, line: str,
+                                                   code: int, tmp_path: Path) -> None:
+    """Workers ignore the terminal's Ctrl-C and take the job's stop from the job; a SIGTERM
+    that came to them straight as well is one stop, not two."""
+    job = train(tmp_path, "--jobs", "2", "--warmup", "none", "--seeds", "0", "1",
+                act="TERM" if who == "worker" else "", timesteps=10**6)
+    seen = tmp_path / "seen"
+    deadline = time.monotonic() + 300
+    while len(list(seen.iterdir())) < 2 and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if who == "group":
+        os.killpg(job.pid, stop)
+    elif who == "main":
+        os.kill(job.pid, stop)
+    out, err = job.communicate(timeout=300)
+    assert (job.returncode, err.splitlines()[-1]) == (code, f"train.py: {line}"), err
+    assert "Traceback" not in err and table(out) == []
+    kept = re.findall(r"^run (\S+) interrupted; kept (\S+) \(continue it with: python train.py "
+                      r"--resume \1 --log-dir runs\)$", err, re.M)
+    assert len(kept) == 2 and len(err.splitlines()) == 3, err
+    for _, folder in kept:
+        assert list((tmp_path / folder / "checkpoints").glob("model_*_steps.zip"))
+    for pid in (int(p.read_text()) for p in seen.iterdir()):
+        assert gone(pid)
+
+
+@pytest.mark.parametrize("seen, told", [(False, True), (True, False)])
+def test_a_worker_raises_the_jobs_stop_unless_one_came_to_it_already(
+        seen: bool, told: bool, monkeypatch) -> None:
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(parallel_runs, "stop_seen", lambda: seen)
+    monkeypatch.setattr(parallel_runs.signal, "pthread_kill", lambda *args: sent.append(args))
+    reader, writer = Pipe(duplex=False)
+    watcher = threading.Thread(target=parallel_runs._stop_when_told, args=(reader,))
+    watcher.start()
+    time.sleep(0.1)
+    assert sent == []   # nothing before the job says so
+    writer.send(parallel_runs.STOP)
+    watcher.join(10)
+    assert sent == ([(threading.main_thread().ident, signal.SIGTERM)] if told else [])
+
+
+def test_a_worker_whose_job_is_gone_stops() -> None:
+    """The job killed (its pipe closed without a word): the worker stops, its run kept."""
+    sent: list[tuple[int, int]] = []
+    reader, writer = Pipe(duplex=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel_runs, "stop_seen", lambda: False)
+        patch.setattr(parallel_runs.signal, "pthread_kill", lambda *args: sent.append(args))
+        writer.close()
+        parallel_runs._stop_when_told(reader)
+    assert sent == [(threading.main_thread().ident, signal.SIGTERM)]
+
+
+@pytest.mark.parametrize("jobs, cores, specs, at_once", [
+    (0, 1, 2, False), (0, 4, 2, True), (2, 1, 1, False), (1, 8, 3, False), (3, 1, 2, True),
+])
+def test_jobs_0_is_one_per_core_and_one_run_trains_in_the_jobs_own_process(
+        jobs: int, cores: int, specs: int, at_once: bool, monkeypatch) -> None:
+    from agents import training
+    from agents.run_records import RunSpec
+
+    calls: list[str] = []
+    monkeypatch.setattr(training, "cores", lambda: cores)
+    monkeypatch.setattr(training, "train_run", lambda config, spec: calls.append("here"))
+    monkeypatch.setattr(parallel_runs, "trained_at_once",
+                        lambda config, specs, n, form: iter([calls.append(f"at once {n}")]))
+    plan = [RunSpec("ppo", "none", seed) for seed in range(specs)]
+    list(training._outcomes(TrainConfig(jobs=jobs), plan))
+    n = min(jobs or cores, specs)
+    assert calls == ([f"at once {n}"] if at_once else ["here"] * specs)
+
+
+@pytest.mark.parametrize("jobs", [-1, MAX_JOBS + 1])
+def test_jobs_out_of_range_is_refused(jobs: int) -> None:
+    from agents.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^--jobs must lie in 0 \.\. {MAX_JOBS} \(0: one per "
+                                          rf"core\), got {jobs}$"):
+        TrainConfig(jobs=jobs).validate()
