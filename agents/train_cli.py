@@ -5,6 +5,7 @@
     python train.py --env InferenceAllocSplit-v0 --agents ppo sac   # split stages (SAC: here only)
     python train.py --config my.yaml --hp learning_rate=3e-4 n_steps=64
     python train.py --resume                      # continue the newest run to --timesteps
+    python train.py --jobs 0                      # the runs at once, a process per core
     python train.py --select-best                 # also keep the best model seen on a validation
                                                   # episode: best_model.zip in each run folder
     python train.py --callbacks mine:LogQueues    # SB3 callbacks of yours (mine.py's LogQueues)

@@ -1,12 +1,12 @@
 """Training runs of ``train.py``: one run per agent x warm-up spec x seed, each in its own folder.
 
 ``train`` checks and makes a plan's runs (``agents.run_plan``), trains each in turn
-(``agents.run_training``), or ``--jobs`` of them at once (``agents.parallel_runs``), or resumes
-one (``agents.resume``); ``agents.run_scores`` scores
-them on the held-out episode and makes the comparison table, and ``agents.run_records`` holds
-their records and failures. Before the first run it notes what the plan does that a user may
-not expect: more steps than asked (``agents.rollout_steps``), a warm run's drift on a trace
-(``agents.run_plan``), events that would fill a disk (``agents.events_size``).
+(``agents.run_training``) or ``--jobs`` of them at once (``agents.parallel_runs``), or resumes
+one (``agents.resume``); ``agents.run_scores`` scores them on the held-out episode and makes
+the comparison table, and ``agents.run_records`` holds their records and failures. Before
+the first run it notes what the plan does that a user may not expect: more steps than asked
+(``agents.rollout_steps``), a warm run's drift on a trace (``agents.run_plan``), events that
+would fill a disk (``agents.events_size``).
 
 A run folder ``{log_dir}/{env}__{agent}[-warm]__{seed}__{unix time}/`` (CleanRL naming;
 partial warm-ups read ``-warm-clone+guard``) holds:
