@@ -51,13 +51,8 @@ class Worker:
         self.process = context.Process(target=_train_in_worker, name=f"train {spec.label} "
                                        f"seed {spec.seed}",
                                        args=(config, spec, form, stops_end, results_end))
-        # SIGINT blocked across the spawn: the worker is born with it blocked, ignores it
-        # before it unblocks it, and a Ctrl-C meanwhile waits here for the job's own handler
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with _born_ignoring_sigint():
             self.process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         results_end.close()     # the worker's ends: its outcome pipe reads EOF once it ends
         stops_end.close()
 
@@ -89,6 +84,24 @@ class Worker:
     def close(self) -> None:
         self.results.close()
         self.stops.close()
+
+
+@contextlib.contextmanager
+def _born_ignoring_sigint() -> Iterator[None]:
+    """Within it, a process started is born with SIGINT ignored (an ignored signal stays so
+    through exec; a blocked one did not, and a Ctrl-C as the worker imported torch was its
+    traceback), and a Ctrl-C to this process waits, blocked, for its own handler after.
+    Outside the main thread, where signals cannot be set, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)    # kept pending: it is blocked
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: Form
@@ -147,8 +160,6 @@ def _stop_all(workers: list[Worker]) -> None:
 def _train_in_worker(config: TrainConfig, spec: RunSpec, form: Form, stops: Connection,
                      results: Connection) -> None:
     """A worker's body: its run trained as ``train`` trains one, its outcome sent back."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the terminal's Ctrl-C: the job passes it on
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     from agents.commands import invoked_as
     from agents.files import quiet_refused_writes_in_threads
     from agents.interrupts import sigterm_as_interrupt
@@ -158,18 +169,20 @@ def _train_in_worker(config: TrainConfig, spec: RunSpec, form: Form, stops: Conn
 
     sys.stdout, sys.stderr = _whole_lines(sys.stdout), _whole_lines(sys.stderr)
     outcome: Any
-    with sigterm_as_interrupt():
-        threading.Thread(target=_stop_when_told, args=(stops,), daemon=True).start()
-        with invoked_as(form), printable_stdout(), quiet_refused_writes_in_threads():
-            try:
-                outcome = ("done", train_run(config, spec))
-            except (RunFailed, FinishedUnrecorded) as exc:
-                print_cause(exc)
-                outcome = ("failed", _without_cause(exc))
-            except WriteFailed as exc:
-                outcome = ("failed", _without_cause(exc))
-            except KeyboardInterrupt:
-                outcome = ("stopped", None)
+    try:
+        with sigterm_as_interrupt():
+            with stops_held():      # a stop inside a thread's start left its lock half taken
+                threading.Thread(target=_stop_when_told, args=(stops,), daemon=True).start()
+            with invoked_as(form), printable_stdout(), quiet_refused_writes_in_threads():
+                try:
+                    outcome = ("done", train_run(config, spec))
+                except (RunFailed, FinishedUnrecorded) as exc:
+                    print_cause(exc)
+                    outcome = ("failed", _without_cause(exc))
+                except WriteFailed as exc:
+                    outcome = ("failed", _without_cause(exc))
+    except KeyboardInterrupt:       # Terminated too: the job's stop, or one of its own
+        outcome = ("stopped", None)
     results.send(outcome)
 
 

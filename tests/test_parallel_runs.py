@@ -155,6 +155,37 @@ def test_a_stop_ends_every_worker_with_its_run_kept(stop: signal.Signals, who: s
         assert gone(pid)
 
 
+def workers_of(pid: int) -> list[int]:
+    """The spawned workers among the children of process `pid` (Linux's /proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            spawned = b"spawn_main" in (proc / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and spawned:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds workers in /proc")
+def test_a_ctrl_c_as_the_workers_load_their_modules_is_one_line(tmp_path: Path) -> None:
+    """A spawned worker did not keep the SIGINT blocked across its start: a Ctrl-C while it
+    imported torch was a KeyboardInterrupt traceback of each worker's."""
+    job = train(tmp_path, "--jobs", "2", "--warmup", "none", "--seeds", "0", "1")
+    deadline = time.monotonic() + 60
+    while len(workers_of(job.pid)) < 2 and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    workers = workers_of(job.pid)
+    os.killpg(job.pid, signal.SIGINT)
+    out, err = job.communicate(timeout=120)
+    assert len(workers) == 2
+    assert (job.returncode, err) == (130, "train.py: interrupted\n")
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+    assert all(gone(pid) for pid in workers)
+
+
 @pytest.mark.parametrize("seen, told", [(False, True), (True, False)])
 def test_a_worker_raises_the_jobs_stop_unless_one_came_to_it_already(
         seen: bool, told: bool, monkeypatch) -> None:
