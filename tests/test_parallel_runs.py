@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from multiprocessing import Pipe
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def gone(pid: int) -> bool:
 
 def test_runs_at_once_are_the_runs_one_at_a_time(tmp_path: Path) -> None:
     """Two runs, each in a process of its own (neither the job's), give the table one at a
-    time gives, line for line."""
+    time gives, line for line, and the same weights."""
     outputs = {}
     for jobs in ("1", "2"):
         folder = tmp_path / jobs
@@ -103,6 +104,15 @@ def test_runs_at_once_are_the_runs_one_at_a_time(tmp_path: Path) -> None:
             assert len(set(pids.values())) == 2 and job.pid not in pids.values()
     assert len(table(outputs["2"])) == 8
     assert table(outputs["1"]) == table(outputs["2"])
+    for label in ("ppo", "ppo-warm"):     # and the same weights, bit for bit
+        weights = [policy_bytes(next((tmp_path / jobs / "runs").glob(f"*__{label}__0__*")))
+                   for jobs in ("1", "2")]
+        assert weights[0] == weights[1]
+
+
+def policy_bytes(run: Path) -> bytes:
+    with zipfile.ZipFile(run / "model.zip") as model:
+        return model.read("policy.pth")
 
 
 @pytest.mark.parametrize("act, why", [
