@@ -5,8 +5,10 @@ two cores take about the time of one. Each worker is spawned, not forked (a fork
 with torch's threads may hang), and trains its run with ``train_run`` as the job's own process
 would: a run seeds all it draws from, so it is the same run, and the table, in plan order,
 the same table. A worker sends back its ``RunResult``, or the failure ``train`` reports and
-goes on from (its traceback printed by the worker, as the cause does not travel); anything
-else it meets is a bug's, and ends the job as it would one at a time.
+goes on from (its traceback printed by the worker, as the cause does not travel). A worker
+that ends without either (a bug's traceback, the out-of-memory killer) is a failed run too,
+and the others go on. The config travels to each worker pickled, so an ``hp`` value that does
+not pickle (a lambda) is refused before any run starts.
 
 Stops. Ctrl-C reaches every process of the terminal's group, a scheduler's SIGTERM either the
 job's process alone (``docker stop``, ``kill PID``) or every process (SLURM, systemd,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import multiprocessing
+import pickle
 import signal
 import sys
 import threading
@@ -31,7 +34,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
 from agents.commands import Form
-from agents.config import TrainConfig
+from agents.config import ConfigError, TrainConfig
 from agents.files import WriteFailed
 from agents.interrupts import Terminated, stop_seen, stops_held
 from agents.run_records import FinishedUnrecorded, RunFailed, RunResult, RunSpec
@@ -62,7 +65,7 @@ class Worker:
         failed run: the others go on."""
         try:
             kind, payload = self.results.recv()
-        except EOFError:
+        except (EOFError, OSError):
             kind, payload = "ended", None
         self.process.join()
         self.close()
@@ -96,11 +99,14 @@ def _born_ignoring_sigint() -> Iterator[None]:
         yield
         return
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)    # kept pending: it is blocked
+    previous = signal.getsignal(signal.SIGINT)
     try:
+        if previous is not None:    # None: a handler not Python's, which it cannot set back
+            signal.signal(signal.SIGINT, signal.SIG_IGN)    # kept pending: it is blocked
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
@@ -110,6 +116,12 @@ def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: 
     refused before a run's training (a ``WriteFailed``, which would meet every run to come) no
     further run starts, and those training finish. A stop, or the caller's leaving early, stops
     the workers and waits for each to keep or remove its folder."""
+    try:
+        pickle.dumps(config)
+    except Exception as exc:    # pickle raises several kinds, and what a value's reduce raises
+        raise ConfigError(f"--jobs {jobs} sends the config to a process per run, and it does not "
+                          f"pickle ({type(exc).__name__}: {exc}): give hp values that do (no "
+                          f"lambdas), or train the runs one at a time (--jobs 1)") from None
     waiting = list(enumerate(specs))
     running: dict[Connection, Worker] = {}
     refused = False
@@ -144,10 +156,7 @@ def _stop_all(workers: list[Worker]) -> None:
         try:
             for ready in wait(list(left)):
                 worker = left.pop(cast(Connection, ready))
-                with contextlib.suppress(EOFError, OSError):
-                    worker.results.recv()
-                worker.process.join()
-                worker.close()
+                _tell_late(worker.outcome())
         except KeyboardInterrupt:       # Terminated too
             insisted += 1
             for worker in left.values():
@@ -155,6 +164,17 @@ def _stop_all(workers: list[Worker]) -> None:
                     worker.process.terminate()
                 else:
                     worker.process.kill()
+
+
+def _tell_late(outcome: Outcome | None) -> None:
+    """A run that ended as the job stopped, said as one that ended before would be: its
+    folder is whole, or its failure was told above."""
+    from agents.run_scores import finished_line
+
+    if isinstance(outcome, RunResult):
+        print(finished_line(outcome))
+    elif outcome is not None:
+        print(f"error: {outcome}", file=sys.stderr)
 
 
 def _train_in_worker(config: TrainConfig, spec: RunSpec, form: Form, stops: Connection,

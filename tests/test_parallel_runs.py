@@ -250,3 +250,21 @@ def test_jobs_out_of_range_is_refused(jobs: int) -> None:
     with pytest.raises(ConfigError, match=rf"^--jobs must lie in 0 \.\. {MAX_JOBS} \(0: one per "
                                           rf"core\), got {jobs}$"):
         TrainConfig(jobs=jobs).validate()
+
+
+def test_a_config_that_does_not_pickle_is_refused_before_any_run(tmp_path: Path) -> None:
+    """A value that cannot travel to a worker (hp's checks refuse a lambda learning rate; one
+    they leave to SB3 may still hold one) is refused, naming the way out, before a worker
+    starts."""
+    from agents.config import ConfigError
+    from agents.run_records import RunSpec
+
+    config = TrainConfig(hp={"policy_kwargs": {"optimizer_kwargs": {"step": lambda: 0}}},
+                         log_dir=str(tmp_path / "runs"))
+    runs = parallel_runs.trained_at_once(config, [RunSpec("ppo", "none", 0)] * 2, 2, "script")
+    with pytest.raises(ConfigError, match=r"^--jobs 2 sends the config to a process per run, "
+                                          r"and it does not pickle \(.*\): give hp values that "
+                                          r"do \(no lambdas\), or train the runs one at a time "
+                                          r"\(--jobs 1\)$"):
+        next(runs)
+    assert not (tmp_path / "runs").exists()
