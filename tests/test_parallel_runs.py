@@ -20,6 +20,7 @@ from test_cli_scripts import ROOT, TINY
 
 from agents import parallel_runs
 from agents.config import MAX_JOBS, TrainConfig
+from agents.run_records import RunFailed
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and process groups: POSIX")
 
@@ -268,3 +269,50 @@ def test_a_config_that_does_not_pickle_is_refused_before_any_run(tmp_path: Path)
                                           r"\(--jobs 1\)$"):
         next(runs)
     assert not (tmp_path / "runs").exists()
+
+
+class EndedProcess:
+    """A worker's process that has ended with `exitcode` (what Worker.outcome reads of it)."""
+
+    def __init__(self, exitcode: int) -> None:
+        self.exitcode = exitcode
+
+    def join(self) -> None:
+        pass
+
+
+def ended_worker(seed: int, sent: object, exitcode: int = 0) -> parallel_runs.Worker:
+    """A Worker whose run of `seed` sent `sent` (None: nothing) and ended as the job stopped."""
+    from agents.run_records import RunSpec
+
+    worker = object.__new__(parallel_runs.Worker)
+    worker.index, worker.spec = seed, RunSpec("ppo", "none", seed)
+    worker.results, results_end = Pipe(duplex=False)
+    stops_end, worker.stops = Pipe(duplex=False)
+    if sent is not None:
+        results_end.send(sent)
+    results_end.close()
+    worker.process = EndedProcess(exitcode)     # type: ignore[assignment]
+    return worker
+
+
+def test_a_run_that_ends_as_the_job_stops_is_still_said(capsys) -> None:
+    """Told to stop, a worker whose run had just finished (or failed) sends that instead: its
+    line is printed, as it would have been a moment before, where it was dropped unsaid. One
+    stopped says nothing more (it said what it kept)."""
+    from agents.run_records import RunResult, RunSpec
+
+    done = RunResult(run_dir=Path("runs/InferenceAlloc-v0__ppo__0__1"),
+                     spec=RunSpec("ppo", "none", 0), steps=64, seconds=2.0)
+    workers = [ended_worker(0, ("done", done)),
+               ended_worker(1, ("failed", RunFailed("run X failed (boom); removed X"))),
+               ended_worker(2, ("stopped", None)), ended_worker(3, None, exitcode=-9)]
+    parallel_runs._stop_all(workers)
+    out, err = capsys.readouterr()
+    assert out == ("finished ppo seed 0: 64 steps in 2 s (32 steps/s) -> "
+                   "runs/InferenceAlloc-v0__ppo__0__1\n")
+    assert sorted(err.splitlines()) == [    # in the order they are read
+        "error: run X failed (boom); removed X",
+        "error: the process training ppo seed 3 was killed by SIGKILL before it reported (what "
+        "it printed is above); a run folder it made is left as it was, and --resume continues "
+        "one with a checkpoint"]
