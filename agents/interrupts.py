@@ -21,7 +21,7 @@ SIGTERM_STATUS = 143
 STOPS = (signal.SIGINT, signal.SIGTERM)     # the signals that stop a job: Ctrl-C, a scheduler's
 
 
-def _signals_handled_here() -> bool:
+def signals_handled_here() -> bool:
     """Whether this thread is the main one: Python runs signal handlers there alone, and sets
     them from there alone."""
     return threading.current_thread() is threading.main_thread()
@@ -31,18 +31,23 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is, as Ctrl-C raises KeyboardInterrupt."""
 
 
-_stops_seen: list[signal.Signals] = []   # each stop this process's handlers of ours were handed
+_stop_came = False      # whether a stop was handed to a handler of this module's
 
 
 def stop_seen() -> bool:
     """Whether a stop came to one of this module's handlers in this process (a run's worker
     told by its job to stop asks first: the same stop may have come to it straight, from a
     scheduler that signals every process, ``agents.parallel_runs``)."""
-    return bool(_stops_seen)
+    return _stop_came
+
+
+def _saw_stop() -> None:
+    global _stop_came
+    _stop_came = True
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    _stops_seen.append(signal.Signals(signum))
+    _saw_stop()
     raise Terminated
 
 
@@ -50,7 +55,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within it SIGTERM raises Terminated; its earlier handler is restored after. Outside the
     main thread, where Python runs no signal handler, it leaves SIGTERM as it is."""
-    if not _signals_handled_here():
+    if not signals_handled_here():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -68,7 +73,7 @@ class _SafePoints:
         self.asked: signal.Signals | None = None
 
     def note(self, signum: int, frame: FrameType | None) -> None:
-        _stops_seen.append(signal.Signals(signum))
+        _saw_stop()
         if self.asked is not None:      # a second stop: the user insists, it is raised here
             self.raise_asked()
         self.asked = signal.Signals(signum)
@@ -97,7 +102,7 @@ def stops_at_safe_points() -> Iterator[None]:
     RuntimeError in place of the stop (tests/test_interrupts.py's random stops).
     A signal whose handler is not Python's (ignored, or the default that ends the process)
     is left as it is, as is every signal outside the main thread, where Python runs none."""
-    if not _signals_handled_here():
+    if not signals_handled_here():
         yield
         return
     points = _SafePoints({signum: handler for signum in STOPS
@@ -125,7 +130,7 @@ def _ignore_stops_at_exit() -> None:
     a second with torch loaded) ran with their default handlers: a stop then, after every file
     and line of the job, killed it silently, status -15 (-2) where its own was 0 or 143. It now
     ends with the job's own status."""
-    if _signals_handled_here():
+    if signals_handled_here():
         for signum in STOPS:
             signal.signal(signum, signal.SIG_IGN)
 
@@ -178,13 +183,13 @@ def stops_held() -> Iterator[None]:
     delivered) as the block ends, as it would have been where it came. For a few renames that
     must land together, a model and the files a resume reads beside it. Outside the main
     thread, where Python runs no signal handler, it holds nothing."""
-    if not _signals_handled_here():
+    if not signals_handled_here():
         yield
         return
     came: list[signal.Signals] = []
 
     def hold(signum: int, frame: FrameType | None) -> None:
-        _stops_seen.append(signal.Signals(signum))
+        _saw_stop()
         came.append(signal.Signals(signum))
 
     previous = {signum: signal.signal(signum, hold) for signum in STOPS}

@@ -36,10 +36,9 @@ from typing import Any, cast
 from agents.commands import Form
 from agents.config import ConfigError, TrainConfig
 from agents.files import WriteFailed
-from agents.interrupts import Terminated, stop_seen, stops_held
-from agents.run_records import FinishedUnrecorded, RunFailed, RunResult, RunSpec
+from agents.interrupts import Terminated, signals_handled_here, stop_seen, stops_held
+from agents.run_records import FinishedUnrecorded, Outcome, RunFailed, RunResult, RunSpec, ends_plan
 
-Outcome = RunResult | RunFailed | FinishedUnrecorded | WriteFailed
 STOP = "stop"
 
 
@@ -95,7 +94,7 @@ def _born_ignoring_sigint() -> Iterator[None]:
     through exec; a blocked one did not, and a Ctrl-C as the worker imported torch was its
     traceback), and a Ctrl-C to this process waits, blocked, for its own handler after.
     Outside the main thread, where signals cannot be set, it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    if not signals_handled_here():
         yield
         return
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -137,8 +136,7 @@ def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: 
                 outcome = worker.outcome()
                 if outcome is None:     # stopped, not by the job: as the job's own stop
                     raise Terminated
-                refused = refused or (isinstance(outcome, WriteFailed)
-                                      and not isinstance(outcome, FinishedUnrecorded))
+                refused = refused or ends_plan(outcome)
                 yield worker.index, outcome
     except BaseException:
         _stop_all(list(running.values()))

@@ -59,6 +59,13 @@ class PlanStopped(RunsFailed):
                 f"{len(self.results)} finished before it{failed}")
 
 
+def ends_plan(outcome: Outcome) -> bool:
+    """Whether a run's outcome ends its plan: a write refused before its training (its folder,
+    its lock), which every run to come would meet. One refused after its training
+    (``FinishedUnrecorded``) is a failed run, and the plan goes on."""
+    return isinstance(outcome, WriteFailed) and not isinstance(outcome, FinishedUnrecorded)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     agent: str
@@ -112,3 +119,7 @@ class SelectedModel:
     vs_best_static: float
     # a mix's scenarios after the first: its latencies on each one's held-out episode
     other_scenarios: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+# what a run of a plan ends in: its result, its failure, or a write refused before it trained
+Outcome = RunResult | RunFailed | FinishedUnrecorded | WriteFailed

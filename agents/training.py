@@ -85,11 +85,13 @@ from agents.rollout_steps import rounding_notes
 from agents.run_plan import absolute_files, drift_notes, plan
 from agents.run_records import (
     FinishedUnrecorded,
+    Outcome,
     PlanStopped,
     RunFailed,
     RunResult,
     RunsFailed,
     RunSpec,
+    ends_plan,
 )
 from agents.run_scores import drift_note, finished_line
 from agents.run_training import train_run
@@ -165,7 +167,7 @@ def train(config: TrainConfig, given: set[str] | None = None,
 
 
 def _outcomes(config: TrainConfig, specs: list[RunSpec]
-              ) -> Iterator[tuple[int, RunResult | RunFailed | FinishedUnrecorded | WriteFailed]]:
+              ) -> Iterator[tuple[int, Outcome]]:
     """(plan index, outcome) of each run: one at a time in this process, or ``--jobs`` at once
     (``agents.parallel_runs``). No run starts after a write refused before a run's training."""
     jobs = min(config.jobs or cores(), len(specs))
@@ -179,12 +181,11 @@ def _outcomes(config: TrainConfig, specs: list[RunSpec]
         return
     for index, spec in enumerate(specs):
         try:
-            outcome: RunResult | RunFailed | FinishedUnrecorded | WriteFailed = (
-                train_run(config, spec))
+            outcome: Outcome = train_run(config, spec)
         except (RunFailed, FinishedUnrecorded, WriteFailed) as exc:
             outcome = exc
         yield index, outcome
-        if isinstance(outcome, WriteFailed) and not isinstance(outcome, FinishedUnrecorded):
+        if ends_plan(outcome):
             return
 
 
