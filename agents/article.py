@@ -25,6 +25,7 @@ the same tasks; ``ROWS`` says when a row is "in".
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from agents.online import OnlineResult, deploy, rollout, unsettled
 from agents.registry import make_policy
 from agents.sb3_factory import make_sb3
 from agents.stats import mean_ci95
+from agents.workers import computed_in_order
 
 ARTICLE_FILE = "article.md"    # what `reproduce` writes under its out_dir
 ONLINE_SAMPLES = 600
@@ -232,26 +234,28 @@ def bootstrap_interval(onlines: list[Any], key: str, resamples: int = BOOTSTRAP_
 def reproduce_table(seeds: list[int], n_tasks: int = JOB_TASKS,
                     online_samples: int = ONLINE_SAMPLES, time_scale: float = JOB_TIME_SCALE,
                     clients: int = JOB_CLIENTS,
-                    tick: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+                    tick: Callable[[], None] | None = None, jobs: int = 1
+                    ) -> list[dict[str, Any]]:
     """Run every seed and return one dict per row: figure, seed value, ours (mean, CI), in.
 
-    `tick` is called once per seed measured (a progress bar's update)."""
+    `tick` is called once per seed measured (a progress bar's update); `jobs` seeds are
+    measured at once (0: one per core; ``agents.workers.computed_in_order``: the same table)."""
     per_seed: dict[str, list[float]] = {}     # every per-seed number: rows and notes
-    onlines = []
-    tasks = None
-    for seed in seeds:
-        values, online = measure_seed(seed, n_tasks, online_samples, time_scale, clients)
-        onlines.append(online)
-        if tick is not None:
-            tick()
+    measure = functools.partial(measure_seed, n_tasks=n_tasks, online_samples=online_samples,
+                                time_scale=time_scale, clients=clients)
+    measured = computed_in_order(measure, seeds, jobs, name=lambda seed: f"seed {seed}",
+                                 tick=tick)
+    onlines = [online for _, online in measured]
+    for values, _ in measured:
         for key, value in values.items():
             if not isinstance(value, dict):
                 per_seed.setdefault(key, []).append(float(value))
-        if tasks is None:
-            env = gym.make("envs:InferenceAlloc-v0", scenario=job_scenario(time_scale, clients),
-                           episode_tasks=n_tasks)
-            env.reset(seed=seed)
-            tasks = list(env.unwrapped._episode.tasks)  # type: ignore[attr-defined]
+    tasks = None
+    if seeds:
+        env = gym.make("envs:InferenceAlloc-v0", scenario=job_scenario(time_scale, clients),
+                       episode_tasks=n_tasks)
+        env.reset(seed=seeds[0])
+        tasks = list(env.unwrapped._episode.tasks)  # type: ignore[attr-defined]
     model_rows = cost_model_rows(tasks or [])   # the first seed's tasks: one value a row
     cost_model = {ROWS[4].figure: "decode_wait", ROWS[5].figure: "cpu_cache_loss",
                   ROWS[8].figure: "init_saving"}
@@ -392,11 +396,12 @@ def job_description(time_scale: float = JOB_TIME_SCALE, clients: int = JOB_CLIEN
 def reproduce(out_dir: Any, seeds: Any, n_tasks: int | None = None,
               online_samples: int = ONLINE_SAMPLES,
               clients: int = JOB_CLIENTS,
-              tick: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+              tick: Callable[[], None] | None = None, jobs: int = 1) -> list[dict[str, Any]]:
     """Run the reproduction, print the table and write it to ``out_dir/article.md``.
 
     `clients`: the job's closed-loop clients (0: the open-loop job); `n_tasks` defaults to
-    JOB_TASKS closed-loop, OPEN_LOOP_TASKS open-loop; `tick`: called once per seed.
+    JOB_TASKS closed-loop, OPEN_LOOP_TASKS open-loop; `tick`: called once per seed; `jobs`:
+    seeds measured at once (0: one per core).
     """
     from pathlib import Path
 
@@ -405,7 +410,8 @@ def reproduce(out_dir: Any, seeds: Any, n_tasks: int | None = None,
     if n_tasks is None:
         n_tasks = JOB_TASKS if clients else OPEN_LOOP_TASKS
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    table = reproduce_table(seed_list, n_tasks, online_samples, clients=clients, tick=tick)
+    table = reproduce_table(seed_list, n_tasks, online_samples, clients=clients, tick=tick,
+                            jobs=jobs)
     text = ("# The article's figures, reproduced\n\n"
             f"Job: {n_tasks} requests of the `article` scenario, "
             f"{job_description(clients=clients)}; "

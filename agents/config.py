@@ -382,6 +382,10 @@ class EvalConfig:
     article_clients: int | None = field(default=None, metadata=_help(
         f"the article job's closed-loop clients, at most its {ARTICLE_JOB_TASKS:,} requests; 0: "
         "open loop, requests 3.25x faster than the live rate (default: the reproduction's, 3)"))
+    jobs: int = field(default=1, metadata=_help(
+        f"held-out seeds of the online study and of --reproduce-article computed at once, "
+        f"each in a process of its own (0: one per core), at most {MAX_JOBS}; the same tables "
+        f"as one at a time (the summary's evaluation runs in this process)"))
     progress_bar: bool = field(default=True, metadata=_help("show a progress bar"))
 
     def __post_init__(self) -> None:
@@ -423,6 +427,8 @@ class EvalConfig:
         _require(self.episode_tasks is None or 1 <= self.episode_tasks <= MAX_EPISODE_TASKS,
                  f"--episode-tasks must lie in 1..{MAX_EPISODE_TASKS}")
         _require(self.online_seeds is None or self.online_seeds >= 1, "--online-seeds must be >= 1")
+        _require(0 <= self.jobs <= MAX_JOBS,
+                 f"--jobs must lie in 0 .. {MAX_JOBS} (0: one per core), got {self.jobs}")
         _require_choice("--online-reward", self.online_reward, REWARDS)
         if self.online_agents is not None:
             from agents.evaluation import ONLINE_FIXED, ONLINE_LEARNERS
@@ -490,7 +496,7 @@ class EvalConfig:
             unused["runs"] = "--models names the models, so no run folder is searched"
         if self.no_online:
             unused |= dict.fromkeys(("online_samples", "online_seeds", "online_reward",
-                                     "online_agents"), "--no-online skips the online study")
+                                     "online_agents", "jobs"), "--no-online skips the online study")
         return unused
 
 

@@ -5,6 +5,7 @@
     python evaluate.py --online               # only the online stabilisation study
     python evaluate.py --online --online-reward latency   # its learners on another reward
     python evaluate.py --reproduce-article    # the article's figures (agents.article)
+    python evaluate.py --online --jobs 2      # two seeds at once, a process each
 
 Writes under --out (see agents/reporting.py): summary.csv, summary.md, latency_cdf.png,
 learning_curves.png (when run folders hold TensorBoard events; else an earlier one is
@@ -35,6 +36,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     from agents.config_parsing import described, parse_config
     from agents.docstrings import module_docstring
     from agents.files import WriteFailed
+    from agents.workers import WorkerFailed
 
     try:
         doc = module_docstring(__doc__, __file__)
@@ -48,8 +50,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except WriteFailed as exc:      # a full disk: the files written before it are complete
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+    except (WriteFailed, WorkerFailed) as exc:     # a full disk; a seed's worker (--jobs) failed:
+        print(f"{prog}: error: {exc}", file=sys.stderr)     # the files written are complete
         return 1
     return 0
 

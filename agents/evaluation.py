@@ -28,6 +28,7 @@ Definitions used in every table:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import re
@@ -45,6 +46,7 @@ from agents.docstrings import docstring, module_docstring
 from agents.imported import PATTERN, is_import_name
 from agents.registry import make_policy
 from agents.stats import mean_ci95
+from agents.workers import computed_in_order
 from inference.messages import did_you_mean, shown
 
 REFERENCES = ("best-static", "oracle")
@@ -316,8 +318,10 @@ ONLINE_FIXED = ("best-static", "heft-calibrated", "oracle")
 def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                  scenario: str = "article", hardware: str | None = None,
                  tick: Callable[[], None] | None = None, reward: str = "relative",
-                 checked: bool = False) -> OnlineStudy:
-    """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``).
+                 checked: bool = False, jobs: int = 1) -> OnlineStudy:
+    """Deploy each agent from sample 0 on the streams `seeds` (see ``agents.online.deploy``),
+    `jobs` streams at once (0: one per core; ``agents.workers.computed_in_order``: the same
+    study), `tick` called once per agent and stream.
 
     Learners (``ppo``, ``ppo-warm``, ``dqn``, ``dqn-warm``, ``trpo``, ``trpo-warm``,
     ``recurrent-ppo``, ``recurrent-ppo-warm``; the evaluate.py study runs
@@ -330,11 +334,6 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
     ``ONLINE_FIXED``). The learners learn on `reward` (envs.inference_alloc.REWARDS); every env
     prices best-static in its own state whichever it is (the metrics' ``static_here``).
     """
-    from agents.online import deploy
-    from agents.own_online_agents import build_own_agent
-    from agents.sb3_factory import make_sb3
-    from agents.warmup import WarmupConfig
-
     unknown = [a for a in agents if a not in ONLINE_LEARNERS and a not in ONLINE_FIXED
                and not is_import_name(a)]
     if unknown:
@@ -342,38 +341,61 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
                          f"{', '.join((*ONLINE_LEARNERS, *ONLINE_FIXED))}, or one of yours as "
                          f"{PATTERN}")
 
-    def fresh_env() -> gym.Env:
-        return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
-                        reward=reward, price_static=True)
-
     if not checked:     # `checked`: the caller ran check_online_agents, which builds yours
-        check_online_agents(agents, fresh_env())
-    study = OnlineStudy()
-    for seed in seeds:
-        env = fresh_env()
-        # The references' own runs, each with static's latency in its state (static_here).
-        refs = {name: deploy(make_policy(name, env), env, n_samples, learn=False, seed=seed,
-                             references=False) for name in REFERENCES}
-        static, oracle = refs["best-static"].latency, refs["oracle"].latency
-        for agent in agents:
-            if agent in REFERENCES:
-                result = dataclasses.replace(refs[agent], static=static, oracle=oracle)
-            else:
-                env = fresh_env()
-                if agent in ONLINE_LEARNERS:
-                    algo, parts = ONLINE_LEARNERS[agent]
-                    warm = WarmupConfig.from_parts(parts) if parts else None
-                    policy, learn = make_sb3(algo, env, seed=seed, warmup=warm), True
-                elif is_import_name(agent):
-                    policy, learn = build_own_agent(agent, env, seed)
-                else:
-                    policy, learn = make_policy(agent, env), False
-                run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)
-                result = dataclasses.replace(run, static=static, oracle=oracle)
-            study.add(agent, result)
+        check_online_agents(agents, _study_env(scenario, hardware, n_samples, reward))
+    each_seed = functools.partial(_deployed_on, agents=tuple(agents), n_samples=n_samples,
+                                  scenario=scenario, hardware=hardware, reward=reward)
+
+    def stream_done() -> None:
+        for _ in agents:
             if tick is not None:
                 tick()
+
+    per_seed = computed_in_order(each_seed, list(seeds), jobs, name=lambda seed: f"seed {seed}",
+                                 tick=stream_done)
+    study = OnlineStudy()
+    for results in per_seed:
+        for agent, result in zip(agents, results, strict=True):
+            study.add(agent, result)
     return study
+
+
+def _study_env(scenario: str, hardware: str | None, n_samples: int, reward: str) -> gym.Env:
+    return make_env(scenario=scenario, hardware=hardware, episode_tasks=n_samples,
+                    reward=reward, price_static=True)
+
+
+def _deployed_on(seed: int, agents: tuple[str, ...], n_samples: int, scenario: str,
+                 hardware: str | None, reward: str) -> list[Any]:
+    """Each of `agents` deployed on the stream `seed` (``online_study``): its OnlineResult,
+    with the references' curves of that stream."""
+    from agents.online import deploy
+    from agents.own_online_agents import build_own_agent
+    from agents.sb3_factory import make_sb3
+    from agents.warmup import WarmupConfig
+
+    env = _study_env(scenario, hardware, n_samples, reward)
+    # The references' own runs, each with static's latency in its state (static_here).
+    refs = {name: deploy(make_policy(name, env), env, n_samples, learn=False, seed=seed,
+                         references=False) for name in REFERENCES}
+    static, oracle = refs["best-static"].latency, refs["oracle"].latency
+    results = []
+    for agent in agents:
+        if agent in REFERENCES:
+            results.append(dataclasses.replace(refs[agent], static=static, oracle=oracle))
+            continue
+        env = _study_env(scenario, hardware, n_samples, reward)
+        if agent in ONLINE_LEARNERS:
+            algo, parts = ONLINE_LEARNERS[agent]
+            warm = WarmupConfig.from_parts(parts) if parts else None
+            policy, learn = make_sb3(algo, env, seed=seed, warmup=warm), True
+        elif is_import_name(agent):
+            policy, learn = build_own_agent(agent, env, seed)
+        else:
+            policy, learn = make_policy(agent, env), False
+        run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)
+        results.append(dataclasses.replace(run, static=static, oracle=oracle))
+    return results
 
 
 def check_online_agents(agents: Sequence[str], env: gym.Env) -> None:

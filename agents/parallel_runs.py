@@ -23,8 +23,6 @@ signalled) stops the job, as a stop does one run at a time.
 from __future__ import annotations
 
 import contextlib
-import io
-import multiprocessing
 import pickle
 import signal
 import sys
@@ -36,8 +34,9 @@ from typing import Any, cast
 from agents.commands import Form
 from agents.config import ConfigError, TrainConfig
 from agents.files import WriteFailed
-from agents.interrupts import Terminated, signals_handled_here, stop_seen, stops_held
+from agents.interrupts import Terminated, stop_seen, stops_held
 from agents.run_records import FinishedUnrecorded, Outcome, RunFailed, RunResult, RunSpec, ends_plan
+from agents.workers import born_ignoring_sigint, ended_how, spawn_context, stopped, whole_lines
 
 STOP = "stop"
 
@@ -47,13 +46,13 @@ class Worker:
 
     def __init__(self, index: int, spec: RunSpec, config: TrainConfig, form: Form) -> None:
         self.index, self.spec = index, spec
-        context = multiprocessing.get_context("spawn")
+        context = spawn_context()
         self.results, results_end = context.Pipe(duplex=False)
         stops_end, self.stops = context.Pipe(duplex=False)
         self.process = context.Process(target=_train_in_worker, name=f"train {spec.label} "
                                        f"seed {spec.seed}",
                                        args=(config, spec, form, stops_end, results_end))
-        with _born_ignoring_sigint():
+        with born_ignoring_sigint():
             self.process.start()
         results_end.close()     # the worker's ends: its outcome pipe reads EOF once it ends
         stops_end.close()
@@ -71,11 +70,10 @@ class Worker:
         code = self.process.exitcode
         if kind != "ended":
             return payload
-        if code in (-signal.SIGTERM, -signal.SIGINT):
+        if stopped(code):
             return None     # a stop before its handlers were set: as a stop after
-        how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"ended with status {code}")
-        return RunFailed(f"the process training {self.spec.label} seed {self.spec.seed} {how} "
+        return RunFailed(f"the process training {self.spec.label} seed {self.spec.seed} "
+                         f"{ended_how(code)} "
                          f"before it reported (what it printed is above); a run folder it made "
                          f"is left as it was, and --resume continues one with a checkpoint")
 
@@ -86,27 +84,6 @@ class Worker:
     def close(self) -> None:
         self.results.close()
         self.stops.close()
-
-
-@contextlib.contextmanager
-def _born_ignoring_sigint() -> Iterator[None]:
-    """Within it, a process started is born with SIGINT ignored (an ignored signal stays so
-    through exec; a blocked one did not, and a Ctrl-C as the worker imported torch was its
-    traceback), and a Ctrl-C to this process waits, blocked, for its own handler after.
-    Outside the main thread, where signals cannot be set, it does nothing."""
-    if not signals_handled_here():
-        yield
-        return
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.getsignal(signal.SIGINT)
-    try:
-        if previous is not None:    # None: a handler not Python's, which it cannot set back
-            signal.signal(signal.SIGINT, signal.SIG_IGN)    # kept pending: it is blocked
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: Form
@@ -185,7 +162,7 @@ def _train_in_worker(config: TrainConfig, spec: RunSpec, form: Form, stops: Conn
     from agents.training import print_cause
     from inference.messages import printable_stdout
 
-    sys.stdout, sys.stderr = _whole_lines(sys.stdout), _whole_lines(sys.stderr)
+    sys.stdout, sys.stderr = whole_lines(sys.stdout), whole_lines(sys.stderr)
     outcome: Any
     try:
         with sigterm_as_interrupt():
@@ -202,18 +179,6 @@ def _train_in_worker(config: TrainConfig, spec: RunSpec, form: Form, stops: Conn
     except KeyboardInterrupt:       # Terminated too: the job's stop, or one of its own
         outcome = ("stopped", None)
     results.send(outcome)
-
-
-def _whole_lines(stream: Any) -> Any:
-    """`stream` writing each line whole, in one write: a print wrote its text and its newline
-    apart where the stream is unbuffered (``python -u``), and two workers stopped at once wrote
-    their lines into each other. Lines of up to 4 KiB reach a pipe whole (PIPE_BUF)."""
-    try:
-        raw = io.FileIO(stream.fileno(), "w", closefd=False)
-    except (AttributeError, OSError, ValueError):  # no descriptor: left as it is
-        return stream
-    return io.TextIOWrapper(io.BufferedWriter(raw, buffer_size=1 << 16), encoding=stream.encoding,
-                            errors=stream.errors, line_buffering=True)
 
 
 def _without_cause(exc: BaseException) -> BaseException:

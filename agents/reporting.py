@@ -254,7 +254,7 @@ def _write_online_study(cfg: EvalConfig, online_agents: tuple[str, ...], scenari
 
     seeds = heldout_seeds(cfg, online_n)
     study = online_study(online_agents, seeds, cfg.online_samples, scenario, cfg.hardware,
-                         tick=tick, reward=cfg.online_reward, checked=True)
+                         tick=tick, reward=cfg.online_reward, checked=True, jobs=cfg.jobs)
     # named as the summary's sections are: with the hardware where --hardware gives one
     setting = section_of(Context(scenario, cfg.hardware, None))
     title = (f"online deployment from sample 0: {setting}, mean and 95% band "
@@ -342,7 +342,7 @@ def reproduce_article(cfg: EvalConfig, report: Callable[[str], None] = print) ->
     with _writing(Path(cfg.out), (ARTICLE_FILE,)), \
             tqdm(total=len(seeds), desc="article", unit="seed", disable=not cfg.progress_bar,
                  leave=False) as bar:
-        reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), **clients)
+        reproduce(Path(cfg.out), seeds, tick=lambda: bar.update(1), jobs=cfg.jobs, **clients)
     report(f"wrote {written}")
     return [written]
 

@@ -70,7 +70,6 @@ An interrupt (Ctrl-C, or train.py's SIGTERM: ``agents.interrupts``) stops the wh
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -95,6 +94,7 @@ from agents.run_records import (
 )
 from agents.run_scores import drift_note, finished_line
 from agents.run_training import train_run
+from agents.workers import cores
 
 
 def train(config: TrainConfig, given: set[str] | None = None,
@@ -187,13 +187,6 @@ def _outcomes(config: TrainConfig, specs: list[RunSpec]
         yield index, outcome
         if ends_plan(outcome):
             return
-
-
-def cores() -> int:
-    """The cores this process may run on (its affinity, where the system tells it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _options_set(config: TrainConfig) -> set[str]:

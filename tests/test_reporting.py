@@ -1387,7 +1387,7 @@ def test_an_unknown_hardware_name_is_a_config_error(tmp_path: Path) -> None:
 def test_the_article_job_gets_article_clients_only_when_given(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bars: list[list[int]]) -> None:
     """--article-clients N reaches the article job (without it, the job's own default holds),
-    and its bar over the seeds fills as the job ticks once per seed."""
+    as --jobs does, and its bar over the seeds fills as the job ticks once per seed."""
     from agents import article
     from agents.reporting import reproduce_article
 
@@ -1399,10 +1399,10 @@ def test_the_article_job_gets_article_clients_only_when_given(
             tick()
 
     monkeypatch.setattr(article, "reproduce", job)
-    for clients in (3, 0, None):
+    for clients, jobs in ((3, 1), (0, 2), (None, 0)):
         reproduce_article(EvalConfig(out=str(tmp_path), reproduce_article=True, seeds=2,
-                                     article_clients=clients, progress_bar=False))
-    assert got == [{"clients": 3}, {"clients": 0}, {}]
+                                     article_clients=clients, progress_bar=False, jobs=jobs))
+    assert got == [{"clients": 3, "jobs": 1}, {"clients": 0, "jobs": 2}, {"jobs": 0}]
     assert bars == [[2, 2]] * 3
 
 
@@ -1544,9 +1544,11 @@ def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_r
     from agents import plots, reporting
 
     studied: list[tuple[str, ...]] = []
+    jobs: list[int] = []
 
-    def study(agents, seeds, *_, tick, **__):
+    def study(agents, seeds, *_, tick, **kw):
         studied.append(tuple(agents))
+        jobs.append(kw["jobs"])
         return dataclasses.make_dataclass("Study", ["curves"])({})
 
     monkeypatch.setattr(reporting, "online_study", study)
@@ -1557,9 +1559,10 @@ def test_online_agents_chooses_the_studys_agents_and_is_refused_where_no_study_r
     reporting.run(cfg_for(baselines=["best-static"], seeds=1, online_seeds=1,
                           online_agents=["trpo"], runs=str(tmp_path / "runs"),
                           out=str(tmp_path / "results")), report=lambda _: None)
-    reporting.run(EvalConfig(online=True, online_seeds=2, out=str(tmp_path / "full")),
+    reporting.run(EvalConfig(online=True, online_seeds=2, out=str(tmp_path / "full"), jobs=0),
                   report=lambda _: None)
     assert studied == [("trpo-warm", "oracle"), ("trpo",), reporting.FULL_ONLINE]
+    assert jobs == [1, 1, 0]    # --jobs reaches the study
 
     refusals = [
         (dict(online=True, online_agents=["trpo-wram"]), r"--online-agents must be one of ppo, "
