@@ -13,7 +13,7 @@ terminated at once, as SIGTERM ends them, and the stop goes on up as a ``Keyboar
 (``Terminated`` for SIGTERM). A worker stopped by itself (its PID signalled) stops the job, as
 a stop of the job does; one that raises or dies otherwise (the out-of-memory killer) fails the
 whole computation with ``WorkerFailed``, naming its item: a study missing a seed is not the
-study asked for.
+study asked for. A worker whose job has gone (killed, with no chance to end it) ends too.
 """
 
 from __future__ import annotations
@@ -25,18 +25,22 @@ import os
 import pickle
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar, cast
 
-from agents.interrupts import Terminated, signals_handled_here
+from agents.interrupts import Terminated, signals_handled_here, stops_held
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 # how long a terminated worker is given to end before it is killed
 END_WAIT_S = 5.0
+# how often a worker looks whether its job is still there
+JOB_CHECK_S = 0.5
 
 
 class WorkerFailed(RuntimeError):
@@ -130,7 +134,8 @@ class _Slot:
         context = spawn_context()
         self.results, results_end = context.Pipe(duplex=False)
         items_end, self.items = context.Pipe(duplex=False)
-        self.process = context.Process(target=_serve, args=(fn, items_end, results_end),
+        self.process = context.Process(target=_serve, args=(fn, items_end, results_end,
+                                                            os.getpid()),
                                        name="evaluate worker")
         with born_ignoring_sigint():
             self.process.start()
@@ -148,11 +153,14 @@ class _Slot:
         except (EOFError, OSError):
             return None
 
-    def end(self, now: bool) -> None:
-        """Its pipe closed (an idle worker then returns); `now`: terminated first."""
+    def let_go(self, now: bool) -> None:
+        """Its pipe closed (an idle worker then returns); `now`: terminated too."""
         self.items.close()
         if now and self.process.is_alive():
             self.process.terminate()
+
+    def reap(self) -> None:
+        """Waited for, and killed if it has not ended in END_WAIT_S."""
         self.process.join(END_WAIT_S)
         if self.process.is_alive():
             self.process.kill()
@@ -173,10 +181,10 @@ class _Pool:
         try:
             busy: dict[Connection, _Slot] = {}
             for _ in range(self.workers):
-                slot = _Slot(self.fn)
-                slots.append(slot)
-                slot.give(*waiting.pop(0))
-                busy[slot.results] = slot
+                with stops_held():      # a stop raised once the worker is counted
+                    slots.append(_Slot(self.fn))
+                slots[-1].give(*waiting.pop(0))
+                busy[slots[-1].results] = slots[-1]
             while busy:
                 for ready in wait(list(busy)):
                     slot = busy.pop(cast(Connection, ready))
@@ -195,8 +203,11 @@ class _Pool:
                         busy[slot.results] = slot
             ended_well = True
         finally:
-            for slot in slots:
-                slot.end(now=not ended_well)
+            with stops_held():      # a second stop meanwhile left workers running
+                for slot in slots:
+                    slot.let_go(now=not ended_well)
+                for slot in slots:
+                    slot.reap()
         return [values[index] for index in range(len(items))]
 
 
@@ -209,10 +220,11 @@ def _raise_death(slot: _Slot, what: str) -> None:
                        f"value (what it printed is above)")
 
 
-def _serve(fn: Callable[[Any], Any], items: Connection, results: Connection) -> None:
+def _serve(fn: Callable[[Any], Any], items: Connection, results: Connection, job: int) -> None:
     """A worker's body: each item it is given computed, and its value (or what it raised,
-    said, its traceback printed here) sent back, until the job closes its pipe."""
+    said, its traceback printed here) sent back, until the job closes its pipe or ends."""
     sys.stdout, sys.stderr = whole_lines(sys.stdout), whole_lines(sys.stderr)
+    threading.Thread(target=_end_with, args=(job,), daemon=True).start()
     while True:
         try:
             item = items.recv()
@@ -222,6 +234,21 @@ def _serve(fn: Callable[[Any], Any], items: Connection, results: Connection) -> 
             value = fn(item)
         except Exception as exc:
             traceback.print_exc()
-            results.send(("failed", f"{type(exc).__name__}: {exc}"))
+            _send(results, ("failed", f"{type(exc).__name__}: {exc}"))
             return
-        results.send(("done", value))
+        _send(results, ("done", value))
+
+
+def _send(results: Connection, reply: tuple[str, Any]) -> None:
+    try:
+        results.send(reply)
+    except OSError:     # the job has gone (killed): no one to tell
+        os._exit(1)
+
+
+def _end_with(job: int) -> None:
+    """The worker ended within JOB_CHECK_S of its job (killed, say, so that it could not end
+    it): its item's value would go nowhere, and it would hold a core meanwhile."""
+    while os.getppid() == job:
+        time.sleep(JOB_CHECK_S)
+    os._exit(1)

@@ -222,3 +222,21 @@ def test_agents_of_yours_deploy_in_the_workers_and_a_raise_there_is_one_error(
     assert re.search(r"\nevaluate\.py: error: computing seed 1000\d raised RuntimeError: mine "
                      r"broke \(its traceback is above\)\n$", job.stderr), job.stderr
     assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").glob("stabil*"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds workers in /proc")
+def test_workers_end_with_a_job_that_was_killed(tmp_path: Path) -> None:
+    """A job killed (SIGKILL, the out-of-memory killer) cannot end its workers: each ends by
+    itself within a second, not after the seed it computes (tens of seconds here)."""
+    job = evaluate(tmp_path, "--online-samples", "3000")
+    deadline = time.monotonic() + 60
+    while len(workers_of(job.pid)) < 2 and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    found = workers_of(job.pid)
+    time.sleep(6)   # torch loaded, the seeds begun
+    os.kill(job.pid, signal.SIGKILL)
+    _, err = job.communicate(timeout=60)
+    assert len(found) == 2
+    assert all(gone(pid) for pid in found)
+    assert "Traceback" not in err
