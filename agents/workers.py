@@ -145,7 +145,9 @@ class _Slot:
 
     def give(self, index: int, item: Any) -> None:
         self.index = index
-        self.items.send(item)
+        # a worker that has died meanwhile is said as such by its reply (None), not by this
+        with contextlib.suppress(OSError):
+            self.items.send(item)
 
     def reply(self) -> tuple[str, Any] | None:
         try:
@@ -203,7 +205,7 @@ class _Pool:
                         busy[slot.results] = slot
             ended_well = True
         finally:
-            with stops_held():      # a second stop meanwhile left workers running
+            with stops_held():      # a second stop meanwhile could leave workers running
                 for slot in slots:
                     slot.let_go(now=not ended_well)
                 for slot in slots:

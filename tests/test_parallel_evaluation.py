@@ -83,6 +83,18 @@ def test_a_worker_stopped_by_itself_stops_the_job(tmp_path: Path) -> None:
     assert not slow.exists()
 
 
+def test_an_item_given_to_a_worker_that_died_is_its_death_not_a_broken_pipe() -> None:
+    """A worker killed between two items: the next one sent to it raised BrokenPipeError, a
+    traceback, where its end is the error that names its item."""
+    slot = workers._Slot(functools.partial(square_where, job=os.getpid()))
+    slot.process.kill()
+    slot.process.join()
+    slot.give(0, 1)
+    assert slot.reply() is None
+    slot.let_go(now=True)
+    slot.reap()
+
+
 def test_work_that_does_not_pickle_is_refused_before_any_worker() -> None:
     with pytest.raises(workers.WorkerFailed, match=r"^--jobs 2 sends the work to processes of "
                                                    r"their own, and it does not pickle \(.*\): "
