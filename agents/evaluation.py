@@ -345,14 +345,8 @@ def online_study(agents: Sequence[str], seeds: Sequence[int], n_samples: int,
         check_online_agents(agents, _study_env(scenario, hardware, n_samples, reward))
     each_seed = functools.partial(_deployed_on, agents=tuple(agents), n_samples=n_samples,
                                   scenario=scenario, hardware=hardware, reward=reward)
-
-    def stream_done() -> None:
-        for _ in agents:
-            if tick is not None:
-                tick()
-
     per_seed = computed_in_order(each_seed, list(seeds), jobs, name=lambda seed: f"seed {seed}",
-                                 tick=stream_done)
+                                 tick=tick, ticks_inside=True)
     study = OnlineStudy()
     for results in per_seed:
         for agent, result in zip(agents, results, strict=True):
@@ -366,9 +360,9 @@ def _study_env(scenario: str, hardware: str | None, n_samples: int, reward: str)
 
 
 def _deployed_on(seed: int, agents: tuple[str, ...], n_samples: int, scenario: str,
-                 hardware: str | None, reward: str) -> list[Any]:
+                 hardware: str | None, reward: str, tick: Callable[[], None]) -> list[Any]:
     """Each of `agents` deployed on the stream `seed` (``online_study``): its OnlineResult,
-    with the references' curves of that stream."""
+    with the references' curves of that stream; `tick` called after each agent."""
     from agents.online import deploy
     from agents.own_online_agents import build_own_agent
     from agents.sb3_factory import make_sb3
@@ -383,6 +377,7 @@ def _deployed_on(seed: int, agents: tuple[str, ...], n_samples: int, scenario: s
     for agent in agents:
         if agent in REFERENCES:
             results.append(dataclasses.replace(refs[agent], static=static, oracle=oracle))
+            tick()
             continue
         env = _study_env(scenario, hardware, n_samples, reward)
         if agent in ONLINE_LEARNERS:
@@ -395,6 +390,7 @@ def _deployed_on(seed: int, agents: tuple[str, ...], n_samples: int, scenario: s
             policy, learn = make_policy(agent, env), False
         run = deploy(policy, env, n_samples, learn=learn, seed=seed, references=False)
         results.append(dataclasses.replace(run, static=static, oracle=oracle))
+        tick()
     return results
 
 

@@ -103,17 +103,23 @@ def stopped(code: int | None) -> bool:
     return code in (-signal.SIGTERM, -signal.SIGINT)
 
 
-def computed_in_order(fn: Callable[[T], R], items: Sequence[T], jobs: int,
+def computed_in_order(fn: Callable[..., R], items: Sequence[T], jobs: int,
                       name: Callable[[T], str] = str,
-                      tick: Callable[[], None] | None = None) -> list[R]:
+                      tick: Callable[[], None] | None = None, ticks_inside: bool = False
+                      ) -> list[R]:
     """``[fn(item) for item in items]``, `jobs` (0: one per core) at once in spawned workers
-    where more than one would run; `tick` is called as each item's value comes in. `fn` and the
-    items travel pickled (`fn` a module's function, or a ``functools.partial`` of one); `name`
-    says an item in an error ("seed 10003")."""
+    where more than one would run. `tick` is called as each item's value comes in, or, with
+    `ticks_inside`, each time `fn` calls the ``tick`` it is then given (``fn(item, tick=...)``:
+    a progress bar's steps within an item, in a worker as here). `fn` and the items travel
+    pickled (`fn` a module's function, or a ``functools.partial`` of one); `name` says an item
+    in an error ("seed 10003")."""
     workers = min(jobs or cores(), len(items))
     if workers <= 1:
         values = []
         for item in items:
+            if ticks_inside:
+                values.append(fn(item, tick=tick or _no_tick))
+                continue
             values.append(fn(item))
             if tick is not None:
                 tick()
@@ -124,18 +130,22 @@ def computed_in_order(fn: Callable[[T], R], items: Sequence[T], jobs: int,
         raise WorkerFailed(f"--jobs {jobs} sends the work to processes of their own, and it does "
                            f"not pickle ({type(exc).__name__}: {exc}): compute it one at a time "
                            f"(--jobs 1)") from None
-    return _Pool(fn, workers).run(list(items), name, tick)
+    return _Pool(fn, workers, ticks_inside).run(list(items), name, tick)
+
+
+def _no_tick() -> None:
+    pass
 
 
 class _Slot:
     """A worker that computes the items it is given, one at a time, until its pipe closes."""
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], ticks_inside: bool) -> None:
         context = spawn_context()
         self.results, results_end = context.Pipe(duplex=False)
         items_end, self.items = context.Pipe(duplex=False)
-        self.process = context.Process(target=_serve, args=(fn, items_end, results_end,
-                                                            os.getpid()),
+        self.process = context.Process(target=_serve, args=(fn, ticks_inside, items_end,
+                                                            results_end, os.getpid()),
                                        name="evaluate worker")
         with born_ignoring_sigint():
             self.process.start()
@@ -171,8 +181,8 @@ class _Slot:
 
 
 class _Pool:
-    def __init__(self, fn: Callable[[Any], Any], workers: int) -> None:
-        self.fn, self.workers = fn, workers
+    def __init__(self, fn: Callable[..., Any], workers: int, ticks_inside: bool) -> None:
+        self.fn, self.workers, self.ticks_inside = fn, workers, ticks_inside
 
     def run(self, items: list[Any], name: Callable[[Any], str],
             tick: Callable[[], None] | None) -> list[Any]:
@@ -184,7 +194,7 @@ class _Pool:
             busy: dict[Connection, _Slot] = {}
             for _ in range(self.workers):
                 with stops_held():      # a stop raised once the worker is counted
-                    slots.append(_Slot(self.fn))
+                    slots.append(_Slot(self.fn, self.ticks_inside))
                 slots[-1].give(*waiting.pop(0))
                 busy[slots[-1].results] = slots[-1]
             while busy:
@@ -194,11 +204,16 @@ class _Pool:
                     if reply is None:
                         _raise_death(slot, name(items[slot.index]))
                     kind, payload = cast(tuple[str, Any], reply)
+                    if kind == "tick":      # a step within the item, which goes on
+                        if tick is not None:
+                            tick()
+                        busy[slot.results] = slot
+                        continue
                     if kind == "failed":
                         raise WorkerFailed(f"computing {name(items[slot.index])} raised "
                                            f"{payload} (its traceback is above)")
                     values[slot.index] = payload
-                    if tick is not None:
+                    if tick is not None and not self.ticks_inside:
                         tick()
                     if waiting:
                         slot.give(*waiting.pop(0))
@@ -222,18 +237,24 @@ def _raise_death(slot: _Slot, what: str) -> None:
                        f"value (what it printed is above)")
 
 
-def _serve(fn: Callable[[Any], Any], items: Connection, results: Connection, job: int) -> None:
+def _serve(fn: Callable[..., Any], ticks_inside: bool, items: Connection, results: Connection,
+           job: int) -> None:
     """A worker's body: each item it is given computed, and its value (or what it raised,
-    said, its traceback printed here) sent back, until the job closes its pipe or ends."""
+    said, its traceback printed here) sent back, until the job closes its pipe or ends; with
+    `ticks_inside`, each tick of `fn`'s sent as it comes."""
     sys.stdout, sys.stderr = whole_lines(sys.stdout), whole_lines(sys.stderr)
     threading.Thread(target=_end_with, args=(job,), daemon=True).start()
+
+    def tick() -> None:
+        _send(results, ("tick", None))
+
     while True:
         try:
             item = items.recv()
         except (EOFError, OSError):
             return
         try:
-            value = fn(item)
+            value = fn(item, tick=tick) if ticks_inside else fn(item)
         except Exception as exc:
             traceback.print_exc()
             _send(results, ("failed", f"{type(exc).__name__}: {exc}"))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from test_cli_scripts import ROOT
 from test_parallel_runs import gone, workers_of
-from worker_probe import square_where
+from worker_probe import square_where, ticking
 
 from agents import workers
 from agents.config import MAX_JOBS, ConfigError, EvalConfig
@@ -38,6 +38,17 @@ def test_values_come_in_the_items_order_from_other_processes() -> None:
     pids = {pid for _, pid in values}
     assert len(pids) == 2 and -1 not in pids     # two workers, neither the job
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("jobs, here", [(1, True), (2, False)])
+def test_ticks_inside_an_item_reach_the_job_as_they_come(jobs: int, here: bool) -> None:
+    """With ticks_inside, the job's tick is called for each of fn's own ticks (a bar's step
+    per agent of a seed), from a worker too, and not once more per item."""
+    ticks: list[int] = []
+    values = workers.computed_in_order(functools.partial(ticking, job=os.getpid()), [2, 3, 1],
+                                       jobs, tick=lambda: ticks.append(1), ticks_inside=True)
+    assert values == ([-1, -1, -1] if here else [2, 3, 1])
+    assert len(ticks) == 6
 
 
 @pytest.mark.parametrize("jobs, items", [(1, 3), (4, 1), (2, 0)])
@@ -86,7 +97,7 @@ def test_a_worker_stopped_by_itself_stops_the_job(tmp_path: Path) -> None:
 def test_an_item_given_to_a_worker_that_died_is_its_death_not_a_broken_pipe() -> None:
     """A worker killed between two items: the next one sent to it raised BrokenPipeError, a
     traceback, where its end is the error that names its item."""
-    slot = workers._Slot(functools.partial(square_where, job=os.getpid()))
+    slot = workers._Slot(functools.partial(square_where, job=os.getpid()), ticks_inside=False)
     slot.process.kill()
     slot.process.join()
     slot.give(0, 1)
@@ -107,8 +118,10 @@ def test_work_that_does_not_pickle_is_refused_before_any_worker() -> None:
 def test_the_online_study_at_once_is_the_study_one_at_a_time() -> None:
     from agents.evaluation import online_study
 
+    ticks: list[int] = []
     studies = [online_study(["ppo", "heft-calibrated", "best-static"], [10000, 10001, 10002], 60,
-                            jobs=jobs) for jobs in (1, 2)]
+                            jobs=jobs, tick=lambda: ticks.append(1)) for jobs in (1, 2)]
+    assert len(ticks) == 2 * 3 * 3      # one per agent and stream, each way
     assert list(studies[0].curves) == list(studies[1].curves) == ["ppo", "heft-calibrated",
                                                                   "best-static"]
     for agent, curves in studies[0].curves.items():

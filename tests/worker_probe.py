@@ -25,3 +25,10 @@ def square_where(item: int | str, job: int) -> tuple[int, int]:
     if item == 0:   # the first item comes in last: the values still come in the items' order
         time.sleep(0.5)
     return item * item, os.getpid() if os.getpid() != job else -1
+
+
+def ticking(item: int, job: int, tick) -> int:
+    """`item` ticks, then `item`, from a process other than the job's (-1 if not)."""
+    for _ in range(item):
+        tick()
+    return item if os.getpid() != job else -1
