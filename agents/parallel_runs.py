@@ -23,7 +23,6 @@ signalled) stops the job, as a stop does one run at a time.
 from __future__ import annotations
 
 import contextlib
-import pickle
 import signal
 import sys
 import threading
@@ -36,35 +35,24 @@ from agents.config import ConfigError, TrainConfig
 from agents.files import WriteFailed
 from agents.interrupts import Terminated, stop_seen, stops_held
 from agents.run_records import FinishedUnrecorded, Outcome, RunFailed, RunResult, RunSpec, ends_plan
-from agents.workers import born_ignoring_sigint, ended_how, spawn_context, stopped, whole_lines
+from agents.workers import Spawned, ended_how, stopped, unpicklable, whole_lines
 
 STOP = "stop"
 
 
-class Worker:
-    """One run's process, the pipe its outcome comes back on and the one its stop goes by."""
+class Worker(Spawned):
+    """One run's process: its outcome comes back on its results, its stop goes by its orders."""
 
     def __init__(self, index: int, spec: RunSpec, config: TrainConfig, form: Form) -> None:
+        super().__init__(_train_in_worker, (config, spec, form),
+                         f"train {spec.label} seed {spec.seed}")
         self.index, self.spec = index, spec
-        context = spawn_context()
-        self.results, results_end = context.Pipe(duplex=False)
-        stops_end, self.stops = context.Pipe(duplex=False)
-        self.process = context.Process(target=_train_in_worker, name=f"train {spec.label} "
-                                       f"seed {spec.seed}",
-                                       args=(config, spec, form, stops_end, results_end))
-        with born_ignoring_sigint():
-            self.process.start()
-        results_end.close()     # the worker's ends: its outcome pipe reads EOF once it ends
-        stops_end.close()
 
     def outcome(self) -> Outcome | None:
         """The run's outcome (None: the worker was stopped), once its process has ended. A
         process that ended without one (killed by the system's out-of-memory killer, say) is a
         failed run: the others go on."""
-        try:
-            kind, payload = self.results.recv()
-        except (EOFError, OSError):
-            kind, payload = "ended", None
+        kind, payload = self.reply() or ("ended", None)
         self.process.join()
         self.close()
         code = self.process.exitcode
@@ -78,12 +66,7 @@ class Worker:
                          f"is left as it was, and --resume continues one with a checkpoint")
 
     def stop(self) -> None:
-        with contextlib.suppress(OSError):  # it ended already
-            self.stops.send(STOP)
-
-    def close(self) -> None:
-        self.results.close()
-        self.stops.close()
+        self.order(STOP)
 
 
 def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: Form
@@ -92,12 +75,11 @@ def trained_at_once(config: TrainConfig, specs: list[RunSpec], jobs: int, form: 
     refused before a run's training (a ``WriteFailed``, which would meet every run to come) no
     further run starts, and those training finish. A stop, or the caller's leaving early, stops
     the workers and waits for each to keep or remove its folder."""
-    try:
-        pickle.dumps(config)
-    except Exception as exc:    # pickle raises several kinds, and what a value's reduce raises
+    why = unpicklable(config)
+    if why is not None:
         raise ConfigError(f"--jobs {jobs} sends the config to a process per run, and it does not "
-                          f"pickle ({type(exc).__name__}: {exc}): give hp values that do (no "
-                          f"lambdas), or train the runs one at a time (--jobs 1)") from None
+                          f"pickle ({why}): give hp values that do (no lambdas), or train the "
+                          f"runs one at a time (--jobs 1)")
     waiting = list(enumerate(specs))
     running: dict[Connection, Worker] = {}
     refused = False

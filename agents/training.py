@@ -94,7 +94,7 @@ from agents.run_records import (
 )
 from agents.run_scores import drift_note, finished_line
 from agents.run_training import train_run
-from agents.workers import cores
+from agents.workers import processes_for
 
 
 def train(config: TrainConfig, given: set[str] | None = None,
@@ -170,7 +170,7 @@ def _outcomes(config: TrainConfig, specs: list[RunSpec]
               ) -> Iterator[tuple[int, Outcome]]:
     """(plan index, outcome) of each run: one at a time in this process, or ``--jobs`` at once
     (``agents.parallel_runs``). No run starts after a write refused before a run's training."""
-    jobs = min(config.jobs or cores(), len(specs))
+    jobs = processes_for(config.jobs, len(specs))
     if jobs > 1:
         from agents.commands import current_form
         from agents.parallel_runs import trained_at_once

@@ -1,9 +1,10 @@
 """Spawned worker processes: what ``train.py --jobs`` (``agents.parallel_runs``) and
 ``evaluate.py --jobs`` (``computed_in_order`` below) share.
 
-A worker is spawned, not forked (a fork of a process with torch's threads may hang), is born
-with SIGINT ignored (the job, not each worker, answers a terminal's Ctrl-C) and writes each
-line of its output whole.
+A worker (``Spawned``) is spawned, not forked (a fork of a process with torch's threads may
+hang), is born with SIGINT ignored (the job, not each worker, answers a terminal's Ctrl-C),
+takes its orders and sends its results by a pipe each, and writes each line of its output
+whole. ``processes_for`` says how many a job starts, ``unpicklable`` what cannot travel.
 
 ``computed_in_order(fn, items, jobs)`` is ``[fn(item) for item in items]`` with `jobs` items
 computed at once: the pieces of a study that seed all they draw from (an evaluation's held-out
@@ -54,8 +55,52 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
-def spawn_context() -> Any:
-    return multiprocessing.get_context("spawn")
+def processes_for(jobs: int, count: int) -> int:
+    """How many processes `count` pieces of work take under ``--jobs`` `jobs` (0: one per
+    core): never more than there are pieces; 1 means the job's own process."""
+    return min(jobs or cores(), count)
+
+
+def unpicklable(value: Any) -> str | None:
+    """Why `value` cannot travel to a worker ("TypeError: ..."), or None if it can."""
+    try:
+        pickle.dumps(value)
+    except Exception as exc:    # pickle raises several kinds, and what a value's reduce raises
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+class Spawned:
+    """A spawned worker process, born ignoring SIGINT, and its two pipes: `orders`, which the
+    job writes to it, and `results`, which it writes back and which reads EOF once it has
+    ended. `target` is called with `args`, then its ends of the two, (orders, results)."""
+
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.results, results_end = context.Pipe(duplex=False)
+        orders_end, self.orders = context.Pipe(duplex=False)
+        self.process = context.Process(target=target, args=(*args, orders_end, results_end),
+                                       name=name)
+        with born_ignoring_sigint():
+            self.process.start()
+        results_end.close()     # the worker's ends: its results read EOF once it ends
+        orders_end.close()
+
+    def order(self, message: Any) -> None:
+        """`message` sent; to a worker that has ended, nothing (its results say so)."""
+        with contextlib.suppress(OSError):
+            self.orders.send(message)
+
+    def reply(self) -> Any | None:
+        """What the worker sent next; None once it has ended without more."""
+        try:
+            return self.results.recv()
+        except (EOFError, OSError):
+            return None
+
+    def close(self) -> None:
+        self.results.close()
+        self.orders.close()
 
 
 @contextlib.contextmanager
@@ -113,7 +158,7 @@ def computed_in_order(fn: Callable[..., R], items: Sequence[T], jobs: int,
     a progress bar's steps within an item, in a worker as here). `fn` and the items travel
     pickled (`fn` a module's function, or a ``functools.partial`` of one); `name` says an item
     in an error ("seed 10003")."""
-    workers = min(jobs or cores(), len(items))
+    workers = processes_for(jobs, len(items))
     if workers <= 1:
         values = []
         for item in items:
@@ -124,50 +169,31 @@ def computed_in_order(fn: Callable[..., R], items: Sequence[T], jobs: int,
             if tick is not None:
                 tick()
         return values
-    try:
-        pickle.dumps((fn, list(items)))
-    except Exception as exc:    # pickle raises several kinds, and what a value's reduce raises
+    why = unpicklable((fn, list(items)))
+    if why is not None:
         raise WorkerFailed(f"--jobs {jobs} sends the work to processes of their own, and it does "
-                           f"not pickle ({type(exc).__name__}: {exc}): compute it one at a time "
-                           f"(--jobs 1)") from None
-    return _Pool(fn, workers, ticks_inside).run(list(items), name, tick)
+                           f"not pickle ({why}): compute it one at a time (--jobs 1)")
+    return _computed_by_workers(fn, list(items), workers, ticks_inside, name, tick)
 
 
 def _no_tick() -> None:
     pass
 
 
-class _Slot:
+class _Slot(Spawned):
     """A worker that computes the items it is given, one at a time, until its pipe closes."""
 
     def __init__(self, fn: Callable[..., Any], ticks_inside: bool) -> None:
-        context = spawn_context()
-        self.results, results_end = context.Pipe(duplex=False)
-        items_end, self.items = context.Pipe(duplex=False)
-        self.process = context.Process(target=_serve, args=(fn, ticks_inside, items_end,
-                                                            results_end, os.getpid()),
-                                       name="evaluate worker")
-        with born_ignoring_sigint():
-            self.process.start()
-        results_end.close()     # the worker's ends: its pipe reads EOF once it ends
-        items_end.close()
+        super().__init__(_serve, (fn, ticks_inside, os.getpid()), "evaluate worker")
         self.index = -1
 
     def give(self, index: int, item: Any) -> None:
         self.index = index
-        # a worker that has died meanwhile is said as such by its reply (None), not by this
-        with contextlib.suppress(OSError):
-            self.items.send(item)
-
-    def reply(self) -> tuple[str, Any] | None:
-        try:
-            return cast(tuple[str, Any], self.results.recv())
-        except (EOFError, OSError):
-            return None
+        self.order(item)    # to a worker that has died meanwhile: its reply (None) says so
 
     def let_go(self, now: bool) -> None:
         """Its pipe closed (an idle worker then returns); `now`: terminated too."""
-        self.items.close()
+        self.orders.close()
         if now and self.process.is_alive():
             self.process.terminate()
 
@@ -177,55 +203,53 @@ class _Slot:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
-        self.results.close()
+        self.close()
 
 
-class _Pool:
-    def __init__(self, fn: Callable[..., Any], workers: int, ticks_inside: bool) -> None:
-        self.fn, self.workers, self.ticks_inside = fn, workers, ticks_inside
-
-    def run(self, items: list[Any], name: Callable[[Any], str],
-            tick: Callable[[], None] | None) -> list[Any]:
-        values: dict[int, Any] = {}
-        waiting = list(enumerate(items))
-        slots: list[_Slot] = []
-        ended_well = False
-        try:
-            busy: dict[Connection, _Slot] = {}
-            for _ in range(self.workers):
-                with stops_held():      # a stop raised once the worker is counted
-                    slots.append(_Slot(self.fn, self.ticks_inside))
-                slots[-1].give(*waiting.pop(0))
-                busy[slots[-1].results] = slots[-1]
-            while busy:
-                for ready in wait(list(busy)):
-                    slot = busy.pop(cast(Connection, ready))
-                    reply = slot.reply()
-                    if reply is None:
-                        _raise_death(slot, name(items[slot.index]))
-                    kind, payload = cast(tuple[str, Any], reply)
-                    if kind == "tick":      # a step within the item, which goes on
-                        if tick is not None:
-                            tick()
-                        busy[slot.results] = slot
-                        continue
-                    if kind == "failed":
-                        raise WorkerFailed(f"computing {name(items[slot.index])} raised "
-                                           f"{payload} (its traceback is above)")
-                    values[slot.index] = payload
-                    if tick is not None and not self.ticks_inside:
+def _computed_by_workers(fn: Callable[..., Any], items: list[Any], workers: int,
+                         ticks_inside: bool, name: Callable[[Any], str],
+                         tick: Callable[[], None] | None) -> list[Any]:
+    """``computed_in_order``'s work, `workers` processes computing it."""
+    values: dict[int, Any] = {}
+    waiting = list(enumerate(items))
+    slots: list[_Slot] = []
+    ended_well = False
+    try:
+        busy: dict[Connection, _Slot] = {}
+        for _ in range(workers):
+            with stops_held():      # a stop raised once the worker is counted
+                slots.append(_Slot(fn, ticks_inside))
+            slots[-1].give(*waiting.pop(0))
+            busy[slots[-1].results] = slots[-1]
+        while busy:
+            for ready in wait(list(busy)):
+                slot = busy.pop(cast(Connection, ready))
+                reply = slot.reply()
+                if reply is None:
+                    _raise_death(slot, name(items[slot.index]))
+                kind, payload = cast(tuple[str, Any], reply)
+                if kind == "tick":      # a step within the item, which goes on
+                    if tick is not None:
                         tick()
-                    if waiting:
-                        slot.give(*waiting.pop(0))
-                        busy[slot.results] = slot
-            ended_well = True
-        finally:
-            with stops_held():      # a second stop meanwhile could leave workers running
-                for slot in slots:
-                    slot.let_go(now=not ended_well)
-                for slot in slots:
-                    slot.reap()
-        return [values[index] for index in range(len(items))]
+                    busy[slot.results] = slot
+                    continue
+                if kind == "failed":
+                    raise WorkerFailed(f"computing {name(items[slot.index])} raised "
+                                       f"{payload} (its traceback is above)")
+                values[slot.index] = payload
+                if tick is not None and not ticks_inside:
+                    tick()
+                if waiting:
+                    slot.give(*waiting.pop(0))
+                    busy[slot.results] = slot
+        ended_well = True
+    finally:
+        with stops_held():      # a second stop meanwhile could leave workers running
+            for slot in slots:
+                slot.let_go(now=not ended_well)
+            for slot in slots:
+                slot.reap()
+    return [values[index] for index in range(len(items))]
 
 
 def _raise_death(slot: _Slot, what: str) -> None:
@@ -237,8 +261,8 @@ def _raise_death(slot: _Slot, what: str) -> None:
                        f"value (what it printed is above)")
 
 
-def _serve(fn: Callable[..., Any], ticks_inside: bool, items: Connection, results: Connection,
-           job: int) -> None:
+def _serve(fn: Callable[..., Any], ticks_inside: bool, job: int, items: Connection,
+           results: Connection) -> None:
     """A worker's body: each item it is given computed, and its value (or what it raised,
     said, its traceback printed here) sent back, until the job closes its pipe or ends; with
     `ticks_inside`, each tick of `fn`'s sent as it comes."""

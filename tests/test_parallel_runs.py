@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_cli_scripts import ROOT, TINY
 
-from agents import parallel_runs
+from agents import parallel_runs, workers
 from agents.config import MAX_JOBS, TrainConfig
 from agents.run_records import RunFailed
 
@@ -234,7 +234,7 @@ def test_jobs_0_is_one_per_core_and_one_run_trains_in_the_jobs_own_process(
     from agents.run_records import RunSpec
 
     calls: list[str] = []
-    monkeypatch.setattr(training, "cores", lambda: cores)
+    monkeypatch.setattr(workers, "cores", lambda: cores)
     monkeypatch.setattr(training, "train_run", lambda config, spec: calls.append("here"))
     monkeypatch.setattr(parallel_runs, "trained_at_once",
                         lambda config, specs, n, form: iter([calls.append(f"at once {n}")]))
@@ -288,7 +288,7 @@ def ended_worker(seed: int, sent: object, exitcode: int = 0) -> parallel_runs.Wo
     worker = object.__new__(parallel_runs.Worker)
     worker.index, worker.spec = seed, RunSpec("ppo", "none", seed)
     worker.results, results_end = Pipe(duplex=False)
-    stops_end, worker.stops = Pipe(duplex=False)
+    orders_end, worker.orders = Pipe(duplex=False)
     if sent is not None:
         results_end.send(sent)
     results_end.close()
