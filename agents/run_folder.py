@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 CHECKPOINT_PREFIX = "model"
 BEST_MODEL = "best_model.zip"       # train.py --select-best's choice, and its record
 BEST_RECORD = "best_model.json"
+# the suffixes a run's name takes before new_run_dir gives up: runs of one name start within
+# the same second, so a thousand taken means something other than runs made them
+SUFFIXES = 1000
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ def new_run_dir(log_dir: str | Path, name: str, files: Iterable[str | Path] = ()
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _folder_refused(root, exc) from exc
-    for k in range(1000):
+    for k in range(SUFFIXES):
         path = root / (name if k == 0 else f"{name}-{k}")
         check_room(path, files, "--log-dir")
         try:

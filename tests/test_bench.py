@@ -641,7 +641,7 @@ def test_a_bench_stopped_by_sigterm_says_so_and_removes_its_temporary_folder(tmp
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     bench = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_traces.py"),
-                              "--rows", str(20_000_000), "--repeats", "1"], env=env,
+                              "--rows", str(3_000_000), "--repeats", "1"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

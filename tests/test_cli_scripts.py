@@ -240,7 +240,7 @@ def test_the_events_estimate_is_within_a_fifth_of_a_runs_events_file(
     from agents.sb3_hyperparams import hyperparams_with
     from agents.training import train
 
-    config = TrainConfig(agents=[agent], warmup=["none"], timesteps=4_000, hp=hp,
+    config = TrainConfig(agents=[agent], warmup=["none"], timesteps=2_000, hp=hp,
                          log_dir=str(tmp_path), episode_tasks=50, eval_tasks=0,
                          checkpoint_interval=0, progress_bar=False)
     (result,) = train(config, report=lambda line: None)

@@ -24,8 +24,9 @@ from agents.run_records import RunFailed
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and process groups: POSIX")
 
-# a user callback (--callbacks) that says which process trains each run, and does to the run of
-# seed 1 what the file `act` names: raise, kill its own process, or stop it with SIGTERM
+# a user callback (--callbacks) that says which process trains each run, and does to a seed's
+# run what the file `act` names for it ("1=raise,2=KILL"): raise, kill its own process, or stop
+# it with SIGTERM
 CALLBACKS = '''
 import os
 import signal
@@ -41,12 +42,13 @@ class Probe(BaseCallback):
             return True
         run = Path(self.logger.dir).name
         Path("seen", run).write_text(str(os.getpid()))
-        act = Path("act").read_text() if Path("act").exists() else ""
-        if "__1__" in run and act == "raise":
-            raise RuntimeError("boom in seed 1")
-        if "__1__" in run and act in ("KILL", "TERM"):
-            for _ in range(600):    # the other run at its step 40 too: past its checkpoint
-                if len(list(Path("seen").iterdir())) == 2:
+        acts = dict(pair.split("=") for pair in Path("act").read_text().split(",") if pair)
+        act = acts.get(run.split("__")[2], "")
+        if act == "raise":
+            raise RuntimeError("boom in seed " + run.split("__")[2])
+        if act in ("KILL", "TERM"):
+            for _ in range(600):    # another run at its step 40 too: past its checkpoint
+                if len(list(Path("seen").iterdir())) >= 2:
                     break
                 time.sleep(0.1)
             os.kill(os.getpid(), getattr(signal, "SIG" + act))
@@ -54,13 +56,13 @@ class Probe(BaseCallback):
 '''
 
 
-def train(tmp_path: Path, *args: str, act: str = "", timesteps: int = 64
+def train(tmp_path: Path, *args: str, acts: dict[int, str] | None = None, timesteps: int = 64
           ) -> subprocess.Popen[str]:
     """train.py in `tmp_path`, in a process group of its own (a terminal's Ctrl-C reaches the
     group), with SIGINT's default handler whatever the test runner inherited."""
     (tmp_path / "probe.py").write_text(CALLBACKS)
     (tmp_path / "seen").mkdir(exist_ok=True)
-    (tmp_path / "act").write_text(act)
+    (tmp_path / "act").write_text(",".join(f"{seed}={act}" for seed, act in (acts or {}).items()))
     return subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), "--timesteps", str(timesteps),
          "--checkpoint-interval", "32", "--callbacks", "probe:Probe", *TINY, *args],
@@ -116,22 +118,23 @@ def policy_bytes(run: Path) -> bytes:
         return model.read("policy.pth")
 
 
-@pytest.mark.parametrize("act, why", [
-    ("raise", r"failed \(RuntimeError: boom in seed 1\)"),
-    ("KILL", r"the process training ppo seed 1 was killed by SIGKILL before it reported"),
-])
-def test_a_failed_or_killed_run_is_reported_and_the_others_go_on(act: str, why: str,
-                                                                 tmp_path: Path) -> None:
-    job = train(tmp_path, "--jobs", "2", "--warmup", "none", "--seeds", "0", "1", act=act)
+def test_a_failed_or_killed_run_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
+    """Three runs at once: seed 1's raises, seed 2's process is killed; each is reported as it
+    comes, and seed 0's finishes into the table."""
+    job = train(tmp_path, "--jobs", "3", "--warmup", "none", "--seeds", "0", "1", "2",
+                acts={1: "raise", 2: "KILL"})
     out, err = job.communicate(timeout=600)
     assert job.returncode == 1
-    assert re.search(why + r".*; going on with the other runs\n", err), err
+    for why in (r"failed \(RuntimeError: boom in seed 1\)",
+                r"the process training ppo seed 2 was killed by SIGKILL before it reported"):
+        assert re.search(why + r".*; going on with the other runs\n", err), err
     assert err.endswith("\n") and err.splitlines()[-1].startswith(
-        "train.py: error: 1 of 2 runs failed")
-    assert re.search(r"^finished ppo seed 0: ", out, re.M) and "seed 1:" not in out
+        "train.py: error: 2 of 3 runs failed")
+    assert re.search(r"^finished ppo seed 0: ", out, re.M)
+    assert "seed 1:" not in out and "seed 2:" not in out
     assert len(table(out)) == 7     # the finished run's row, the baselines'
-    if act == "raise":      # its traceback, from the worker: the cause does not travel
-        assert "RuntimeError: boom in seed 1" in err.split("error: run")[0]
+    # the raise's traceback, from the worker: the cause does not travel
+    assert "RuntimeError: boom in seed 1" in err.split("error: run")[0]
 
 
 @pytest.mark.parametrize("stop, who, line, code", [
@@ -145,7 +148,7 @@ def test_a_stop_ends_every_worker_with_its_run_kept(stop: signal.Signals, who: s
     """Workers ignore the terminal's Ctrl-C and take the job's stop from the job; a SIGTERM
     that came to them straight as well is one stop, not two."""
     job = train(tmp_path, "--jobs", "2", "--warmup", "none", "--seeds", "0", "1",
-                act="TERM" if who == "worker" else "", timesteps=10**6)
+                acts={1: "TERM"} if who == "worker" else None, timesteps=10**6)
     seen = tmp_path / "seen"
     deadline = time.monotonic() + 300
     while len(list(seen.iterdir())) < 2 and job.poll() is None and time.monotonic() < deadline:
