@@ -162,11 +162,8 @@ def computed_in_order(fn: Callable[..., R], items: Sequence[T], jobs: int,
     if workers <= 1:
         values = []
         for item in items:
-            if ticks_inside:
-                values.append(fn(item, tick=tick or _no_tick))
-                continue
-            values.append(fn(item))
-            if tick is not None:
+            values.append(_value(fn, item, ticks_inside, tick or _no_tick))
+            if tick is not None and not ticks_inside:
                 tick()
         return values
     why = unpicklable((fn, list(items)))
@@ -174,6 +171,11 @@ def computed_in_order(fn: Callable[..., R], items: Sequence[T], jobs: int,
         raise WorkerFailed(f"--jobs {jobs} sends the work to processes of their own, and it does "
                            f"not pickle ({why}): compute it one at a time (--jobs 1)")
     return _computed_by_workers(fn, list(items), workers, ticks_inside, name, tick)
+
+
+def _value(fn: Callable[..., R], item: Any, ticks_inside: bool, tick: Callable[[], None]) -> R:
+    """`fn`'s value for `item`, given `tick` where it ticks inside (``computed_in_order``)."""
+    return fn(item, tick=tick) if ticks_inside else fn(item)
 
 
 def _no_tick() -> None:
@@ -278,7 +280,7 @@ def _serve(fn: Callable[..., Any], ticks_inside: bool, job: int, items: Connecti
         except (EOFError, OSError):
             return
         try:
-            value = fn(item, tick=tick) if ticks_inside else fn(item)
+            value = _value(fn, item, ticks_inside, tick)
         except Exception as exc:
             traceback.print_exc()
             _send(results, ("failed", f"{type(exc).__name__}: {exc}"))

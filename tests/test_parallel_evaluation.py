@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_cli_scripts import ROOT
-from test_parallel_runs import gone, workers_of
+from test_parallel_runs import gone, started, two_workers_of
 from worker_probe import square_where, ticking
 
 from agents import workers
@@ -155,14 +155,9 @@ def test_jobs_without_the_online_study_is_refused() -> None:
 
 
 def evaluate(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    """evaluate.py's online study in `tmp_path`, two seeds at once, in a process group of its
-    own, with SIGINT's default handler whatever the test runner inherited."""
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "evaluate.py"), "--online", "--jobs", "2", "--out", "out",
-         "--online-agents", "ppo", "ppo-warm", "--no-progress-bar", *args],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    """evaluate.py's online study in `tmp_path`, two seeds at once (``started``)."""
+    return started(tmp_path, "evaluate.py", "--online", "--jobs", "2", "--out", "out",
+                   "--online-agents", "ppo", "ppo-warm", "--no-progress-bar", *args)
 
 
 @pytest.mark.slow
@@ -178,10 +173,7 @@ def test_a_stop_ends_every_worker_and_writes_nothing(stop: signal.Signals, who: 
                                                      after: float, line: str, code: int,
                                                      tmp_path: Path) -> None:
     job = evaluate(tmp_path)
-    deadline = time.monotonic() + 60
-    while len(workers_of(job.pid)) < 2 and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    found = workers_of(job.pid)
+    found = two_workers_of(job)
     time.sleep(after)
     if who == "group":
         os.killpg(job.pid, stop)
@@ -246,10 +238,7 @@ def test_workers_end_with_a_job_that_was_killed(tmp_path: Path) -> None:
     """A job killed (SIGKILL, the out-of-memory killer) cannot end its workers: each ends by
     itself within a second, not after the seed it computes (tens of seconds here)."""
     job = evaluate(tmp_path, "--online-samples", "3000")
-    deadline = time.monotonic() + 60
-    while len(workers_of(job.pid)) < 2 and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    found = workers_of(job.pid)
+    found = two_workers_of(job)
     time.sleep(6)   # torch loaded, the seeds begun
     os.kill(job.pid, signal.SIGKILL)
     _, err = job.communicate(timeout=60)

@@ -63,13 +63,22 @@ def train(tmp_path: Path, *args: str, acts: dict[int, str] | None = None, timest
     (tmp_path / "probe.py").write_text(CALLBACKS)
     (tmp_path / "seen").mkdir(exist_ok=True)
     (tmp_path / "act").write_text(",".join(f"{seed}={act}" for seed, act in (acts or {}).items()))
+    # unbuffered, as under `python -u`: a print writes its text and its newline apart
+    return started(tmp_path, "train.py", "--timesteps", str(timesteps), "--checkpoint-interval",
+                   "32", "--callbacks", "probe:Probe", *TINY, *args, unbuffered=True)
+
+
+def started(cwd: Path, script: str, *args: str, unbuffered: bool = False
+            ) -> subprocess.Popen[str]:
+    """The repository's `script` run in `cwd`, in a process group of its own (a terminal's
+    Ctrl-C reaches the group), with SIGINT's default handler whatever the test runner
+    inherited."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), "--timesteps", str(timesteps),
-         "--checkpoint-interval", "32", "--callbacks", "probe:Probe", *TINY, *args],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-        # unbuffered, as under `python -u`: a print writes its text and its newline apart
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        [sys.executable, str(ROOT / script), *args], cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -169,6 +178,14 @@ def test_a_stop_ends_every_worker_with_its_run_kept(stop: signal.Signals, who: s
         assert gone(pid)
 
 
+def two_workers_of(job: subprocess.Popen[str]) -> list[int]:
+    """The spawned workers of `job`, once it has two (or has ended, or 60 s have gone by)."""
+    deadline = time.monotonic() + 60
+    while len(workers_of(job.pid)) < 2 and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return workers_of(job.pid)
+
+
 def workers_of(pid: int) -> list[int]:
     """The spawned workers among the children of process `pid` (Linux's /proc)."""
     found = []
@@ -188,10 +205,7 @@ def test_a_ctrl_c_as_the_workers_load_their_modules_is_one_line(tmp_path: Path) 
     """A spawned worker did not keep the SIGINT blocked across its start: a Ctrl-C while it
     imported torch was a KeyboardInterrupt traceback of each worker's."""
     job = train(tmp_path, "--jobs", "2", "--warmup", "none", "--seeds", "0", "1")
-    deadline = time.monotonic() + 60
-    while len(workers_of(job.pid)) < 2 and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    workers = workers_of(job.pid)
+    workers = two_workers_of(job)
     os.killpg(job.pid, signal.SIGINT)
     out, err = job.communicate(timeout=120)
     assert len(workers) == 2
