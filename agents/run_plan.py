@@ -166,7 +166,7 @@ def drift_notes(config: TrainConfig, specs: list[str]) -> list[str]:
     heft-calibrated (0.83x best-static on the held-out seeds) to all-GPU and all-CPU, 1.17x,
     which the reward and
     the guard, pricing best-static in the learner's own queued state, did not see; selection
-    on the validation episode kept the clone (README, the reward table)."""
+    on the validation episode kept the clone (docs/REWARDS.md)."""
     if config.select_best or config.reward != "relative" or not any(
             spec_starts_warm(spec) for spec in specs):
         return []
@@ -180,7 +180,7 @@ def drift_notes(config: TrainConfig, specs: list[str]) -> list[str]:
             f"placement that queues up best-static's devices unseen (azure-conv at 0.05: a "
             f"clone at 0.83x best-static on the held-out seeds ended at 1.17x); --select-best "
             f"keeps the clone unless a "
-            f"later model beats it on the validation episode (README, the reward table)"]
+            f"later model beats it on the validation episode (docs/REWARDS.md)"]
 
 
 def _check_hp_of(hp_source: str, hp_of: dict[str, Any], config: TrainConfig,

@@ -484,13 +484,14 @@ def test_the_readmes_harnesses_step_the_env_it_says_they_step():
 
 
 # ---- the names the docs give: command-line flags and TensorBoard tags -------------------------
-# A renamed option or tag left the README's (or CALIBRATION.md's, CONTRIBUTING.md's) name behind; these read each
-# name back from the parsers and from the code that writes the tags.
+# A renamed option or tag left the README's (or docs/'s, CONTRIBUTING.md's) name behind; these read
+# each name back from the parsers and from the code that writes the tags.
 
 ROOT = README.parent
-DOCS = (README, ROOT / "docs" / "CALIBRATION.md", ROOT / "CONTRIBUTING.md")
+DOCS = (README, ROOT / "docs" / "CALIBRATION.md", ROOT / "docs" / "REWARDS.md",
+        ROOT / "CONTRIBUTING.md")
 # how many commands each writes at least: fewer found means the reading below broke
-MIN_COMMANDS = {"README.md": 10, "CALIBRATION.md": 10, "CONTRIBUTING.md": 4}
+MIN_COMMANDS = {"README.md": 10, "CALIBRATION.md": 10, "REWARDS.md": 3, "CONTRIBUTING.md": 4}
 COMMAND = re.compile(r"(train\.py|evaluate\.py|python -m inference|bench/bench_\w+\.py)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][\w-]*")
 OTHER_TOOLS = {"--logdir": "tensorboard", "--samples_per_plugin": "tensorboard",

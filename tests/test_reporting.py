@@ -1473,7 +1473,7 @@ def test_a_setting_of_a_scenario_holding_its_hardware_inline_names_it_by_its_nam
 def test_a_model_row_pooling_training_runs_says_its_interval_is_of_pooled_samples() -> None:
     """A model row's n is seeds x training runs, and its 95% CI treats them as independent
     samples, though every run is scored on the same held-out seeds: the interval is narrower
-    than one over the runs (README's reward table: 0.039 over 15 pairs where the three runs'
+    than one over the runs (docs/REWARDS.md's first table: 0.039 over 15 pairs where the three runs'
     means give 0.096). The summary said "seeds x training runs" and no more."""
     import agents.evaluation as evaluation
 
