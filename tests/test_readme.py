@@ -322,8 +322,8 @@ def test_the_readmes_tensorboard_intervals_are_sb3s_log_intervals():
 
 
 def test_the_readmes_trpo_settings_are_its_yamls_in_both_envs():
-    """The README's TRPO figures were measured with one step per rollout of n_steps tasks
-    under target_kl; both envs' sections of trpo.yaml hold them."""
+    """The README's TRPO settings, with which docs/LEARNERS.md's figures were measured: one step
+    per rollout of n_steps tasks under target_kl; both envs' sections of trpo.yaml hold them."""
     from agents.sb3_hyperparams import load_hyperparams
     from envs import ENV_IDS
 
@@ -336,9 +336,9 @@ def test_the_readmes_trpo_settings_are_its_yamls_in_both_envs():
 
 
 def test_the_readmes_recurrent_ppo_is_ppos_update_on_its_lstm_in_both_envs():
-    """The README's RecurrentPPO figures were measured with PPO's values on an LSTM of the
-    units it names: recurrent-ppo.yaml holds them in both envs, cold and warm-started, and its
-    policy is the LSTM one."""
+    """docs/LEARNERS.md's RecurrentPPO figures were measured with PPO's values on an LSTM of the
+    units the README names: recurrent-ppo.yaml holds them in both envs, cold and warm-started,
+    and its policy is the LSTM one."""
     from agents.sb3_hyperparams import load_hyperparams
     from envs import ENV_IDS
 
@@ -489,9 +489,12 @@ def test_the_readmes_harnesses_step_the_env_it_says_they_step():
 
 ROOT = README.parent
 DOCS = (README, ROOT / "docs" / "CALIBRATION.md", ROOT / "docs" / "REWARDS.md",
-        ROOT / "CONTRIBUTING.md")
+        ROOT / "docs" / "LEARNERS.md", ROOT / "CONTRIBUTING.md")
 # how many commands each writes at least: fewer found means the reading below broke
-MIN_COMMANDS = {"README.md": 10, "CALIBRATION.md": 10, "REWARDS.md": 3, "CONTRIBUTING.md": 4}
+MIN_COMMANDS = {"README.md": 10, "CALIBRATION.md": 10, "REWARDS.md": 3, "LEARNERS.md": 3,
+                "CONTRIBUTING.md": 4}
+# docs that name no TensorBoard tag (one they name later is checked all the same)
+TAGLESS = {"LEARNERS.md"}
 COMMAND = re.compile(r"(train\.py|evaluate\.py|python -m inference|bench/bench_\w+\.py)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][\w-]*")
 OTHER_TOOLS = {"--logdir": "tensorboard", "--samples_per_plugin": "tensorboard",
@@ -591,7 +594,8 @@ def test_every_tensorboard_tag_a_doc_names_is_one_the_code_writes(doc):
     written = _written_tags()
     assert "latency/per_sample" in written and "devices/*_share" in written, written
     named = set(TAG.findall(doc.read_text(encoding="utf-8")))
-    assert "eval/" in named, f"{doc.name}: no tags found ({named}): update this test"
+    assert "eval/" in named or doc.name in TAGLESS, \
+        f"{doc.name}: no tags found ({named}): update this test"
     for tag in sorted(named):
         pattern = re.sub(r"<\w+>|\\\*", ".*", re.escape(tag)) + (".*" if tag.endswith("/") else "")
         assert any(re.fullmatch(pattern, t.replace("*", "x")) for t in written), (
