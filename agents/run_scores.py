@@ -184,8 +184,8 @@ def drift_note(r: RunResult) -> str | None:
     clearly worse than that clone did at step 0, on the held-out episode; None otherwise, or
     where --select-best kept a best model (the clone is its first candidate). The guard and
     ``latency/vs_static`` price best-static in the learner's own state, which a drifting
-    learner's queues inflate, so neither sees such a drift (docs/REWARDS.md: a trace's warm seed 0 went
-    from 0.72x to 1.19x): only the eval/ curves did, in TensorBoard."""
+    learner's queues inflate, so neither sees such a drift (docs/REWARDS.md: a trace's warm
+    seed 0 went from 0.72x to 1.19x): only the eval/ curves did, in TensorBoard."""
     start, final = r.start_vs_best_static, r.vs_best_static
     if r.clone is None or r.best is not None or start is None or not np.isfinite(final) \
             or final <= start * (1 + DRIFT_MARGIN):
