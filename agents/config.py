@@ -52,7 +52,7 @@ MAX_TIMESTEPS = 10**12
 # job silently, building 100,000 envs (with --vec-env subproc, forking as many processes),
 # collecting 1e12 clone samples or running 1e9 episodes a seed
 MAX_JOBS = 256                  # --jobs: processes of torch, ~0.5 GB each
-MAX_N_ENVS = 1024               # --n-envs: the README's timings go up to 16
+MAX_N_ENVS = 1024               # --n-envs: docs/USAGE.md's timings go up to 16
 MAX_CLONE_SAMPLES = 10**7       # --clone-samples: 3,000 by default, ~0.1 ms each
 MAX_EPISODES = 1000             # evaluate.py's --episodes a seed: 2 by default, as --seeds' cap
 # the --reproduce-article job's requests, agents.article_job.JOB_TASKS (here: that module loads

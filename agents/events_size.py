@@ -1,6 +1,6 @@
 """What a plan's TensorBoard events will weigh, said before it trains where that is a lot.
 
-With the defaults a PPO run writes ~148 bytes of events a step (README, "Long runs"): a
+With the defaults a PPO run writes ~148 bytes of events a step (docs/USAGE.md, "Long runs"): a
 ``latency/per_sample`` point every task and ~25 other scalars every 16-step rollout. That is
 1.5 GB a run at ten million steps, almost none of which TensorBoard shows (1,000 points a
 curve) and all of which ``evaluate.py`` reads back to draw ``learning_curves.png``. Two options
@@ -22,7 +22,7 @@ from agents.config import TrainConfig
 from agents.rollout_steps import rollout_steps, steps_trained
 from agents.run_records import RunSpec
 
-# Measured (README, "Long runs"; 2026-12, PPO with warm-up over 200,000 steps): a
+# Measured (docs/USAGE.md, "Long runs"; 2026-12, PPO with warm-up over 200,000 steps): a
 # latency/per_sample point is ~58 bytes; one write of the other scalars (~25 tags: train/,
 # rollout/, latency/, devices/, cache/, warmup/) ~1.4 KB (89 KB a thousand 16-step rollouts).
 PER_SAMPLE_BYTES = 58
@@ -121,4 +121,4 @@ def events_notes(config: TrainConfig, specs: Sequence[RunSpec]) -> list[str]:
             f"~{DUMP_BYTES / 1e3:.1f} KB a write of the other scalars), most of it points "
             f"TensorBoard does not draw and evaluate.py reads back for learning_curves.png; "
             f"{given} make{'s' if len(options) == 1 else ''} it about {thinned / 1e9:.2f} GB "
-            f"(README: Long runs)"]
+            f"(docs/USAGE.md: Long runs)"]

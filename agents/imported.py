@@ -7,7 +7,7 @@ name is the one taken) and take its ``ShortestQueue``; a dotted attribute (``min
 is followed. The attribute is one of:
 
 * a class or function that builds the policy: called with the env when it takes one
-  positional argument (``factory(env)``), else with no argument (the README's
+  positional argument (``factory(env)``), else with no argument (docs/EXTENDING.md's
   ``ShortestQueue()``); an optional first argument (``seed=0``) is its own, not the env's,
   unless named ``env``; keywords of ``make_policy`` are passed on;
 * a ready policy object (anything with a ``predict`` method but not a class), used as it is.
@@ -262,7 +262,7 @@ class RowStates(tuple):
 
 class OneAtATime:
     """`policy` with SB3's batch contract kept for it: a batch of observations is answered
-    row by row, stacked. A policy written for one observation (the README's ShortestQueue)
+    row by row, stacked. A policy written for one observation (docs/EXTENDING.md's ShortestQueue)
     answered the warm-up's batch of one with one action, and PPO failed deep in torch. Each
     row keeps its own state (a ``RowStates`` of them is returned, to be handed back) and its
     own episode start. One that reads its live env (``reads_live_env``) takes a batch of one

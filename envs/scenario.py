@@ -118,7 +118,7 @@ def _number(raw: Any, where: str, *, low: float | None = 0.0, strict: bool = Tru
     if integer and int(raw) != raw:
         raise ValueError(f"scenario field {where} must be an integer, got {shown(raw)}")
     if low is not None and (raw <= low if strict else raw < low):
-        # bounds as written in the README ("> 0", ">= 1"), not as floats ("> 0.0"); a count
+        # bounds as docs/WORKLOADS.md writes them ("> 0", ">= 1"), not as floats ("> 0.0"); a count
         # above an integer bound starts at the next integer
         bound = (f">= {math.floor(low) + 1}" if integer and strict
                  else f"{'>' if strict else '>='} {low:g}")

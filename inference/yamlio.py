@@ -219,7 +219,7 @@ _REFUSED_TEXT = re.compile(r", got '([^'\\]*)'$")
 def with_text_number_hint(message: str) -> str:
     """`message`, the refusal of a mapping given in Python, with a hint where the value it
     refuses is text that `yaml.safe_load` made of a number in a YAML file (``'2.29e14'``, as
-    the README's examples write numbers): a file this module reads gives the number. Only
+    docs/WORKLOADS.md's examples write numbers): a file this module reads gives the number. Only
     for a mapping: in a file read here, such text was quoted on purpose."""
     found = _REFUSED_TEXT.search(message)
     if found is None or not EXPONENT_FLOAT.match(found[1]) \

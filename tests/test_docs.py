@@ -21,7 +21,7 @@ Not checked, because they state no shipped value:
   * the article job table's "rows" cells and its "Flash-optimized's allocator" and "the loss
     row's job" rows: measured ratios and choices of method, not shipped values.
 Every table row states at least one figure, so no row is skipped whole.
-README.md states none of these values: its YAML examples are a made-up `two-gpu` profile and
+docs/WORKLOADS.md states none of these values: its YAML examples are a made-up `two-gpu` profile and
 `chat` scenario, and its "(default)" notes are the loaders' defaults, not the article's.
 """
 

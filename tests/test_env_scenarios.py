@@ -1264,7 +1264,7 @@ def test_a_hardware_object_survives_the_env_specs_json(env_id: str) -> None:
 
 def test_a_mapping_that_yaml_safe_load_read_a_number_of_as_text_says_how_to_read_it(
         tmp_path: Path) -> None:
-    """PyYAML's own safe_load reads `peak_flops: 2.29e14`, as the README writes numbers, as the
+    """PyYAML's own safe_load reads `peak_flops: 2.29e14`, as docs/WORKLOADS.md writes numbers, as the
     text '2.29e14' (YAML 1.1 floats need a dot and a signed exponent), and the mapping was
     refused as "must be a number" with no word on why: the refusal now says how to read it.
     Text that is no number, and a file that quotes one on purpose, are refused as before."""
@@ -1595,7 +1595,7 @@ def test_a_name_given_as_an_env_argument_is_refused_without_a_scenario_field() -
 
 def test_best_static_is_searched_again_for_a_stage_implementation_registered_anew(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's own implementation (`IMPLEMENTATIONS[stage][name] = cls`, its arguments in
+    """docs/EXTENDING.md's own implementation (`IMPLEMENTATIONS[stage][name] = cls`, its arguments in
     `COST_PARAMS[name]`), redefined or given other arguments in one process (a notebook cell
     run again): the memo keyed the search by the implementation's name and answered with the
     first version's placement, where a fresh process searched the new one's."""

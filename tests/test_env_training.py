@@ -408,7 +408,7 @@ def test_dqns_flat_actions_and_device_ids_round_trip() -> None:
 
 
 def test_dqns_flat_actions_refuse_an_env_without_device_id_actions() -> None:
-    """The README's "build it on FlatDiscreteActions(env)" read into make_sb3("dqn", ...),
+    """docs/EXTENDING.md's "build it on FlatDiscreteActions(env)" read into make_sb3("dqn", ...),
     which wraps its env itself, and the Split env: "AttributeError: 'Discrete' object has no
     attribute 'nvec'"."""
     from agents.sb3_factory import FlatDiscreteActions, make_sb3

@@ -900,7 +900,7 @@ def test_true_figures_are_charged_and_the_nominal_view_restores_every_spec_figur
 
 
 def test_a_device_without_a_memory_domain_is_alone_in_its_own():
-    """README: `memory_domain` is optional, "default: the name" -- not the device's kind, which
+    """docs/WORKLOADS.md: `memory_domain` is optional, "default: the name" -- not the device's kind, which
     is only a label: two GPUs given no domain have one each, and a decode on one runs beside a
     decode on the other as fast as alone (one shared domain would slow both by contention)."""
     def two_gpus_no_domains(raw: dict) -> None:

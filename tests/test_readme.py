@@ -1,4 +1,6 @@
-"""The README's Python examples run as printed: an API change that breaks one fails here."""
+"""The user's docs (the README and the guides it hands its detail to) say what the project does:
+their Python examples run as printed, and the figures, defaults, flags and tags they quote are
+read back from the code, so that an edit to either side alone fails here."""
 
 from __future__ import annotations
 
@@ -15,19 +17,33 @@ from pathlib import Path
 import pytest
 import yaml
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# the README and the guides it hands its detail to: one manual, split by topic, read as one
+MANUAL = (README, ROOT / "docs" / "USAGE.md", ROOT / "docs" / "WORKLOADS.md",
+          ROOT / "docs" / "EXTENDING.md")
 
 
-def test_the_readme_has_its_python_examples():
-    assert len(BLOCKS) >= 2
+def _manual() -> str:
+    return "\n\n".join(doc.read_text(encoding="utf-8") for doc in MANUAL)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+BLOCKS = [(f"{doc.name} python block {index}", block) for doc in MANUAL
+          for index, block in enumerate(re.findall(r"```python\n(.*?)```",
+                                                   doc.read_text(encoding="utf-8"), re.S))]
+
+
+def test_the_manual_has_its_python_examples():
+    assert len(BLOCKS) >= 6
+    assert any(name.startswith("README.md") for name, _ in BLOCKS)
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=lambda index: BLOCKS[index][0])
 def test_a_readme_example_runs(index):
+    name, block = BLOCKS[index]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), {})
+        exec(compile(block, name, "exec"), {})
     ratio = re.search(r"vs best-static: ([\d.]+)", out.getvalue())
     if ratio is not None:   # the own-policy example: a ratio a queue-aware rule keeps below 1
         assert 0.0 < float(ratio.group(1)) < 1.0, out.getvalue()
@@ -38,7 +54,7 @@ def test_the_readmes_glm_9b_weight_size_is_the_models():
     """The hardware example sizes a device's memory against the glm-9b weights it states; the
     figure is the model's (a shape edit that changed it would leave the README's advice wrong)."""
     from inference.model_config import get_model
-    stated = re.search(r"glm-9b: ([\d.]+e\d+)\)", README.read_text(encoding="utf-8"))
+    stated = re.search(r"glm-9b: ([\d.]+e\d+)\)", _manual())
     assert stated is not None
     assert float(stated.group(1)) == float(f"{get_model('glm-9b').weight_bytes:.2e}")
 
@@ -54,26 +70,26 @@ def test_ci_and_contributing_run_the_readmes_test_command():
                      (root / "CONTRIBUTING.md").read_text(encoding="utf-8"), re.M)
 
 
-# ---- figures and defaults the README's prose quotes -------------------------------------------
-# Each is read from the README and compared with what the project loads, so that an edit to
+# ---- figures and defaults the manual's prose quotes -------------------------------------------
+# Each is read from the manual and compared with what the project loads, so that an edit to
 # either side alone fails here (measured figures, which need minutes of training, are not).
 
 def _text() -> str:
-    return " ".join(README.read_text(encoding="utf-8").split())
+    return " ".join(_manual().split())
 
 
 def _quoted(pattern: str) -> list[str]:
-    """The groups of `pattern` in the README's whitespace-collapsed text; fails if it is gone."""
+    """The groups of `pattern` in the manual's whitespace-collapsed text; fails if it is gone."""
     match = re.search(pattern, _text())
-    assert match is not None, f"README.md no longer reads {pattern!r}: update this test"
+    assert match is not None, f"the README and its guides no longer read {pattern!r}: update this test"
     return list(match.groups())
 
 
 def _yaml_example(intro: str) -> list[str]:
     """The lines of the ```yaml block right after the paragraph that starts with `intro`."""
-    text = README.read_text(encoding="utf-8")
+    text = _manual()
     block = re.search(re.escape(intro) + r"[^\n]*\n+```yaml\n(.*?)```", text, re.S)
-    assert block is not None, f"README.md has no YAML example after {intro!r}"
+    assert block is not None, f"the manual has no YAML example after {intro!r}"
     return block.group(1).splitlines()
 
 
@@ -487,12 +503,11 @@ def test_the_readmes_harnesses_step_the_env_it_says_they_step():
 # A renamed option or tag left the README's (or docs/'s, CONTRIBUTING.md's) name behind; these read
 # each name back from the parsers and from the code that writes the tags.
 
-ROOT = README.parent
-DOCS = (README, ROOT / "docs" / "CALIBRATION.md", ROOT / "docs" / "REWARDS.md",
+DOCS = (*MANUAL, ROOT / "docs" / "CALIBRATION.md", ROOT / "docs" / "REWARDS.md",
         ROOT / "docs" / "LEARNERS.md", ROOT / "CONTRIBUTING.md")
 # how many commands each writes at least: fewer found means the reading below broke
-MIN_COMMANDS = {"README.md": 10, "CALIBRATION.md": 10, "REWARDS.md": 3, "LEARNERS.md": 3,
-                "CONTRIBUTING.md": 4}
+MIN_COMMANDS = {"README.md": 10, "USAGE.md": 5, "WORKLOADS.md": 3, "EXTENDING.md": 5,
+                "CALIBRATION.md": 10, "REWARDS.md": 3, "LEARNERS.md": 3, "CONTRIBUTING.md": 4}
 # docs that name no TensorBoard tag (one they name later is checked all the same)
 TAGLESS = {"LEARNERS.md"}
 COMMAND = re.compile(r"(train\.py|evaluate\.py|python -m inference|bench/bench_\w+\.py)")
@@ -631,7 +646,7 @@ def test_the_readmes_agents_are_the_ones_train_py_trains_in_the_envs_they_act_in
 
 
 def test_the_readme_names_what_of_a_model_zip_differs_from_process_to_process(tmp_path):
-    """Reproducibility lists what a run twice does not write alike. In a model zip, beside the
+    """docs/USAGE.md's Reproducibility lists what a run twice does not write alike. In a model zip, beside the
     times, SB3 writes each class it names as the text of its attributes, and a function's
     text is its memory address, another in every process: a zip of the same weights compared
     entry by entry, the listed ones left out, differed in those classes, unlisted."""
@@ -643,7 +658,8 @@ def test_the_readme_names_what_of_a_model_zip_differs_from_process_to_process(tm
     from agents.sb3_hyperparams import ALGORITHMS, ONLY_ENV
     from envs import ENV_IDS
 
-    section = _text().split("## Reproducibility", 1)[1].split("## Benchmarks", 1)[0]
+    usage = " ".join((ROOT / "docs" / "USAGE.md").read_text(encoding="utf-8").split())
+    section = usage.split("## Reproducibility", 1)[1]
     named = set(re.findall(r"`(\w+)`", section))
     for agent in ALGORITHMS:
         env = gym.make(f"envs:{ONLY_ENV.get(agent, ENV_IDS[0])}", episode_tasks=10)
@@ -655,7 +671,7 @@ def test_the_readme_names_what_of_a_model_zip_differs_from_process_to_process(tm
                   if re.search(r" at 0x[0-9a-f]+", json.dumps(value))}
         assert placed, f"{agent}: no memory address in its zip's data: the test reads nothing"
         assert placed <= named, (f"{agent}'s zip holds memory addresses in {sorted(placed - named)}"
-                                 f", which README.md's Reproducibility does not name")
+                                 f", which docs/USAGE.md's Reproducibility does not name")
 
 
 def _whole_commands(cls: type) -> list[tuple[str, list[str]]]:

@@ -19,7 +19,7 @@ from agents.config_parsing import parse_config, to_yaml
 from agents.plots import read_scalars
 from agents.run_folder import saved_steps
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "EXTENDING.md"
 
 USER_MODULE = '''
 import copy
@@ -395,10 +395,10 @@ def test_the_callbacks_round_trip_through_config_yaml(user_module: str, tmp_path
 
 
 def test_the_readmes_callbacks_log_and_stop(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The README's example, as mine.py: LogQueues' scalar lands, StopNearStatic stops."""
-    text = README.read_text(encoding="utf-8")
+    """docs/EXTENDING.md's example, as mine.py: LogQueues' scalar lands, StopNearStatic stops."""
+    text = EXTENDING.read_text(encoding="utf-8")
     block = re.search(r"```python\n((?:(?!```).)*class LogQueues.*?)```", text, re.S)
-    assert block is not None, "README.md has no LogQueues example"
+    assert block is not None, "docs/EXTENDING.md has no LogQueues example"
     assert "python train.py --callbacks mine:LogQueues mine:StopNearStatic" in text
     # a threshold any run crosses, over a window of 20 tasks: it stops at the 20th, after the
     # first rollout's write
@@ -420,12 +420,12 @@ def test_the_readmes_callbacks_log_and_stop(tmp_path: Path, monkeypatch, capsys)
 
 def test_the_readmes_eval_callback_for_dqn_evaluates_and_stops(tmp_path: Path, monkeypatch,
                                                                capsys) -> None:
-    """The README's SB3 EvalCallback for DQN, as mine.py: its env behind FlatDiscreteActions
+    """docs/EXTENDING.md's SB3 EvalCallback for DQN, as mine.py: its env behind FlatDiscreteActions
     takes DQN's actions, and its StopTrainingOnRewardThreshold ends the run, named as ours
     are. (Without the wrapper the env refused DQN's first action and the run failed.)"""
-    text = README.read_text(encoding="utf-8")
+    text = EXTENDING.read_text(encoding="utf-8")
     block = re.search(r"```python\n((?:(?!```).)*def eval_dqn.*?)```", text, re.S)
-    assert block is not None, "README.md has no eval_dqn example"
+    assert block is not None, "docs/EXTENDING.md has no eval_dqn example"
     assert "python train.py --agents dqn --callbacks mine:eval_dqn" in text
     # its evaluation every 10 steps, and a threshold any episode is above
     source = block.group(1) + (

@@ -1,5 +1,5 @@
 """The registry of stage implementations: what `build_stages` gives an implementation of your
-own (README, "A stage implementation of your own"), and what it refuses."""
+own (docs/EXTENDING.md, "Your own stage implementation"), and what it refuses."""
 
 from __future__ import annotations
 
