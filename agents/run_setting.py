@@ -10,11 +10,21 @@ the model, the variant, the replayed trace's contents, the best-static calibrati
 resume whose envs, built again from the saved config, give other digests is refused, naming
 the scenario, the parts that differ and what to restore. ``train.py --config`` reads the key
 over (a new run records its own). A run folder written before the record resumes as before.
+
+The digests are of values, not of the code that reads them, so the record holds one more
+part: a digest of the simulator's code (``inference/`` and ``envs/``, the Python files' bytes).
+Code differs for reasons that change nothing (a comment, a refactoring) as well as for ones
+that change every latency, and a digest cannot tell them apart, so a resume on other code is
+said in a note, not refused; evaluate.py notes it beside the run's model as it notes an
+edited setting.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import sys
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -38,6 +48,36 @@ from inference.messages import shown
 _SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(Scenario))
 
 Settings = dict[str, dict[str, str]]
+#: The record's part for the simulator's code (``simulator_code_digest``), beside the values'.
+SIMULATOR_CODE = "simulator_code"
+
+
+@functools.cache
+def simulator_code_digest() -> str:
+    """A digest of the simulator's code as this process runs it (``code_digest`` of the
+    ``inference`` and ``envs`` packages)."""
+    import envs
+    import inference
+
+    return code_digest({package.__name__: Path(package.__path__[0])
+                        for package in (inference, envs)})
+
+
+def code_digest(packages: dict[str, Path]) -> str:
+    """A digest of each Python file under each package's folder (`packages`: name -> folder),
+    by its path in the package and its bytes, CRLF line ends read as LF (a Windows checkout of
+    the same code gives the same digest)."""
+    digest = hashlib.sha256()
+    for name, root in packages.items():
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _digests(env: InferenceAllocEnv) -> dict[str, str]:
+    """The record's digests of one scenario's env: its setting's values, and the code."""
+    return {**setting_digests(env), SIMULATOR_CODE: simulator_code_digest()}
 
 
 def scenario_envs(env: Any) -> list[InferenceAllocEnv]:
@@ -49,8 +89,7 @@ def scenario_envs(env: Any) -> list[InferenceAllocEnv]:
 def settings_of(env: Any, cfg: TrainConfig) -> Settings:
     """Each training scenario of `cfg` (as config.yaml names it) with its setting's digests,
     read from `env`, the run's training env."""
-    return dict(zip(cfg.training_scenarios(), map(setting_digests, scenario_envs(env)),
-                    strict=True))
+    return dict(zip(cfg.training_scenarios(), map(_digests, scenario_envs(env)), strict=True))
 
 
 def run_config_text(cfg: TrainConfig, settings: Settings) -> str:
@@ -66,7 +105,7 @@ def run_config_text(cfg: TrainConfig, settings: Settings) -> str:
             f"values depend on these): a --config of this file that trains others is refused\n"
             f"{hp_of}"
             f"# what each scenario's setting was as the run started (digests): "
-            f"--resume refuses another\n{record}")
+            f"--resume refuses another (other simulator_code: a note)\n{record}")
 
 
 def hp_record(agent: str, env_id: str, warmup: str) -> dict[str, Any]:
@@ -100,11 +139,20 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
     config.yaml `recorded` as the run started: one line naming the first such scenario, the
     parts that differ and what to restore. None (a run folder older than the record): no
     check. A part that only one side has (recorded by another version) is not compared.
-    Returns the setting's digests now, which the resumed run records."""
+    Returns the setting's digests now, which the resumed run records. Other simulator code
+    alone is not refused: a note says it (see the module's docstring)."""
     now = settings_of(env, cfg)
     if not recorded:
         return now
     changed = {name: _differing(parts, old) for name, parts, old in _paired(run_name, recorded, now)}
+    if any(SIMULATOR_CODE in parts for parts in changed.values()):
+        print(f"note: {run_name} resumes on other simulator code than it started on "
+              f"(inference/ or envs/ has changed since: a project update, or an edit): its "
+              f"later eval/ points and its model come from the code as it is now; train a new "
+              f"run ({command('train')} without --resume) to compare it with runs of this "
+              f"code", file=sys.stderr)
+    changed = {name: [part for part in parts if part != SIMULATOR_CODE]
+               for name, parts in changed.items()}
     changed = {name: parts for name, parts in changed.items() if parts}
     if not changed:
         return now
@@ -130,8 +178,7 @@ def changed_since_training(recorded: Settings | None, name: str, env: Any,
     old = (recorded or {}).get(name)
     if not old:
         return None
-    parts = [part for part in _differing(setting_digests(env.unwrapped), old)
-             if part not in ignore]
+    parts = [part for part in _differing(_digests(env.unwrapped), old) if part not in ignore]
     return (_named(parts), _restore(name, parts, env.unwrapped)) if parts else None
 
 

@@ -2492,6 +2492,86 @@ def test_a_preset_changed_by_a_project_update_refuses_a_resume_naming_it(
     assert f"restore {named} as it was (a preset or the code: as the project version" in message
 
 
+def test_the_code_digest_follows_a_files_bytes_but_not_its_line_ends(tmp_path: Path) -> None:
+    """The record's digests are of values; the simulator's code gets one of its own, by each
+    file's path and bytes: an edit or a new file changes it, a CRLF checkout does not, and
+    a file of another kind (a preset's YAML, recorded by value) is not read."""
+    from agents.run_setting import code_digest, simulator_code_digest
+
+    package = tmp_path / "sim"
+    (package / "stages").mkdir(parents=True)
+    (package / "core.py").write_text("RATE = 1.0\n", encoding="utf-8")
+    (package / "stages" / "load.py").write_text("def load():\n    return 1\n", encoding="utf-8")
+    first = code_digest({"sim": package})
+    assert len(first) == 16 and code_digest({"sim": package}) == first
+    (package / "core.py").write_bytes(b"RATE = 1.0\r\n")
+    assert code_digest({"sim": package}) == first
+    (package / "preset.yaml").write_text("rate: 2.0\n", encoding="utf-8")
+    assert code_digest({"sim": package}) == first
+    assert code_digest({"other": package}) != first             # where the files lie counts
+    (package / "stages" / "load.py").write_text("def load():\n    return 2\n", encoding="utf-8")
+    edited = code_digest({"sim": package})
+    assert edited != first
+    (package / "stages" / "decode.py").write_text("", encoding="utf-8")
+    assert code_digest({"sim": package}) not in (first, edited)
+    assert simulator_code_digest() == simulator_code_digest()   # this process's, memoised
+
+
+def test_a_resume_on_other_simulator_code_goes_on_with_a_note(tmp_path: Path, capsys) -> None:
+    """A change to the code itself (how the simulator uses the values) was not seen at all. A
+    digest cannot tell a comment from a new cost model, so a resume on other code is not
+    refused: it goes on, says so on stderr, and records the code it now trains on. Another
+    change of the setting beside it is refused as before, without the code in its parts."""
+    import yaml
+
+    from agents.run_setting import SETTINGS, SIMULATOR_CODE, simulator_code_digest
+
+    scenario = own_scenario(tmp_path)
+    run_dir = tiny_train(tmp_path, str(scenario))
+    config = run_dir / "config.yaml"
+
+    def record_other_code() -> None:
+        raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+        assert raw[SETTINGS][str(scenario)][SIMULATOR_CODE] == simulator_code_digest()
+        raw[SETTINGS][str(scenario)][SIMULATOR_CODE] = "0" * 16    # the run started on other code
+        config.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+
+    record_other_code()
+    capsys.readouterr()
+    assert resume_to(run_dir, 64).steps == 64
+    said = " ".join(capsys.readouterr().err.split())
+    assert (f"note: {run_dir.name} resumes on other simulator code than it started on "
+            f"(inference/ or envs/ has changed since") in said
+    record_other_code()     # the resume recorded the code it trained on
+    capsys.readouterr()
+    assert resume_to(run_dir, 80).steps == 80
+    assert "other simulator code" in capsys.readouterr().err
+    assert resume_to(run_dir, 96).steps == 96        # the same code now: no note
+    assert "other simulator code" not in capsys.readouterr().err
+    record_other_code()
+    edit(scenario, "arrival_rate: 0.022", "arrival_rate: 0.2")
+    message = refused_resume(run_dir, 112)
+    assert "(its workload, by the digests" in message and "simulator code" not in message
+
+
+def test_evaluate_notes_a_model_trained_on_other_simulator_code(tmp_path: Path) -> None:
+    """evaluate.py's note beside a model whose setting changed since its run trained names
+    other simulator code as it names an edited file, and the project's code to restore."""
+    import gymnasium as gym
+
+    from agents.config import TrainConfig
+    from agents.run_setting import SIMULATOR_CODE, changed_since_training, settings_of
+
+    env = gym.make("envs:InferenceAlloc-v0", scenario="article", episode_tasks=10)
+    recorded = settings_of(env, TrainConfig())
+    assert changed_since_training(recorded, "article", env) is None
+    recorded["article"][SIMULATOR_CODE] = "0" * 16
+    parts, restore = changed_since_training(recorded, "article", env)
+    assert parts == "simulator code"
+    assert restore.startswith("the project's code as it was (a preset or the code: as the "
+                              "project version the run started on had it)")
+
+
 def test_a_run_config_with_its_record_is_a_config_file_of_a_new_run(tmp_path: Path) -> None:
     """train.py --config RUN/config.yaml reads the record over: it is no option."""
     from agents.config import TrainConfig
