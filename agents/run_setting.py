@@ -50,6 +50,7 @@ _SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(Scenario))
 Settings = dict[str, dict[str, str]]
 #: The record's part for the simulator's code (``simulator_code_digest``), beside the values'.
 SIMULATOR_CODE = "simulator_code"
+SIMULATOR_CODE_SOURCE = "the simulator's code (inference/ and envs/)"
 
 
 @functools.cache
@@ -199,6 +200,8 @@ def _restore(name: str, parts: list[str], env: InferenceAllocEnv) -> str:
     if any(source.startswith(("preset ", "hardware preset ", "packaged ", "the project"))
            for source in sources):
         restore += " (a preset or the code: as the project version the run started on had it)"
+    elif SIMULATOR_CODE_SOURCE in sources:     # recorded anew at each resume
+        restore += " when the run last trained"
     return restore
 
 
@@ -239,8 +242,11 @@ def _sources(name: str, parts: list[str], env: InferenceAllocEnv) -> list[str]:
     if "trace" in parts and "workload" not in parts and trace is not None:
         sources.append(f"packaged trace {trace}" if trace in TRACES
                        else f"trace {shown(trace, quote=False)}")
-    if (not sources or "calibration" in parts
-            or any(part in ("model_figures", "stages") for part in parts)
-            and not {"model", "variant"} & set(parts)):
+    values = [part for part in parts if part != SIMULATOR_CODE]
+    if (values and not sources or "calibration" in values
+            or any(part in ("model_figures", "stages") for part in values)
+            and not {"model", "variant"} & set(values)):
         sources.append("the project's code")
+    if SIMULATOR_CODE in parts:
+        sources.append(SIMULATOR_CODE_SOURCE)
     return list(dict.fromkeys(sources))

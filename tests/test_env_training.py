@@ -2567,9 +2567,13 @@ def test_evaluate_notes_a_model_trained_on_other_simulator_code(tmp_path: Path) 
     assert changed_since_training(recorded, "article", env) is None
     recorded["article"][SIMULATOR_CODE] = "0" * 16
     parts, restore = changed_since_training(recorded, "article", env)
-    assert parts == "simulator code"
-    assert restore.startswith("the project's code as it was (a preset or the code: as the "
-                              "project version the run started on had it)")
+    assert (parts, restore) == ("simulator code", "the simulator's code (inference/ and envs/) "
+                                                  "as it was when the run last trained")
+    recorded["article"]["noise"] = "0" * 16
+    parts, restore = changed_since_training(recorded, "article", env)
+    assert parts == "noise, simulator code"
+    assert restore.startswith("preset scenario article and the simulator's code (inference/ and "
+                              "envs/) as they were (a preset or the code: as the project version")
 
 
 def test_a_run_config_with_its_record_is_a_config_file_of_a_new_run(tmp_path: Path) -> None:
