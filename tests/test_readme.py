@@ -569,6 +569,13 @@ def _commands(text: str) -> list[tuple[str, str]]:
     return [(m.group(1), m.string[m.end():]) for m in found if m is not None]
 
 
+def test_every_file_of_docs_is_checked():
+    """A guide or measurement file added to docs/ gets the checks below (flags, tags, commands):
+    one left out of DOCS would drift from the code unseen."""
+    assert sorted((ROOT / "docs").glob("*.md")) == sorted(d for d in DOCS if d.parent.name == "docs")
+    assert set(MIN_COMMANDS) == {doc.name for doc in DOCS}
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda doc: doc.name)
 def test_every_flag_a_doc_gives_is_one_of_a_command(doc, command_flags):
     text = doc.read_text(encoding="utf-8")
