@@ -152,9 +152,8 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
               f"later eval/ points and its model come from the code as it is now; train a new "
               f"run ({command('train')} without --resume) to compare it with runs of this "
               f"code", file=sys.stderr)
-    changed = {name: [part for part in parts if part != SIMULATOR_CODE]
-               for name, parts in changed.items()}
-    changed = {name: parts for name, parts in changed.items() if parts}
+    changed = {name: refused for name, parts in changed.items()
+               if (refused := [part for part in parts if part != SIMULATOR_CODE])}
     if not changed:
         return now
     name, parts = next(iter(changed.items()))
