@@ -8,10 +8,11 @@ task, and acts otherwise once its state fills. So the clone takes the samples th
 learners' clone takes (``agents.cloning.collect``, the same seeds), cuts them into their
 episodes, and each episode into chunks of ``CHUNK`` decisions (episodes all shorter than that:
 chunks of the longest one's length), which RecurrentPPO's own update replays in the same way
-(sequences from a saved LSTM state, an episode's start marked):
+(sequences from a saved LSTM state):
 
 * each epoch, the policy runs (without gradients) along every training episode from its start,
-  and each chunk's starting state (actor's and critic's LSTM) is the one it reached there;
+  and each chunk's starting state (actor's and critic's LSTM) is the one it reached there (an
+  episode's first chunk: the zero state, where RecurrentPPO's update marks its start);
 * minibatches of ``CHUNKS_PER_BATCH`` chunks (shorter ones: as many as hold as many decisions,
   ``BATCH_DECISIONS``), in a random order, are fitted from those states
   through the policy's ``evaluate_actions`` (back-propagation through the chunk): the
@@ -51,14 +52,15 @@ if TYPE_CHECKING:
 # Decisions a fitted sequence spans, and chunks per minibatch (64 decisions, half the
 # per-observation clone's batch: twice its steps, which the LSTM needed in its 30 epochs).
 # Article scenario, heft-calibrated, the default 3000 samples, seeds 0-2: the clone, run with
-# its state along held-out episode 10000, places 0.795-0.81 of the tasks as heft-calibrated
-# (PPO's clone 0.80-0.83); 0.71-0.815 in chunks of 16, four to a batch; 0.655-0.665 fitted
-# one observation at a time from a zero state (64 to a batch; seeds 0, 1).
+# its state along held-out episode 10000, places 0.78-0.82 of the tasks as heft-calibrated
+# (PPO's clone 0.80-0.83). With each episode's start marked (before 2026-12-07, the same fit
+# to float rounding): 0.795-0.81; 0.71-0.815 in chunks of 16, four to a batch; 0.655-0.665
+# fitted one observation at a time from a zero state (64 to a batch; seeds 0, 1).
 CHUNK = 32
 CHUNKS_PER_BATCH = 2
 # Episodes shorter than a chunk (train.py's --episode-tasks under 32) are chunks of their own
 # length, as many to a batch as hold these decisions: padded to 32, two to a batch, an
-# episode of 2 tasks fitted 4 decisions a step, a clone of 7 minutes (19 s at 200 tasks).
+# episode of 2 tasks fitted 4 decisions a step, a clone of 7 minutes (then 19 s at 200 tasks).
 BATCH_DECISIONS = CHUNK * CHUNKS_PER_BATCH
 
 
@@ -159,8 +161,12 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     act_t = torch.as_tensor(_padded(stored, train, length))
     ret_t = torch.as_tensor(_padded(data["returns"], train, length))
     valid = _padded(np.ones(n, dtype=bool), train, length)
+    # Each sequence is an episode from its start, run from a zero state, so no decision is
+    # marked as an episode's start: the mark would zero a state that is zero already, and
+    # SB3 runs a chunk holding one a decision at a time, where it runs one without any in a
+    # single LSTM call (the same fit, to float rounding; the default clone of the article
+    # scenario, its 3,000 samples collected, took 34 s marked and takes 17 s).
     start_t = torch.zeros(len(train), length)
-    start_t[:, 0] = 1.0                              # each sequence is an episode from its start
     rows, chunks = np.nonzero(valid[:, ::chunk])     # the chunks holding a decision
     rng = clone_rng(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LR)
