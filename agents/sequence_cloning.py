@@ -60,7 +60,8 @@ CHUNK = 32
 CHUNKS_PER_BATCH = 2
 # Episodes shorter than a chunk (train.py's --episode-tasks under 32) are chunks of their own
 # length, as many to a batch as hold these decisions: padded to 32, two to a batch, an
-# episode of 2 tasks fitted 4 decisions a step, a clone of 7 minutes (then 19 s at 200 tasks).
+# episode of 2 tasks fitted 4 decisions a step, a clone of 7 minutes (then 19 s at 200 tasks;
+# 14 s at either since the chunks run unmarked).
 BATCH_DECISIONS = CHUNK * CHUNKS_PER_BATCH
 
 
