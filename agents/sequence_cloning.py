@@ -85,11 +85,10 @@ def _zero_states(policy: Any, n_seq: int) -> RNNStates:
     return RNNStates((zeros, zeros.clone()), (zeros.clone(), zeros.clone()))
 
 
-def _chunk_states(policy: Any, obs: torch.Tensor, starts: torch.Tensor, chunk: int = CHUNK
-                  ) -> list[RNNStates]:
+def _chunk_states(policy: Any, obs: torch.Tensor, chunk: int = CHUNK) -> list[RNNStates]:
     """The LSTM states the policy reaches at each chunk's start (chunks of `chunk` decisions),
     run from zero states along every sequence of `obs` (n_seq, length, features) at once, a
-    chunk at a time."""
+    chunk at a time, no decision marked as a start (``clone_sequences`` says why)."""
     n_seq, length = obs.shape[:2]
     states = _zero_states(policy, n_seq)
     out = []
@@ -100,7 +99,7 @@ def _chunk_states(policy: Any, obs: torch.Tensor, starts: torch.Tensor, chunk: i
             # the LSTM policy's own forward, not the warm one's, where the conservative phase
             # would count (and act on) these as training decisions
             *_, states = RecurrentActorCriticPolicy.forward(
-                policy, part, states, starts[:, t:t + chunk].reshape(-1), True)
+                policy, part, states, torch.zeros(len(part)), True)
     return out
 
 
@@ -163,18 +162,18 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     ret_t = torch.as_tensor(_padded(data["returns"], train, length))
     valid = _padded(np.ones(n, dtype=bool), train, length)
     # Each sequence is an episode from its start, run from a zero state, so no decision is
-    # marked as an episode's start: the mark would zero a state that is zero already, and
-    # SB3 runs a chunk holding one a decision at a time, where it runs one without any in a
-    # single LSTM call (the same fit, to float rounding; the default clone of the article
-    # scenario, its 3,000 samples collected, took 34 s marked and takes 17 s).
-    start_t = torch.zeros(len(train), length)
+    # marked as an episode's start (``_chunk_states``, and the zero `starts` each minibatch is
+    # fitted with): the mark would zero a state that is zero already, and SB3 runs a chunk
+    # holding one a decision at a time, where it runs one without any in a single LSTM call
+    # (the same fit, to float rounding; the default clone of the article scenario, its 3,000
+    # samples collected, took 34 s marked and takes 17 s).
     rows, chunks = np.nonzero(valid[:, ::chunk])     # the chunks holding a decision
     rng = clone_rng(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LR)
     with unchecked_distributions():   # as the agent learns: the same fit, faster
         for _ in range(config.clone_epochs):
             policy.set_training_mode(False)
-            states = _chunk_states(policy, obs_t, start_t, chunk)
+            states = _chunk_states(policy, obs_t, chunk)
             policy.set_training_mode(True)
             order = rng.permutation(len(rows))
             for first in range(0, len(order), per_batch):
@@ -186,7 +185,7 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
                 loss = _chunk_loss(policy, obs_t[at].reshape(*shape, -1),
                                    act_t[at].reshape(*shape, *act_t.shape[2:]),
                                    ret_t[at].reshape(shape), torch.as_tensor(valid[at]),
-                                   start_t[at].reshape(shape), _select(states, r, c))
+                                   torch.zeros(shape), _select(states, r, c))
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
