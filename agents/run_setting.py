@@ -53,6 +53,12 @@ SIMULATOR_CODE = "simulator_code"
 SIMULATOR_CODE_SOURCE = "the simulator's code (inference/ and envs/)"
 
 
+def _value_parts(parts: list[str]) -> list[str]:
+    """`parts` but the simulator's code: the setting's values, which a resume refuses to change
+    (other code only earns a note)."""
+    return [part for part in parts if part != SIMULATOR_CODE]
+
+
 @functools.cache
 def simulator_code_digest() -> str:
     """A digest of the simulator's code as this process runs it (``code_digest`` of the
@@ -153,7 +159,7 @@ def check_setting(run_name: str, cfg: TrainConfig, recorded: Settings | None, en
               f"run ({command('train')} without --resume) to compare it with runs of this "
               f"code", file=sys.stderr)
     changed = {name: refused for name, parts in changed.items()
-               if (refused := [part for part in parts if part != SIMULATOR_CODE])}
+               if (refused := _value_parts(parts))}
     if not changed:
         return now
     name, parts = next(iter(changed.items()))
@@ -241,7 +247,7 @@ def _sources(name: str, parts: list[str], env: InferenceAllocEnv) -> list[str]:
     if "trace" in parts and "workload" not in parts and trace is not None:
         sources.append(f"packaged trace {trace}" if trace in TRACES
                        else f"trace {shown(trace, quote=False)}")
-    values = [part for part in parts if part != SIMULATOR_CODE]
+    values = _value_parts(parts)
     if (values and not sources or "calibration" in values
             or any(part in ("model_figures", "stages") for part in values)
             and not {"model", "variant"} & set(values)):

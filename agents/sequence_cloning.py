@@ -113,13 +113,14 @@ def _select(states: list[RNNStates], rows: np.ndarray, chunks: np.ndarray) -> RN
 
 
 def _chunk_loss(policy: Any, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-                valid: torch.Tensor, starts: torch.Tensor, states: RNNStates) -> torch.Tensor:
-    """The clone's loss on chunks of CHUNK decisions (first axis), from their `states`; padding
-    (`valid` False) counts for nothing."""
+                valid: torch.Tensor, states: RNNStates) -> torch.Tensor:
+    """The clone's loss on chunks of CHUNK decisions (first axis), from their `states`, no
+    decision marked as a start (``clone_sequences`` says why); padding (`valid` False) counts
+    for nothing."""
     flat = valid.reshape(-1)
     values, log_prob, _ = policy.evaluate_actions(
         obs.reshape(-1, obs.shape[-1]), actions.reshape(-1, *actions.shape[2:]), states,
-        starts.reshape(-1))
+        torch.zeros(len(flat)))
     log_prob = log_prob.reshape(-1)[flat]
     values = values.flatten()[flat]
     return -log_prob.mean() + 0.5 * F.mse_loss(values, returns.reshape(-1)[flat])
@@ -162,11 +163,11 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     ret_t = torch.as_tensor(_padded(data["returns"], train, length))
     valid = _padded(np.ones(n, dtype=bool), train, length)
     # Each sequence is an episode from its start, run from a zero state, so no decision is
-    # marked as an episode's start (``_chunk_states``, and the zero `starts` each minibatch is
-    # fitted with): the mark would zero a state that is zero already, and SB3 runs a chunk
-    # holding one a decision at a time, where it runs one without any in a single LSTM call
-    # (the same fit, to float rounding; the default clone of the article scenario, its 3,000
-    # samples collected, took 34 s marked and takes 17 s).
+    # marked as an episode's start (``_chunk_states`` and ``_chunk_loss``): the mark would
+    # zero a state that is zero already, and SB3 runs a chunk holding one a decision at a
+    # time, where it runs one without any in a single LSTM call (the same fit, to float
+    # rounding; the default clone of the article scenario, its 3,000 samples collected, took
+    # 34 s marked and takes 17 s).
     rows, chunks = np.nonzero(valid[:, ::chunk])     # the chunks holding a decision
     rng = clone_rng(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LR)
@@ -185,7 +186,7 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
                 loss = _chunk_loss(policy, obs_t[at].reshape(*shape, -1),
                                    act_t[at].reshape(*shape, *act_t.shape[2:]),
                                    ret_t[at].reshape(shape), torch.as_tensor(valid[at]),
-                                   torch.zeros(shape), _select(states, r, c))
+                                   _select(states, r, c))
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

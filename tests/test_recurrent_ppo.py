@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.callbacks import BaseCallback
 
 import envs
@@ -202,21 +203,32 @@ def test_the_clone_places_as_the_conservative_along_a_held_out_episode_with_its_
 def _clone_recorded(env: gym.Env, heft: Any) -> tuple[Any, dict[str, float], list[tuple[
         torch.Tensor, torch.Tensor, torch.Tensor]]]:
     """A recurrent-ppo cloned on heft's 100 samples, two epochs, and the (valid, starts, zero)
-    of each minibatch it fitted: `zero`, per chunk, whether it starts from the zero state (its
-    actor's and critic's LSTM)."""
+    of each minibatch it fitted: `starts`, the episode starts SB3's ``evaluate_actions`` was
+    handed; `zero`, per chunk, whether it starts from the zero state (its actor's and critic's
+    LSTM)."""
     seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    marks: list[torch.Tensor] = []
     loss = sequence_cloning._chunk_loss
+    evaluate = RecurrentActorCriticPolicy.evaluate_actions
+
+    def evaluating(policy: Any, obs: Any, actions: Any, states: Any, starts: torch.Tensor
+                   ) -> Any:
+        marks.append(starts.clone())
+        return evaluate(policy, obs, actions, states, starts)
 
     def recording(policy: Any, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-                  valid: torch.Tensor, starts: torch.Tensor, states: Any) -> torch.Tensor:
+                  valid: torch.Tensor, states: Any) -> torch.Tensor:
         parts = [*states.pi, *states.vf]                # each (layers, chunks, units)
         zero = torch.stack([(part == 0).all(dim=2).all(dim=0) for part in parts]).all(dim=0)
-        seen.append((valid.clone(), starts.clone(), zero))
-        return loss(policy, obs, actions, returns, valid, starts, states)
+        fitted = loss(policy, obs, actions, returns, valid, states)
+        seen.append((valid.clone(), marks.pop(), zero))   # the one evaluation it made
+        assert not marks
+        return fitted
 
     agent = make_sb3("recurrent-ppo", env, seed=0)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sequence_cloning, "_chunk_loss", recording)
+        patch.setattr(RecurrentActorCriticPolicy, "evaluate_actions", evaluating)
         stats = sequence_cloning.clone_sequences(agent, env, heft, WarmupConfig(
             steps=0, clone_samples=100, clone_epochs=2, guard=False), seed=0)
     return agent, stats, seen
