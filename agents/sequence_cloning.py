@@ -85,10 +85,22 @@ def _zero_states(policy: Any, n_seq: int) -> RNNStates:
     return RNNStates((zeros, zeros.clone()), (zeros.clone(), zeros.clone()))
 
 
+def _unmarked(n: int) -> torch.Tensor:
+    """The episode starts of `n` decisions handed to the LSTM: none marked.
+
+    Each sequence is an episode from its start, run from a zero state, so a mark at its first
+    decision would only zero a state that is zero already, and SB3 runs a chunk holding a mark
+    a decision at a time, where it runs one without any in a single LSTM call (the same fit, to
+    float rounding; the default clone of the article scenario, its 3,000 samples collected,
+    took 34 s marked and takes 17 s).
+    """
+    return torch.zeros(n)
+
+
 def _chunk_states(policy: Any, obs: torch.Tensor, chunk: int = CHUNK) -> list[RNNStates]:
     """The LSTM states the policy reaches at each chunk's start (chunks of `chunk` decisions),
     run from zero states along every sequence of `obs` (n_seq, length, features) at once, a
-    chunk at a time, no decision marked as a start (``clone_sequences`` says why)."""
+    chunk at a time, no decision marked as a start (``_unmarked``)."""
     n_seq, length = obs.shape[:2]
     states = _zero_states(policy, n_seq)
     out = []
@@ -99,7 +111,7 @@ def _chunk_states(policy: Any, obs: torch.Tensor, chunk: int = CHUNK) -> list[RN
             # the LSTM policy's own forward, not the warm one's, where the conservative phase
             # would count (and act on) these as training decisions
             *_, states = RecurrentActorCriticPolicy.forward(
-                policy, part, states, torch.zeros(len(part)), True)
+                policy, part, states, _unmarked(len(part)), True)
     return out
 
 
@@ -115,12 +127,11 @@ def _select(states: list[RNNStates], rows: np.ndarray, chunks: np.ndarray) -> RN
 def _chunk_loss(policy: Any, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                 valid: torch.Tensor, states: RNNStates) -> torch.Tensor:
     """The clone's loss on chunks of CHUNK decisions (first axis), from their `states`, no
-    decision marked as a start (``clone_sequences`` says why); padding (`valid` False) counts
-    for nothing."""
+    decision marked as a start (``_unmarked``); padding (`valid` False) counts for nothing."""
     flat = valid.reshape(-1)
     values, log_prob, _ = policy.evaluate_actions(
         obs.reshape(-1, obs.shape[-1]), actions.reshape(-1, *actions.shape[2:]), states,
-        torch.zeros(len(flat)))
+        _unmarked(len(flat)))
     log_prob = log_prob.reshape(-1)[flat]
     values = values.flatten()[flat]
     return -log_prob.mean() + 0.5 * F.mse_loss(values, returns.reshape(-1)[flat])
@@ -162,12 +173,6 @@ def clone_sequences(agent: SB3Agent, env: Any, conservative: Any, config: Warmup
     act_t = torch.as_tensor(_padded(stored, train, length))
     ret_t = torch.as_tensor(_padded(data["returns"], train, length))
     valid = _padded(np.ones(n, dtype=bool), train, length)
-    # Each sequence is an episode from its start, run from a zero state, so no decision is
-    # marked as an episode's start (``_chunk_states`` and ``_chunk_loss``): the mark would
-    # zero a state that is zero already, and SB3 runs a chunk holding one a decision at a
-    # time, where it runs one without any in a single LSTM call (the same fit, to float
-    # rounding; the default clone of the article scenario, its 3,000 samples collected, took
-    # 34 s marked and takes 17 s).
     rows, chunks = np.nonzero(valid[:, ::chunk])     # the chunks holding a decision
     rng = clone_rng(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LR)
